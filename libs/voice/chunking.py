@@ -1,0 +1,89 @@
+"""Exact chunked inference over frame sequences, for any stack of non-causal convolutions.
+
+A network whose every output frame depends on at most `context_frames` input frames on each side
+gives, for the output frames [start, end), exactly what it gives on the whole sequence when it is
+fed the input window [start - context, end + context] clipped to the sequence, and the output is
+trimmed back to [start, end). Clipping at the sequence's true edges keeps the network's normal
+edge padding there, which is what whole-sequence inference does too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+DEFAULT_FIRST_CHUNK_FRAMES: Final = 8
+DEFAULT_CHUNK_GROWTH: Final = 4.0
+DEFAULT_MAX_CHUNK_FRAMES: Final = 256
+
+
+@dataclass(frozen=True)
+class Window:
+    """Input frames to feed the network so that output frames [start, end) come out exact."""
+
+    input_start: int
+    """First input frame fed (inclusive)."""
+    input_end: int
+    """Last input frame fed (exclusive)."""
+    start: int
+    """First output frame kept (inclusive)."""
+    end: int
+    """Last output frame kept (exclusive)."""
+
+    @property
+    def trim_left(self) -> int:
+        """Output frames to drop at the front of the window's output."""
+        return self.start - self.input_start
+
+    @property
+    def kept(self) -> int:
+        """Output frames kept."""
+        return self.end - self.start
+
+
+def context_window(start: int, end: int, total_frames: int, context_frames: int) -> Window:
+    """The input window that makes output frames [start, end) of a `total_frames` sequence exact."""
+    if not 0 <= start < end <= total_frames:
+        raise ValueError(f"need 0 <= start < end <= total_frames, got {start}, {end}, {total_frames}")
+    return Window(max(0, start - context_frames), min(total_frames, end + context_frames), start, end)
+
+
+@dataclass(frozen=True)
+class ChunkSchedule:
+    """How many frames each successive chunk of a stream covers.
+
+    The first chunk is small so that first audio comes early; later chunks grow geometrically so
+    that the context recomputed around each chunk stays a small share of the work, while each
+    chunk still finishes long before the audio already sent has played.
+    """
+
+    first_chunk_frames: int = DEFAULT_FIRST_CHUNK_FRAMES
+    """Frames in the first chunk."""
+    growth: float = DEFAULT_CHUNK_GROWTH
+    """Each chunk may be this many times the previous one."""
+    max_chunk_frames: int = DEFAULT_MAX_CHUNK_FRAMES
+    """Upper bound of a chunk, so that no single step stalls the stream."""
+
+    def __post_init__(self) -> None:
+        if self.first_chunk_frames < 1 or self.max_chunk_frames < self.first_chunk_frames or self.growth < 1.0:
+            raise ValueError(f"invalid chunk schedule {self}")
+
+    def chunk_frames(self, chunk_index: int) -> int:
+        """Target size of chunk number `chunk_index` (0-based)."""
+        size = self.first_chunk_frames * self.growth**chunk_index
+        return int(min(self.max_chunk_frames, size))
+
+    def bounds(self, total_frames: int, start_frame: int = 0) -> list[tuple[int, int]]:
+        """[start, end) of the chunks that cover frames start_frame..total_frames.
+
+        Chunk boundaries are fixed by frame index from the start of the sentence, whatever
+        `start_frame` is: a stream resumed mid-sentence recomputes the chunk it resumes in over
+        the very same window, so its samples are bit-identical to the uninterrupted stream's.
+        """
+        bounds: list[tuple[int, int]] = []
+        start = 0
+        while start < total_frames:
+            end = min(total_frames, start + self.chunk_frames(len(bounds)))
+            bounds.append((start, end))
+            start = end
+        return [(begin, end) for begin, end in bounds if end > start_frame]

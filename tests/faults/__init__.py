@@ -1,0 +1,1 @@
+"""Test helpers that inject faults: a TCP proxy that delays, cuts, blackholes or refuses, and a fake clock."""

@@ -1,0 +1,100 @@
+"""Chunked synthesis equals whole-sentence synthesis (DESIGN §5), on the real default voice."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from libs.voice.chunking import ChunkSchedule, context_window
+from libs.voice.engine import AcousticEngine, SynthesisParams, VocoderEngine
+
+TOLERANCE = 1e-4
+# "^ _ h _ ə _ l _ oʊ _ $"-like short id run, and a longer one built from the same ids.
+SHORT_IDS = [1, 0, 20, 0, 59, 0, 24, 0, 27, 0, 100, 0, 2]
+LONG_IDS = [1] + [0, 20, 0, 59, 0, 24, 0, 27, 0, 3, 0, 35, 0, 27, 0, 30, 0, 24, 0, 17, 0, 8, 0, 3] * 4 + [0, 10, 0, 2]
+
+
+@pytest.fixture(scope="module")
+def acoustic() -> AcousticEngine:
+    torch.set_num_threads(1)
+    return AcousticEngine.load_default()
+
+
+@pytest.fixture(scope="module")
+def vocoder() -> VocoderEngine:
+    return VocoderEngine.load_default()
+
+
+def _plan(engine: AcousticEngine, ids: list[int], speed: float = 1.0):
+    params = SynthesisParams(speed=speed)
+    return engine.plan(ids, params, engine.synthesis_seed(ids, params))
+
+
+def test_context_window_clips_at_true_edges_only() -> None:
+    window = context_window(10, 20, 100, 8)
+    assert (window.input_start, window.input_end, window.trim_left, window.kept) == (2, 28, 8, 10)
+    edge = context_window(0, 5, 7, 8)
+    assert (edge.input_start, edge.input_end, edge.trim_left) == (0, 7, 0)
+
+
+@pytest.mark.parametrize("schedule", [ChunkSchedule(1, 1.0, 1), ChunkSchedule(3, 1.0, 3), ChunkSchedule(8, 4.0, 256)])
+def test_chunked_acoustic_mel_equals_whole_sentence(acoustic: AcousticEngine, schedule: ChunkSchedule) -> None:
+    acoustic.schedule = schedule
+    try:
+        for ids in (SHORT_IDS, LONG_IDS):
+            plan = _plan(acoustic, ids)
+            whole = acoustic.mel_whole(plan)
+            chunks = list(acoustic.mel_chunks(plan))
+            assert sum(c.shape[1] for c in chunks) == plan.frame_count
+            assert np.abs(np.concatenate(chunks, axis=1) - whole).max() <= TOLERANCE
+    finally:
+        acoustic.schedule = ChunkSchedule()
+
+
+def test_acoustic_resume_from_a_frame_gives_the_rest_of_the_same_mel(acoustic: AcousticEngine) -> None:
+    plan = _plan(acoustic, LONG_IDS)
+    whole = acoustic.mel_whole(plan)
+    start = plan.frame_count // 3
+    rest = np.concatenate(list(acoustic.mel_chunks(plan, start_frame=start)), axis=1)
+    assert np.abs(rest - whole[:, start:]).max() <= TOLERANCE
+
+
+@pytest.mark.parametrize("push_frames", [1, 3, 4, 17])
+@pytest.mark.parametrize("ids", [SHORT_IDS, LONG_IDS], ids=["short", "long"])
+def test_streamed_vocoder_equals_whole_sentence_vocoding(
+    acoustic: AcousticEngine, vocoder: VocoderEngine, push_frames: int, ids: list[int]
+) -> None:
+    mel = acoustic.mel_whole(_plan(acoustic, ids))
+    reference = vocoder.vocode(mel)
+    stream = vocoder.open_stream()
+    pieces = [stream.push(mel[:, i : i + push_frames]) for i in range(0, mel.shape[1], push_frames)]
+    pieces.append(stream.finish())
+    streamed = np.concatenate(pieces)
+    assert streamed.shape == reference.shape == (mel.shape[1] * vocoder.hop_length,)
+    assert np.abs(streamed - reference).max() <= TOLERANCE
+
+
+def test_utterance_shorter_than_the_receptive_field_streams_exactly(vocoder: VocoderEngine) -> None:
+    frames = vocoder.context_frames // 2
+    mel = np.random.default_rng(0).normal(-4.0, 1.5, size=(vocoder.n_mels, frames)).astype(np.float32)
+    stream = vocoder.open_stream()
+    pieces = [stream.push(mel[:, i : i + 1]) for i in range(frames)] + [stream.finish()]
+    assert np.abs(np.concatenate(pieces) - vocoder.vocode(mel)).max() <= TOLERANCE
+
+
+def test_vocoder_stream_resumed_mid_sentence_continues_without_seam(acoustic: AcousticEngine, vocoder: VocoderEngine) -> None:
+    mel = acoustic.mel_whole(_plan(acoustic, LONG_IDS))
+    reference = vocoder.vocode(mel)
+    resume_at = mel.shape[1] // 2
+    origin = resume_at - vocoder.context_frames
+    stream = vocoder.open_stream(origin_frame=origin, emit_from_frame=resume_at)
+    pieces = [stream.push(mel[:, origin : resume_at + 5]), stream.push(mel[:, resume_at + 5 :]), stream.finish()]
+    resumed = np.concatenate(pieces)
+    hop = vocoder.hop_length
+    assert np.abs(resumed - reference[resume_at * hop :]).max() <= TOLERANCE
+
+
+def test_resume_without_enough_context_is_refused(vocoder: VocoderEngine) -> None:
+    with pytest.raises(ValueError, match="context"):
+        vocoder.open_stream(origin_frame=10, emit_from_frame=11)
