@@ -1,0 +1,138 @@
+"""What can be checked of the container image without a Docker engine.
+
+The Dockerfile must install from pyproject.toml (no second dependency list), start the services by
+module name, expose the ports the services listen on by default, run as a non-root user, and its
+build-time commands must name code that exists.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from libs.mesh.settings import SERVICES, build_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, with line continuations joined and comments dropped."""
+    result: list[tuple[str, str]] = []
+    pending = ""
+    for line in DOCKERFILE.read_text().splitlines():
+        stripped = line.strip()
+        if not pending and (not stripped or stripped.startswith("#")):
+            continue
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        full = pending + stripped
+        pending = ""
+        keyword, _, arguments = full.partition(" ")
+        result.append((keyword.upper(), arguments.strip()))
+    return result
+
+
+def runs() -> list[str]:
+    return [arguments for keyword, arguments in instructions() if keyword == "RUN"]
+
+
+def pyproject_dependencies() -> list[str]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+
+
+def test_dependencies_are_installed_from_the_list_in_pyproject(tmp_path: Path) -> None:
+    steps = instructions()
+    copy_index = next(i for i, (kw, args) in enumerate(steps) if kw == "COPY" and args.split()[0] == "pyproject.toml")
+    install_index = next(i for i, (kw, args) in enumerate(steps) if kw == "RUN" and "pip install" in args)
+    assert copy_index < install_index
+
+    install = steps[install_index][1]
+    extract, _, pip_part = install.partition("&&")
+    assert "-r requirements.txt" in pip_part
+    # No package is named on any pip command line: everything comes through requirements.txt.
+    for run in runs():
+        for command in re.findall(r"pip install ([^&;]*)", run):
+            words = [w for w in shlex.split(command) if not w.startswith("-") and "://" not in w]
+            assert words == ["requirements.txt"], f"pip installs packages not from pyproject: {command}"
+
+    # Run the extraction step itself on the real pyproject and compare with what tomllib reads.
+    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    command = extract.strip().replace("python -c", shlex.quote(sys.executable) + " -c", 1)
+    subprocess.run(["bash", "-c", command], cwd=tmp_path, check=True)
+    assert (tmp_path / "requirements.txt").read_text().split() == pyproject_dependencies()
+
+
+def test_torch_comes_from_the_cpu_wheel_index_at_the_pinned_version() -> None:
+    assert "torch==2.13.0" in pyproject_dependencies()
+    install = next(run for run in runs() if "pip install" in run)
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in install
+
+
+def _exec_form(keyword: str) -> list[str]:
+    values = [json.loads(args) for kw, args in instructions() if kw == keyword]
+    assert len(values) == 1, f"expected one {keyword}"
+    return values[0]
+
+
+def test_entrypoint_starts_the_service_named_by_the_first_argument() -> None:
+    assert _exec_form("ENTRYPOINT") == ["python", "-m"]
+    assert _exec_form("CMD") == ["services.gateway"]
+    for service in SERVICES:
+        assert (ROOT / "services" / service / "__main__.py").is_file(), f"services.{service} is not runnable with -m"
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_each_service_module_runs_and_accepts_its_flags(service: str) -> None:
+    """`python -m services.<name> --help` is what the image's entrypoint runs, minus the model load."""
+    result = subprocess.run(
+        [sys.executable, "-m", f"services.{service}", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "--port" in result.stdout and "--metrics-port" in result.stdout
+
+
+def test_exposed_ports_are_the_services_default_ports() -> None:
+    exposed = {int(port) for kw, args in instructions() if kw == "EXPOSE" for port in args.split()}
+    defaults = set()
+    for service in SERVICES:
+        parsed = build_parser(service, environ={}).parse_args([])
+        defaults |= {parsed.port, parsed.metrics_port}
+    assert exposed == defaults
+
+
+def test_image_runs_as_a_numeric_non_root_user() -> None:
+    users = [args for kw, args in instructions() if kw == "USER"]
+    assert users, "no USER instruction: the image would run as root"
+    uid, _, gid = users[-1].partition(":")
+    assert int(uid) > 0 and (not gid or int(gid) > 0)
+
+
+def test_build_time_python_commands_name_code_that_exists() -> None:
+    """The voice-cache warm-up runs at build time; a renamed function would only fail in the build."""
+    snippets = [m for run in runs() for m in re.findall(r'python -c "([^"]*)"', run)]
+    checked = 0
+    for snippet in snippets:
+        for node in ast.walk(ast.parse(snippet)):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("libs", "services"):
+                module = importlib.import_module(node.module)
+                for alias in node.names:
+                    assert hasattr(module, alias.name), f"{node.module} has no {alias.name}"
+                    checked += 1
+    assert checked >= 1
+
+
+def test_dockerignore_keeps_the_runtime_tree_and_drops_local_state() -> None:
+    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines() if line.strip() and not line.startswith("#")}
+    assert {".git", ".venv", "tests"} <= ignored
+    assert not ignored & {"libs", "services", "assets", "protos", "pyproject.toml"}

@@ -1,0 +1,233 @@
+"""The Kubernetes manifests render, validate against the schemas, and agree with what the services accept.
+
+Each overlay is rendered with kustomize exactly as `kubectl apply -k` would. Every service container's
+args and env are then parsed by the service's own parser (libs.mesh.settings), so a renamed flag, a
+removed env var or a changed default port fails here instead of in a cluster.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import pytest
+
+from libs.mesh.settings import FLAGS, SERVICES, GatewaySettings, load_settings
+from scripts.k8s_validate import KUBERNETES_VERSION, main, overlays, render, validate
+from tests.test_telemetry_dashboard import load_catalog
+
+OVERLAY_NAMES = [path.name for path in overlays()]
+ZONE_LABEL = "topology.kubernetes.io/zone"
+DOWNWARD_ZONE = "zone-test"  # stands for the zone label the downward API would read
+
+
+@pytest.fixture(scope="module", params=OVERLAY_NAMES)
+def rendered(request: pytest.FixtureRequest) -> tuple[str, list[dict[str, Any]]]:
+    overlay = next(path for path in overlays() if path.name == request.param)
+    return request.param, render(overlay)
+
+
+def _by_kind(resources: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {r["metadata"]["name"]: r for r in resources if r["kind"] == kind}
+
+
+def _container(deployment: dict[str, Any]) -> dict[str, Any]:
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def _cpu_cores(quantity: str) -> int:
+    """A CPU quantity rounded up to whole cores, as resourceFieldRef with divisor 1 gives it."""
+    return math.ceil(int(quantity[:-1]) / 1000) if quantity.endswith("m") else math.ceil(float(quantity))
+
+
+def _environment(container: dict[str, Any], config_maps: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The container's environment as the kubelet would build it (envFrom, then env)."""
+    environ: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        environ.update(config_maps[source["configMapRef"]["name"]]["data"])
+    for variable in container.get("env", []):
+        if "value" in variable:
+            environ[variable["name"]] = variable["value"]
+            continue
+        source = variable["valueFrom"]
+        if "fieldRef" in source:
+            assert source["fieldRef"]["fieldPath"] == f"metadata.labels['{ZONE_LABEL}']", variable
+            environ[variable["name"]] = DOWNWARD_ZONE
+        elif "resourceFieldRef" in source:
+            ref = source["resourceFieldRef"]
+            assert (ref["resource"], ref.get("divisor", "1")) == ("limits.cpu", "1"), variable
+            environ[variable["name"]] = str(_cpu_cores(container["resources"]["limits"]["cpu"]))
+        else:
+            raise AssertionError(f"unexpected env source {variable}")
+    return environ
+
+
+def _service_deployments(resources: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    deployments = _by_kind(resources, "Deployment")
+    assert set(SERVICES) <= set(deployments)
+    return {name: deployments[name] for name in SERVICES}
+
+
+def test_overlays_exist_and_the_validator_accepts_them(capsys: pytest.CaptureFixture[str]) -> None:
+    assert {"dev", "prod"} <= set(OVERLAY_NAMES)
+    assert main([]) == 0
+    assert capsys.readouterr().out.count(f"valid against Kubernetes {KUBERNETES_VERSION}") == len(OVERLAY_NAMES)
+
+
+def test_every_resource_matches_the_pinned_kubernetes_schemas(rendered) -> None:
+    _, resources = rendered
+    assert validate(resources) == []
+
+
+def test_the_validator_rejects_a_misspelt_field(rendered) -> None:
+    gateway = copy.deepcopy(_service_deployments(rendered[1])["gateway"])
+    probe = _container(gateway)["readinessProbe"]
+    probe["grcp"] = probe.pop("grpc")
+    [message] = validate([gateway])
+    assert "grcp" in message
+
+
+def test_args_and_env_are_flags_the_services_accept(rendered) -> None:
+    _, resources = rendered
+    config_maps = _by_kind(resources, "ConfigMap")
+    for service, deployment in _service_deployments(resources).items():
+        container = _container(deployment)
+        assert container["image"].split("/")[-1].startswith("tts-mesh:")
+        module, *argv = container["args"]
+        assert module == f"services.{service}"
+        environ = _environment(container, config_maps)
+        known_env = {spec.env for spec in FLAGS[service]}
+        unknown = {name for name in environ if name not in known_env and not name.startswith("OTEL_")}
+        assert not unknown, f"{service}: env vars the service does not read: {unknown}"
+        # load_settings exits (SystemExit) on an unknown flag or a value it cannot parse.
+        settings = load_settings(service, argv, environ)
+        zone = "local" if environ["TTS_ZONE"] == "local" else DOWNWARD_ZONE
+        assert settings.zone == zone
+        assert settings.threads == _cpu_cores(container["resources"]["limits"]["cpu"])
+
+
+def test_container_probe_and_service_ports_are_the_ports_the_services_listen_on(rendered) -> None:
+    _, resources = rendered
+    config_maps = _by_kind(resources, "ConfigMap")
+    services = _by_kind(resources, "Service")
+    for service, deployment in _service_deployments(resources).items():
+        container = _container(deployment)
+        settings = load_settings(service, container["args"][1:], _environment(container, config_maps))
+        ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+        assert ports == {"grpc": settings.port, "metrics": settings.metrics_port}
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert container[probe]["grpc"] == {"port": settings.port}, f"{service} {probe}"
+        annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["prometheus.io/port"] == str(settings.metrics_port)
+        grpc_port = next(p for p in services[service]["spec"]["ports"] if p["name"] == "grpc")
+        assert (grpc_port["port"], grpc_port["targetPort"]) == (settings.port, "grpc")
+
+
+def test_gateway_worker_endpoints_resolve_to_services_of_that_kind_and_zone(rendered) -> None:
+    name, resources = rendered
+    config_maps = _by_kind(resources, "ConfigMap")
+    services = _by_kind(resources, "Service")
+    deployments = _service_deployments(resources)
+    container = _container(deployments["gateway"])
+    settings = load_settings("gateway", container["args"][1:], _environment(container, config_maps))
+    assert isinstance(settings, GatewaySettings)
+    zones_seen = set()
+    for endpoint in settings.acoustic + settings.vocoder:
+        service = services[endpoint.host]
+        assert service["spec"]["clusterIP"] == "None", f"{endpoint.host} must be headless to reach every pod"
+        selector = service["spec"]["selector"]
+        assert selector["app.kubernetes.io/name"] == endpoint.kind
+        assert endpoint.port in {p["port"] for p in service["spec"]["ports"]}
+        worker = _container(deployments[endpoint.kind])
+        worker_port = load_settings(endpoint.kind, worker["args"][1:], _environment(worker, config_maps)).port
+        assert endpoint.port == worker_port
+        if ZONE_LABEL in selector:
+            assert selector[ZONE_LABEL] == endpoint.zone
+        zones_seen.add(endpoint.zone)
+    expected_zones = {"local"} if name == "dev" else {"zone-a", "zone-b", "zone-c"}
+    assert zones_seen == expected_zones
+    # The gateway's Redis is the Redis Service of this overlay.
+    assert settings.redis_url == f"redis://redis:{services['redis']['spec']['ports'][0]['port']}/0"
+
+
+def test_pods_spread_over_zones_and_shut_down_gracefully(rendered) -> None:
+    _, resources = rendered
+    config_maps = _by_kind(resources, "ConfigMap")
+    for service, deployment in _service_deployments(resources).items():
+        pod = deployment["spec"]["template"]["spec"]
+        container = _container(deployment)
+        assert ZONE_LABEL in {c["topologyKey"] for c in pod["topologySpreadConstraints"]}
+        settings = load_settings(service, container["args"][1:], _environment(container, config_maps))
+        pre_stop_s = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+        assert pod["terminationGracePeriodSeconds"] > pre_stop_s + settings.shutdown_grace_s
+        startup = container["startupProbe"]
+        startup_budget_s = startup["periodSeconds"] * startup["failureThreshold"]
+        assert startup_budget_s >= (600 if service != "gateway" else 300), f"{service}: model loading needs time"
+        assert pod["securityContext"]["runAsNonRoot"] is True
+
+
+def test_workers_autoscale_on_in_flight_streams_with_cpu_fallback_and_90s_scale_up(rendered) -> None:
+    _, resources = rendered
+    hpas = _by_kind(resources, "HorizontalPodAutoscaler")
+    for worker in ("acoustic", "vocoder"):
+        hpa = hpas[worker]["spec"]
+        assert hpa["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": worker}
+        metrics = {m["type"]: m for m in hpa["metrics"]}
+        pod_metrics = {m["pods"]["metric"]["name"] for m in hpa["metrics"] if m["type"] == "Pods"}
+        assert f"tts_{worker}_inflight_streams" in pod_metrics
+        assert pod_metrics - {"DCGM_FI_DEV_GPU_UTIL"} <= set(load_catalog()), "HPA metric missing from CATALOG.md"
+        assert metrics["Resource"]["resource"]["name"] == "cpu"
+        assert hpa["behavior"]["scaleUp"]["stabilizationWindowSeconds"] == 90
+    budgets = _by_kind(resources, "PodDisruptionBudget")
+    assert set(SERVICES) <= set(budgets)
+
+
+def test_only_the_gateway_reaches_workers_and_redis(rendered) -> None:
+    _, resources = rendered
+    policies = _by_kind(resources, "NetworkPolicy")
+    assert policies["default-deny-ingress"]["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
+    gateway_only = [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "gateway"}}}]
+    assert [rule["from"] for rule in policies["workers-from-gateway"]["spec"]["ingress"]] == [gateway_only]
+    assert [rule["from"] for rule in policies["redis-from-gateway"]["spec"]["ingress"]] == [gateway_only]
+    # The only rule without a source is the gateway's gRPC port.
+    open_rules = [
+        (policy["spec"]["podSelector"], rule["ports"])
+        for policy in policies.values()
+        for rule in policy["spec"].get("ingress", [])
+        if "from" not in rule
+    ]
+    assert open_rules == [({"matchLabels": {"app.kubernetes.io/name": "gateway"}}, [{"protocol": "TCP", "port": 50051}])]
+
+
+def test_redis_evicts_least_recently_used_within_a_memory_cap(rendered) -> None:
+    _, resources = rendered
+    redis = _container(_by_kind(resources, "Deployment")["redis"])
+    args = redis["args"]
+    assert args[args.index("--maxmemory-policy") + 1] == "allkeys-lru"
+    maxmemory_mb = int(args[args.index("--maxmemory") + 1].removesuffix("mb").removesuffix("gb")) * (
+        1024 if args[args.index("--maxmemory") + 1].endswith("gb") else 1
+    )
+    limit = redis["resources"]["limits"]["memory"]
+    limit_mb = int(limit[:-2]) * (1024 if limit.endswith("Gi") else 1)
+    assert maxmemory_mb < limit_mb
+
+
+def test_prod_workers_get_a_gpu_and_tolerate_gpu_nodes() -> None:
+    prod = next(path for path in overlays() if path.name == "prod")
+    deployments = _by_kind(render(prod), "Deployment")
+    for worker in ("acoustic", "vocoder"):
+        pod = deployments[worker]["spec"]["template"]["spec"]
+        container = _container(deployments[worker])
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+        assert {"name": "TTS_DEVICE", "value": "cuda"} in container["env"]
+        assert deployments[worker]["spec"]["replicas"] >= 3
+
+
+def test_a_pod_without_a_zone_label_runs_in_zone_local() -> None:
+    """Clusters before 1.35 leave the downward-API zone empty; the services must not take "" as a zone."""
+    for service in SERVICES:
+        assert load_settings(service, [], {"TTS_ZONE": ""}).zone == "local"

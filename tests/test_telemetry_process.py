@@ -1,0 +1,67 @@
+"""Process memory metrics: real RSS from this process, GPU memory only where CUDA is in use."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+
+from libs.telemetry.process import GPU_ALLOCATED_METRIC, register_process_metrics
+
+
+def _value(registry: CollectorRegistry, name: str, labels: dict[str, str] | None = None) -> float | None:
+    return registry.get_sample_value(name, labels or {})
+
+
+def test_rss_gauge_reports_this_process_and_grows_with_an_allocation() -> None:
+    registry = CollectorRegistry()
+    register_process_metrics(registry)
+    before = _value(registry, "process_resident_memory_bytes")
+    assert before is not None and before > 10 * 2**20  # a Python process with numpy and torch loaded
+    block = np.ones(96 * 2**20, dtype=np.uint8)  # 96 MiB, every page touched
+    after = _value(registry, "process_resident_memory_bytes")
+    assert after is not None and after - before > 64 * 2**20
+    del block
+
+
+def test_registering_twice_registers_nothing_twice() -> None:
+    registry = CollectorRegistry()
+    assert len(register_process_metrics(registry)) == 2
+    assert register_process_metrics(registry) == []
+    assert generate_latest(registry).decode().count("# TYPE process_resident_memory_bytes gauge") == 1
+
+
+def test_default_registry_keeps_its_own_process_collector() -> None:
+    added = register_process_metrics(REGISTRY)
+    try:
+        assert [type(collector).__name__ for collector in added] in ([], ["GpuMemoryCollector"])
+        assert _value(REGISTRY, "process_resident_memory_bytes") > 0
+    finally:
+        for collector in added:
+            REGISTRY.unregister(collector)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only path")
+def test_no_gpu_samples_without_cuda() -> None:
+    registry = CollectorRegistry()
+    register_process_metrics(registry)
+    assert GPU_ALLOCATED_METRIC not in {
+        sample.name for family in registry.collect() for sample in family.samples
+    }
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_memory_gauges_follow_a_cuda_allocation() -> None:
+    registry = CollectorRegistry()
+    register_process_metrics(registry)
+    device = {"device": "cuda:0"}
+    tensor = torch.empty(64 * 2**20, dtype=torch.float32, device="cuda:0")  # 256 MiB
+    torch.cuda.synchronize()
+    allocated = _value(registry, GPU_ALLOCATED_METRIC, device)
+    assert allocated is not None and allocated >= 256 * 2**20
+    assert _value(registry, "tts_gpu_memory_reserved_bytes", device) >= allocated
+    assert _value(registry, "tts_gpu_memory_total_bytes", device) > allocated
+    del tensor
+    torch.cuda.empty_cache()
+    assert _value(registry, GPU_ALLOCATED_METRIC, device) < allocated
