@@ -1,0 +1,1 @@
+"""Text frontend: normalisation, sentence splitting, espeak-ng phonemes and phoneme ids."""

@@ -1,0 +1,35 @@
+"""Errors the text frontend raises for text a caller must fix (the gateway maps them to INVALID_ARGUMENT)."""
+
+from __future__ import annotations
+
+
+class TextError(ValueError):
+    """Base class: the request's text cannot be synthesised as sent."""
+
+
+class EmptyTextError(TextError):
+    """The text has nothing to say after normalisation (empty, whitespace, or symbols espeak-ng does not read)."""
+
+    def __init__(self, detail: str = "") -> None:
+        message = "text is empty: send at least one word or number to synthesise"
+        super().__init__(f"{message} ({detail})" if detail else message)
+
+
+class TextTooLongError(TextError):
+    """The text is longer than the per-request limit."""
+
+    def __init__(self, length_chars: int, max_chars: int) -> None:
+        self.length_chars = length_chars
+        self.max_chars = max_chars
+        super().__init__(
+            f"text is {length_chars} characters long; the limit is {max_chars} characters per request. "
+            "Split it into several requests, or stream it sentence by sentence."
+        )
+
+
+class InvalidTextError(TextError):
+    """The text bytes are not valid UTF-8."""
+
+    def __init__(self, byte_offset: int, reason: str) -> None:
+        self.byte_offset = byte_offset
+        super().__init__(f"text is not valid UTF-8 at byte offset {byte_offset} ({reason}); send UTF-8 encoded text")

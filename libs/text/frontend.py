@@ -1,0 +1,119 @@
+"""The text frontend the gateway calls: text in, sentences of phonemes and model input ids out.
+
+Steps: normalise (libs.text.normalize), check the length, cut into sentence chunks
+(libs.text.sentences), phonemise each chunk with espeak-ng as piper-tts 1.8.0 does
+(libs.text.phonemize), and map phonemes to ids with the voice's phoneme-id map
+(libs.text.phoneme_ids). Chunks are cut only where espeak-ng ends a sentence anyway, so the
+result equals phonemising the whole text at once, and a sentence gets the same ids on its own as
+inside a longer text (what makes the per-sentence mel cache hit).
+
+One deliberate difference from Piper: a sentence with no phonemes at all (a lone closing quote,
+a paragraph of symbols espeak-ng does not read) is dropped; Piper would synthesise "^ _ $" for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from libs.text.errors import EmptyTextError, InvalidTextError, TextError, TextTooLongError
+from libs.text.espeak import DEFAULT_ESPEAK_VOICE
+from libs.text.normalize import check_not_empty, check_text_length, decode_utf8, normalize_text
+from libs.text.phoneme_ids import load_espeak_voice, load_phoneme_id_map, phonemes_to_ids
+from libs.text.phonemize import phonemize_sentences
+from libs.text.sentences import DEFAULT_MAX_CHUNK_CHARS, split_sentences
+
+_CLOSERS: Final = frozenset("\"')]}>`")
+
+# 5,000 characters is about 800 English words, five to six minutes of speech, and phonemises in
+# well under a second. It matches the per-request limit of the large cloud TTS APIs (Google Cloud
+# Text-to-Speech: 5,000 bytes); longer texts belong in several requests or a sentence stream,
+# where the client hears audio long before a long request would finish.
+DEFAULT_MAX_TEXT_CHARS: Final = 5_000
+
+__all__ = [
+    "DEFAULT_MAX_TEXT_CHARS",
+    "EmptyTextError",
+    "InvalidTextError",
+    "Sentence",
+    "TextError",
+    "TextFrontend",
+    "TextTooLongError",
+    "decode_utf8",
+]
+
+
+def _sentence_start(chunk: str, espeak_start: int) -> int:
+    """Where a sentence's text starts: espeak-ng's clause start, after any closing quotes or
+    brackets it carried over from the end of the previous sentence ('"Hi." Then' -> 'Then')."""
+    index = espeak_start
+    while index < len(chunk) and chunk[index] in _CLOSERS:
+        index += 1
+    if index == espeak_start or (index < len(chunk) and not chunk[index].isspace()):
+        return espeak_start
+    return index
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """One sentence ready for the acoustic model."""
+
+    text: str
+    """The sentence as written (after normalisation), without surrounding whitespace.
+
+    Every character of the text belongs to exactly one sentence's text, so a sentence with no
+    phonemes (a lone closing quote) is folded into its neighbour."""
+    phonemes: tuple[str, ...]
+    """espeak-ng IPA phonemes, one codepoint each, with the sentence's punctuation marks."""
+    phoneme_ids: tuple[int, ...]
+    """Model input ids: `^ _ p1 _ ... pn _ $` with the voice's phoneme-id map."""
+
+
+class TextFrontend:
+    """Text to sentences of phonemes and ids for one voice; safe to share between threads."""
+
+    def __init__(
+        self,
+        phoneme_id_map: Mapping[str, Sequence[int]],
+        espeak_voice: str = DEFAULT_ESPEAK_VOICE,
+        max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
+        max_chunk_chars: int = DEFAULT_MAX_CHUNK_CHARS,
+    ) -> None:
+        if max_text_chars < 1 or max_chunk_chars < 1:
+            raise ValueError("max_text_chars and max_chunk_chars must be positive")
+        self.phoneme_id_map = {phoneme: tuple(ids) for phoneme, ids in phoneme_id_map.items()}
+        self.espeak_voice = espeak_voice
+        self.max_text_chars = max_text_chars
+        self.max_chunk_chars = max_chunk_chars
+
+    @classmethod
+    def from_voice_config(cls, config_path: Path | str, max_text_chars: int = DEFAULT_MAX_TEXT_CHARS) -> TextFrontend:
+        """A frontend for the Piper voice described by `config_path` (its .onnx.json)."""
+        return cls(load_phoneme_id_map(config_path), load_espeak_voice(config_path), max_text_chars)
+
+    def sentences(self, text: str) -> list[Sentence]:
+        """The sentences of `text`, in order.
+
+        Raises TextTooLongError past `max_text_chars` (counted after normalisation) and
+        EmptyTextError when there is nothing to say.
+        """
+        normalized = normalize_text(text)
+        check_text_length(normalized, self.max_text_chars)
+        check_not_empty(normalized)
+        sentences: list[Sentence] = []
+        for chunk in split_sentences(normalized, self.max_chunk_chars):
+            spoken = [sentence for sentence in phonemize_sentences(chunk, self.espeak_voice) if sentence.phonemes]
+            starts = [0] + [_sentence_start(chunk, sentence.text_start) for sentence in spoken[1:]] + [len(chunk)]
+            for index, phonemized in enumerate(spoken):
+                sentences.append(
+                    Sentence(
+                        text=chunk[starts[index] : starts[index + 1]].strip(),
+                        phonemes=phonemized.phonemes,
+                        phoneme_ids=tuple(phonemes_to_ids(phonemized.phonemes, self.phoneme_id_map)),
+                    )
+                )
+        if not sentences:
+            raise EmptyTextError("espeak-ng found no words in it")
+        return sentences

@@ -1,0 +1,106 @@
+"""Text normalisation before phonemisation.
+
+Piper hands text to espeak-ng unchanged, and our phonemes must equal Piper's, so every rule here
+either leaves espeak-ng's phonemes unchanged (checked in tests/test_text_normalize.py) or repairs a
+form that espeak-ng reads wrongly:
+
+- Unicode NFC. espeak-ng reads a decomposed "café" (e + U+0301) as "kˈeɪf"; composed it is "kæfˈeɪ".
+- Control and invisible format characters are removed (zero-width spaces and joiners, bidi marks,
+  soft hyphens, BOM, lone surrogates). espeak-ng treats a zero-width space as a word break, which
+  splits words the reader sees as one; a NUL would end the C string early.
+- Line breaks become "\\n" and every other kind of space a plain space; a run of whitespace keeps
+  only what espeak-ng reacts to: a blank line (paragraph: a sentence end), a single line break (after
+  a full stop it ends the sentence even before a lower-case word), or one space. Whitespace at the
+  ends is kept in the same collapsed form, because a blank line after the last sentence changes its
+  terminator in Piper ("Hello.\\n\\n" ends without the "." phoneme).
+- Typographic quotes become ASCII quotes and "…" becomes "..." (same phonemes; one form for the
+  sentence splitter). The modifier-letter apostrophe (U+02BC, "donʼt") becomes "'"; espeak-ng would
+  spell it out letter by letter.
+- Unicode hyphens (U+2010, U+2011, U+2012) become "-": espeak-ng reads "x‑ray" as two words.
+- An em dash between two words without spaces ("word—word") gets spaces, so espeak-ng makes the
+  same clause break (and pause) it makes for "word — word".
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Final
+
+from libs.text.errors import EmptyTextError, InvalidTextError, TextTooLongError
+
+_LINE_BREAKS: Final = {"\r\n": "\n", "\r": "\n", "\x85": "\n", "\u2028": "\n", "\u2029": "\n\n"}
+_CHARACTER_MAP: Final = str.maketrans(
+    {
+        "\u201c": '"',  # left double quotation mark
+        "\u201d": '"',  # right double quotation mark
+        "\u201e": '"',  # double low-9 quotation mark
+        "\u201f": '"',  # double high-reversed-9 quotation mark
+        "\u00ab": '"',  # left-pointing double angle quotation mark
+        "\u00bb": '"',  # right-pointing double angle quotation mark
+        "\u2018": "'",  # left single quotation mark
+        "\u2019": "'",  # right single quotation mark
+        "\u201a": "'",  # single low-9 quotation mark
+        "\u201b": "'",  # single high-reversed-9 quotation mark
+        "\u02bc": "'",  # modifier letter apostrophe
+        "\u2010": "-",  # hyphen
+        "\u2011": "-",  # non-breaking hyphen
+        "\u2012": "-",  # figure dash
+        "\u2026": "...",  # horizontal ellipsis
+    }
+)
+# Whitespace runs: the newline count decides what the run becomes.
+_WHITESPACE_RUN: Final = re.compile(r"\s+")
+_UNSPACED_EM_DASH: Final = re.compile(r"(?<=\w)\u2014(?=\w)")
+_KEPT_CONTROLS: Final = frozenset("\n\t")
+
+
+def _is_removed(character: str) -> bool:
+    category = unicodedata.category(character)
+    if category == "Cc":
+        return character not in _KEPT_CONTROLS
+    return category in ("Cf", "Cs")
+
+
+def _collapse_whitespace(match: re.Match[str]) -> str:
+    newlines = match.group().count("\n")
+    if newlines >= 2:
+        return "\n\n"
+    return "\n" if newlines == 1 else " "
+
+
+def normalize_text(text: str) -> str:
+    """Text in the form the phonemiser expects (see the module docstring for every rule)."""
+    text = unicodedata.normalize("NFC", text)
+    for line_break, replacement in _LINE_BREAKS.items():
+        text = text.replace(line_break, replacement)
+    text = "".join(character for character in text if not _is_removed(character))
+    text = text.translate(_CHARACTER_MAP)
+    text = _UNSPACED_EM_DASH.sub(" \u2014 ", text)
+    # str.isspace covers every Unicode space separator (NBSP, thin space, ideographic space, ...).
+    return _WHITESPACE_RUN.sub(_collapse_whitespace, text)
+
+
+def has_speakable_characters(text: str) -> bool:
+    """True when `text` has at least one letter, digit or symbol (anything but spaces and punctuation)."""
+    return any(not (character.isspace() or unicodedata.category(character).startswith("P")) for character in text)
+
+
+def check_text_length(text: str, max_chars: int) -> None:
+    """Raise TextTooLongError when `text` has more than `max_chars` characters."""
+    if len(text) > max_chars:
+        raise TextTooLongError(len(text), max_chars)
+
+
+def check_not_empty(text: str) -> None:
+    """Raise EmptyTextError when `text` has nothing but spaces and punctuation."""
+    if not has_speakable_characters(text):
+        raise EmptyTextError("only spaces or punctuation" if text else "no characters")
+
+
+def decode_utf8(data: bytes) -> str:
+    """`data` decoded as UTF-8; InvalidTextError names the byte offset of the first bad byte."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidTextError(error.start, error.reason) from None

@@ -1,0 +1,126 @@
+"""Text normalisation: what each rule does, and that it keeps the phonemes of ordinary text."""
+
+from __future__ import annotations
+
+import pytest
+
+from libs.text.errors import EmptyTextError, InvalidTextError, TextTooLongError
+from libs.text.normalize import (
+    check_not_empty,
+    check_text_length,
+    decode_utf8,
+    has_speakable_characters,
+    normalize_text,
+)
+from libs.text.phonemize import phonemize
+
+ORDINARY_TEXTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "On January 5th, 2024, the price rose to $1,234.56.",
+    "Dr. Smith met Mr. Jones at 10:30 a.m., didn't he?",
+    'She said, "It\'s over." Then she left!',
+    "Items: apples, pears; bananas (and grapes).",
+    "First paragraph.\n\nSecond paragraph.\nA new line.",
+    "Wait... what? No - yes.",
+    "Naïve café owners in São Paulo.",
+]
+
+
+@pytest.mark.parametrize("text", ORDINARY_TEXTS)
+def test_ordinary_text_is_unchanged(text):
+    assert normalize_text(text) == text
+
+
+@pytest.mark.parametrize(
+    ("typographic", "plain"),
+    [
+        ("I don’t know.", "I don't know."),
+        ("She said “hello” to me.", 'She said "hello" to me.'),
+        ("‘Quoted’ words.", "'Quoted' words."),
+        ("«Bonjour» he said.", '"Bonjour" he said.'),
+        ("Wait… what?", "Wait... what?"),
+        ("A\u00a0B costs $5.", "A B costs $5."),
+        ("Hello  \t world.", "Hello world."),
+        ("Hello. \n \n\n World.", "Hello.\n\nWorld."),
+        ("Hello.\r\nWorld.", "Hello.\nWorld."),
+        ("co\u00adoperate now.", "cooperate now."),
+    ],
+)
+def test_typographic_forms_keep_phonemes(typographic, plain):
+    """These rules change characters but not what espeak-ng says."""
+    assert normalize_text(typographic) == plain
+    assert phonemize(typographic) == phonemize(plain)
+
+
+def test_decomposed_accents_are_composed_so_espeak_reads_the_word():
+    decomposed = "cafe\u0301"
+    assert normalize_text(decomposed) == "café"
+    assert phonemize(normalize_text(decomposed)) == phonemize("café")
+    assert phonemize(decomposed) != phonemize("café")  # the reason for NFC
+
+
+def test_zero_width_and_control_characters_are_removed():
+    text = "\ufeffzero\u200bwidth\u200d \u202ebidi\u202c\x00 bell\x07 ok\udcff."
+    assert normalize_text(text) == "zerowidth bidi bell ok."
+
+
+def test_unicode_hyphens_become_ascii_so_the_word_stays_one_word():
+    assert normalize_text("x\u2011ray and re\u2010enter") == "x-ray and re-enter"
+    assert phonemize("x\u2011ray") != phonemize("x-ray")
+    assert phonemize(normalize_text("x\u2011ray")) == phonemize("x-ray")
+
+
+def test_modifier_apostrophe_becomes_an_apostrophe():
+    assert normalize_text("I donʼt know.") == "I don't know."
+    assert phonemize(normalize_text("I donʼt know.")) == [list("aɪ dˈoʊnt nˈoʊ.")]
+
+
+def test_unspaced_em_dash_gets_the_clause_break_of_a_spaced_one():
+    assert normalize_text("Wait—what?") == "Wait — what?"
+    assert phonemize(normalize_text("Wait—what?")) == phonemize("Wait — what?")
+    assert ";" in phonemize(normalize_text("Wait—what?"))[0]
+
+
+def test_line_and_paragraph_separators_become_newlines():
+    assert normalize_text("One.\u2028Two.\u2029Three.") == "One.\nTwo.\n\nThree."
+
+
+def test_trailing_blank_line_is_kept_because_piper_drops_the_full_stop_there():
+    assert normalize_text("Hello.\n\n\n") == "Hello.\n\n"
+    assert phonemize("Hello.\n\n") == [list("həlˈoʊ")]
+    assert phonemize("Hello.") == [list("həlˈoʊ.")]
+
+
+def test_speakable_characters():
+    assert has_speakable_characters("a")
+    assert has_speakable_characters("42")
+    assert has_speakable_characters("😀")
+    assert not has_speakable_characters("")
+    assert not has_speakable_characters(" ... ?! \n")
+
+
+def test_check_not_empty_raises_for_punctuation_only():
+    with pytest.raises(EmptyTextError, match="empty"):
+        check_not_empty("?! ...")
+    check_not_empty("ok")
+
+
+def test_check_text_length_states_the_limit():
+    check_text_length("x" * 10, 10)
+    with pytest.raises(TextTooLongError, match="11 characters long; the limit is 10") as error:
+        check_text_length("x" * 11, 10)
+    assert error.value.max_chars == 10 and error.value.length_chars == 11
+
+
+def test_decode_utf8_accepts_valid_text():
+    assert decode_utf8("héllo 😀".encode()) == "héllo 😀"
+
+
+@pytest.mark.parametrize(
+    ("data", "offset"),
+    [(b"abc\xff", 3), (b"\xc3", 0), ("héllo".encode()[:2] + b"x", 1), (b"ok \xed\xa0\x80", 3)],
+)
+def test_decode_utf8_reports_the_offset_of_the_first_bad_byte(data, offset):
+    with pytest.raises(InvalidTextError, match=f"byte offset {offset}") as error:
+        decode_utf8(data)
+    assert error.value.byte_offset == offset
