@@ -1,0 +1,130 @@
+"""What every service process shares: the grpc.aio server, grpc.health.v1, /metrics, signals, shutdown.
+
+A service builds a `ServiceRuntime`, registers its servicer on `runtime.server`, starts it (health
+answers NOT_SERVING while the model loads), flips to SERVING when ready, and waits for SIGTERM/SIGINT.
+On a signal it reports NOT_SERVING first (so load balancers stop sending), then gives in-flight
+streams `shutdown_grace_s` to finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Final, Sequence
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from libs.mesh.settings import ServerSettings
+
+_log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES: Final = 16 * 1024 * 1024
+SERVER_OPTIONS: Final = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    # Rotate connections now and then so new replicas behind a load balancer get traffic.
+    ("grpc.max_connection_age_ms", 5 * 60 * 1000),
+    ("grpc.max_connection_age_grace_ms", 60 * 1000),
+    ("grpc.keepalive_time_ms", 30 * 1000),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 10 * 1000),
+)
+CHANNEL_OPTIONS: Final = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 30 * 1000),
+)
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def configure_logging() -> None:
+    """One log format for all services."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+class ServiceRuntime:
+    """The grpc.aio server of one service with its health service and metrics endpoint."""
+
+    def __init__(self, settings: ServerSettings, service_names: Sequence[str], registry: CollectorRegistry) -> None:
+        self.settings = settings
+        self.server = grpc.aio.server(options=list(SERVER_OPTIONS))
+        self.health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        # "" is the whole server; clients and Kubernetes probes may ask either.
+        self._service_names = ("", *service_names)
+        self._registry = registry
+        self._stop = asyncio.Event()
+        self.port = 0
+
+    async def start(self) -> int:
+        """Bind, start serving (health NOT_SERVING) and the /metrics endpoint; returns the bound gRPC port."""
+        await self.set_serving(False)
+        self.port = self.server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
+        if self.port == 0:
+            raise OSError(f"could not bind gRPC port {self.settings.host}:{self.settings.port}")
+        await self.server.start()
+        if self.settings.metrics_port:
+            start_http_server(self.settings.metrics_port, registry=self._registry)
+        self._install_signal_handlers()
+        _log.info("listening on port %d (zone %s)", self.port, self.settings.zone)
+        return self.port
+
+    async def set_serving(self, serving: bool) -> None:
+        """Report SERVING or NOT_SERVING for the server and every service it hosts."""
+        status = SERVING if serving else NOT_SERVING
+        for name in self._service_names:
+            await self.health.set(name, status)
+
+    def request_stop(self) -> None:
+        """Begin a graceful shutdown (what SIGTERM does)."""
+        self._stop.set()
+
+    async def wait_for_stop(self) -> None:
+        """Block until a stop is requested."""
+        await self._stop.wait()
+
+    async def shutdown(self) -> None:
+        """NOT_SERVING, then stop accepting calls and give in-flight ones the grace period."""
+        await self.set_serving(False)
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(self.settings.shutdown_grace_s)
+        _log.info("stopped")
+
+    def _install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.request_stop)
+
+
+class StreamTracker:
+    """Counts a worker's open streams and how each one ended, so cancellation leaks show up in metrics."""
+
+    def __init__(self, inflight: Gauge, finished: Counter) -> None:
+        self._inflight = inflight
+        self._finished = finished
+
+    @asynccontextmanager
+    async def track(self, context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
+        """Wrap one stream handler's body."""
+        self._inflight.inc()
+        code = "OK"
+        try:
+            yield
+        except asyncio.CancelledError:
+            code = "CANCELLED"
+            raise
+        except BaseException:
+            code = _code_name(context.code()) or "UNKNOWN"
+            raise
+        finally:
+            self._inflight.dec()
+            self._finished.labels(code=code).inc()
+
+
+def _code_name(code: object) -> str | None:
+    return code.name if isinstance(code, grpc.StatusCode) else None

@@ -1,0 +1,131 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class AudioEncoding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    AUDIO_ENCODING_UNSPECIFIED: _ClassVar[AudioEncoding]
+    LINEAR_PCM: _ClassVar[AudioEncoding]
+    FLOAT_PCM: _ClassVar[AudioEncoding]
+AUDIO_ENCODING_UNSPECIFIED: AudioEncoding
+LINEAR_PCM: AudioEncoding
+FLOAT_PCM: AudioEncoding
+
+class SynthesizeRequest(_message.Message):
+    __slots__ = ("text", "voice", "speed", "encoding", "sample_rate_hz", "speaker_id", "request_id", "include_alignment")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    VOICE_FIELD_NUMBER: _ClassVar[int]
+    SPEED_FIELD_NUMBER: _ClassVar[int]
+    ENCODING_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
+    SPEAKER_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_ALIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    voice: str
+    speed: float
+    encoding: AudioEncoding
+    sample_rate_hz: int
+    speaker_id: int
+    request_id: str
+    include_alignment: bool
+    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., speed: _Optional[float] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ..., sample_rate_hz: _Optional[int] = ..., speaker_id: _Optional[int] = ..., request_id: _Optional[str] = ..., include_alignment: _Optional[bool] = ...) -> None: ...
+
+class StreamingSynthesizeConfig(_message.Message):
+    __slots__ = ("voice", "speed", "encoding", "sample_rate_hz", "speaker_id", "request_id", "include_alignment")
+    VOICE_FIELD_NUMBER: _ClassVar[int]
+    SPEED_FIELD_NUMBER: _ClassVar[int]
+    ENCODING_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
+    SPEAKER_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_ALIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    voice: str
+    speed: float
+    encoding: AudioEncoding
+    sample_rate_hz: int
+    speaker_id: int
+    request_id: str
+    include_alignment: bool
+    def __init__(self, voice: _Optional[str] = ..., speed: _Optional[float] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ..., sample_rate_hz: _Optional[int] = ..., speaker_id: _Optional[int] = ..., request_id: _Optional[str] = ..., include_alignment: _Optional[bool] = ...) -> None: ...
+
+class StreamingSynthesizeRequest(_message.Message):
+    __slots__ = ("config", "text")
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    config: StreamingSynthesizeConfig
+    text: str
+    def __init__(self, config: _Optional[_Union[StreamingSynthesizeConfig, _Mapping]] = ..., text: _Optional[str] = ...) -> None: ...
+
+class SentenceInfo(_message.Message):
+    __slots__ = ("index", "text", "phonemes", "audio_offset_s", "audio_duration_s", "phoneme_frames", "frame_duration_s")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    PHONEMES_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_OFFSET_S_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    PHONEME_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    FRAME_DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    text: str
+    phonemes: str
+    audio_offset_s: float
+    audio_duration_s: float
+    phoneme_frames: _containers.RepeatedScalarFieldContainer[int]
+    frame_duration_s: float
+    def __init__(self, index: _Optional[int] = ..., text: _Optional[str] = ..., phonemes: _Optional[str] = ..., audio_offset_s: _Optional[float] = ..., audio_duration_s: _Optional[float] = ..., phoneme_frames: _Optional[_Iterable[int]] = ..., frame_duration_s: _Optional[float] = ...) -> None: ...
+
+class SynthesizeResponse(_message.Message):
+    __slots__ = ("audio", "sample_rate_hz", "encoding", "request_id", "sentence_index", "audio_offset_s", "audio_duration_s", "sentence", "sentence_end")
+    AUDIO_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
+    ENCODING_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SENTENCE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_OFFSET_S_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    SENTENCE_FIELD_NUMBER: _ClassVar[int]
+    SENTENCE_END_FIELD_NUMBER: _ClassVar[int]
+    audio: bytes
+    sample_rate_hz: int
+    encoding: AudioEncoding
+    request_id: str
+    sentence_index: int
+    audio_offset_s: float
+    audio_duration_s: float
+    sentence: SentenceInfo
+    sentence_end: bool
+    def __init__(self, audio: _Optional[bytes] = ..., sample_rate_hz: _Optional[int] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ..., request_id: _Optional[str] = ..., sentence_index: _Optional[int] = ..., audio_offset_s: _Optional[float] = ..., audio_duration_s: _Optional[float] = ..., sentence: _Optional[_Union[SentenceInfo, _Mapping]] = ..., sentence_end: _Optional[bool] = ...) -> None: ...
+
+class ListVoicesRequest(_message.Message):
+    __slots__ = ("language_code",)
+    LANGUAGE_CODE_FIELD_NUMBER: _ClassVar[int]
+    language_code: str
+    def __init__(self, language_code: _Optional[str] = ...) -> None: ...
+
+class Voice(_message.Message):
+    __slots__ = ("name", "language_code", "natural_sample_rate_hz", "num_speakers", "is_default", "quality")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_CODE_FIELD_NUMBER: _ClassVar[int]
+    NATURAL_SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
+    NUM_SPEAKERS_FIELD_NUMBER: _ClassVar[int]
+    IS_DEFAULT_FIELD_NUMBER: _ClassVar[int]
+    QUALITY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    language_code: str
+    natural_sample_rate_hz: int
+    num_speakers: int
+    is_default: bool
+    quality: str
+    def __init__(self, name: _Optional[str] = ..., language_code: _Optional[str] = ..., natural_sample_rate_hz: _Optional[int] = ..., num_speakers: _Optional[int] = ..., is_default: _Optional[bool] = ..., quality: _Optional[str] = ...) -> None: ...
+
+class ListVoicesResponse(_message.Message):
+    __slots__ = ("voices",)
+    VOICES_FIELD_NUMBER: _ClassVar[int]
+    voices: _containers.RepeatedCompositeFieldContainer[Voice]
+    def __init__(self, voices: _Optional[_Iterable[_Union[Voice, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,49 @@
+from libs.pb.tts.common.v1 import mel_pb2 as _mel_pb2
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class VocodeRequest(_message.Message):
+    __slots__ = ("slice", "context_only")
+    SLICE_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_ONLY_FIELD_NUMBER: _ClassVar[int]
+    slice: _mel_pb2.MelSlice
+    context_only: bool
+    def __init__(self, slice: _Optional[_Union[_mel_pb2.MelSlice, _Mapping]] = ..., context_only: _Optional[bool] = ...) -> None: ...
+
+class VocodeResponse(_message.Message):
+    __slots__ = ("utterance_id", "sentence_index", "first_sample", "samples", "sample_rate_hz", "is_last")
+    UTTERANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    SENTENCE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SAMPLE_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
+    IS_LAST_FIELD_NUMBER: _ClassVar[int]
+    utterance_id: str
+    sentence_index: int
+    first_sample: int
+    samples: bytes
+    sample_rate_hz: int
+    is_last: bool
+    def __init__(self, utterance_id: _Optional[str] = ..., sentence_index: _Optional[int] = ..., first_sample: _Optional[int] = ..., samples: _Optional[bytes] = ..., sample_rate_hz: _Optional[int] = ..., is_last: _Optional[bool] = ...) -> None: ...
+
+class GetVocoderInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class VocoderInfo(_message.Message):
+    __slots__ = ("sample_rate_hz", "hop_length", "n_mels", "context_frames", "model_version")
+    SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
+    HOP_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    N_MELS_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    sample_rate_hz: int
+    hop_length: int
+    n_mels: int
+    context_frames: int
+    model_version: str
+    def __init__(self, sample_rate_hz: _Optional[int] = ..., hop_length: _Optional[int] = ..., n_mels: _Optional[int] = ..., context_frames: _Optional[int] = ..., model_version: _Optional[str] = ...) -> None: ...

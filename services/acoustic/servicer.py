@@ -1,0 +1,116 @@
+"""The acoustic worker's gRPC servicer: sentence requests in, 40 ms mel slices out."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import Executor
+from typing import Any, AsyncIterator, Callable
+
+import grpc
+
+from libs.audio.slicing import DEFAULT_SLICE_MS
+from libs.mesh.errors import InvalidRequestError, abort_for
+from libs.mesh.mel_slices import SliceCutter, to_message
+from libs.mesh.server import StreamTracker
+from libs.mesh.validation import check_sentence_request
+from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
+from libs.pb.tts.common.v1 import mel_pb2
+from libs.telemetry.metrics import AcousticMetrics
+
+_log = logging.getLogger(__name__)
+
+
+class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
+    """Runs the acoustic engine for each sentence of a stream, in order, off the event loop."""
+
+    def __init__(self, voice_name: str, metrics: AcousticMetrics, executor: Executor) -> None:
+        self.engine: Any = None  # an AcousticEngine once loaded; None means "still loading"
+        self._voice_name = voice_name
+        self._metrics = metrics
+        self._executor = executor
+        self._tracker = StreamTracker(metrics.inflight_streams, metrics.streams_total)
+
+    async def GetModelInfo(
+        self, request: acoustic_pb2.GetModelInfoRequest, context: grpc.aio.ServicerContext
+    ) -> acoustic_pb2.ModelInfo:
+        engine = await self._ready_engine(context)
+        return acoustic_pb2.ModelInfo(
+            model_version=engine.model_version,
+            voice=self._voice_name,
+            sample_rate_hz=engine.sample_rate_hz,
+            hop_length=engine.hop_length,
+            n_mels=engine.n_mels,
+            num_speakers=engine.num_speakers,
+        )
+
+    async def SynthesizeMel(
+        self, request_iterator: AsyncIterator[acoustic_pb2.SentenceRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[mel_pb2.MelSlice]:
+        engine = await self._ready_engine(context)
+        async with self._tracker.track(context):
+            async for request in request_iterator:
+                try:
+                    async for message in self._sentence(engine, request):
+                        yield message
+                except (asyncio.CancelledError, grpc.aio.AbortError):
+                    raise
+                except Exception as error:  # every failure goes through the one status table
+                    await abort_for(context, error)
+
+    async def _sentence(self, engine: Any, request: acoustic_pb2.SentenceRequest) -> AsyncIterator[mel_pb2.MelSlice]:
+        from libs.voice.engine import SynthesisParams  # torch-heavy: imported only inside the worker
+
+        check_sentence_request(
+            phoneme_ids=request.phoneme_ids,
+            voice=request.voice,
+            speaker_id=request.speaker_id,
+            speed=request.speed,
+            start_frame=request.start_frame,
+            slice_ms=request.slice_ms,
+            expected_model_version=request.expected_model_version,
+            worker_voice=self._voice_name,
+            worker_model_version=engine.model_version,
+            num_speakers=engine.num_speakers,
+        )
+        dtype = request.dtype or mel_pb2.MEL_DTYPE_FLOAT32
+        params = SynthesisParams(
+            speaker_id=request.speaker_id,
+            speed=request.speed,
+            noise_scale=request.noise_scale,
+            noise_w=request.noise_w,
+        )
+        phoneme_ids = list(request.phoneme_ids)
+        seed = request.seed or engine.synthesis_seed(phoneme_ids, params)
+        plan = await self._run(engine.plan, phoneme_ids, params, seed)
+        if request.start_frame >= plan.frame_count:
+            raise InvalidRequestError(f"start_frame {request.start_frame} is past the sentence's {plan.frame_count} frames")
+        cutter = SliceCutter(
+            plan.frame_count, engine.hop_length, engine.sample_rate_hz, request.slice_ms or DEFAULT_SLICE_MS, request.start_frame
+        )
+        chunks = engine.mel_chunks(plan, request.start_frame)
+        alignment: list[int] | None = [int(frames) for frames in plan.phoneme_frames]
+        # One chunk per executor call: a cancelled stream stops after the chunk in progress.
+        while (chunk := await self._run(next, chunks, None)) is not None:
+            for cut in cutter.push(chunk):
+                self._metrics.frames_total.inc(cut.frames.shape[1])
+                yield to_message(
+                    cut,
+                    utterance_id=request.utterance_id,
+                    sentence_index=request.sentence_index,
+                    sentence_frame_count=plan.frame_count,
+                    dtype=dtype,
+                    phoneme_frames=alignment,
+                )
+                alignment = None
+        if not cutter.done:
+            raise RuntimeError("the engine's mel ended before the sentence's last slice")
+        self._metrics.sentences_total.inc()
+
+    async def _ready_engine(self, context: grpc.aio.ServicerContext) -> Any:
+        if self.engine is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the acoustic model is still loading; retry shortly")
+        return self.engine
+
+    async def _run(self, function: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)

@@ -1,0 +1,242 @@
+"""The public TextToSpeech servicer: validate, phonemise, run the utterance pipeline, map errors."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import Executor
+from typing import Any, AsyncIterator
+
+import grpc
+
+from libs.mesh.errors import InvalidRequestError, abort_for, grpc_status_for
+from libs.mesh.mel_cache import MelCache
+from libs.mesh.mel_codec import CachedMel
+from libs.mesh.request_decoding import UndecodableRequest, request_decoder
+from libs.mesh.single_flight import SingleFlight
+from libs.mesh.validation import SynthesisOptions, check_text, resolve_options
+from libs.pb.tts.v1 import tts_pb2
+from libs.text.errors import EmptyTextError
+from libs.text.frontend import TextFrontend
+from libs.text.sentences import IncrementalSentenceSplitter
+from libs.telemetry.metrics import GatewayMetrics
+from libs.voice.registry import Voice, VoiceRegistry
+from services.gateway.pipeline import UtterancePipeline
+from services.gateway.workers import WorkerPool
+
+_log = logging.getLogger(__name__)
+
+SERVICE_NAME = tts_pb2.DESCRIPTOR.services_by_name["TextToSpeech"].full_name
+
+
+class TextToSpeechServicer:
+    """Synthesize, StreamingSynthesize and ListVoices over the worker pool and the mel cache."""
+
+    def __init__(
+        self,
+        *,
+        registry: VoiceRegistry,
+        pool: WorkerPool,
+        cache: MelCache,
+        metrics: GatewayMetrics,
+        text_executor: Executor,
+        max_text_chars: int,
+    ) -> None:
+        self._registry = registry
+        self._pool = pool
+        self._cache = cache
+        self._metrics = metrics
+        self._text_executor = text_executor
+        self._max_text_chars = max_text_chars
+        self._flights: SingleFlight[CachedMel] = SingleFlight()
+        self._frontends: dict[str, Any] = {}
+
+    def frontend(self, voice: Voice) -> Any:
+        """The text frontend of `voice` (built once; call from the text executor: espeak-ng is not thread-safe)."""
+        frontend = self._frontends.get(voice.name)
+        if frontend is None:
+            frontend = TextFrontend(
+                voice.phoneme_id_map(), espeak_voice=voice.espeak_voice, max_text_chars=self._max_text_chars
+            )
+            self._frontends[voice.name] = frontend
+        return frontend
+
+    async def Synthesize(
+        self, request: tts_pb2.SynthesizeRequest | UndecodableRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
+        async with self._call("Synthesize", context):
+            if isinstance(request, UndecodableRequest):
+                raise InvalidRequestError(request.reason)
+            options = resolve_options(
+                self._registry,
+                voice=request.voice,
+                speed=request.speed,
+                encoding=request.encoding,
+                sample_rate_hz=request.sample_rate_hz,
+                speaker_id=request.speaker_id,
+                request_id=request.request_id,
+                include_alignment=request.include_alignment,
+            )
+            text = check_text(request.text, self._max_text_chars)
+            sentences = await self._phonemise(options.voice, text)
+            async for response in self._pipeline(options, context).run(_iterate(sentences)):
+                yield response
+
+    async def StreamingSynthesize(
+        self,
+        request_iterator: AsyncIterator[tts_pb2.StreamingSynthesizeRequest | UndecodableRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
+        async with self._call("StreamingSynthesize", context):
+            first = await anext(aiter(request_iterator), None)
+            if first is None:
+                return
+            first = _checked(first)
+            if first.WhichOneof("request") != "config":
+                raise InvalidRequestError("the first StreamingSynthesizeRequest must carry `config`")
+            config = first.config
+            options = resolve_options(
+                self._registry,
+                voice=config.voice,
+                speed=config.speed,
+                encoding=config.encoding,
+                sample_rate_hz=config.sample_rate_hz,
+                speaker_id=config.speaker_id,
+                request_id=config.request_id,
+                include_alignment=config.include_alignment,
+            )
+            sentences = self._incremental_sentences(request_iterator, options.voice)
+            async for response in self._pipeline(options, context).run(sentences):
+                yield response
+
+    async def ListVoices(
+        self, request: tts_pb2.ListVoicesRequest | UndecodableRequest, context: grpc.aio.ServicerContext
+    ) -> tts_pb2.ListVoicesResponse:
+        async with self._call("ListVoices", context):
+            request = _checked(request)
+            prefix = request.language_code.lower()
+            return tts_pb2.ListVoicesResponse(
+                voices=[
+                    tts_pb2.Voice(
+                        name=voice.name,
+                        language_code=voice.language_code,
+                        natural_sample_rate_hz=voice.sample_rate_hz,
+                        num_speakers=voice.num_speakers,
+                        is_default=voice.name == self._registry.default_name,
+                        quality=voice.quality,
+                    )
+                    for voice in self._registry.voices()
+                    if voice.language_code.lower().startswith(prefix)
+                ]
+            )
+
+    def _pipeline(self, options: SynthesisOptions, context: grpc.aio.ServicerContext) -> UtterancePipeline:
+        return UtterancePipeline(
+            pool=self._pool,
+            cache=self._cache,
+            flights=self._flights,
+            options=options,
+            utterance_id=options.request_id,
+            timeout_s=context.time_remaining(),  # the client's deadline bounds every downstream call
+        )
+
+    async def _phonemise(self, voice: Voice, text: str) -> list[Any]:
+        def work() -> list[Any]:
+            return self.frontend(voice).sentences(text)
+
+        return await asyncio.get_running_loop().run_in_executor(self._text_executor, work)
+
+    async def _incremental_sentences(
+        self, request_iterator: AsyncIterator[Any], voice: Voice
+    ) -> AsyncIterator[Any]:
+        """Sentences of streamed text, each as soon as it is complete; the rest at half-close."""
+        splitter = IncrementalSentenceSplitter()
+        async for request in request_iterator:
+            request = _checked(request)
+            if request.WhichOneof("request") != "text":
+                raise InvalidRequestError("only the first StreamingSynthesizeRequest may carry `config`")
+            if len(request.text) > self._max_text_chars:
+                raise InvalidRequestError(
+                    f"a text piece is {len(request.text)} characters long; the limit is {self._max_text_chars} per piece"
+                )
+            for chunk in splitter.feed(request.text):
+                for sentence in await self._phonemise_chunk(voice, chunk):
+                    yield sentence
+        for chunk in splitter.flush():
+            for sentence in await self._phonemise_chunk(voice, chunk):
+                yield sentence
+
+    async def _phonemise_chunk(self, voice: Voice, chunk: str) -> list[Any]:
+        """A streamed chunk's sentences; a chunk with nothing to say (spaces, punctuation) has none."""
+        try:
+            return await self._phonemise(voice, chunk)
+        except EmptyTextError:
+            return []
+
+    def _call(self, method: str, context: grpc.aio.ServicerContext) -> "_CallScope":
+        return _CallScope(self._metrics, method, context)
+
+
+class _CallScope:
+    """Counts a call and turns any error escaping it into a status through the one error table."""
+
+    def __init__(self, metrics: GatewayMetrics, method: str, context: grpc.aio.ServicerContext) -> None:
+        self._metrics = metrics
+        self._method = method
+        self._context = context
+
+    async def __aenter__(self) -> None:
+        self._metrics.inflight_streams.inc()
+
+    async def __aexit__(self, exc_type: Any, error: BaseException | None, traceback: Any) -> bool:
+        self._metrics.inflight_streams.dec()
+        if error is None:
+            self._metrics.requests_total.labels(method=self._method, code="OK").inc()
+            return False
+        if isinstance(error, (asyncio.CancelledError, grpc.aio.AbortError)):
+            code = "CANCELLED" if isinstance(error, asyncio.CancelledError) else _name(self._context.code())
+            self._metrics.requests_total.labels(method=self._method, code=code).inc()
+            return False
+        if not isinstance(error, Exception):
+            return False
+        code, _ = grpc_status_for(error)
+        self._metrics.requests_total.labels(method=self._method, code=code.name).inc()
+        await abort_for(self._context, error)
+        return False
+
+
+def _name(code: Any) -> str:
+    return code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
+
+
+def _checked(request: Any) -> Any:
+    if isinstance(request, UndecodableRequest):
+        raise InvalidRequestError(request.reason)
+    return request
+
+
+async def _iterate(items: list[Any]) -> AsyncIterator[Any]:
+    for item in items:
+        yield item
+
+
+def add_to_server(servicer: TextToSpeechServicer, server: grpc.aio.Server) -> None:
+    """Register the servicer with request decoders that turn malformed requests into INVALID_ARGUMENT."""
+    handlers: dict[str, grpc.RpcMethodHandler] = {
+        "Synthesize": grpc.unary_stream_rpc_method_handler(
+            servicer.Synthesize,
+            request_deserializer=request_decoder(tts_pb2.SynthesizeRequest),
+            response_serializer=tts_pb2.SynthesizeResponse.SerializeToString,
+        ),
+        "StreamingSynthesize": grpc.stream_stream_rpc_method_handler(
+            servicer.StreamingSynthesize,
+            request_deserializer=request_decoder(tts_pb2.StreamingSynthesizeRequest),
+            response_serializer=tts_pb2.SynthesizeResponse.SerializeToString,
+        ),
+        "ListVoices": grpc.unary_unary_rpc_method_handler(
+            servicer.ListVoices,
+            request_deserializer=request_decoder(tts_pb2.ListVoicesRequest),
+            response_serializer=tts_pb2.ListVoicesResponse.SerializeToString,
+        ),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))

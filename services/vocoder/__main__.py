@@ -1,0 +1,51 @@
+"""`python -m services.vocoder`: the vocoder worker (mel slices -> PCM)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from libs.mesh.server import ServiceRuntime, configure_logging
+from libs.mesh.settings import WorkerSettings, load_settings
+from libs.mesh.worker_main import configure_torch, inference_executor, run_worker
+from libs.pb.tts.vocoder.v1 import vocoder_pb2, vocoder_pb2_grpc
+from libs.telemetry.metrics import VocoderMetrics
+from services.vocoder.servicer import VocoderServicer
+
+SERVICE_NAME = vocoder_pb2.DESCRIPTOR.services_by_name["Vocoder"].full_name
+
+
+def load_engine(settings: WorkerSettings):
+    """Load the default voice's vocoder and warm it up (runs in the inference thread)."""
+    from libs.voice.engine import VocoderEngine
+
+    engine = VocoderEngine.load_default(device=settings.device)
+    engine.warm_up()
+    return engine
+
+
+async def serve(settings: WorkerSettings) -> None:
+    """Run the vocoder worker until SIGTERM/SIGINT."""
+    configure_torch(settings)
+    metrics = VocoderMetrics()
+    executor = inference_executor()
+    servicer = VocoderServicer(metrics, executor)
+    runtime = ServiceRuntime(settings, [SERVICE_NAME], metrics.registry)
+    vocoder_pb2_grpc.add_VocoderServicer_to_server(servicer, runtime.server)
+
+    def install(engine) -> None:
+        servicer.engine = engine
+
+    await run_worker(runtime, executor, lambda: load_engine(settings), install)
+
+
+def main() -> int:
+    configure_logging()
+    settings = load_settings("vocoder")
+    assert isinstance(settings, WorkerSettings)
+    asyncio.run(serve(settings))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

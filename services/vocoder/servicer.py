@@ -1,0 +1,92 @@
+"""The vocoder worker's gRPC servicer: mel slices in, exact PCM out as soon as it can be produced."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Executor
+from typing import Any, AsyncIterator, Callable
+
+import grpc
+import numpy as np
+
+from libs.mesh.errors import InvalidRequestError, abort_for
+from libs.mesh.mel_slices import frames_of
+from libs.mesh.server import StreamTracker
+from libs.mesh.vocode_session import SentenceSession
+from libs.pb.tts.vocoder.v1 import vocoder_pb2, vocoder_pb2_grpc
+from libs.telemetry.metrics import VocoderMetrics
+
+
+class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
+    """Vocodes each sentence of a stream as its own waveform, slice by slice, off the event loop."""
+
+    def __init__(self, metrics: VocoderMetrics, executor: Executor) -> None:
+        self.engine: Any = None  # a VocoderEngine once loaded; None means "still loading"
+        self._metrics = metrics
+        self._executor = executor
+        self._tracker = StreamTracker(metrics.inflight_streams, metrics.streams_total)
+
+    async def GetVocoderInfo(
+        self, request: vocoder_pb2.GetVocoderInfoRequest, context: grpc.aio.ServicerContext
+    ) -> vocoder_pb2.VocoderInfo:
+        engine = await self._ready_engine(context)
+        return vocoder_pb2.VocoderInfo(
+            sample_rate_hz=engine.sample_rate_hz,
+            hop_length=engine.hop_length,
+            n_mels=engine.n_mels,
+            context_frames=engine.context_frames,
+            model_version=str(getattr(engine, "model_version", "")),
+        )
+
+    async def Vocode(
+        self, request_iterator: AsyncIterator[vocoder_pb2.VocodeRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[vocoder_pb2.VocodeResponse]:
+        engine = await self._ready_engine(context)
+        async with self._tracker.track(context):
+            session: SentenceSession | None = None
+            async for request in request_iterator:
+                try:
+                    mel_slice = request.slice
+                    if session is None or session.finished or mel_slice.sentence_index != session.sentence_index:
+                        if session is not None and not session.finished:
+                            raise InvalidRequestError(
+                                f"sentence {session.sentence_index} ended without a slice marked is_last"
+                            )
+                        session = SentenceSession(
+                            mel_slice.sentence_index, mel_slice.first_frame, engine.hop_length, engine.open_stream
+                        )
+                    session.check_slice(mel_slice.first_frame, request.context_only)
+                    frames = frames_of(mel_slice)
+                    if frames.shape[0] != engine.n_mels:
+                        raise InvalidRequestError(f"mel slice has {frames.shape[0]} bands; this vocoder takes {engine.n_mels}")
+                    block = await self._run(
+                        session.feed, mel_slice.first_frame, frames, request.context_only, mel_slice.is_last
+                    )
+                except (asyncio.CancelledError, grpc.aio.AbortError):
+                    raise
+                except Exception as error:  # every failure goes through the one status table
+                    await abort_for(context, error)
+                    return
+                if block is None:
+                    continue
+                self._metrics.samples_total.inc(len(block.samples))
+                yield vocoder_pb2.VocodeResponse(
+                    utterance_id=mel_slice.utterance_id,
+                    sentence_index=mel_slice.sentence_index,
+                    first_sample=block.first_sample,
+                    samples=np.asarray(block.samples, dtype="<f4").tobytes(),
+                    sample_rate_hz=engine.sample_rate_hz,
+                    is_last=block.is_last,
+                )
+            if session is not None and not session.finished:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"stream ended inside sentence {session.sentence_index} (no is_last)"
+                )
+
+    async def _ready_engine(self, context: grpc.aio.ServicerContext) -> Any:
+        if self.engine is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the vocoder model is still loading; retry shortly")
+        return self.engine
+
+    async def _run(self, function: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)

@@ -1,0 +1,129 @@
+"""Start Redis and the three services as real processes on free loopback ports; stop them cleanly."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from libs.mesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
+from libs.mesh.launcher import service_command, stop_processes, wait_until_serving
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_START_TIMEOUT_S = 240.0  # model loading and warm-up on two shared cores
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class ServiceProcess:
+    """One running service."""
+
+    name: str
+    port: int
+    metrics_port: int
+    log_path: Path
+    process: subprocess.Popen[bytes]
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def log_tail(self, lines: int = 40) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class Mesh:
+    """A running mesh: Redis, acoustic, vocoder and gateway, each a separate process."""
+
+    log_dir: Path
+    zone: str = "local"
+    redis: EmbeddedRedis | None = None
+    services: dict[str, ServiceProcess] = field(default_factory=dict)
+
+    @property
+    def gateway_address(self) -> str:
+        return self.services["gateway"].address
+
+    def start(self, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> "Mesh":
+        """Start everything and wait until each service reports SERVING."""
+        self.redis = EmbeddedRedis(EmbeddedRedisConfig(port=free_port(), maxmemory_mb=64)).start()
+        try:
+            acoustic = self._spawn("acoustic", [])
+            vocoder = self._spawn("vocoder", [])
+            self._spawn(
+                "gateway",
+                [
+                    "--acoustic", f"{self.zone}={acoustic.address}",
+                    "--vocoder", f"{self.zone}={vocoder.address}",
+                    "--redis-url", self.redis.url,
+                ],
+            )  # fmt: skip
+            deadline = time.monotonic() + timeout_s
+            for name in ("acoustic", "vocoder", "gateway"):
+                self._wait_serving(self.services[name], deadline)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """SIGTERM every service (then SIGKILL after 15 s) and stop Redis."""
+        stop_processes([service.process for service in self.services.values()])
+        self.services.clear()
+        if self.redis is not None:
+            self.redis.stop()
+            self.redis = None
+
+    def metrics(self, name: str) -> dict[str, float]:
+        """Current samples of a service's /metrics, keyed as `name{label="v",...}`."""
+        url = f"http://127.0.0.1:{self.services[name].metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            text = reply.read().decode()
+        samples: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+                samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+        return samples
+
+    def metric(self, name: str, key: str) -> float:
+        """One sample's value (0 when the series does not exist yet)."""
+        return self.metrics(name).get(key, 0.0)
+
+    def _spawn(self, name: str, extra_args: list[str]) -> ServiceProcess:
+        port, metrics_port = free_port(), free_port()
+        log_path = self.log_dir / f"{name}.log"
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        args = service_command(name, [
+            "--host", "127.0.0.1",
+            "--port", str(port),
+            "--metrics-port", str(metrics_port),
+            "--zone", self.zone,
+            "--threads", "1",
+            *extra_args,
+        ])  # fmt: skip
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        service = ServiceProcess(name, port, metrics_port, log_path, process)
+        self.services[name] = service
+        return service
+
+    def _wait_serving(self, service: ServiceProcess, deadline: float) -> None:
+        try:
+            wait_until_serving(service.address, service.process, deadline)
+        except (RuntimeError, TimeoutError) as error:
+            raise RuntimeError(f"{service.name}: {error}\n{service.log_tail()}") from None

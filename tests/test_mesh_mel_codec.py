@@ -1,0 +1,60 @@
+"""Cache keys and the cached mel layout (DESIGN §6)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from libs.mesh.mel_codec import CacheFormatError, cache_key, decode_mel, encode_mel
+
+BASE = dict(model_version="m1", voice="v", speaker_id=0, speed=1.0, noise_scale=0.667, noise_w=0.8, phoneme_ids=[1, 0, 5, 0, 2])
+
+
+def test_key_changes_with_every_input_and_only_with_them() -> None:
+    assert cache_key(**BASE) == cache_key(**dict(BASE))
+    variants = [
+        dict(BASE, model_version="m2"),
+        dict(BASE, voice="w"),
+        dict(BASE, speaker_id=1),
+        dict(BASE, speed=1.25),
+        dict(BASE, noise_scale=0.5),
+        dict(BASE, noise_w=0.7),
+        dict(BASE, phoneme_ids=[1, 0, 6, 0, 2]),
+        dict(BASE, phoneme_ids=[1, 0, 5, 0]),
+    ]
+    keys = {cache_key(**variant) for variant in variants} | {cache_key(**BASE)}
+    assert len(keys) == len(variants) + 1
+    assert cache_key(**BASE).startswith("tts:mel:v1:")
+
+
+def test_round_trip_keeps_frames_to_float16_precision_and_alignment() -> None:
+    rng = np.random.default_rng(0)
+    mel = rng.uniform(-11.5, 2.0, size=(80, 37)).astype(np.float32)
+    cached = decode_mel(encode_mel(mel, [3, 4, 30]))
+    assert cached.mel.shape == (80, 37) and cached.mel.dtype == np.float32
+    np.testing.assert_allclose(cached.mel, mel.astype(np.float16).astype(np.float32), rtol=0, atol=0)
+    assert np.max(np.abs(cached.mel - mel)) < 0.01
+    assert cached.phoneme_frames == (3, 4, 30)
+    assert cached.frame_count == 37
+
+
+def test_header_is_24_bytes_and_values_are_float16() -> None:
+    value = encode_mel(np.zeros((80, 10), dtype=np.float32), [10])
+    assert len(value) == 24 + 4 + 80 * 10 * 2
+    assert value[:4] == b"TMEL"
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda v: v[:10],
+        lambda v: b"XMEL" + v[4:],
+        lambda v: v[:-1],
+        lambda v: v[:-2] + bytes([v[-2] ^ 0xFF]) + v[-1:],
+    ],
+    ids=["truncated-header", "bad-magic", "short-body", "flipped-byte"],
+)
+def test_damaged_values_are_rejected(damage) -> None:
+    value = encode_mel(np.ones((80, 4), dtype=np.float32), [4])
+    with pytest.raises(CacheFormatError):
+        decode_mel(damage(value))
