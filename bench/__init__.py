@@ -1,0 +1,1 @@
+"""Benchmarks of the TTS mesh: speed against piper-tts, and quality."""

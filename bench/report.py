@@ -1,0 +1,61 @@
+"""The speed benchmark's one table: each row a measure for the mesh and for piper-tts, and their ratio."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table."""
+
+    measure: str
+    """What is measured, with its unit and which way is better, e.g. "first audio p50, ms (lower is better)"."""
+    text: str
+    """Which texts were spoken ("short", "paragraph", "long", "mixed", or "-")."""
+    concurrency: str
+    """Concurrent streams, or "-"."""
+    mesh: float | None
+    """The mesh's value; None when it was not measured."""
+    piper: float | None
+    """piper-tts's value; None when there is nothing to compare with."""
+    note: str = ""
+    """How it was measured, or why a value is missing."""
+
+    @property
+    def ratio(self) -> float | None:
+        """mesh / piper, or None when either is missing or piper's value is zero."""
+        if self.mesh is None or self.piper is None or self.piper == 0 or math.isnan(self.mesh) or math.isnan(self.piper):
+            return None
+        return self.mesh / self.piper
+
+
+def _value(value: float | None) -> str:
+    if value is None or math.isnan(value):
+        return "n/a"
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def render_markdown(rows: Sequence[Row], title: str, notes: Sequence[str] = ()) -> str:
+    """The table as GitHub markdown, with a title line above and notes below."""
+    lines = [
+        f"## {title}",
+        "",
+        "| measure | text | streams | tts-mesh | piper-tts | mesh / piper | note |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        ratio = "n/a" if row.ratio is None else f"{row.ratio:.2f}x"
+        lines.append(
+            f"| {row.measure} | {row.text} | {row.concurrency} | {_value(row.mesh)} | {_value(row.piper)} | {ratio} | {row.note} |"
+        )
+    if notes:
+        lines.append("")
+        lines.extend(f"- {note}" for note in notes)
+    return "\n".join(lines) + "\n"
