@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TEXT ?= Hello! This is the text to speech mesh speaking.
 OUT ?= hello.wav
 
-.PHONY: run say test proto venv
+.PHONY: run run-zones say test proto venv voice bench bench-quality bench-faults k8s-validate image
 
 # The virtualenv, created only when missing. torch comes first and pinned: any other spec would
 # download gigabytes of CUDA wheels.
@@ -22,6 +22,10 @@ venv: $(PY)
 run: $(PY)
 	$(PY) -m scripts.run_mesh
 
+# Two zones (acoustic + vocoder each), Redis and a gateway in zone-a, in the foreground; Ctrl-C stops all.
+run-zones: $(PY)
+	$(PY) -m scripts.run_zones
+
 # Speak TEXT through the running gateway into the WAV file OUT.
 say: $(PY)
 	$(PY) -m scripts.say --text "$(TEXT)" --out "$(OUT)"
@@ -32,3 +36,27 @@ test: $(PY)
 # Regenerate the gRPC stubs in libs/pb from protos/ (a test fails when they are stale).
 proto: $(PY)
 	$(PY) -m scripts.gen_protos
+
+# Rebuild the default voice's trained pieces (mel head, mel adapter) from nothing: seeded, CPU only.
+voice: $(PY)
+	$(PY) -m scripts.voice.build
+
+# Time to first audio, throughput, batch sweep and memory, side by side with piper-tts (one table).
+bench: $(PY)
+	$(PY) -m bench.speed --out bench/results.md
+
+# DNSMOS of our full path, copy synthesis and piper-tts on held-out sentences (one table).
+bench-quality: $(PY)
+	$(PY) -m bench.quality
+
+# One row per fault scenario: completed, identical to fault-free, client errors, first-audio p95.
+bench-faults: $(PY)
+	$(PY) -m bench.faults
+
+# Render each kustomize overlay and validate it offline against the Kubernetes schemas.
+k8s-validate: $(PY)
+	$(PY) -m scripts.k8s_validate
+
+# The one image that runs any of the three services (needs a Docker engine).
+image:
+	docker build -t tts-mesh:dev .

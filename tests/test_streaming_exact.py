@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from libs.voice.chunking import ChunkSchedule, context_window
+from libs.voice.chunking import ACOUSTIC_SCHEDULE, ChunkSchedule, context_window
 from libs.voice.engine import AcousticEngine, SynthesisParams, VocoderEngine
 
 TOLERANCE = 1e-4
@@ -38,9 +38,9 @@ def test_context_window_clips_at_true_edges_only() -> None:
     assert (edge.input_start, edge.input_end, edge.trim_left) == (0, 7, 0)
 
 
-@pytest.mark.parametrize("schedule", [ChunkSchedule(1, 1.0, 1), ChunkSchedule(3, 1.0, 3), ChunkSchedule(8, 4.0, 256)])
+@pytest.mark.parametrize("schedule", [ChunkSchedule(1, 1.0, 1), ChunkSchedule(3, 1.0, 3), ChunkSchedule(8, 4.0, 256), ACOUSTIC_SCHEDULE])
 def test_chunked_acoustic_mel_equals_whole_sentence(acoustic: AcousticEngine, schedule: ChunkSchedule) -> None:
-    acoustic.schedule = schedule
+    default_schedule, acoustic.schedule = acoustic.schedule, schedule
     try:
         for ids in (SHORT_IDS, LONG_IDS):
             plan = _plan(acoustic, ids)
@@ -49,7 +49,7 @@ def test_chunked_acoustic_mel_equals_whole_sentence(acoustic: AcousticEngine, sc
             assert sum(c.shape[1] for c in chunks) == plan.frame_count
             assert np.abs(np.concatenate(chunks, axis=1) - whole).max() <= TOLERANCE
     finally:
-        acoustic.schedule = ChunkSchedule()
+        acoustic.schedule = default_schedule
 
 
 def test_acoustic_resume_from_a_frame_gives_the_rest_of_the_same_mel(acoustic: AcousticEngine) -> None:
@@ -93,6 +93,18 @@ def test_vocoder_stream_resumed_mid_sentence_continues_without_seam(acoustic: Ac
     resumed = np.concatenate(pieces)
     hop = vocoder.hop_length
     assert np.abs(resumed - reference[resume_at * hop :]).max() <= TOLERANCE
+
+
+def test_vocoder_stream_primed_from_its_chunk_resumes_bit_identically(acoustic: AcousticEngine, vocoder: VocoderEngine) -> None:
+    mel = acoustic.mel_whole(_plan(acoustic, LONG_IDS))
+    stream = vocoder.open_stream()
+    uninterrupted = np.concatenate([stream.push(mel[:, i : i + 4]) for i in range(0, mel.shape[1], 4)] + [stream.finish()])
+    resume_at = mel.shape[1] // 2 + 1
+    origin = vocoder.resume_origin_frame(resume_at)
+    assert origin < resume_at - vocoder.context_frames, "the resume point should fall inside a chunk"
+    resumed_stream = vocoder.open_stream(origin_frame=origin, emit_from_frame=resume_at)
+    resumed = np.concatenate([resumed_stream.push(mel[:, origin:]), resumed_stream.finish()])
+    assert np.array_equal(resumed, uninterrupted[resume_at * vocoder.hop_length :])
 
 
 def test_resume_without_enough_context_is_refused(vocoder: VocoderEngine) -> None:

@@ -371,3 +371,25 @@ async def test_unary_and_client_streaming_calls_are_traced_too() -> None:
         assert server_span.parent.span_id == client.context.span_id
         assert server_span.context.trace_id == client.context.trace_id
         assert client.attributes[tracing.ATTR_GRPC_STATUS_CODE] == 0
+
+
+async def test_health_checks_make_no_spans() -> None:
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    exporter = InMemorySpanExporter()
+    provider = _provider("worker", exporter)
+    server = grpc.aio.server(interceptors=[tracing.server_interceptor(provider)])
+    servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}", interceptors=tracing.client_interceptors(provider))
+    try:
+        reply = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""))
+    finally:
+        await channel.close()
+        await server.stop(None)
+    provider.force_flush()
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    assert exporter.get_finished_spans() == ()

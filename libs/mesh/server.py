@@ -1,9 +1,10 @@
-"""What every service process shares: the grpc.aio server, grpc.health.v1, /metrics, signals, shutdown.
+"""What every service process shares: the grpc.aio server, grpc.health.v1, /metrics, tracing, signals, shutdown.
 
 A service builds a `ServiceRuntime`, registers its servicer on `runtime.server`, starts it (health
 answers NOT_SERVING while the model loads), flips to SERVING when ready, and waits for SIGTERM/SIGINT.
 On a signal it reports NOT_SERVING first (so load balancers stop sending), then gives in-flight
-streams `shutdown_grace_s` to finish.
+streams `shutdown_grace_s` to finish. `run_service` is every service's `main`: settings, logging,
+tracing (set up from OTEL_* env vars, flushed on exit) and the event loop.
 """
 
 from __future__ import annotations
@@ -12,13 +13,15 @@ import asyncio
 import logging
 import signal
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Final, Sequence
+from typing import Any, AsyncIterator, Callable, Coroutine, Final, Sequence
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from libs.mesh.settings import ServerSettings
+from libs.mesh.settings import ServerSettings, load_settings
+from libs.telemetry.process import register_process_metrics
+from libs.telemetry.tracing import server_interceptor, setup_tracing, shutdown_tracing
 
 _log = logging.getLogger(__name__)
 
@@ -47,17 +50,33 @@ def configure_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+def run_service(service: str, serve: Callable[[Any], Coroutine[Any, Any, None]]) -> int:
+    """A service's `main`: parse its settings, trace as `service` in its zone, run `serve(settings)`."""
+    configure_logging()
+    settings = load_settings(service)
+    provider = setup_tracing(service, settings.zone)
+    try:
+        asyncio.run(serve(settings))
+    finally:
+        shutdown_tracing(provider)  # flush the last spans
+    return 0
+
+
 class ServiceRuntime:
-    """The grpc.aio server of one service with its health service and metrics endpoint."""
+    """The grpc.aio server of one service with its health service, tracing and metrics endpoint.
+
+    `registry` gets the process metrics (RSS, and GPU memory once CUDA is in use) added to it.
+    """
 
     def __init__(self, settings: ServerSettings, service_names: Sequence[str], registry: CollectorRegistry) -> None:
         self.settings = settings
-        self.server = grpc.aio.server(options=list(SERVER_OPTIONS))
+        self.server = grpc.aio.server(options=list(SERVER_OPTIONS), interceptors=[server_interceptor()])
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         # "" is the whole server; clients and Kubernetes probes may ask either.
         self._service_names = ("", *service_names)
         self._registry = registry
+        register_process_metrics(registry)
         self._stop = asyncio.Event()
         self.port = 0
 
@@ -112,18 +131,26 @@ class StreamTracker:
     async def track(self, context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
         """Wrap one stream handler's body."""
         self._inflight.inc()
-        code = "OK"
+        outcome = {"code": "OK"}
         try:
             yield
         except asyncio.CancelledError:
-            code = "CANCELLED"
+            outcome["code"] = "CANCELLED"
             raise
         except BaseException:
-            code = _code_name(context.code()) or "UNKNOWN"
+            outcome["code"] = _code_name(context.code()) or "UNKNOWN"
             raise
         finally:
             self._inflight.dec()
-            self._finished.labels(code=code).inc()
+            # A client's cancellation can reach the handler as a request stream that just ends, a
+            # moment before the call is marked cancelled; the final word is the call's own, once done.
+            context.add_done_callback(lambda _: self._finished.labels(code=self._final_code(context, outcome["code"])).inc())
+
+    @staticmethod
+    def _final_code(context: grpc.aio.ServicerContext, handler_code: str) -> str:
+        if context.cancelled():
+            return "CANCELLED"
+        return _code_name(context.code()) or handler_code
 
 
 def _code_name(code: object) -> str | None:

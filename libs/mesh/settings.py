@@ -21,6 +21,14 @@ DEFAULT_METRICS_PORTS: Final[Mapping[str, int]] = {"gateway": 9101, "acoustic": 
 DEFAULT_ZONE: Final = "local"
 DEFAULT_THREADS: Final = 1
 DEFAULT_DEVICE: Final = "cpu"
+# The vocoder serves in bf16: 1.5-3x faster on CPUs with AVX-512 BF16, DNSMOS within 0.01 of fp32.
+# The acoustic side stays fp32: its mel is cached and resumed across workers.
+DEFAULT_PRECISIONS: Final[Mapping[str, str]] = {"acoustic": "fp32", "vocoder": "bf16"}
+# Batching measured slower than side-by-side streams on a 2-core CPU; on a GPU use e.g. 8.
+DEFAULT_MAX_BATCH: Final = 1
+DEFAULT_BATCH_WAIT_MS: Final = 3.0
+DEFAULT_INFERENCE_THREADS: Final = 1
+PRECISIONS: Final = ("fp32", "bf16")
 DEFAULT_REDIS_URL: Final = "redis://127.0.0.1:6379/0"
 DEFAULT_CACHE_TTL_S: Final = 300
 DEFAULT_CACHE_TIMEOUT_MS: Final = 100
@@ -76,8 +84,37 @@ def _common_flags(service: str) -> list[FlagSpec]:
     ]
 
 
-def _worker_flags() -> list[FlagSpec]:
-    return [FlagSpec("--device", "TTS_DEVICE", "torch device for the model, e.g. cpu or cuda (name)", DEFAULT_DEVICE)]
+def _worker_flags(service: str) -> list[FlagSpec]:
+    return [
+        FlagSpec("--device", "TTS_DEVICE", "torch device for the model, e.g. cpu or cuda (name)", DEFAULT_DEVICE),
+        FlagSpec(
+            "--precision",
+            "TTS_PRECISION",
+            f"model arithmetic: fp32 or bf16 (name; default {DEFAULT_PRECISIONS[service]})",
+            DEFAULT_PRECISIONS[service],
+        ),
+        FlagSpec(
+            "--max-batch",
+            "TTS_MAX_BATCH",
+            "most streams whose model steps run as one batch (count; 1 disables batching)",
+            DEFAULT_MAX_BATCH,
+            int,
+        ),
+        FlagSpec(
+            "--batch-wait-ms",
+            "TTS_BATCH_WAIT_MS",
+            "longest a model step waits for others to join its batch (milliseconds)",
+            DEFAULT_BATCH_WAIT_MS,
+            float,
+        ),
+        FlagSpec(
+            "--inference-threads",
+            "TTS_INFERENCE_THREADS",
+            "threads running model steps of different streams side by side (count; at least --max-batch)",
+            DEFAULT_INFERENCE_THREADS,
+            int,
+        ),
+    ]
 
 
 def _gateway_flags() -> list[FlagSpec]:
@@ -111,8 +148,8 @@ def _gateway_flags() -> list[FlagSpec]:
 
 FLAGS: Final[Mapping[str, tuple[FlagSpec, ...]]] = {
     "gateway": tuple(_common_flags("gateway") + _gateway_flags()),
-    "acoustic": tuple(_common_flags("acoustic") + _worker_flags()),
-    "vocoder": tuple(_common_flags("vocoder") + _worker_flags()),
+    "acoustic": tuple(_common_flags("acoustic") + _worker_flags("acoustic")),
+    "vocoder": tuple(_common_flags("vocoder") + _worker_flags("vocoder")),
 }
 """Every flag of every service."""
 
@@ -141,6 +178,14 @@ class WorkerSettings(ServerSettings):
 
     device: str = DEFAULT_DEVICE
     """Torch device name."""
+    precision: str = "fp32"
+    """Model arithmetic, "fp32" or "bf16"."""
+    max_batch: int = DEFAULT_MAX_BATCH
+    """Most streams batched into one model call; 1 disables batching."""
+    batch_wait_ms: float = DEFAULT_BATCH_WAIT_MS
+    """Longest a model step waits for a batch to fill."""
+    inference_threads: int = DEFAULT_INFERENCE_THREADS
+    """Threads running model steps of different streams side by side."""
 
 
 @dataclass(frozen=True)
@@ -204,7 +249,19 @@ def load_settings(
     if values["threads"] < 1:
         raise SystemExit("--threads must be at least 1")
     if service != "gateway":
-        return WorkerSettings(**common, device=values["device"])
+        if values["precision"] not in PRECISIONS:
+            raise SystemExit(f"--precision must be one of {', '.join(PRECISIONS)}, got {values['precision']!r}")
+        if values["max_batch"] < 1 or values["inference_threads"] < 1 or values["batch_wait_ms"] < 0:
+            raise SystemExit("--max-batch and --inference-threads must be at least 1, --batch-wait-ms at least 0")
+        return WorkerSettings(
+            **common,
+            device=values["device"],
+            precision=values["precision"],
+            max_batch=values["max_batch"],
+            batch_wait_ms=values["batch_wait_ms"],
+            # A batch can only form when that many streams can be inside a model step at once.
+            inference_threads=max(values["inference_threads"], values["max_batch"]),
+        )
     specs = {spec.dest: spec for spec in FLAGS["gateway"]}
     acoustic = _endpoints(values["acoustic"], specs["acoustic"], env, "acoustic")
     vocoder = _endpoints(values["vocoder"], specs["vocoder"], env, "vocoder")

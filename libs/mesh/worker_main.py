@@ -12,14 +12,27 @@ from libs.mesh.settings import WorkerSettings
 
 _log = logging.getLogger(__name__)
 
-INFERENCE_THREADS = 1
-"""Executor threads running engine calls. One: streams take turns chunk by chunk, and the model's own
-intra-op parallelism (--threads) uses the cores, instead of several streams fighting over 2 cores."""
+def inference_executor(settings: WorkerSettings) -> ThreadPoolExecutor:
+    """The executor every engine call of a worker runs on.
+
+    With one thread (the default), streams take turns chunk by chunk and the model's own intra-op
+    parallelism (--threads) uses the cores; more threads let several streams' steps run side by
+    side, which batching needs (a batch forms only from steps that are in flight together).
+    """
+    return ThreadPoolExecutor(max_workers=settings.inference_threads, thread_name_prefix="inference")
 
 
-def inference_executor() -> ThreadPoolExecutor:
-    """The executor every engine call of a worker runs on."""
-    return ThreadPoolExecutor(max_workers=INFERENCE_THREADS, thread_name_prefix="inference")
+def engine_settings(settings: WorkerSettings, on_batch: Callable[..., None] | None = None) -> Any:
+    """The engine's run settings from the worker's flags."""
+    from libs.voice.batching import BatchingConfig
+    from libs.voice.engine import EngineSettings
+
+    return EngineSettings(
+        device=settings.device,
+        precision=settings.precision,
+        batching=BatchingConfig(max_batch=settings.max_batch, max_wait_ms=settings.batch_wait_ms),
+        on_batch=on_batch,
+    )
 
 
 def configure_torch(settings: WorkerSettings) -> None:

@@ -1,13 +1,58 @@
-"""Prometheus metrics of each service, each set on its own registry.
+"""Prometheus metrics of each service, each set on its own registry (CATALOG.md lists every name).
 
-A service creates its set once (`AcousticMetrics()`, ...) and serves `metrics.registry` on
-`--metrics-port`. Separate registries keep one service's /metrics free of another's series and let
-tests build fresh sets.
+A service creates its set once (`GatewayMetrics()`, `AcousticMetrics()`, `VocoderMetrics()`) and
+serves `metrics.registry` on `--metrics-port`. Separate registries keep one service's /metrics free
+of another's series and let tests build fresh sets.
+
+Metrics fed from elsewhere come in through plain callbacks, so the code that produces the numbers
+needs no Prometheus import:
+- `WorkerMetrics.observe_batch` is the dynamic batcher's `on_batch(BatchStats)` callback;
+- `GatewayMetrics.track_endpoints(statuses)` reads the routing health tables at scrape time;
+- `GatewayMetrics.cache_outcome` is the mel cache's `on_outcome(outcome)` hook.
+The gateway's routing counters (retries, resumes, ejections, spills, shed streams) are fed by the
+routing event hooks in services/gateway/routing_metrics.py, on the same registry.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from typing import Any, Callable, Final, Iterable, Iterator, Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+
+LATENCY_BUCKETS_S: Final = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0)
+"""Time to first audio and total synthesis time: 10 ms to 10 s, finest where the targets are (< 300 ms)."""
+INFERENCE_BUCKETS_S: Final = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0)
+"""One model step: 1 ms (a GPU chunk) to 5 s (a long sentence on a busy CPU); 40 ms is one slice of audio."""
+QUEUE_BUCKETS_S: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5)
+"""Waits before compute: sub-millisecond when idle, up to seconds when overloaded."""
+BATCH_SIZE_BUCKETS: Final = (1, 2, 4, 8, 16, 32)
+"""Jobs per model run."""
+
+STAGE_PLAN: Final = "plan"
+"""Acoustic text encoder + durations + prior for one sentence (never batched)."""
+STAGE_CHUNK: Final = "chunk"
+"""One chunk step as a stream sees it: acoustic flow + mel head, or vocoder windows of one mel slice."""
+STAGE_BATCH: Final = "batch"
+"""One batched model call of the dynamic batcher (only with batching on)."""
+
+
+class BatchStatsLike(Protocol):
+    """What `observe_batch` reads (libs.voice.batching.BatchStats)."""
+
+    batch_size: int
+    queue_s: tuple[float, ...]
+    compute_s: float
+
+
+class EndpointStatusLike(Protocol):
+    """What `track_endpoints` reads (libs.routing.health.EndpointStatus)."""
+
+    endpoint: Any
+    """Has `.kind` ("acoustic" / "vocoder") and `.zone`."""
+    available: bool
 
 
 class WorkerMetrics:
@@ -26,6 +71,45 @@ class WorkerMetrics:
             ["code"],
             registry=self.registry,
         )
+        self.inference_seconds = Histogram(
+            f"tts_{service}_inference_seconds",
+            "Model time per step (stage: plan, chunk, or batch = one batched call when batching is on).",
+            ["stage"],
+            buckets=INFERENCE_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.queue_seconds = Histogram(
+            f"tts_{service}_queue_seconds",
+            "Time an inference job waits before its model run starts (inference thread, or the batcher when batching).",
+            buckets=QUEUE_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.batch_size = Histogram(
+            f"tts_{service}_batch_size",
+            "Jobs per model run (1 for every run when batching is off).",
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=self.registry,
+        )
+
+    def observe_step(self, stage: str, queue_s: float, run_s: float, batched: bool) -> None:
+        """One model step run by a stream on the inference thread.
+
+        With batching off the step is the model run: its wait for the thread is the queue time and
+        it is a batch of one. With batching on, queue time and batch size come from
+        `observe_batch` instead, and the step's time includes its wait for the batch.
+        """
+        self.inference_seconds.labels(stage=stage).observe(run_s)
+        if not batched:
+            self.queue_seconds.observe(queue_s)
+            if stage == STAGE_CHUNK:
+                self.batch_size.observe(1)
+
+    def observe_batch(self, stats: BatchStatsLike) -> None:
+        """The dynamic batcher's `on_batch` callback: batch size, each job's queue time, compute time."""
+        self.batch_size.observe(stats.batch_size)
+        for queue_s in stats.queue_s:
+            self.queue_seconds.observe(queue_s)
+        self.inference_seconds.labels(stage=STAGE_BATCH).observe(stats.compute_s)
 
 
 class AcousticMetrics(WorkerMetrics):
@@ -55,6 +139,12 @@ class VocoderMetrics(WorkerMetrics):
             "Audio samples this worker sent.",
             registry=self.registry,
         )
+        self.mel_queue_seconds = Histogram(
+            "tts_vocoder_mel_queue_seconds",
+            "Queue time mel -> vocoder: from the vocoder taking a mel slice off its stream to the start of the step that vocodes it.",
+            buckets=QUEUE_BUCKETS_S,
+            registry=self.registry,
+        )
 
 
 class GatewayMetrics:
@@ -68,14 +158,74 @@ class GatewayMetrics:
             ["method", "code"],
             registry=self.registry,
         )
+        self.inflight_streams = Gauge(
+            "tts_gateway_inflight_streams",
+            "Client calls open on this gateway right now.",
+            registry=self.registry,
+        )
+        self.time_to_first_audio_seconds = Histogram(
+            "tts_gateway_time_to_first_audio_seconds",
+            "From a request's arrival to the first audio message sent to the client.",
+            ["method"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.synthesis_seconds = Histogram(
+            "tts_gateway_synthesis_seconds",
+            "From a request's arrival to its last audio message (requests that ended OK).",
+            ["method"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.audio_seconds_total = Counter(
+            "tts_gateway_audio_seconds_total",
+            "Seconds of audio sent to clients, by voice.",
+            ["voice"],
+            registry=self.registry,
+        )
+        self.voice_requests_total = Counter(
+            "tts_gateway_voice_requests_total",
+            "Synthesis requests by voice (voice usage).",
+            ["voice"],
+            registry=self.registry,
+        )
         self.cache_operations_total = Counter(
             "tts_gateway_cache_operations_total",
             "Mel cache operations by outcome (hit, miss, error, corrupt, skipped, written, write_error).",
             ["outcome"],
             registry=self.registry,
         )
-        self.inflight_streams = Gauge(
-            "tts_gateway_inflight_streams",
-            "Client streams open on this gateway right now.",
-            registry=self.registry,
-        )
+
+    def cache_outcome(self, outcome: str) -> None:
+        """The mel cache's `on_outcome` hook."""
+        self.cache_operations_total.labels(outcome=outcome).inc()
+
+    def track_endpoints(self, statuses: Callable[[], Iterable[EndpointStatusLike]]) -> None:
+        """Serve `tts_gateway_healthy_endpoints{kind,zone}` from `statuses()` at every scrape.
+
+        `statuses` returns the `HealthTable.statuses()` of every worker kind; an endpoint counts
+        while `available` (healthy and not ejected). Call once per gateway.
+        """
+        self.registry.register(_HealthyEndpointsCollector(statuses))
+
+
+class _HealthyEndpointsCollector(Collector):
+    """Available endpoints per worker kind and zone, read from the routing table when scraped."""
+
+    NAME: Final = "tts_gateway_healthy_endpoints"
+
+    def __init__(self, statuses: Callable[[], Iterable[EndpointStatusLike]]) -> None:
+        self._statuses = statuses
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self.NAME, "Worker endpoints the gateway may route to now.", labels=["kind", "zone"])
+        counts: dict[tuple[str, str], int] = {}
+        for status in self._statuses():
+            key = (str(status.endpoint.kind), str(status.endpoint.zone))
+            counts[key] = counts.get(key, 0) + int(bool(status.available))
+        for (kind, zone), count in sorted(counts.items()):
+            family.add_metric([kind, zone], float(count))
+        yield family
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(self.NAME, "", labels=["kind", "zone"])

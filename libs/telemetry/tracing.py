@@ -72,6 +72,11 @@ SPAN_CACHE_WRITE: Final = "tts.cache.write"
 SPAN_ACOUSTIC_STREAM: Final = "tts.acoustic.stream"
 SPAN_VOCODER_STREAM: Final = "tts.vocoder.stream"
 SPAN_ATTEMPT: Final = "tts.attempt"
+# Span names of the workers' steps (their streams are the SERVER spans of the interceptor).
+SPAN_ACOUSTIC_PLAN: Final = "tts.acoustic.plan"
+
+UNTRACED_METHOD_PREFIXES: Final[tuple[str, ...]] = ("/grpc.health.v1.Health/",)
+"""RPCs never traced: health checks and watches run every second and belong to no request."""
 
 # Attribute keys.
 ATTR_ZONE: Final = "tts.zone"
@@ -81,6 +86,7 @@ ATTR_REASON: Final = "tts.reason"
 ATTR_SENTENCE_INDEX: Final = "tts.sentence_index"
 ATTR_CACHE_HIT: Final = "tts.cache.hit"
 ATTR_VOICE: Final = "tts.voice"
+ATTR_PHONEME_COUNT: Final = "tts.phoneme_count"
 ATTR_TIME_TO_FIRST_AUDIO_S: Final = "tts.time_to_first_audio_s"
 ATTR_GRPC_STATUS_CODE: Final = "rpc.grpc.status_code"
 
@@ -221,6 +227,10 @@ _SETTER: Final = _MetadataSetter()
 _REQUEST_SPAN: contextvars.ContextVar[Span | None] = contextvars.ContextVar("tts_request_span", default=None)
 
 
+def _untraced(full_method: str) -> bool:
+    return full_method.startswith(UNTRACED_METHOD_PREFIXES)
+
+
 def _split_method(full_method: str) -> tuple[str, str]:
     service, _, method = full_method.lstrip("/").partition("/")
     return service, method
@@ -254,9 +264,9 @@ class TracingServerInterceptor(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
         handler = await continuation(handler_call_details)
-        if handler is None:
-            return None
         method = handler_call_details.method
+        if handler is None or _untraced(method):
+            return handler
         parent = propagate.extract(tuple(handler_call_details.invocation_metadata or ()), getter=_GETTER)
         if handler.unary_unary:
             return handler._replace(unary_unary=self._wrap(handler.unary_unary, method, parent))
@@ -347,6 +357,9 @@ class _ClientSpanMixin:
         return span, details._replace(metadata=metadata)
 
     async def _invoke(self, continuation: Callable[..., Any], details: grpc.aio.ClientCallDetails, request: Any) -> Any:
+        method = details.method.decode() if isinstance(details.method, bytes) else details.method
+        if _untraced(method):
+            return await continuation(details, request)
         span, traced_details = self._start(details)
         try:
             call = await continuation(traced_details, request)

@@ -5,18 +5,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import Executor
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator
 
 import grpc
 
 from libs.audio.slicing import DEFAULT_SLICE_MS
+from libs.mesh.admission import worker_admission
 from libs.mesh.errors import InvalidRequestError, abort_for
 from libs.mesh.mel_slices import SliceCutter, to_message
 from libs.mesh.server import StreamTracker
 from libs.mesh.validation import check_sentence_request
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
 from libs.pb.tts.common.v1 import mel_pb2
-from libs.telemetry.metrics import AcousticMetrics
+from libs.telemetry import tracing
+from libs.telemetry.inference import InferenceRunner
+from libs.telemetry.metrics import STAGE_CHUNK, STAGE_PLAN, AcousticMetrics
 
 _log = logging.getLogger(__name__)
 
@@ -28,8 +31,8 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
         self.engine: Any = None  # an AcousticEngine once loaded; None means "still loading"
         self._voice_name = voice_name
         self._metrics = metrics
-        self._executor = executor
         self._tracker = StreamTracker(metrics.inflight_streams, metrics.streams_total)
+        self._inference = InferenceRunner(executor, metrics, lambda: getattr(self.engine, "batcher", None) is not None)
 
     async def GetModelInfo(
         self, request: acoustic_pb2.GetModelInfoRequest, context: grpc.aio.ServicerContext
@@ -48,6 +51,7 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
         self, request_iterator: AsyncIterator[acoustic_pb2.SentenceRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[mel_pb2.MelSlice]:
         engine = await self._ready_engine(context)
+        await worker_admission("acoustic").admit(context, engine)  # RESOURCE_EXHAUSTED when out of room
         async with self._tracker.track(context):
             async for request in request_iterator:
                 try:
@@ -82,7 +86,15 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
         )
         phoneme_ids = list(request.phoneme_ids)
         seed = request.seed or engine.synthesis_seed(phoneme_ids, params)
-        plan = await self._run(engine.plan, phoneme_ids, params, seed)
+        plan = await self._inference.run(
+            STAGE_PLAN,
+            engine.plan,
+            phoneme_ids,
+            params,
+            seed,
+            span=tracing.SPAN_ACOUSTIC_PLAN,
+            span_attributes={tracing.ATTR_SENTENCE_INDEX: request.sentence_index, tracing.ATTR_PHONEME_COUNT: len(phoneme_ids)},
+        )
         if request.start_frame >= plan.frame_count:
             raise InvalidRequestError(f"start_frame {request.start_frame} is past the sentence's {plan.frame_count} frames")
         cutter = SliceCutter(
@@ -91,7 +103,7 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
         chunks = engine.mel_chunks(plan, request.start_frame)
         alignment: list[int] | None = [int(frames) for frames in plan.phoneme_frames]
         # One chunk per executor call: a cancelled stream stops after the chunk in progress.
-        while (chunk := await self._run(next, chunks, None)) is not None:
+        while (chunk := await self._inference.run(STAGE_CHUNK, next, chunks, None)) is not None:
             for cut in cutter.push(chunk):
                 self._metrics.frames_total.inc(cut.frames.shape[1])
                 yield to_message(
@@ -111,6 +123,3 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
         if self.engine is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the acoustic model is still loading; retry shortly")
         return self.engine
-
-    async def _run(self, function: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)

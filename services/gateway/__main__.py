@@ -7,13 +7,13 @@ import logging
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from libs.mesh.mel_cache import MelCache
-from libs.mesh.server import ServiceRuntime, configure_logging
-from libs.mesh.settings import GatewaySettings, load_settings
+from libs.mesh.server import ServiceRuntime, run_service
+from libs.mesh.settings import GatewaySettings
 from libs.telemetry.metrics import GatewayMetrics
+from libs.telemetry.traced_cache import TracedMelCache
 from libs.voice.registry import default_registry
 from services.gateway.servicer import SERVICE_NAME, TextToSpeechServicer, add_to_server
-from services.gateway.workers import WorkerPool
+from services.gateway.workers import KINDS, WorkerPool
 
 _log = logging.getLogger(__name__)
 
@@ -33,13 +33,15 @@ async def serve(settings: GatewaySettings) -> None:
     """Run the gateway until SIGTERM/SIGINT."""
     metrics = GatewayMetrics()
     registry = default_registry()
-    cache = MelCache.from_url(
+    cache = TracedMelCache.from_url(
         settings.redis_url,
         ttl_s=settings.cache_ttl_s,
         timeout_ms=settings.cache_timeout_ms,
-        on_outcome=lambda outcome: metrics.cache_operations_total.labels(outcome=outcome).inc(),
+        on_outcome=metrics.cache_outcome,
     )
-    pool = WorkerPool(settings.acoustic, settings.vocoder, settings.zone)
+    # The pool's routing counters (retries, resumes, ejections, ...) go on the same /metrics registry.
+    pool = WorkerPool(settings.acoustic, settings.vocoder, settings.zone, registry=metrics.registry)
+    metrics.track_endpoints(lambda: [status for kind in KINDS for status in pool.table(kind).statuses()])
     # One thread: phonemising a request takes milliseconds, and espeak-ng runs as one global instance.
     text_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="text")
     servicer = TextToSpeechServicer(
@@ -68,11 +70,7 @@ async def serve(settings: GatewaySettings) -> None:
 
 
 def main() -> int:
-    configure_logging()
-    settings = load_settings("gateway")
-    assert isinstance(settings, GatewaySettings)
-    asyncio.run(serve(settings))
-    return 0
+    return run_service("gateway", serve)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
+import time
 from concurrent.futures import Executor
 from typing import Any, AsyncIterator
 
@@ -17,9 +19,11 @@ from libs.mesh.single_flight import SingleFlight
 from libs.mesh.validation import SynthesisOptions, check_text, resolve_options
 from libs.pb.tts.v1 import tts_pb2
 from libs.text.errors import EmptyTextError
-from libs.text.frontend import TextFrontend
-from libs.text.sentences import IncrementalSentenceSplitter
+from libs.telemetry import tracing
 from libs.telemetry.metrics import GatewayMetrics
+from libs.text.frontend import TextFrontend
+from libs.text.normalize import normalize_text
+from libs.text.sentences import IncrementalSentenceSplitter
 from libs.voice.registry import Voice, VoiceRegistry
 from services.gateway.pipeline import UtterancePipeline
 from services.gateway.workers import WorkerPool
@@ -64,7 +68,7 @@ class TextToSpeechServicer:
     async def Synthesize(
         self, request: tts_pb2.SynthesizeRequest | UndecodableRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
-        async with self._call("Synthesize", context):
+        async with self._call("Synthesize", context) as call:
             if isinstance(request, UndecodableRequest):
                 raise InvalidRequestError(request.reason)
             options = resolve_options(
@@ -78,8 +82,10 @@ class TextToSpeechServicer:
                 include_alignment=request.include_alignment,
             )
             text = check_text(request.text, self._max_text_chars)
+            call.voice(options.voice.name)
             sentences = await self._phonemise(options.voice, text)
             async for response in self._pipeline(options, context).run(_iterate(sentences)):
+                call.sent(response)
                 yield response
 
     async def StreamingSynthesize(
@@ -87,7 +93,7 @@ class TextToSpeechServicer:
         request_iterator: AsyncIterator[tts_pb2.StreamingSynthesizeRequest | UndecodableRequest],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
-        async with self._call("StreamingSynthesize", context):
+        async with self._call("StreamingSynthesize", context) as call:
             first = await anext(aiter(request_iterator), None)
             if first is None:
                 return
@@ -105,8 +111,10 @@ class TextToSpeechServicer:
                 request_id=config.request_id,
                 include_alignment=config.include_alignment,
             )
+            call.voice(options.voice.name)
             sentences = self._incremental_sentences(request_iterator, options.voice)
             async for response in self._pipeline(options, context).run(sentences):
+                call.sent(response)
                 yield response
 
     async def ListVoices(
@@ -142,9 +150,17 @@ class TextToSpeechServicer:
 
     async def _phonemise(self, voice: Voice, text: str) -> list[Any]:
         def work() -> list[Any]:
-            return self.frontend(voice).sentences(text)
+            with tracing.step_span(tracing.SPAN_NORMALISE, {"tts.text_chars": len(text)}):
+                normalized = normalize_text(text)
+            # The frontend normalises again: normalisation is idempotent, and it keeps its own checks.
+            with tracing.step_span(tracing.SPAN_PHONEMISE, {tracing.ATTR_VOICE: voice.name}) as span:
+                sentences = self.frontend(voice).sentences(normalized)
+                span.set_attribute("tts.sentences", len(sentences))
+            return sentences
 
-        return await asyncio.get_running_loop().run_in_executor(self._text_executor, work)
+        # Run in a copy of this request's context, so the spans join its trace.
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(self._text_executor, context.run, work)
 
     async def _incremental_sentences(
         self, request_iterator: AsyncIterator[Any], voice: Voice
@@ -178,20 +194,45 @@ class TextToSpeechServicer:
 
 
 class _CallScope:
-    """Counts a call and turns any error escaping it into a status through the one error table."""
+    """Measures a call (status, time to first audio, synthesis time, audio sent) and turns any error
+    escaping it into a status through the one error table."""
 
     def __init__(self, metrics: GatewayMetrics, method: str, context: grpc.aio.ServicerContext) -> None:
         self._metrics = metrics
         self._method = method
         self._context = context
+        self._started_s = time.monotonic()
+        self._voice = ""
+        self._last_audio_s: float | None = None
 
-    async def __aenter__(self) -> None:
+    async def __aenter__(self) -> "_CallScope":
         self._metrics.inflight_streams.inc()
+        return self
+
+    def voice(self, name: str) -> None:
+        """The request asked for voice `name` (counted once the request is valid enough to say)."""
+        self._voice = name
+        self._metrics.voice_requests_total.labels(voice=name).inc()
+        tracing.request_span().set_attribute(tracing.ATTR_VOICE, name)
+
+    def sent(self, response: tts_pb2.SynthesizeResponse) -> None:
+        """A response is about to go to the client."""
+        if not response.audio:
+            return
+        now_s = time.monotonic()
+        if self._last_audio_s is None:
+            first_audio_s = now_s - self._started_s
+            self._metrics.time_to_first_audio_seconds.labels(method=self._method).observe(first_audio_s)
+            tracing.record_time_to_first_audio(first_audio_s)
+        self._last_audio_s = now_s
+        self._metrics.audio_seconds_total.labels(voice=self._voice).inc(response.audio_duration_s)
 
     async def __aexit__(self, exc_type: Any, error: BaseException | None, traceback: Any) -> bool:
         self._metrics.inflight_streams.dec()
         if error is None:
             self._metrics.requests_total.labels(method=self._method, code="OK").inc()
+            if self._last_audio_s is not None:
+                self._metrics.synthesis_seconds.labels(method=self._method).observe(self._last_audio_s - self._started_s)
             return False
         if isinstance(error, (asyncio.CancelledError, grpc.aio.AbortError)):
             code = "CANCELLED" if isinstance(error, asyncio.CancelledError) else _name(self._context.code())

@@ -1,68 +1,142 @@
-"""The gateway's view of its workers: one channel each, their health, and the acoustic model version.
+"""The gateway's view of its workers: channels, health, load, ejection, retry budget and model versions.
 
-Health is polled with grpc.health.v1 Check. The choice of worker sits behind `WorkerPool.choose`
-(first healthy, local zone first) so zone-aware routing can replace it without touching the pipeline.
+Health comes from one grpc.health.v1 Watch per endpoint (`HealthWatcher`); each attempt is chosen
+by `Attempts` (libs.mesh.worker_choice) over a per-kind `HealthTable` and `Picker`, so the local
+zone is preferred and failures eject. The acoustic model version (part of every cache key) is read
+once per endpoint each time it turns SERVING and kept, so a cache hit needs no acoustic worker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Final, Sequence
+import random
+from contextlib import contextmanager
+from typing import Final, Iterator, Sequence
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client import CollectorRegistry
 
-from libs.mesh.errors import NoWorkerError
-from libs.mesh.server import CHANNEL_OPTIONS
-from libs.mesh.worker_choice import first_healthy
+from libs.mesh.errors import DownstreamError
+from libs.mesh.routing_settings import RoutingSettings, channel_options, routing_settings_from_env
+from libs.mesh.worker_choice import Attempts
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
 from libs.pb.tts.vocoder.v1 import vocoder_pb2_grpc
+from libs.routing import events
 from libs.routing.endpoints import Endpoint
+from libs.routing.health import HealthConfig, HealthTable, HealthWatcher, Serving, WatchConfig
+from libs.routing.picker import Picker, PickerConfig
+from libs.routing.retry import RetryBudget, RetryBudgetConfig, RetryConfig, RetryPolicy
+from libs.telemetry.tracing import client_interceptors
+from services.gateway.routing_metrics import SHED_GATEWAY_FULL, RoutingMetrics
 
 _log = logging.getLogger(__name__)
 
-HEALTH_POLL_S: Final = 1.0
-HEALTH_TIMEOUT_S: Final = 1.0
+KINDS: Final = ("acoustic", "vocoder")
+MODEL_INFO_TIMEOUT_S: Final = 2.0
+MODEL_INFO_RETRY_S: Final = 1.0
+# Watch reconnects back off to at most this, so a restarted worker is routable again within ~2 s
+# (the channel's own reconnect backoff is capped likewise in routing_settings).
+WATCH_RECONNECT_MAX_S: Final = 2.0
 
 
 class WorkerPool:
-    """Channels and health of every acoustic and vocoder endpoint."""
+    """Channels, health and routing state of every acoustic and vocoder endpoint of one gateway."""
 
-    def __init__(self, acoustic: Sequence[Endpoint], vocoder: Sequence[Endpoint], local_zone: str) -> None:
-        self._endpoints = {"acoustic": list(acoustic), "vocoder": list(vocoder)}
-        self._local_zone = local_zone
+    def __init__(
+        self,
+        acoustic: Sequence[Endpoint],
+        vocoder: Sequence[Endpoint],
+        local_zone: str,
+        settings: RoutingSettings | None = None,
+        registry: CollectorRegistry | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings or routing_settings_from_env()
+        self.local_zone = local_zone
+        self.metrics = RoutingMetrics(registry)
+        rng = rng or random.Random()
+        settings = self.settings
+        self.budget = RetryBudget(
+            RetryBudgetConfig(
+                retry_ratio=settings.retry_ratio,
+                min_retries_per_s=settings.retry_floor_per_s,
+                max_tokens=settings.retry_max_tokens,
+            )
+        )
+        self.metrics.retry_budget_tokens.set_function(self.budget.tokens)
+        health = HealthConfig(
+            consecutive_failures=settings.ejection_failures,
+            base_ejection_s=settings.base_ejection_s,
+            max_ejection_s=max(settings.max_ejection_s, settings.base_ejection_s),
+        )
+        retry = RetryConfig(
+            max_attempts=settings.max_attempts, base_backoff_s=settings.base_backoff_s, max_backoff_s=settings.max_backoff_s
+        )
+        endpoints = {"acoustic": list(acoustic), "vocoder": list(vocoder)}
         self._channels = {
-            endpoint: grpc.aio.insecure_channel(endpoint.address, options=list(CHANNEL_OPTIONS))
+            endpoint: grpc.aio.insecure_channel(
+                endpoint.address, options=channel_options(settings), interceptors=client_interceptors()
+            )
             for endpoint in [*acoustic, *vocoder]
         }
-        self._serving: dict[Endpoint, bool] = {endpoint: False for endpoint in self._channels}
+        self._tables: dict[str, HealthTable] = {}
+        self._pickers: dict[str, Picker] = {}
+        self._policies: dict[str, RetryPolicy] = {}
+        self._watchers: list[HealthWatcher] = []
+        for kind in KINDS:
+            hook = self.metrics.hook_for(kind, also=self._on_event_of(kind))
+            table = HealthTable(endpoints[kind], health, on_event=hook)
+            self._tables[kind] = table
+            self._pickers[kind] = Picker(table, PickerConfig(local_zone=local_zone), rng=rng, on_event=hook)
+            self._policies[kind] = RetryPolicy(retry, budget=self.budget, rng=rng, on_event=hook)
+            channels = {endpoint: self._channels[endpoint] for endpoint in endpoints[kind]}
+            self._watchers.append(HealthWatcher(table, channels, WatchConfig(reconnect_max_s=WATCH_RECONNECT_MAX_S), rng, hook))
         self._model_info: dict[Endpoint, acoustic_pb2.ModelInfo] = {}
-        self._poller: asyncio.Task[None] | None = None
+        self._info_fresh: set[Endpoint] = set()
+        self._last_info: acoustic_pb2.ModelInfo | None = None
+        self._info_tasks: dict[Endpoint, asyncio.Task[None]] = {}
+        self._open_streams = 0
         self.changed = asyncio.Event()
-        """Set after every poll round, for whoever waits on readiness."""
+        """Set (and cleared) whenever health or a model version changes, for whoever waits on readiness."""
 
     def start(self) -> None:
-        """Begin polling health in the background."""
-        self._poller = asyncio.create_task(self._poll_forever(), name="worker-health")
+        """Start watching every endpoint's health (call on the running event loop)."""
+        for watcher in self._watchers:
+            watcher.start()
 
     async def close(self) -> None:
-        """Stop polling and close every channel."""
-        if self._poller:
-            self._poller.cancel()
+        """Stop watching and close every channel."""
+        for watcher in self._watchers:
+            await watcher.stop()
+        for task in self._info_tasks.values():
+            task.cancel()
+        await asyncio.gather(*self._info_tasks.values(), return_exceptions=True)
         await asyncio.gather(*(channel.close() for channel in self._channels.values()), return_exceptions=True)
 
     @property
     def ready(self) -> bool:
-        """Whether at least one acoustic (with a known model) and one vocoder worker serve."""
-        return self._pick("acoustic") is not None and self._pick("vocoder") is not None
+        """Whether a vocoder and an acoustic worker (with a known model version) can take streams now."""
+        vocoders = any(status.available for status in self._tables["vocoder"].statuses())
+        acoustics = any(
+            status.available and status.endpoint in self._info_fresh for status in self._tables["acoustic"].statuses()
+        )
+        return vocoders and acoustics
 
-    def choose(self, kind: str) -> Endpoint:
-        """The endpoint the next `kind` stream goes to; NoWorkerError when none serves."""
-        endpoint = self._pick(kind)
-        if endpoint is None:
-            raise NoWorkerError(f"no {kind} worker is serving right now; retry shortly")
-        return endpoint
+    def table(self, kind: str) -> HealthTable:
+        """The health table of `kind` endpoints."""
+        return self._tables[kind]
+
+    def attempts(self, kind: str, model_version: str | None = None) -> Attempts:
+        """Attempt bookkeeping for one sentence on `kind` workers; acoustic ones must run `model_version`."""
+
+        def eligible(endpoint: Endpoint) -> bool:
+            if kind != "acoustic":
+                return True
+            info = self._model_info.get(endpoint)
+            return endpoint in self._info_fresh and info is not None and info.model_version == model_version
+
+        return Attempts(kind, self._tables[kind], self._pickers[kind], self._policies[kind], eligible)
 
     def acoustic_stub(self, endpoint: Endpoint) -> acoustic_pb2_grpc.AcousticStub:
         """A stub on `endpoint`'s channel."""
@@ -72,38 +146,70 @@ class WorkerPool:
         """A stub on `endpoint`'s channel."""
         return vocoder_pb2_grpc.VocoderStub(self._channels[endpoint])
 
-    def model_info(self, endpoint: Endpoint) -> acoustic_pb2.ModelInfo:
-        """What the acoustic worker at `endpoint` reported about its model."""
-        return self._model_info[endpoint]
+    def model_info(self) -> acoustic_pb2.ModelInfo | None:
+        """The acoustic model new requests are keyed on: that of the routable (local first) acoustic
+        workers, else the last one any worker reported; None if no worker has ever answered."""
+        routable = [
+            status.endpoint
+            for status in self._tables["acoustic"].statuses()
+            if status.available and status.endpoint in self._info_fresh
+        ]
+        routable.sort(key=lambda endpoint: endpoint.zone != self.local_zone)
+        return self._model_info[routable[0]] if routable else self._last_info
 
-    def _pick(self, kind: str) -> Endpoint | None:
-        def usable(endpoint: Endpoint) -> bool:
-            # An acoustic worker is only usable once its model version is known: cache keys need it.
-            return self._serving[endpoint] and (kind != "acoustic" or endpoint in self._model_info)
+    @contextmanager
+    def admit_stream(self) -> Iterator[None]:
+        """Count one client stream for the block, or shed it with RESOURCE_EXHAUSTED when the gateway is full."""
+        if self._open_streams >= self.settings.max_streams:
+            self.metrics.shed(SHED_GATEWAY_FULL)
+            raise DownstreamError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the gateway is serving its limit of {self.settings.max_streams} streams; retry with backoff",
+            )
+        self._open_streams += 1
+        try:
+            yield
+        finally:
+            self._open_streams -= 1
 
-        return first_healthy(self._endpoints[kind], self._local_zone, usable)
-
-    async def _poll_forever(self) -> None:
-        while True:
-            await asyncio.gather(*(self._poll(endpoint) for endpoint in self._channels))
+    def _on_event_of(self, kind: str):  # type: ignore[no-untyped-def]
+        def on_event(event: str, zone: str, reason: str) -> None:
+            if event != events.HEALTH_CHANGED:
+                return
+            if kind == "acoustic":
+                self._refresh_model_infos()
             self.changed.set()
             self.changed.clear()
-            await asyncio.sleep(HEALTH_POLL_S)
 
-    async def _poll(self, endpoint: Endpoint) -> None:
-        channel = self._channels[endpoint]
-        try:
-            reply = await health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=""), timeout=HEALTH_TIMEOUT_S
-            )
-            serving = reply.status == health_pb2.HealthCheckResponse.SERVING
-            if endpoint.kind == "acoustic" and serving and (not self._serving[endpoint] or endpoint not in self._model_info):
-                # (Re)read the model on every transition to SERVING: a restarted worker may run new weights.
-                self._model_info[endpoint] = await self.acoustic_stub(endpoint).GetModelInfo(
-                    acoustic_pb2.GetModelInfoRequest(), timeout=HEALTH_TIMEOUT_S
+        return on_event
+
+    def _refresh_model_infos(self) -> None:
+        """Read the model of every acoustic endpoint that turned SERVING; forget freshness of the others."""
+        for status in self._tables["acoustic"].statuses():
+            endpoint = status.endpoint
+            if status.serving is not Serving.SERVING:
+                # A worker that comes back may run new weights: its version is read again then.
+                self._info_fresh.discard(endpoint)
+            elif endpoint not in self._info_fresh and endpoint not in self._info_tasks:
+                task = asyncio.get_running_loop().create_task(self._read_model_info(endpoint), name=f"model-info {endpoint}")
+                self._info_tasks[endpoint] = task
+                task.add_done_callback(lambda _task, endpoint=endpoint: self._info_tasks.pop(endpoint, None))
+
+    async def _read_model_info(self, endpoint: Endpoint) -> None:
+        table = self._tables["acoustic"]
+        while table.status(endpoint).serving is Serving.SERVING:
+            try:
+                info = await self.acoustic_stub(endpoint).GetModelInfo(
+                    acoustic_pb2.GetModelInfoRequest(), timeout=MODEL_INFO_TIMEOUT_S
                 )
-        except grpc.aio.AioRpcError:
-            serving = False
-        if serving != self._serving[endpoint]:
-            _log.info("%s is %s", endpoint, "SERVING" if serving else "not serving")
-        self._serving[endpoint] = serving
+            except grpc.aio.AioRpcError as error:
+                _log.warning("GetModelInfo on %s failed (%s); asking again", endpoint, error.code().name)
+                await asyncio.sleep(MODEL_INFO_RETRY_S)
+                continue
+            self._model_info[endpoint] = info
+            self._info_fresh.add(endpoint)
+            self._last_info = info
+            _log.info("%s serves model %s", endpoint, info.model_version)
+            self.changed.set()
+            self.changed.clear()
+            return

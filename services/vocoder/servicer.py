@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import Executor
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator
 
 import grpc
 import numpy as np
 
+from libs.mesh.admission import worker_admission
 from libs.mesh.errors import InvalidRequestError, abort_for
 from libs.mesh.mel_slices import frames_of
 from libs.mesh.server import StreamTracker
 from libs.mesh.vocode_session import SentenceSession
 from libs.pb.tts.vocoder.v1 import vocoder_pb2, vocoder_pb2_grpc
-from libs.telemetry.metrics import VocoderMetrics
+from libs.telemetry.inference import InferenceRunner
+from libs.telemetry.metrics import STAGE_CHUNK, VocoderMetrics
+
+CANCEL_GRACE_S = 0.1
 
 
 class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
@@ -23,8 +28,8 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
     def __init__(self, metrics: VocoderMetrics, executor: Executor) -> None:
         self.engine: Any = None  # a VocoderEngine once loaded; None means "still loading"
         self._metrics = metrics
-        self._executor = executor
         self._tracker = StreamTracker(metrics.inflight_streams, metrics.streams_total)
+        self._inference = InferenceRunner(executor, metrics, lambda: getattr(self.engine, "batcher", None) is not None)
 
     async def GetVocoderInfo(
         self, request: vocoder_pb2.GetVocoderInfoRequest, context: grpc.aio.ServicerContext
@@ -42,9 +47,11 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
         self, request_iterator: AsyncIterator[vocoder_pb2.VocodeRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[vocoder_pb2.VocodeResponse]:
         engine = await self._ready_engine(context)
+        await worker_admission("vocoder").admit(context, engine)  # RESOURCE_EXHAUSTED when out of room
         async with self._tracker.track(context):
             session: SentenceSession | None = None
             async for request in request_iterator:
+                received_s = time.perf_counter()
                 try:
                     mel_slice = request.slice
                     if session is None or session.finished or mel_slice.sentence_index != session.sentence_index:
@@ -59,8 +66,16 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
                     frames = frames_of(mel_slice)
                     if frames.shape[0] != engine.n_mels:
                         raise InvalidRequestError(f"mel slice has {frames.shape[0]} bands; this vocoder takes {engine.n_mels}")
-                    block = await self._run(
-                        session.feed, mel_slice.first_frame, frames, request.context_only, mel_slice.is_last
+                    block = await self._inference.run(
+                        STAGE_CHUNK,
+                        session.feed,
+                        mel_slice.first_frame,
+                        frames,
+                        request.context_only,
+                        mel_slice.is_last,
+                        on_start=lambda started_s, received_s=received_s: self._metrics.mel_queue_seconds.observe(
+                            started_s - received_s
+                        ),
                     )
                 except (asyncio.CancelledError, grpc.aio.AbortError):
                     raise
@@ -79,6 +94,9 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
                     is_last=block.is_last,
                 )
             if session is not None and not session.finished:
+                # A cancelling gateway's stream also just ends here, a moment before the call is marked
+                # cancelled; give that moment, so only a real protocol error is answered as one.
+                await asyncio.sleep(CANCEL_GRACE_S)
                 await context.abort(
                     grpc.StatusCode.INVALID_ARGUMENT, f"stream ended inside sentence {session.sentence_index} (no is_last)"
                 )
@@ -87,6 +105,3 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
         if self.engine is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the vocoder model is still loading; retry shortly")
         return self.engine
-
-    async def _run(self, function: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)

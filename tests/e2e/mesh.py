@@ -53,6 +53,8 @@ class Mesh:
     zone: str = "local"
     redis: EmbeddedRedis | None = None
     services: dict[str, ServiceProcess] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment variables for every service process (e.g. OTEL_* settings)."""
 
     @property
     def gateway_address(self) -> str:
@@ -107,7 +109,7 @@ class Mesh:
     def _spawn(self, name: str, extra_args: list[str]) -> ServiceProcess:
         port, metrics_port = free_port(), free_port()
         log_path = self.log_dir / f"{name}.log"
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
         args = service_command(name, [
             "--host", "127.0.0.1",
             "--port", str(port),

@@ -1,0 +1,163 @@
+"""Worker admission control: refuse a new stream when the worker is out of room (DESIGN §7).
+
+A worker that takes a stream it cannot serve makes every stream on it slower and may run out of
+memory. It refuses at stream start instead, with RESOURCE_EXHAUSTED and a `grpc-retry-pushback-ms`
+hint, and the gateway reroutes. The limits: open streams, inference queue depth, process resident
+memory (CPU) and free GPU memory (CUDA devices). Each is a setting with an environment variable
+(`ADMISSION_ENV`); 0 switches a limit off.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Callable, Final, Mapping
+
+import grpc
+
+from libs.mesh.routing_settings import settings_from_env
+from libs.routing.retry import PUSHBACK_METADATA_KEY
+
+_log = logging.getLogger(__name__)
+
+# One inference thread takes streams in turns, chunk by chunk: past a few dozen open streams each
+# one gets its next chunk later than its audio plays, so more streams only make all of them late.
+DEFAULT_MAX_STREAMS: Final = 32
+# The batcher's own queue bound is 64 jobs; refusing new streams at half of it leaves the streams
+# already admitted the other half.
+DEFAULT_MAX_QUEUE_DEPTH: Final = 32
+DEFAULT_MAX_RSS_MB: Final = 0
+"""Off by default: the right bound is ~90% of the container's memory limit, which only the deployment knows."""
+# A sentence's activations on a GPU take tens of MiB; below half a GiB free the next batch may fail.
+DEFAULT_MIN_FREE_GPU_MB: Final = 512
+# About one chunk's compute on a busy worker: long enough for a stream to finish or a queue to drain.
+DEFAULT_PUSHBACK_MS: Final = 200
+
+_MIB: Final = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class AdmissionSettings:
+    """When a worker refuses new streams."""
+
+    max_streams: int = DEFAULT_MAX_STREAMS
+    """Open streams at which new ones are refused (count; 0: no limit)."""
+    max_queue_depth: int = DEFAULT_MAX_QUEUE_DEPTH
+    """Inference jobs waiting for a batch at which new streams are refused (count; 0: no limit)."""
+    max_rss_mb: int = DEFAULT_MAX_RSS_MB
+    """Process resident memory above which new streams are refused (MiB; 0: no limit)."""
+    min_free_gpu_mb: int = DEFAULT_MIN_FREE_GPU_MB
+    """Free memory of the worker's CUDA device below which new streams are refused (MiB; 0: no limit)."""
+    pushback_ms: int = DEFAULT_PUSHBACK_MS
+    """Retry-pushback hint sent with a refusal (milliseconds)."""
+
+
+ADMISSION_ENV: Final[Mapping[str, str]] = {
+    "max_streams": "TTS_MAX_STREAMS",
+    "max_queue_depth": "TTS_MAX_QUEUE_DEPTH",
+    "max_rss_mb": "TTS_MAX_RSS_MB",
+    "min_free_gpu_mb": "TTS_MIN_FREE_GPU_MB",
+    "pushback_ms": "TTS_OVERLOAD_PUSHBACK_MS",
+}
+"""The environment variable of each AdmissionSettings field."""
+
+
+def admission_settings_from_env(environ: Mapping[str, str] | None = None) -> AdmissionSettings:
+    """AdmissionSettings from the variables of ADMISSION_ENV, defaults for the rest."""
+    return settings_from_env(AdmissionSettings, ADMISSION_ENV, environ)
+
+
+def process_rss_mb() -> float:
+    """This process's resident memory now (MiB), from /proc; 0 where /proc is missing."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            resident_pages = int(statm.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0.0
+    return resident_pages * os.sysconf("SC_PAGE_SIZE") / _MIB
+
+
+def free_gpu_mb(device: str) -> float | None:
+    """Free memory of a CUDA `device` (MiB), or None for a CPU device."""
+    if not device.startswith("cuda"):
+        return None
+    import torch  # a GPU worker has loaded it long before the first stream
+
+    free_bytes, _ = torch.cuda.mem_get_info(torch.device(device))
+    return free_bytes / _MIB
+
+
+def refusal_reason(
+    settings: AdmissionSettings,
+    *,
+    open_streams: int,
+    queue_depth: int,
+    rss_mb: float,
+    free_gpu_mb: float | None,
+) -> str | None:
+    """Why a new stream must be refused given the worker's state, or None to admit it."""
+    if settings.max_streams and open_streams >= settings.max_streams:
+        return f"{open_streams} streams open (limit {settings.max_streams})"
+    if settings.max_queue_depth and queue_depth >= settings.max_queue_depth:
+        return f"{queue_depth} inference jobs queued (limit {settings.max_queue_depth})"
+    if settings.max_rss_mb and rss_mb > settings.max_rss_mb:
+        return f"process memory {rss_mb:.0f} MiB is above {settings.max_rss_mb} MiB"
+    if settings.min_free_gpu_mb and free_gpu_mb is not None and free_gpu_mb < settings.min_free_gpu_mb:
+        return f"free GPU memory {free_gpu_mb:.0f} MiB is below {settings.min_free_gpu_mb} MiB"
+    return None
+
+
+class Admission:
+    """Counts a worker's open streams and refuses new ones past the limits; one per servicer."""
+
+    def __init__(
+        self,
+        settings: AdmissionSettings,
+        rss_mb: Callable[[], float] = process_rss_mb,
+        gpu_free_mb: Callable[[str], float | None] = free_gpu_mb,
+    ) -> None:
+        self.settings = settings
+        self.open_streams = 0
+        self._rss_mb = rss_mb
+        self._gpu_free_mb = gpu_free_mb
+
+    async def admit(self, context: grpc.aio.ServicerContext, engine: object) -> None:
+        """Admit the stream of `context` (counted until it ends) or abort it with RESOURCE_EXHAUSTED.
+
+        `engine` is the worker's engine: its `queue_depth` and `settings.device` are read when it has them.
+        """
+        settings = self.settings
+        device = str(getattr(getattr(engine, "settings", None), "device", "cpu"))
+        reason = refusal_reason(
+            settings,
+            open_streams=self.open_streams,
+            queue_depth=int(getattr(engine, "queue_depth", 0)),
+            rss_mb=self._rss_mb() if settings.max_rss_mb else 0.0,
+            free_gpu_mb=self._gpu_free_mb(device) if settings.min_free_gpu_mb else None,
+        )
+        if reason is not None:
+            _log.warning("refusing a new stream: %s", reason)
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"worker overloaded: {reason}; retry on another worker",
+                trailing_metadata=((PUSHBACK_METADATA_KEY, str(settings.pushback_ms)),),
+            )
+        self.open_streams += 1
+        context.add_done_callback(self._stream_done)
+
+    def _stream_done(self, _context: object) -> None:
+        self.open_streams -= 1
+
+
+_admissions: dict[str, Admission] = {}
+
+
+def worker_admission(service: str) -> Admission:
+    """The process-wide Admission of worker `service`, configured from the environment on first use."""
+    admission = _admissions.get(service)
+    if admission is None:
+        admission = Admission(admission_settings_from_env())
+        _admissions[service] = admission
+        _log.info("admission limits: %s", admission.settings)
+    return admission

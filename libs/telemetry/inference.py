@@ -1,0 +1,63 @@
+"""A worker's model steps on its inference executor, timed into metrics and traced in the caller's trace.
+
+`loop.run_in_executor` does not carry context variables into the thread, so a span started there
+would begin a new trace; `InferenceRunner.run` runs the step in a copy of the caller's context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import time
+from concurrent.futures import Executor
+from typing import Any, Callable, Mapping
+
+from libs.telemetry.metrics import WorkerMetrics
+from libs.telemetry.tracing import step_span
+
+
+class InferenceRunner:
+    """Runs model steps on `executor` and records their queue and run time in `metrics`."""
+
+    def __init__(self, executor: Executor, metrics: WorkerMetrics, batched: Callable[[], bool]) -> None:
+        """`batched()` says whether the engine now runs its chunks through a dynamic batcher (whose
+        `on_batch` callback then reports queue time and batch size instead)."""
+        self._executor = executor
+        self._metrics = metrics
+        self._batched = batched
+
+    async def run(
+        self,
+        stage: str,
+        function: Callable[..., Any],
+        *args: Any,
+        span: str | None = None,
+        span_attributes: Mapping[str, Any] | None = None,
+        on_start: Callable[[float], None] | None = None,
+    ) -> Any:
+        """`function(*args)` on the executor, as model step `stage`.
+
+        `span` names a span around the step (child of the caller's current span); `on_start` is
+        called on the executor thread with the `time.perf_counter()` at which the step starts.
+        """
+        submitted_s = time.perf_counter()
+        context = contextvars.copy_context()
+        batched = self._batched()
+
+        def timed() -> Any:
+            started_s = time.perf_counter()
+            if on_start is not None:
+                on_start(started_s)
+            try:
+                if span is None:
+                    return context.run(function, *args)
+                return context.run(_in_span, span, span_attributes, function, args)
+            finally:
+                self._metrics.observe_step(stage, started_s - submitted_s, time.perf_counter() - started_s, batched)
+
+        return await asyncio.get_running_loop().run_in_executor(self._executor, timed)
+
+
+def _in_span(name: str, attributes: Mapping[str, Any] | None, function: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    with step_span(name, attributes):
+        return function(*args)

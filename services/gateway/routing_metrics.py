@@ -1,0 +1,94 @@
+"""Prometheus metrics of the gateway's routing: retries, resumes, ejections and shed requests.
+
+They are fed by the routing library's event hooks (`hook_for(kind)`) and by the gateway's stream
+code (`resumed`, `shed`), and registered on the gateway's own registry next to GatewayMetrics.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from libs.routing import events
+from libs.routing.events import EventHook
+
+SHED_GATEWAY_FULL: Final = "gateway_full"
+"""The gateway already serves its maximum of concurrent streams."""
+SHED_WORKERS_SATURATED: Final = "workers_saturated"
+"""Every worker that could take the stream refused it with RESOURCE_EXHAUSTED."""
+SHED_RETRY_BUDGET: Final = "retry_budget"
+"""A worker refused and the retry budget had no token for another attempt."""
+
+
+class RoutingMetrics:
+    """Counters of routing decisions, by zone and reason."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.retries_total = Counter(
+            "tts_gateway_retries_total",
+            "Failed worker attempts that were retried, by the zone that failed and the gRPC code (lower case).",
+            ["zone", "reason"],
+            registry=self.registry,
+        )
+        self.retries_denied_total = Counter(
+            "tts_gateway_retries_denied_total",
+            "Retryable failures not retried, by zone and why (max_attempts, deadline, pushback_stop, budget).",
+            ["zone", "reason"],
+            registry=self.registry,
+        )
+        self.resumes_total = Counter(
+            "tts_gateway_resumes_total",
+            "Worker streams reopened on another endpoint mid-utterance, by kind, the zone that failed and the code.",
+            ["kind", "zone", "reason"],
+            registry=self.registry,
+        )
+        self.ejections_total = Counter(
+            "tts_gateway_ejections_total",
+            "Endpoints ejected after consecutive failures, by kind and zone.",
+            ["kind", "zone"],
+            registry=self.registry,
+        )
+        self.spills_total = Counter(
+            "tts_gateway_spills_total",
+            "Attempts sent outside the local zone, by kind, chosen zone and reason (local_unavailable, local_failed).",
+            ["kind", "zone", "reason"],
+            registry=self.registry,
+        )
+        self.shed_total = Counter(
+            "tts_gateway_shed_total",
+            "Client streams refused with RESOURCE_EXHAUSTED because the mesh had no room, by reason.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.retry_budget_tokens = Gauge(
+            "tts_gateway_retry_budget_tokens",
+            "Retries the gateway's retry budget would allow right now (tokens).",
+            registry=self.registry,
+        )
+
+    def hook_for(self, kind: str, also: Callable[[str, str, str], None] | None = None) -> EventHook:
+        """The routing event hook of the `kind` ("acoustic"/"vocoder") endpoints; `also` sees every event too."""
+
+        def on_event(event: str, zone: str, reason: str) -> None:
+            if event == events.RETRY:
+                self.retries_total.labels(zone=zone, reason=reason).inc()
+            elif event == events.RETRY_DENIED:
+                self.retries_denied_total.labels(zone=zone, reason=reason).inc()
+            elif event == events.EJECTED:
+                self.ejections_total.labels(kind=kind, zone=zone).inc()
+            elif event == events.SPILL:
+                self.spills_total.labels(kind=kind, zone=zone, reason=reason).inc()
+            if also is not None:
+                also(event, zone, reason)
+
+        return on_event
+
+    def resumed(self, kind: str, zone: str, reason: str) -> None:
+        """A `kind` stream that failed in `zone` with `reason` is being reopened elsewhere."""
+        self.resumes_total.labels(kind=kind, zone=zone, reason=reason).inc()
+
+    def shed(self, reason: str) -> None:
+        """A client stream was refused for `reason` (one of the SHED_* words)."""
+        self.shed_total.labels(reason=reason).inc()

@@ -1,0 +1,227 @@
+"""One utterance's vocoder stream that survives worker failures, giving each sample exactly once.
+
+The stream keeps every mel slice of each sentence the client has not fully received. When the
+call breaks (or the worker goes silent while it owes samples), a new call is opened on another
+endpoint and primed: the current sentence's slices that lie wholly before the client's position go
+as `context_only` (vocoded for context, not returned), the rest and every later sentence's slices
+go again as normal. Chunk windows are fixed by frame index (DESIGN §5), so the new worker's samples
+are bit-identical to the broken call's; replies carry `first_sample`, and whatever the client
+already has is dropped, so it hears no gap and no repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Final
+
+import grpc
+import numpy as np
+
+from libs.mesh.errors import DownstreamError
+from libs.pb.tts.common.v1 import mel_pb2
+from libs.pb.tts.vocoder.v1 import vocoder_pb2
+from libs.routing.endpoints import Endpoint
+from services.gateway.worker_calls import CallReader, Deadline, StreamEnded, WorkerSilent, failure_of, give_up
+from services.gateway.workers import WorkerPool
+
+_log = logging.getLogger(__name__)
+
+_CALL_ERRORS = (grpc.aio.AioRpcError, asyncio.InvalidStateError, WorkerSilent, StreamEnded)
+
+# A vocoder returns a chunk's samples once the chunk and its right context have arrived: at most
+# 256 frames plus a few dozen of context. Past this many unanswered frames it owes samples even
+# before the sentence's last slice, so its silence counts against the attempt timeout.
+UNANSWERED_FRAMES_OWED: Final = 384
+
+
+@dataclass
+class _SentenceMel:
+    """The slices of one sentence sent so far, kept until the client has all of its samples."""
+
+    index: int
+    slices: list[mel_pb2.MelSlice] = field(default_factory=list)
+    frames_sent: int = 0
+    complete: bool = False
+    """Whether its last slice is among `slices`."""
+
+
+@dataclass(frozen=True)
+class Samples:
+    """New samples for the client, in order, none repeated."""
+
+    sentence_index: int
+    """0-based sentence index."""
+    samples: np.ndarray
+    """float32 mono samples that follow the previous ones of the sentence."""
+    sample_rate_hz: int
+    """Rate of `samples`."""
+    is_last: bool
+    """Whether the sentence ends with these."""
+
+
+class ResumableVocoderStream:
+    """Feeds mel slices to a vocoder worker and yields the samples, resuming elsewhere on failure.
+
+    `send` and `finish` are called by the producer; `samples` is iterated by one reader.
+    """
+
+    def __init__(self, pool: WorkerPool, deadline: Deadline, hop_length: int) -> None:
+        self._pool = pool
+        self._deadline = deadline
+        self._hop_length = hop_length
+        self._timeout_s = pool.settings.attempt_timeout_s
+        self._sentences: dict[int, _SentenceMel] = {}  # insertion order is sentence order
+        self._lock = asyncio.Lock()  # one writer at a time: the producer, or a reopen's priming
+        self._writing_done = False
+        self._call: Any = None
+        self._reader: CallReader | None = None
+        self._endpoint: Endpoint | None = None
+        self._attempts = pool.attempts("vocoder")
+        self._next_sample = 0  # within the sentence being delivered (the first of `_sentences`)
+        self._owed_since_s: float | None = None
+        self._progressed = False
+
+    async def send(self, mel_slice: mel_pb2.MelSlice) -> None:
+        """Vocode `mel_slice` (slices arrive in order); kept for priming a reopened stream."""
+        async with self._lock:
+            sentence = self._sentences.setdefault(mel_slice.sentence_index, _SentenceMel(mel_slice.sentence_index))
+            sentence.slices.append(mel_slice)
+            sentence.frames_sent = mel_slice.first_frame + mel_slice.frame_count
+            sentence.complete = mel_slice.is_last
+            if self._call is not None:
+                try:
+                    await self._call.write(vocoder_pb2.VocodeRequest(slice=mel_slice))
+                except _CALL_ERRORS:
+                    pass  # the reader sees the broken call and reopens it with this slice included
+            if self._owed_since_s is None and self._owes():
+                self._owed_since_s = time.monotonic()
+
+    async def finish(self) -> None:
+        """No more slices will come: half-close the stream once everything is sent."""
+        async with self._lock:
+            self._writing_done = True
+            if self._call is not None:
+                try:
+                    await self._call.done_writing()
+                except _CALL_ERRORS:
+                    pass
+
+    async def samples(self) -> AsyncIterator[Samples]:
+        """Every sample of every sentence, in order, exactly once, across as many calls as it takes."""
+        while True:
+            try:
+                if self._call is None:
+                    await self._open()
+                assert self._reader is not None
+                reply = await self._reader.read(self._silent_too_long, check_every_s=self._timeout_s / 4)
+                if reply is grpc.aio.EOF:
+                    if self._writing_done and not self._sentences:
+                        self._drop()
+                        return
+                    raise StreamEnded()
+            except _CALL_ERRORS as error:
+                await self._after_failure(error)
+                continue
+            fresh = self._take(reply)
+            if fresh is not None:
+                yield fresh
+
+    def cancel(self) -> None:
+        """Cancel the call at once (client gone or utterance failed)."""
+        self._drop()
+
+    def _take(self, reply: vocoder_pb2.VocodeResponse) -> Samples | None:
+        """The part of `reply` the client does not have yet; moves the delivery position on."""
+        current = next(iter(self._sentences.values()), None)
+        if current is None or reply.sentence_index != current.index:
+            raise DownstreamError(
+                grpc.StatusCode.INTERNAL,
+                f"vocoder answered for sentence {reply.sentence_index} while sentence "
+                f"{None if current is None else current.index} was being delivered",
+            )
+        if reply.first_sample > self._next_sample:
+            raise DownstreamError(
+                grpc.StatusCode.INTERNAL,
+                f"vocoder skipped samples {self._next_sample}..{reply.first_sample} of sentence {reply.sentence_index}",
+            )
+        self._progressed = True
+        samples = np.frombuffer(reply.samples, dtype="<f4")[self._next_sample - reply.first_sample :]
+        self._next_sample += len(samples)
+        if reply.is_last:
+            del self._sentences[current.index]
+            self._next_sample = 0
+            self._attempts.succeeded(self._endpoint)  # type: ignore[arg-type]
+        self._owed_since_s = time.monotonic() if self._owes() else None
+        if not len(samples) and not reply.is_last:
+            return None
+        return Samples(reply.sentence_index, samples, reply.sample_rate_hz, reply.is_last)
+
+    def _owes(self) -> bool:
+        """Whether the worker owes samples now: a sentence it has whole, or too many unanswered frames."""
+        if any(sentence.complete for sentence in self._sentences.values()):
+            return True
+        current = next(iter(self._sentences.values()), None)
+        return current is not None and current.frames_sent - self._next_sample // self._hop_length >= UNANSWERED_FRAMES_OWED
+
+    def _silent_too_long(self) -> bool:
+        owed_since_s = self._owed_since_s
+        return owed_since_s is not None and time.monotonic() - owed_since_s > self._timeout_s
+
+    async def _open(self) -> None:
+        """Open a call on the best endpoint and prime it with everything the client still needs."""
+        async with self._lock:
+            endpoint = self._attempts.choose()
+            if endpoint is None:
+                raise give_up(self._attempts, None, self._pool.metrics)
+            self._call = self._pool.vocoder_stub(endpoint).Vocode(timeout=self._deadline.remaining_s())
+            self._reader = CallReader(self._call)
+            self._endpoint = endpoint
+            self._pool.table("vocoder").stream_started(endpoint)
+            self._owed_since_s = time.monotonic() if self._owes() else None
+            try:
+                # A worker that hangs while being primed is as silent as one that hangs later.
+                await asyncio.wait_for(self._prime(self._call), self._timeout_s)
+            except asyncio.TimeoutError:
+                raise WorkerSilent() from None
+
+    async def _prime(self, call: Any) -> None:
+        client_frame = self._next_sample // self._hop_length
+        for position, sentence in enumerate(self._sentences.values()):
+            for mel_slice in sentence.slices:
+                # Slices wholly before the client's position are context: the worker needs them to
+                # compute the chunk the client is in, and must not send their samples again.
+                context_only = position == 0 and mel_slice.first_frame + mel_slice.frame_count <= client_frame
+                await call.write(vocoder_pb2.VocodeRequest(slice=mel_slice, context_only=context_only))
+        if self._writing_done:
+            await call.done_writing()
+
+    async def _after_failure(self, error: BaseException) -> None:
+        call, endpoint = self._call, self._endpoint
+        self._drop()  # cancels the call first, so a producer blocked in a write lets go of the lock
+        if endpoint is None:  # no endpoint could be chosen: `_open` raised the client's error already
+            raise error
+        failure = await failure_of(call, error, self._timeout_s)
+        decision = self._attempts.failed(endpoint, failure, self._deadline.remaining_s())
+        current = next(iter(self._sentences), None)
+        _log.warning(
+            "vocoder stream on %s failed in sentence %s at sample %d: %s %s; %s",
+            endpoint, current, self._next_sample, failure.code.name, failure.details,
+            f"retrying in {decision.delay_s:.3f} s" if decision.retry else f"giving up ({decision.reason})",
+        )  # fmt: skip
+        if not decision.retry:
+            raise give_up(self._attempts, decision, self._pool.metrics)
+        if self._progressed:
+            self._pool.metrics.resumed("vocoder", endpoint.zone, failure.code.name.lower())
+        await asyncio.sleep(decision.delay_s)
+
+    def _drop(self) -> None:
+        if self._call is None:
+            return
+        self._call.cancel()
+        if self._reader is not None:
+            self._reader.close()
+        self._pool.table("vocoder").stream_finished(self._endpoint)  # type: ignore[arg-type]
+        self._call = self._reader = self._endpoint = None

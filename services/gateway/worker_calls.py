@@ -1,0 +1,117 @@
+"""What the gateway's resumable worker streams share: the deadline, reads that notice a silent
+worker, turning a broken call into an `AttemptFailure`, and the error a client gets when no
+attempt is left."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Callable, Final
+
+import grpc
+
+from libs.mesh.errors import DownstreamError, NoWorkerError
+from libs.mesh.worker_choice import AttemptFailure, Attempts
+from libs.routing.retry import RetryDecision
+from services.gateway.routing_metrics import SHED_RETRY_BUDGET, SHED_WORKERS_SATURATED, RoutingMetrics
+
+
+class Deadline:
+    """The client's deadline, as an absolute monotonic time (or none)."""
+
+    def __init__(self, timeout_s: float | None) -> None:
+        self._at_s = None if timeout_s is None else time.monotonic() + timeout_s
+
+    def remaining_s(self) -> float | None:
+        """Seconds left (never negative), or None when the client set no deadline."""
+        if self._at_s is None:
+            return None
+        return max(0.0, self._at_s - time.monotonic())
+
+
+class WorkerSilent(Exception):
+    """A worker that owed an answer said nothing for longer than the attempt timeout."""
+
+
+class StreamEnded(Exception):
+    """A worker closed its stream cleanly while it still owed work (e.g. it is draining for shutdown)."""
+
+
+class CallReader:
+    """Reads one call's messages while a `stalled` check decides when silence means a hung worker.
+
+    The pending read survives the periodic checks (a cancelled read would cancel the whole call).
+    """
+
+    def __init__(self, call: Any) -> None:
+        self._call = call
+        self._pending: asyncio.Future[Any] | None = None
+
+    async def read(self, stalled: Callable[[], bool], check_every_s: float) -> Any:
+        """The next message (or grpc.aio.EOF); raises the call's error, or WorkerSilent once `stalled()`."""
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(self._call.read())
+        while True:
+            done, _ = await asyncio.wait({self._pending}, timeout=check_every_s)
+            if done:
+                pending, self._pending = self._pending, None
+                return pending.result()
+            if stalled():
+                raise WorkerSilent()
+
+    def close(self) -> None:
+        """Drop the pending read (call after cancelling the call)."""
+        if self._pending is not None:
+            self._pending.cancel()
+            # Retrieve the outcome so asyncio does not log "exception was never retrieved".
+            self._pending.add_done_callback(lambda future: future.cancelled() or future.exception())
+            self._pending = None
+
+
+async def failure_of(call: Any, error: BaseException, silence_s: float) -> AttemptFailure:
+    """The AttemptFailure behind `error`, raised by an operation on `call` or by reading it."""
+    if isinstance(error, WorkerSilent):
+        return AttemptFailure(grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer for {silence_s:.1f} s")
+    if isinstance(error, StreamEnded):
+        return AttemptFailure(grpc.StatusCode.UNAVAILABLE, "the stream ended before its work was done")
+    if isinstance(error, grpc.aio.AioRpcError):
+        return AttemptFailure(_transport_aware_code(error), error.details() or "", error.trailing_metadata())
+    # A write on a call that has already ended (asyncio.InvalidStateError): the call has the status.
+    try:
+        code = await asyncio.wait_for(call.code(), 1.0)
+        details = await call.details()
+        trailers = await call.trailing_metadata()
+    except (asyncio.TimeoutError, grpc.aio.AioRpcError, asyncio.CancelledError):
+        return AttemptFailure(grpc.StatusCode.UNAVAILABLE, f"stream broke: {type(error).__name__}")
+    if code is grpc.StatusCode.OK:
+        code = grpc.StatusCode.UNAVAILABLE  # ended without finishing the work: as good as a broken stream
+    return AttemptFailure(code, details or "", trailers)
+
+
+# What gRPC core reports, as INTERNAL, when the connection under a stream breaks (the worker process
+# died, or the stream was reset) without the worker ever sending a status. That is a lost worker,
+# not a worker's verdict on the request, so it is handled like UNAVAILABLE.
+_TRANSPORT_FAILURE_DETAILS: Final = ("Internal error from Core", "RST_STREAM", "Stream removed", "Socket closed")
+
+
+def _transport_aware_code(error: grpc.aio.AioRpcError) -> grpc.StatusCode:
+    details = error.details() or ""
+    if error.code() is grpc.StatusCode.INTERNAL and any(marker in details for marker in _TRANSPORT_FAILURE_DETAILS):
+        return grpc.StatusCode.UNAVAILABLE
+    return error.code()
+
+
+def give_up(attempts: Attempts, decision: RetryDecision | None, metrics: RoutingMetrics) -> Exception:
+    """The error the client gets when `attempts` cannot go on (`decision` None: no endpoint was left)."""
+    failure = attempts.last_failure
+    if failure is not None and failure.code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        budget_spent = decision is not None and decision.reason == "budget"
+        metrics.shed(SHED_RETRY_BUDGET if budget_spent else SHED_WORKERS_SATURATED)
+        return DownstreamError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"every {attempts.kind} worker that could take this request is overloaded ({failure.details}); retry with backoff",
+        )
+    if failure is None:
+        return NoWorkerError(f"no {attempts.kind} worker is available right now; retry shortly")
+    why = "no other worker is available" if decision is None else f"not retried: {decision.reason}"
+    return DownstreamError(failure.code, f"{attempts.kind} worker failed ({failure.details}); {why}")

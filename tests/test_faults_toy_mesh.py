@@ -1,0 +1,293 @@
+"""The gateway's routing and resume logic against real gRPC worker servers in this process.
+
+The servicers, the gateway's pipeline, worker pool and resumable streams are the real ones; the
+engines are small (tests/faults/toy_mesh.py), so every run checks resume exactness in seconds.
+Faults come from a TCP proxy in front of each worker: `crash` resets every connection and refuses
+new ones (like a killed process), `blackhole` holds bytes (a hung worker). The real voice in
+separate processes is covered by tests/test_faults_mesh.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import SimpleNamespace
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+import grpc
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from libs.mesh.errors import DownstreamError
+from libs.mesh.mel_cache import MelCache
+from libs.mesh.routing_settings import RoutingSettings
+from libs.mesh.validation import resolve_options
+from libs.pb.tts.acoustic.v1 import acoustic_pb2
+from libs.pb.tts.v1 import tts_pb2
+from libs.routing.endpoints import parse_endpoint
+from libs.routing.retry import PUSHBACK_METADATA_KEY
+from libs.voice.registry import default_registry
+from services.gateway.pipeline import UtterancePipeline
+from services.gateway.workers import WorkerPool
+from tests.faults.scripted_worker import ScriptedAcoustic
+from tests.faults.toy_mesh import HOP_LENGTH, SAMPLE_RATE_HZ, ToyAcousticEngine, ToyMesh, wait_until
+
+ATTEMPT_TIMEOUT_S = 1.0  # generous: the machine running the tests may be busy
+# Two sentences of ~360 frames (~4 s of audio) each: long enough to break a stream in the middle.
+SENTENCE_IDS = [[1] + [0, 20, 0, 59, 0, 24, 0, 27, 0, 3] * 6 + [0, 2], [1] + [0, 35, 0, 27, 0, 30, 0, 17, 0, 8] * 6 + [0, 2]]
+
+OnPiece = Callable[[int, tts_pb2.SynthesizeResponse], Awaitable[None]]
+
+
+def _settings(**overrides: Any) -> RoutingSettings:
+    values: dict[str, Any] = dict(attempt_timeout_s=ATTEMPT_TIMEOUT_S, base_backoff_s=0.01, max_backoff_s=0.05, base_ejection_s=1.0)
+    values.update(overrides)
+    return RoutingSettings(**values)
+
+
+async def _pool(acoustic: list[str], vocoder: list[str], **overrides: Any) -> WorkerPool:
+    pool = WorkerPool(
+        [parse_endpoint(spec, "acoustic") for spec in acoustic],
+        [parse_endpoint(spec, "vocoder") for spec in vocoder],
+        "zone-a",
+        settings=_settings(**overrides),
+        registry=CollectorRegistry(),
+    )
+    pool.start()
+    await wait_until(lambda: pool.ready)
+    return pool
+
+
+async def _sentences() -> AsyncIterator[Any]:
+    for index, ids in enumerate(SENTENCE_IDS):
+        yield SimpleNamespace(text=f"Sentence {index}.", phonemes=["x"], phoneme_ids=ids)
+
+
+async def _speak(pool: WorkerPool, on_piece: OnPiece | None = None, timeout_s: float = 30.0) -> np.ndarray:
+    options = resolve_options(
+        default_registry(), voice="", speed=0, encoding=tts_pb2.FLOAT_PCM, sample_rate_hz=0, speaker_id=0,
+        request_id="toy", include_alignment=False,
+    )  # fmt: skip
+    pipeline = UtterancePipeline(
+        pool=pool, cache=MelCache(None, ttl_s=1, timeout_s=0.1), flights=_flights(), options=options,
+        utterance_id="toy", timeout_s=timeout_s,
+    )  # fmt: skip
+    pieces: list[np.ndarray] = []
+    async for response in pipeline.run(_sentences()):
+        pieces.append(np.frombuffer(response.audio, dtype="<f4"))
+        if on_piece is not None:
+            await on_piece(len(pieces), response)
+    return np.concatenate(pieces)
+
+
+def _flights():  # type: ignore[no-untyped-def]
+    from libs.mesh.single_flight import SingleFlight
+
+    return SingleFlight()
+
+
+def _metric(pool: WorkerPool, name: str, **labels: str) -> float:
+    value = pool.metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+@pytest.fixture
+async def mesh() -> AsyncIterator[ToyMesh]:
+    running = await ToyMesh().start()
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+async def _zone_pool(mesh: ToyMesh, **overrides: Any) -> WorkerPool:
+    zones = ("zone-a", "zone-b")
+    return await _pool([mesh.of("acoustic", z).spec for z in zones], [mesh.of("vocoder", z).spec for z in zones], **overrides)
+
+
+@pytest.mark.parametrize("kind", ["vocoder", "acoustic"])
+async def test_worker_crash_mid_sentence_resumes_in_other_zone_sample_for_sample(mesh: ToyMesh, kind: str) -> None:
+    pool = await _zone_pool(mesh)
+    try:
+        reference = await _speak(pool)
+        local = mesh.of(kind, "zone-a")
+
+        async def crash_after_first_audio(count: int, response: tts_pb2.SynthesizeResponse) -> None:
+            if count == 1:
+                assert not response.sentence_end, "the first sentence must still be running when the worker dies"
+                await local.proxy.crash()
+
+        faulted = await _speak(pool, crash_after_first_audio)
+        assert faulted.shape == reference.shape
+        assert np.array_equal(faulted, reference), f"max diff {np.abs(faulted - reference).max()}"
+        assert _metric(pool, "tts_gateway_resumes_total", kind=kind, zone="zone-a", reason="unavailable") >= 1
+        if kind == "vocoder":
+            # The new stream was primed with context, not asked to vocode the first sentence again.
+            resumed_samples = mesh.of("vocoder", "zone-b").metrics.registry.get_sample_value("tts_vocoder_samples_total")
+            assert 0 < resumed_samples < len(reference)
+    finally:
+        await pool.close()
+
+
+async def test_blackholed_vocoder_fails_over_within_the_attempt_timeout(mesh: ToyMesh) -> None:
+    pool = await _zone_pool(mesh)
+    try:
+        reference = await _speak(pool)
+        started = time.monotonic()
+        first_audio_s: list[float] = []
+
+        async def blackhole_after_first_audio(count: int, response: tts_pb2.SynthesizeResponse) -> None:
+            if count == 1:
+                first_audio_s.append(time.monotonic() - started)
+                await mesh.of("vocoder", "zone-a").proxy.blackhole()
+
+        faulted = await _speak(pool, blackhole_after_first_audio, timeout_s=10.0)
+        assert np.array_equal(faulted, reference)
+        assert _metric(pool, "tts_gateway_resumes_total", kind="vocoder", zone="zone-a", reason="deadline_exceeded") >= 1
+        # One attempt timeout of silence, then the rest of the audio from the other zone.
+        assert time.monotonic() - started < 10.0
+    finally:
+        await pool.close()
+
+
+async def test_blackholed_acoustic_before_the_request_is_abandoned_after_the_attempt_timeout(mesh: ToyMesh) -> None:
+    pool = await _zone_pool(mesh)
+    try:
+        reference = await _speak(pool)
+        await mesh.of("acoustic", "zone-a").proxy.blackhole()
+        started = time.monotonic()
+        first: list[float] = []
+
+        async def note_first(count: int, response: tts_pb2.SynthesizeResponse) -> None:
+            if count == 1:
+                first.append(time.monotonic() - started)
+
+        faulted = await _speak(pool, note_first)
+        assert np.array_equal(faulted, reference)
+        assert ATTEMPT_TIMEOUT_S <= first[0] < ATTEMPT_TIMEOUT_S + 2.0
+        assert _metric(pool, "tts_gateway_retries_total", zone="zone-a", reason="deadline_exceeded") >= 1
+    finally:
+        await pool.close()
+
+
+async def test_new_streams_stay_in_the_local_zone_and_spill_only_when_it_is_down(mesh: ToyMesh) -> None:
+    pool = await _zone_pool(mesh)
+    try:
+        await _speak(pool)
+        assert mesh.of("vocoder", "zone-a").streams() == 1 and mesh.of("vocoder", "zone-b").streams() == 0
+        await mesh.of("vocoder", "zone-a").set_serving(False)
+        await wait_until(lambda: not pool.table("vocoder").statuses()[0].available)
+        await _speak(pool)
+        assert mesh.of("vocoder", "zone-b").streams() == 1
+        assert _metric(pool, "tts_gateway_spills_total", kind="vocoder", zone="zone-b", reason="local_unavailable") == 1
+        await mesh.of("vocoder", "zone-a").set_serving(True)
+        await wait_until(lambda: pool.table("vocoder").statuses()[0].available)
+        await _speak(pool)
+        assert mesh.of("vocoder", "zone-a").streams() == 2 and mesh.of("vocoder", "zone-b").streams() == 1
+    finally:
+        await pool.close()
+
+
+def _scripted(code: grpc.StatusCode, trailers: tuple[tuple[str, str], ...] = ()) -> ScriptedAcoustic:
+    engine = ToyAcousticEngine
+    info = acoustic_pb2.ModelInfo(
+        model_version=engine.model_version, voice=engine.voice_name, sample_rate_hz=SAMPLE_RATE_HZ,
+        hop_length=HOP_LENGTH, n_mels=engine.n_mels, num_speakers=1,
+    )  # fmt: skip
+    worker = ScriptedAcoustic(info, code, trailers)
+    worker.start()
+    return worker
+
+
+async def test_overloaded_local_worker_is_skipped_for_another_without_client_error(mesh: ToyMesh) -> None:
+    refusing = _scripted(grpc.StatusCode.RESOURCE_EXHAUSTED, ((PUSHBACK_METADATA_KEY, "20"),))
+    pool = await _pool([f"zone-a={refusing.address}", mesh.of("acoustic", "zone-b").spec], [mesh.of("vocoder", "zone-a").spec])
+    try:
+        audio = await _speak(pool)
+        assert len(audio) == sum(len(ids) for ids in SENTENCE_IDS) * 6 * HOP_LENGTH
+        # One refusal per sentence (each sentence starts with the local zone), both served by zone-b.
+        assert refusing.streams >= 1
+        assert _metric(pool, "tts_gateway_retries_total", zone="zone-a", reason="resource_exhausted") == refusing.streams
+        assert pool.table("acoustic").statuses()[0].consecutive_failures == 0, "refusals must not count towards ejection"
+    finally:
+        await pool.close()
+        refusing.stop()
+
+
+async def test_every_worker_refusing_sheds_the_request_quickly(mesh: ToyMesh) -> None:
+    refusing = [_scripted(grpc.StatusCode.RESOURCE_EXHAUSTED, ((PUSHBACK_METADATA_KEY, "20"),)) for _ in range(2)]
+    pool = await _pool([f"zone-a={refusing[0].address}", f"zone-b={refusing[1].address}"], [mesh.of("vocoder", "zone-a").spec])
+    try:
+        started = time.monotonic()
+        with pytest.raises(DownstreamError) as raised:
+            await _speak(pool)
+        assert raised.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert time.monotonic() - started < 1.0
+        assert [servicer.streams for servicer in refusing] == [1, 1]
+        assert _metric(pool, "tts_gateway_shed_total", reason="workers_saturated") == 1
+    finally:
+        await pool.close()
+        for worker in refusing:
+            worker.stop()
+
+
+async def test_invalid_argument_from_a_worker_is_not_retried(mesh: ToyMesh) -> None:
+    rejecting = _scripted(grpc.StatusCode.INVALID_ARGUMENT)
+    pool = await _pool([f"zone-a={rejecting.address}", mesh.of("acoustic", "zone-b").spec], [mesh.of("vocoder", "zone-a").spec])
+    try:
+        with pytest.raises(DownstreamError) as raised:
+            await _speak(pool)
+        assert raised.value.code is grpc.StatusCode.INVALID_ARGUMENT
+        assert rejecting.streams == 1
+        assert mesh.of("acoustic", "zone-b").streams() == 0
+        assert _metric(pool, "tts_gateway_retries_total", zone="zone-a", reason="invalid_argument") == 0
+    finally:
+        await pool.close()
+        rejecting.stop()
+
+
+async def test_a_full_gateway_sheds_new_streams_at_once(mesh: ToyMesh) -> None:
+    pool = await _zone_pool(mesh, max_streams=1)
+    try:
+        first_audio = asyncio.Event()
+
+        async def hold(count: int, response: tts_pb2.SynthesizeResponse) -> None:
+            first_audio.set()
+
+        running = asyncio.create_task(_speak(pool, hold))
+        await first_audio.wait()
+        started = time.monotonic()
+        with pytest.raises(DownstreamError) as raised:
+            await _speak(pool)
+        assert raised.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert time.monotonic() - started < 0.1
+        assert _metric(pool, "tts_gateway_shed_total", reason="gateway_full") == 1
+        await running
+    finally:
+        await pool.close()
+
+
+async def test_retries_stop_when_the_budget_is_spent(mesh: ToyMesh) -> None:
+    failing = _scripted(grpc.StatusCode.UNAVAILABLE)
+    # A tiny budget: one token, no floor; requests earn 0.1 each.
+    pool = await _pool(
+        [f"zone-a={failing.address}", mesh.of("acoustic", "zone-b").spec], [mesh.of("vocoder", "zone-a").spec],
+        retry_max_tokens=1.0, retry_floor_per_s=0.0, ejection_failures=1000,
+    )  # fmt: skip
+    try:
+        outcomes = []
+        for _ in range(4):
+            try:
+                await _speak(pool)
+                outcomes.append("ok")
+            except DownstreamError as error:
+                outcomes.append(error.code.name)
+        retries = _metric(pool, "tts_gateway_retries_total", zone="zone-a", reason="unavailable")
+        denied = _metric(pool, "tts_gateway_retries_denied_total", zone="zone-a", reason="budget")
+        # 1 token at the start + 0.1 per request: 4 requests buy at most one retry (1.4 tokens).
+        assert retries == 1
+        assert denied >= 1 and "UNAVAILABLE" in outcomes
+    finally:
+        await pool.close()
+        failing.stop()

@@ -1,0 +1,112 @@
+"""The services' metric sets: batch stats, model step timing and endpoint health."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from prometheus_client import CollectorRegistry
+
+from libs.routing.endpoints import Endpoint
+from libs.routing.health import HealthConfig, HealthTable, Serving
+from libs.telemetry.inference import InferenceRunner
+from libs.telemetry.metrics import AcousticMetrics, GatewayMetrics, VocoderMetrics
+from libs.voice.batching import BatchingConfig, BatchStats, MicroBatcher
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    """A sample's value, 0 when absent."""
+    return registry.get_sample_value(name, labels) or 0.0
+
+
+def test_batcher_callback_fills_batch_size_queue_and_batch_inference_time() -> None:
+    metrics = VocoderMetrics()
+    batches: list[BatchStats] = []
+
+    def record(stats: BatchStats) -> None:
+        batches.append(stats)
+        metrics.observe_batch(stats)
+
+    def run_batch(jobs: list[int]) -> list[int]:
+        time.sleep(0.01)
+        return [job * 2 for job in jobs]
+
+    batcher = MicroBatcher(run_batch, BatchingConfig(max_batch=4, max_wait_ms=200.0), on_batch=record)
+    try:
+        futures = [batcher.submit(job) for job in range(4)]
+        assert [future.result(5) for future in futures] == [0, 2, 4, 6]
+    finally:
+        batcher.close()
+    registry = metrics.registry
+    assert [stats.batch_size for stats in batches] == [4]
+    assert value(registry, "tts_vocoder_batch_size_count") == 1
+    assert value(registry, "tts_vocoder_batch_size_sum") == 4
+    assert value(registry, "tts_vocoder_batch_size_bucket", le="2.0") == 0
+    assert value(registry, "tts_vocoder_batch_size_bucket", le="4.0") == 1
+    assert value(registry, "tts_vocoder_queue_seconds_count") == 4
+    assert abs(value(registry, "tts_vocoder_queue_seconds_sum") - sum(batches[0].queue_s)) < 1e-9
+    assert value(registry, "tts_vocoder_inference_seconds_count", stage="batch") == 1
+    assert value(registry, "tts_vocoder_inference_seconds_sum", stage="batch") >= 0.01
+
+
+def test_unbatched_steps_time_the_wait_for_the_inference_thread() -> None:
+    metrics = AcousticMetrics()
+    release = threading.Event()
+
+    async def scenario() -> list[str]:
+        with ThreadPoolExecutor(max_workers=1) as executor:
+            runner = InferenceRunner(executor, metrics, batched=lambda: False)
+            # The first step holds the only thread for about 50 ms; the second waits for it.
+            first = asyncio.ensure_future(runner.run("plan", lambda: (release.wait(5), "plan")[1]))
+            second = asyncio.ensure_future(runner.run("chunk", lambda: "chunk"))
+            await asyncio.sleep(0.05)
+            release.set()
+            return [await first, await second]
+
+    assert asyncio.run(scenario()) == ["plan", "chunk"]
+    registry = metrics.registry
+    assert value(registry, "tts_acoustic_inference_seconds_count", stage="plan") == 1
+    assert value(registry, "tts_acoustic_inference_seconds_sum", stage="plan") >= 0.04
+    assert value(registry, "tts_acoustic_inference_seconds_count", stage="chunk") == 1
+    assert value(registry, "tts_acoustic_queue_seconds_count") == 2
+    assert value(registry, "tts_acoustic_queue_seconds_sum") >= 0.04  # the chunk waited for the plan
+    # Without a batcher every chunk run is a batch of one; plans are not chunk runs.
+    assert (value(registry, "tts_acoustic_batch_size_count"), value(registry, "tts_acoustic_batch_size_sum")) == (1, 1)
+
+
+def test_batched_steps_leave_queue_and_batch_size_to_the_batcher() -> None:
+    metrics = VocoderMetrics()
+    started: list[float] = []
+
+    async def scenario() -> None:
+        with ThreadPoolExecutor(max_workers=1) as executor:
+            runner = InferenceRunner(executor, metrics, batched=lambda: True)
+            await runner.run("chunk", lambda: None, on_start=started.append)
+
+    asyncio.run(scenario())
+    registry = metrics.registry
+    assert len(started) == 1
+    assert value(registry, "tts_vocoder_inference_seconds_count", stage="chunk") == 1
+    assert value(registry, "tts_vocoder_queue_seconds_count") == 0
+    assert value(registry, "tts_vocoder_batch_size_count") == 0
+
+
+def test_healthy_endpoints_are_read_from_the_health_table_at_scrape_time() -> None:
+    metrics = GatewayMetrics()
+    endpoints = [
+        Endpoint("zone-a", "10.0.0.1:50052", "acoustic"),
+        Endpoint("zone-a", "10.0.0.2:50052", "acoustic"),
+        Endpoint("zone-b", "10.0.0.3:50053", "vocoder"),
+    ]
+    table = HealthTable(endpoints, HealthConfig(consecutive_failures=1, max_ejected_ratio=1.0))
+    metrics.track_endpoints(table.statuses)
+    registry = metrics.registry
+    assert value(registry, "tts_gateway_healthy_endpoints", kind="acoustic", zone="zone-a") == 0
+    for endpoint in endpoints:
+        table.set_serving(endpoint, Serving.SERVING)
+    assert value(registry, "tts_gateway_healthy_endpoints", kind="acoustic", zone="zone-a") == 2
+    assert value(registry, "tts_gateway_healthy_endpoints", kind="vocoder", zone="zone-b") == 1
+    table.record_failure(endpoints[0])  # ejected: no longer routable
+    assert value(registry, "tts_gateway_healthy_endpoints", kind="acoustic", zone="zone-a") == 1
