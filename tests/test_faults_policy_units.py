@@ -39,15 +39,19 @@ def test_zero_switches_a_limit_off() -> None:
 
 
 class _Context:
-    """The two ServicerContext calls admission makes, recorded."""
+    """The ServicerContext calls admission makes, recorded."""
 
     def __init__(self) -> None:
         self.aborted: tuple[grpc.StatusCode, str, tuple] | None = None
         self.done_callbacks: list = []
+        self.headers_sent = False
 
     async def abort(self, code: grpc.StatusCode, details: str, trailing_metadata: tuple = ()) -> None:
         self.aborted = (code, details, trailing_metadata)
         raise grpc.aio.AbortError()
+
+    async def send_initial_metadata(self, metadata: tuple) -> None:
+        self.headers_sent = True
 
     def add_done_callback(self, callback) -> None:  # type: ignore[no-untyped-def]
         self.done_callbacks.append(callback)
@@ -58,10 +62,10 @@ async def test_admission_counts_open_streams_and_refuses_with_a_pushback_hint() 
     first, second = _Context(), _Context()
     engine = SimpleNamespace(queue_depth=0, settings=SimpleNamespace(device="cpu"))
     await admission.admit(first, engine)
-    assert admission.open_streams == 1 and first.aborted is None
+    assert admission.open_streams == 1 and first.aborted is None and first.headers_sent
     with pytest.raises(grpc.aio.AbortError):
         await admission.admit(second, engine)
-    assert second.aborted is not None
+    assert second.aborted is not None and not second.headers_sent
     code, _, trailers = second.aborted
     assert code is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert trailers == ((PUSHBACK_METADATA_KEY, "250"),)

@@ -145,6 +145,8 @@ class Admission:
             )
         self.open_streams += 1
         context.add_done_callback(self._stream_done)
+        # Headers now tell the gateway the stream is accepted before it writes (see its `accepted`).
+        await context.send_initial_metadata(())
 
     def _stream_done(self, _context: object) -> None:
         self.open_streams -= 1

@@ -20,12 +20,21 @@ from libs.mesh.worker_choice import Attempts
 from libs.pb.tts.acoustic.v1 import acoustic_pb2
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.routing.endpoints import Endpoint
-from services.gateway.worker_calls import CallReader, Deadline, StreamEnded, WorkerSilent, failure_of, give_up
+from services.gateway.worker_calls import (
+    CallReader,
+    Deadline,
+    StreamEnded,
+    StreamRefused,
+    WorkerSilent,
+    accepted,
+    failure_of,
+    give_up,
+)
 from services.gateway.workers import WorkerPool
 
 _log = logging.getLogger(__name__)
 
-_CALL_ERRORS = (grpc.aio.AioRpcError, asyncio.InvalidStateError, WorkerSilent, StreamEnded)
+_CALL_ERRORS = (grpc.aio.AioRpcError, asyncio.InvalidStateError, WorkerSilent, StreamEnded, StreamRefused)
 
 
 class ResumableAcousticStream:
@@ -49,6 +58,7 @@ class ResumableAcousticStream:
             try:
                 if self._call is None:
                     self._open(attempts)
+                    await accepted(self._call, self._timeout_s)
                 resumed = acoustic_pb2.SentenceRequest()
                 resumed.CopyFrom(request)
                 resumed.start_frame = next_frame

@@ -24,12 +24,21 @@ from libs.mesh.errors import DownstreamError
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.pb.tts.vocoder.v1 import vocoder_pb2
 from libs.routing.endpoints import Endpoint
-from services.gateway.worker_calls import CallReader, Deadline, StreamEnded, WorkerSilent, failure_of, give_up
+from services.gateway.worker_calls import (
+    CallReader,
+    Deadline,
+    StreamEnded,
+    StreamRefused,
+    WorkerSilent,
+    accepted,
+    failure_of,
+    give_up,
+)
 from services.gateway.workers import WorkerPool
 
 _log = logging.getLogger(__name__)
 
-_CALL_ERRORS = (grpc.aio.AioRpcError, asyncio.InvalidStateError, WorkerSilent, StreamEnded)
+_CALL_ERRORS = (grpc.aio.AioRpcError, asyncio.InvalidStateError, WorkerSilent, StreamEnded, StreamRefused)
 
 # A vocoder returns a chunk's samples once the chunk and its right context have arrived: at most
 # 256 frames plus a few dozen of context. Past this many unanswered frames it owes samples even
@@ -181,6 +190,7 @@ class ResumableVocoderStream:
             self._endpoint = endpoint
             self._pool.table("vocoder").stream_started(endpoint)
             self._owed_since_s = time.monotonic() if self._owes() else None
+            await accepted(self._call, self._timeout_s)
             try:
                 # A worker that hangs while being primed is as silent as one that hangs later.
                 await asyncio.wait_for(self._prime(self._call), self._timeout_s)

@@ -37,6 +37,24 @@ class StreamEnded(Exception):
     """A worker closed its stream cleanly while it still owed work (e.g. it is draining for shutdown)."""
 
 
+class StreamRefused(Exception):
+    """The worker ended the call before accepting it (e.g. RESOURCE_EXHAUSTED at admission)."""
+
+
+async def accepted(call: Any, timeout_s: float) -> None:
+    """Wait until the worker has accepted the stream (it sends its headers on admission).
+
+    Writing before that can race a worker's immediate refusal, and gRPC core then fails the call as
+    INTERNAL, losing the refusal's status and pushback hint; waiting costs one local round trip.
+    """
+    try:
+        await asyncio.wait_for(call.initial_metadata(), timeout_s)
+    except asyncio.TimeoutError:
+        raise WorkerSilent() from None
+    if call.done():
+        raise StreamRefused()
+
+
 class CallReader:
     """Reads one call's messages while a `stalled` check decides when silence means a hung worker.
 

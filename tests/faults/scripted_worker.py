@@ -39,8 +39,8 @@ class ScriptedAcoustic(acoustic_pb2_grpc.AcousticServicer):
     def SynthesizeMel(self, request_iterator: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         with self._lock:
             self.streams += 1
-        # Take the first request before answering: a sync server that ends a stream while the
-        # client's first message is still in flight sometimes reports INTERNAL instead.
+        # Like the real workers: accept the stream (headers), then judge the first request.
+        context.send_initial_metadata(())
         next(request_iterator, None)
         context.set_trailing_metadata(self.trailers)
         context.abort(self.code, f"scripted {self.code.name}")

@@ -54,6 +54,9 @@ class AcousticServicer:
         """One stream per utterance. The gateway sends one SentenceRequest per sentence it needs (in any
         number, at any time); the worker answers each, in the order received, with the sentence's mel
         slices in order, the last one marked is_last. Cancelling the call stops the work.
+        The worker sends its response headers as soon as it accepts the stream, before reading any
+        request; an overloaded worker instead ends the call with RESOURCE_EXHAUSTED and the
+        grpc-retry-pushback-ms trailer. The gateway writes only after the headers arrive.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
