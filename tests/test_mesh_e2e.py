@@ -60,9 +60,8 @@ def test_repeated_sentence_is_served_from_redis_without_the_acoustic_worker(mesh
     assert after_cold - before_cold == 2  # both sentences were synthesised once
     assert mesh.metric("acoustic", ACOUSTIC_SENTENCES) == after_cold, "the acoustic worker was called on a hit"
     assert mesh.metric("gateway", 'tts_gateway_cache_operations_total{outcome="hit"}') - hits_before == 2
-    assert len(warm.samples) == len(cold.samples)
-    # Cached mel is float16, so audio is close to, not bit-identical with, the cold run.
-    assert np.corrcoef(warm.samples, cold.samples)[0, 1] > 0.95
+    # The mel travels as float16 on a miss too, so the vocoder gets the same numbers either way.
+    assert np.array_equal(warm.samples, cold.samples), "a cached sentence must sound exactly like a fresh one"
     print(f"\ncold: first audio {cold.first_audio_s:.3f} s, total {cold.total_s:.3f} s; "
           f"warm: first audio {warm.first_audio_s:.3f} s, total {warm.total_s:.3f} s; audio {cold.duration_s:.2f} s")
 

@@ -41,6 +41,9 @@ from services.gateway.workers import WorkerPool
 
 
 DEFAULT_LOOKAHEAD_SENTENCES: Final = 2
+# The cache keeps float16 mel; asking the acoustic worker for float16 too means the vocoder gets the
+# very same numbers on a miss and on a hit, so a cached sentence sounds bit-identical to a fresh one.
+WIRE_MEL_DTYPE: Final = mel_pb2.MEL_DTYPE_FLOAT16
 _DONE: Final = object()
 
 
@@ -156,7 +159,11 @@ class UtterancePipeline:
             self._meta[index] = SentenceMeta(sentence.text, "".join(sentence.phonemes), cached.frame_count, cached.phoneme_frames)
             for cut in cut_whole_mel(cached.mel, info.hop_length, info.sample_rate_hz, self._slice_ms):
                 yield to_message(
-                    cut, utterance_id=self._utterance_id, sentence_index=index, sentence_frame_count=cached.frame_count
+                    cut,
+                    utterance_id=self._utterance_id,
+                    sentence_index=index,
+                    sentence_frame_count=cached.frame_count,
+                    dtype=WIRE_MEL_DTYPE,
                 )
             return
         async with self._flights.lead(key) as flight:
@@ -173,6 +180,7 @@ class UtterancePipeline:
                 noise_w=options.voice.noise_w,
                 expected_model_version=info.model_version,
                 slice_ms=self._slice_ms,
+                dtype=WIRE_MEL_DTYPE,
             )
             async for mel_slice in acoustic.sentence(request):
                 if not frames:

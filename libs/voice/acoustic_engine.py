@@ -1,0 +1,223 @@
+"""Phoneme ids -> mel frames of DESIGN §3, exact under any chunking (DESIGN §4, §5).
+
+The text encoder and durations run once per sentence and draw all of the sentence's noise up
+front from its seed; the mel then comes in growing chunks: the flow and the mel head over each
+chunk plus their receptive field of latent context, trimmed back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from typing import Final, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from libs.models.commons import sequence_mask
+from libs.models.mel_bridge import MelHead, load_mel_head
+from libs.models.vits import VitsAcoustic, flow_receptive_field_frames, synthesis_generator, synthesis_seed
+from libs.voice.assets import VoiceAssets, default_voice_assets
+from libs.voice.batching import padding_groups
+from libs.voice.chunking import ACOUSTIC_SCHEDULE, ChunkSchedule, context_window
+from libs.voice.runtime import BatchedEngine, EngineSettings, ModelRuntime
+
+DEFAULT_NOISE_SCALE: Final = 0.667
+DEFAULT_NOISE_W: Final = 0.8
+
+
+@dataclass(frozen=True)
+class SynthesisParams:
+    """The knobs of one sentence's synthesis; with the phoneme ids they fix the audio exactly."""
+
+    speaker_id: int = 0
+    """Speaker index, 0-based."""
+    speed: float = 1.0
+    """Speaking-rate multiple; length_scale = 1 / speed."""
+    noise_scale: float = DEFAULT_NOISE_SCALE
+    """Scale of the prior noise (0 is flat and deterministic even without a seed)."""
+    noise_w: float = DEFAULT_NOISE_W
+    """Scale of the stochastic duration noise."""
+
+
+@dataclass
+class SentencePlan:
+    """A sentence after the text encoder and the duration predictor: everything but the frames."""
+
+    z_p: torch.Tensor
+    """Prior sample for the whole sentence [1, latent, frames]; all of the sentence's noise."""
+    g: torch.Tensor | None
+    """Speaker conditioning, or None for a single-speaker voice."""
+    phoneme_frames: list[int]
+    """Frames given to each phoneme id, in order (the alignment)."""
+
+    @property
+    def frame_count(self) -> int:
+        """Frames in the sentence."""
+        return int(self.z_p.size(-1))
+
+
+def model_version_of(voice_name: str, parts: Sequence[str]) -> str:
+    digest = hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()
+    return f"{voice_name}-{digest[:12]}"
+
+
+@dataclass(frozen=True)
+class _MelWindowJob:
+    """One chunk's flow + mel head work: a latent window and which of its frames to keep."""
+
+    z_p: torch.Tensor
+    """Prior samples over the chunk's context window [1, latent, frames]."""
+    g: torch.Tensor | None
+    """Speaker conditioning [1, gin, 1], or None."""
+    trim_left: int
+    """Frames of left context to drop from the output."""
+    kept: int
+    """Frames of the chunk itself."""
+
+
+class AcousticEngine(BatchedEngine):
+    """Phoneme ids -> mel frames of DESIGN §3, in chunks that are exact slices of the whole.
+
+    With batching on, the flow + mel head windows of concurrent sentences run as one padded,
+    masked batch; each sentence's mel is the same as when it runs alone (to float32 round-off).
+    """
+
+    def __init__(
+        self,
+        acoustic: VitsAcoustic,
+        mel_head: MelHead,
+        *,
+        voice_name: str,
+        model_version: str,
+        sample_rate_hz: int,
+        hop_length: int,
+        schedule: ChunkSchedule = ACOUSTIC_SCHEDULE,
+        device: str | None = None,
+        settings: EngineSettings = EngineSettings(),
+    ) -> None:
+        if device is not None:
+            settings = replace(settings, device=device)
+        self._runtime = ModelRuntime(settings, self._mel_window_batch, name="acoustic-batcher")
+        self.settings = settings
+        self.device = self._runtime.device
+        self.acoustic = acoustic.to(self.device).eval()
+        self.mel_head = mel_head.to(self.device).eval()
+        self.voice_name = voice_name
+        self.model_version = model_version
+        self.sample_rate_hz = sample_rate_hz
+        self.hop_length = hop_length
+        self.n_mels = int(mel_head.config.out_channels)
+        self.num_speakers = int(acoustic.config.n_speakers)
+        self.schedule = schedule
+        # Transformer flows see the whole sentence (None): the latent is then computed once, unchunked.
+        self.flow_context_frames = flow_receptive_field_frames(acoustic.config)
+        self.head_context_frames = mel_head.receptive_field_frames
+
+    @classmethod
+    def load(
+        cls,
+        assets: VoiceAssets,
+        device: str | None = None,
+        schedule: ChunkSchedule = ACOUSTIC_SCHEDULE,
+        settings: EngineSettings = EngineSettings(),
+    ) -> "AcousticEngine":
+        """The acoustic model of `assets` (a Piper voice + the trained mel head)."""
+        voice = assets.piper_models()
+        head = load_mel_head(assets.mel_head_path)
+        version = model_version_of(assets.name, [voice.onnx_sha256, assets.file_digest(assets.mel_head_path)])
+        return cls(
+            voice.acoustic,
+            head,
+            voice_name=assets.name,
+            model_version=version,
+            sample_rate_hz=voice.config.sample_rate_hz,
+            hop_length=voice.config.hop_length,
+            schedule=schedule,
+            device=device,
+            settings=settings,
+        )
+
+    @classmethod
+    def load_default(cls, device: str | None = None, settings: EngineSettings = EngineSettings()) -> "AcousticEngine":
+        """The default voice."""
+        return cls.load(default_voice_assets(), device=device, settings=settings)
+
+    def synthesis_seed(self, phoneme_ids: Sequence[int], params: SynthesisParams) -> int:
+        """The seed of every random draw of this sentence (DESIGN §4)."""
+        return synthesis_seed(
+            self.model_version, self.voice_name, params.speaker_id, params.speed, params.noise_scale, params.noise_w, phoneme_ids
+        )
+
+    @torch.inference_mode()
+    def plan(self, phoneme_ids: Sequence[int], params: SynthesisParams, seed: int) -> SentencePlan:
+        """Encoder and durations for one sentence, with all of its noise drawn from `seed`.
+
+        Always float32: durations are rounded up to whole frames, so a lower precision here could
+        change a sentence's length, not just its sound.
+        """
+        if not phoneme_ids:
+            raise ValueError("phoneme_ids is empty: a sentence needs at least one phoneme id")
+        if not 0 <= params.speaker_id < max(1, self.num_speakers):
+            raise ValueError(f"speaker_id {params.speaker_id} is out of range: this voice has {self.num_speakers} speaker(s)")
+        generator = synthesis_generator(seed)
+        ids = torch.as_tensor(list(phoneme_ids), dtype=torch.long, device=self.device).unsqueeze(0)
+        speaker = params.speaker_id if self.num_speakers > 1 else None
+        encoded = self.acoustic.encode(ids, speaker_id=speaker)
+        durations = self.acoustic.durations(encoded, generator, noise_w=params.noise_w, length_scale=1.0 / params.speed)
+        prior = self.acoustic.expand(encoded, durations, generator, noise_scale=params.noise_scale)
+        return SentencePlan(prior.z_p, encoded.g, [int(d) for d in durations[0].tolist()])
+
+    def mel_whole(self, plan: SentencePlan) -> np.ndarray:
+        """The sentence's mel in one pass [n_mels, frames]: the reference chunked output must equal."""
+        return self._mel_window_batch([self._window_job(plan, 0, plan.frame_count, plan.frame_count)])[0]
+
+    def mel_chunks(self, plan: SentencePlan, start_frame: int = 0) -> Iterator[np.ndarray]:
+        """The sentence's mel from `start_frame` on, as float32 [n_mels, n] chunks in order.
+
+        Each chunk is one job for the batcher (when batching is on): call `next` from the
+        stream's own thread, and concurrent sentences share batched calls.
+        """
+        total = plan.frame_count
+        if not 0 <= start_frame <= total:
+            raise ValueError(f"start_frame {start_frame} is outside the sentence's {total} frames")
+        whole = self.mel_whole(plan) if self.flow_context_frames is None else None
+        for start, end in self.schedule.bounds(total, start_frame):
+            # A resumed stream recomputes the whole chunk it starts in (same window, same numbers).
+            mel = whole[:, start:end] if whole is not None else self._runtime.run(self._window_job(plan, start, end, total))
+            yield mel[:, max(0, start_frame - start) :]
+
+    def _window_job(self, plan: SentencePlan, start: int, end: int, total: int) -> _MelWindowJob:
+        context = (self.flow_context_frames or total) + self.head_context_frames
+        window = context_window(start, end, total, context)
+        return _MelWindowJob(plan.z_p[:, :, window.input_start : window.input_end], plan.g, window.trim_left, window.kept)
+
+    @torch.inference_mode()
+    def _mel_window_batch(self, jobs: Sequence[_MelWindowJob]) -> list[np.ndarray]:
+        """Flow + mel head over several windows, padded and masked so each equals its solo run."""
+        mels: list[np.ndarray] = [np.empty(0)] * len(jobs)
+        widths = [int(job.z_p.size(-1)) for job in jobs]
+        for group in padding_groups(widths):
+            width = widths[group[0]]
+            z_p = torch.zeros(len(group), jobs[group[0]].z_p.size(1), width, device=self.device)
+            for row, index in enumerate(group):
+                z_p[row, :, : widths[index]] = jobs[index].z_p
+            lengths = torch.tensor([widths[index] for index in group], device=self.device)
+            mask = sequence_mask(lengths, width).unsqueeze(1).to(z_p.dtype)
+            g = None if jobs[group[0]].g is None else torch.cat([jobs[index].g for index in group])
+            with self._runtime.autocast():
+                z = self.acoustic.flow_inverse(z_p, mask, g)
+                # A lone item needs no mask: its solo run is then bit-identical to max_batch 1.
+                mel = self.mel_head(z, lengths if len(group) > 1 else None)
+            mel = mel.float().cpu()
+            for row, index in enumerate(group):
+                job = jobs[index]
+                mels[index] = mel[row, :, job.trim_left : job.trim_left + job.kept].numpy()
+        return mels
+
+    def warm_up(self) -> None:
+        """Run one short sentence so the first real request pays no first-call costs."""
+        ids = [1, 0, 20, 0, 59, 0, 24, 0, 27, 0, 2]
+        plan = self.plan(ids, SynthesisParams(), seed=0)
+        for _ in self.mel_chunks(plan):
+            pass
