@@ -12,12 +12,11 @@ With REDIS_URL set, that Redis is used and none is started.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
-from libs.mesh.embedded_redis import DEFAULT_REDIS_PORT, EmbeddedRedis, EmbeddedRedisConfig
-from libs.mesh.foreground import ServiceSpec, run_foreground
+from libs.mesh.embedded_redis import DEFAULT_REDIS_PORT
+from libs.mesh.foreground import ServiceSpec, redis_unless_configured, run_foreground
 from libs.mesh.settings import DEFAULT_METRICS_PORTS, DEFAULT_PORTS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -45,22 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--redis-port", type=int, default=DEFAULT_REDIS_PORT, help="port of the embedded Redis")
     args = parser.parse_args(argv)
-    env: dict[str, str] = {}
-    redis: EmbeddedRedis | None = None
-    if not os.environ.get("REDIS_URL"):
-        redis = EmbeddedRedis(EmbeddedRedisConfig(port=args.redis_port)).start()
-        env["REDIS_URL"] = redis.url
-        print(f"[run] redis at {redis.url} (maxmemory {redis.config.maxmemory_mb} MiB, allkeys-lru)", flush=True)
-    try:
-        ready = (
-            f"[run] ready: gateway ({ZONES[0]}) on 127.0.0.1:{DEFAULT_PORTS['gateway']}, workers in {', '.join(ZONES)}. "
-            'Try: make say TEXT="Hello."'
-        )
+    ready = (
+        f"[run] ready: gateway ({ZONES[0]}) on 127.0.0.1:{DEFAULT_PORTS['gateway']}, workers in {', '.join(ZONES)}. "
+        'Try: make say TEXT="Hello."'
+    )
+    with redis_unless_configured(args.redis_port) as env:
         return run_foreground(zone_specs(), REPO_ROOT, env, ready)
-    finally:
-        if redis is not None:
-            redis.stop()
-
 
 if __name__ == "__main__":
     sys.exit(main())

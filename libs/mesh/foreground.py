@@ -1,6 +1,6 @@
 """Run a set of services in the foreground until Ctrl-C or SIGTERM, then stop them in order.
 
-Used by the launch scripts (`make run-zones`). Children run in their own process group, so the
+Used by the launch scripts (`make run`, `make run-zones`). Children run in their own process group, so the
 terminal's Ctrl-C reaches only this supervisor, which then stops them gracefully (SIGTERM, grace
 period, SIGKILL), gateways first so no new work reaches workers that are draining.
 """
@@ -11,10 +11,12 @@ import os
 import signal
 import subprocess
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
+from libs.mesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from libs.mesh.launcher import service_command, stop_processes, wait_until_serving
 
 DEFAULT_START_TIMEOUT_S = 300.0
@@ -80,3 +82,18 @@ def run_foreground(specs: Sequence[ServiceSpec], cwd: Path, env: Mapping[str, st
         print("[run] stopping services", flush=True)
         order = [spec for spec in specs if spec.service == "gateway"] + [spec for spec in specs if spec.service != "gateway"]
         stop_processes([processes[spec.name] for spec in order if spec.name in processes])
+
+
+@contextmanager
+def redis_unless_configured(port: int) -> Iterator[dict[str, str]]:
+    """The environment the services need for their cache: REDIS_URL as given, or else an embedded
+    Redis started on `port` for the duration of the block."""
+    if os.environ.get("REDIS_URL"):
+        yield {}
+        return
+    redis = EmbeddedRedis(EmbeddedRedisConfig(port=port)).start()
+    print(f"[run] redis at {redis.url} (maxmemory {redis.config.maxmemory_mb} MiB, allkeys-lru)", flush=True)
+    try:
+        yield {"REDIS_URL": redis.url}
+    finally:
+        redis.stop()

@@ -192,9 +192,10 @@ class MelAdapter(ConvStack):
 
 
 class MelVocoder(nn.Module):
-    """MelAdapter in front of the Piper decoder body: a HiFi-GAN generator that takes the §3 mel."""
+    """A HiFi-GAN generator that takes the §3 mel: MelAdapter in front of the Piper decoder body, or
+    (adapter None) a public HiFi-GAN generator that takes mel itself."""
 
-    def __init__(self, adapter: MelAdapter, decoder: Generator) -> None:
+    def __init__(self, adapter: MelAdapter | None, decoder: Generator) -> None:
         super().__init__()
         self.adapter = adapter
         self.decoder = decoder
@@ -202,11 +203,13 @@ class MelVocoder(nn.Module):
     @property
     def receptive_field_frames(self) -> int:
         """Mel frames of context each side that one frame's samples depend on (adapter + decoder)."""
-        return self.adapter.receptive_field_frames + generator_receptive_field_frames(self.decoder.config)
+        adapter_frames = self.adapter.receptive_field_frames if self.adapter is not None else 0
+        return adapter_frames + generator_receptive_field_frames(self.decoder.config)
 
     def forward(self, mel: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         """Log-mel [B, 80, T] -> waveform [B, T * hop]; `lengths` [B] (frames) masks a padded batch."""
-        return self.decoder(self.adapter(mel, lengths), lengths).squeeze(1)
+        features = mel if self.adapter is None else self.adapter(mel, lengths)
+        return self.decoder(features, lengths).squeeze(1)
 
 
 def save_stack(module: ConvStack, weights_path: Path) -> None:

@@ -9,13 +9,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Final
 
+from libs.models.mel_bridge import DECODER_FILE, MEL_ADAPTER_FILE, MEL_HEAD_FILE
 from libs.models.piper_import import PiperVoiceModels, load_piper_voice
 
 ASSETS_DIR: Final = Path(__file__).resolve().parents[2] / "assets" / "voices"
 DEFAULT_VOICE_NAME: Final = "en_US-joe-medium"
-MEL_HEAD_FILE: Final = "mel_head.pt"
-MEL_ADAPTER_FILE: Final = "mel_adapter.pt"
-DECODER_FILE: Final = "decoder.pt"
 
 
 @dataclass(frozen=True)

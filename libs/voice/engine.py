@@ -12,7 +12,8 @@ from libs.voice.acoustic_engine import (
     model_version_of,
 )
 from libs.voice.runtime import DEFAULT_PRECISION, PRECISIONS, EngineSettings
-from libs.voice.vocoder_engine import MelVocoder, VocoderEngine, VocoderStream
+from libs.models.mel_bridge import MelVocoder
+from libs.voice.vocoder_engine import VocoderEngine, VocoderStream
 
 __all__ = [
     "DEFAULT_NOISE_SCALE",

@@ -12,35 +12,14 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from torch import nn
 
-from libs.models.hifigan import Generator, receptive_field_frames
-from libs.models.mel_bridge import MelAdapter, load_mel_adapter
+from libs.models.hifigan import Generator
+from libs.models.mel_bridge import MelVocoder, load_mel_vocoder
 from libs.voice.acoustic_engine import model_version_of
 from libs.voice.assets import VoiceAssets, default_voice_assets
 from libs.voice.batching import padding_groups
 from libs.voice.chunking import VOCODER_SCHEDULE, ChunkSchedule
 from libs.voice.runtime import BatchedEngine, EngineSettings, ModelRuntime
-
-
-class MelVocoder(nn.Module):
-    """A HiFi-GAN generator that takes the mel of DESIGN §3: the mel adapter, then the decoder body."""
-
-    def __init__(self, adapter: MelAdapter | None, decoder: Generator) -> None:
-        super().__init__()
-        self.adapter = adapter
-        self.decoder = decoder
-
-    @property
-    def context_frames(self) -> int:
-        """Mel frames of context each side that one frame's samples depend on."""
-        adapter_context = self.adapter.receptive_field_frames if self.adapter is not None else 0
-        return adapter_context + receptive_field_frames(self.decoder.config)
-
-    def forward(self, mel: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
-        """mel [b, n_mels, frames] -> audio [b, frames * hop]; `lengths` [b] masks a padded batch."""
-        features = mel if self.adapter is None else self.adapter(mel, lengths)
-        return self.decoder(features, lengths).squeeze(1)
 
 
 class VocoderEngine(BatchedEngine):
@@ -73,7 +52,7 @@ class VocoderEngine(BatchedEngine):
         self.sample_rate_hz = sample_rate_hz
         self.hop_length = hop_length
         self.n_mels = n_mels
-        self.context_frames = vocoder.context_frames
+        self.context_frames = vocoder.receptive_field_frames
         self.schedule = schedule
 
     @classmethod
@@ -86,12 +65,10 @@ class VocoderEngine(BatchedEngine):
     ) -> "VocoderEngine":
         """The default voice's vocoder: trained mel adapter + the Piper decoder body (or its fine-tuned copy)."""
         voice = assets.piper_models()
-        decoder = voice.decoder
+        vocoder = load_mel_vocoder(assets.trained_dir, voice.decoder)
         digests = [voice.onnx_sha256, assets.file_digest(assets.mel_adapter_path)]
         if assets.decoder_path is not None:
-            decoder.load_state_dict(torch.load(assets.decoder_path, map_location="cpu", weights_only=True))
             digests.append(assets.file_digest(assets.decoder_path))
-        vocoder = MelVocoder(load_mel_adapter(assets.mel_adapter_path), decoder)
         return cls(
             vocoder,
             model_version=model_version_of(assets.name, digests),

@@ -1,0 +1,217 @@
+"""Quality of the default voice through the mel contract, against piper-tts: `python -m bench.quality`.
+
+On the held-out sentences (never trained on) it scores with DNSMOS (speechmos, audio resampled to
+16 kHz with soxr):
+
+(a)  piper-tts 1.8.0 with the same voice file;
+(b)  our full path: torch acoustic model -> MelHead -> §3 mel -> MelAdapter -> Piper decoder body;
+(c)  our vocoder (MelAdapter + decoder) on the mel of piper-tts's own audio (copy synthesis);
+(a') the same voice as our torch modules without the mel interface (decoder on the latent z that
+     (b) starts from), so (b) - (a') is exactly what the mel interface costs.
+
+Every system's audio is peak-normalised before scoring, as piper-tts does by default. The log-mel
+L1 of (b) against Piper compares equal durations by starting both from the same latent z (same
+phoneme ids, same seeded noise): mel(decoder(adapter(head(z)))) vs mel(decoder(z)). The real-time
+factors of (a) and (b) are single-stream, measured in the same run on the same sentences with the
+same thread count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+import torch
+
+from bench.piper_baseline import load_voice as load_piper_tts_voice
+from libs.audio.mel import mel_spectrogram
+from libs.models.mel_bridge import MEL_HEAD_FILE, load_mel_head, load_mel_vocoder
+from libs.models.vits import DEFAULT_NOISE_SCALE, DEFAULT_NOISE_W, synthesis_generator, synthesis_seed
+from scripts.voice.build import DEFAULT_OUT_DIR, DEFAULT_WORK_DIR
+from scripts.voice.corpus import heldout_sentences
+from scripts.voice.teacher import VOICE_NAME, load_teacher_voice, phoneme_id_sentences
+
+DNSMOS_SAMPLE_RATE_HZ: Final = 16_000
+VOICE_SAMPLE_RATE_HZ: Final = 22_050
+PEAK_LEVEL: Final = 0.95
+OVRL_TOLERANCE: Final = 0.05
+"""(b) passes when its OVRL is at least (a)'s minus this."""
+
+
+@dataclass(frozen=True)
+class QualityConfig:
+    """What the quality benchmark runs."""
+
+    sentence_count: int = 40
+    """Held-out texts to score (all 40 by default)."""
+    voice_dir: Path = DEFAULT_OUT_DIR
+    """Folder with the trained mel head and adapter."""
+    threads: int = 2
+    """CPU threads for torch and for piper-tts's onnxruntime session."""
+    noise_scale: float = DEFAULT_NOISE_SCALE
+    """VITS prior noise scale, both systems."""
+    noise_w: float = DEFAULT_NOISE_W
+    """Duration noise scale, both systems."""
+
+
+@dataclass
+class SystemScores:
+    """Per-utterance measurements of one system."""
+
+    ovrl: list[float] = field(default_factory=list)
+    """DNSMOS overall quality."""
+    sig: list[float] = field(default_factory=list)
+    """DNSMOS speech signal quality."""
+    bak: list[float] = field(default_factory=list)
+    """DNSMOS background (noise) quality."""
+    compute_s: float = 0.0
+    """Synthesis time, seconds (timed systems only)."""
+    audio_s: float = 0.0
+    """Audio produced, seconds."""
+
+    def add(self, audio: np.ndarray) -> None:
+        """Score one utterance."""
+        ovrl, sig, bak = dnsmos_scores(audio, VOICE_SAMPLE_RATE_HZ)
+        self.ovrl.append(ovrl)
+        self.sig.append(sig)
+        self.bak.append(bak)
+
+    @property
+    def real_time_factor(self) -> float:
+        """Compute seconds per audio second (nan when not timed)."""
+        return self.compute_s / self.audio_s if self.compute_s else float("nan")
+
+
+def dnsmos_scores(audio: np.ndarray, sample_rate_hz: int) -> tuple[float, float, float]:
+    """DNSMOS (OVRL, SIG, BAK) of `audio`, peak-normalised and resampled to 16 kHz (soxr, high quality)."""
+    import librosa
+    from speechmos import dnsmos
+
+    audio = np.asarray(audio, dtype=np.float32)
+    audio = audio * (PEAK_LEVEL / max(float(np.abs(audio).max()), 1e-8))
+    resampled = librosa.resample(audio, orig_sr=sample_rate_hz, target_sr=DNSMOS_SAMPLE_RATE_HZ, res_type="soxr_hq")
+    resampled = np.clip(resampled, -1.0, 1.0).astype(np.float32)
+    result = dnsmos.run(resampled, sr=DNSMOS_SAMPLE_RATE_HZ)
+    return float(result["ovrl_mos"]), float(result["sig_mos"]), float(result["bak_mos"])
+
+
+@dataclass
+class QualityReport:
+    """Everything the table shows."""
+
+    systems: dict[str, SystemScores]
+    """Scores by row label."""
+    mel_l1_full: float
+    """Log-mel L1 of (b) vs Piper on the same latent, per frame and band."""
+    mel_l1_head: float
+    """Log-mel L1 of MelHead(z) vs the mel of Piper's audio from the same z."""
+    utterances: int
+    """Sentences scored."""
+
+
+def run_quality(config: QualityConfig) -> QualityReport:
+    """Synthesise and score the held-out sentences with every system."""
+    from piper import SynthesisConfig
+
+    torch.set_num_threads(config.threads)
+    voice = load_teacher_voice(cache_dir=DEFAULT_WORK_DIR / "piper-cache")
+    head = load_mel_head(config.voice_dir / MEL_HEAD_FILE)
+    vocoder = load_mel_vocoder(config.voice_dir, voice.decoder)
+    piper_tts = load_piper_tts_voice(config.threads)
+    piper_settings = SynthesisConfig(noise_scale=config.noise_scale, noise_w_scale=config.noise_w, normalize_audio=False)
+    labels = ("(a) piper-tts 1.8.0", "(b) ours, full mel path", "(c) ours, copy synthesis", "(a') voice as torch, no mel")
+    systems = {label: SystemScores() for label in labels}
+    piper, full, copy, direct = (systems[label] for label in labels)
+    l1_full = l1_head = 0.0
+    frames = 0
+
+    # Warm both timed paths once, so one-off allocation is not counted.
+    for chunk in piper_tts.synthesize("Warming up.", syn_config=piper_settings):
+        pass
+    warm_ids = phoneme_id_sentences("Warming up.")[0]
+    with torch.no_grad():
+        vocoder(head(voice.acoustic.infer(torch.tensor([warm_ids]), synthesis_generator(0)).z))
+
+    for text in heldout_sentences()[: config.sentence_count]:
+        started_s = time.perf_counter()
+        piper_audio = np.concatenate([c.audio_float_array for c in piper_tts.synthesize(text, syn_config=piper_settings)])
+        piper.compute_s += time.perf_counter() - started_s
+        piper.audio_s += len(piper_audio) / VOICE_SAMPLE_RATE_HZ
+        piper.add(piper_audio)
+
+        with torch.no_grad():
+            started_s = time.perf_counter()
+            latents, predicted_mels, full_audio = [], [], []
+            for ids in phoneme_id_sentences(text):
+                seed = synthesis_seed("bench", VOICE_NAME, 0, 1.0, config.noise_scale, config.noise_w, ids)
+                z = voice.acoustic.infer(
+                    torch.tensor([ids]), synthesis_generator(seed), noise_scale=config.noise_scale, noise_w=config.noise_w
+                ).z
+                mel = head(z)
+                full_audio.append(vocoder(mel)[0])
+                latents.append(z)
+                predicted_mels.append(mel[0])
+            full.compute_s += time.perf_counter() - started_s
+            full_wave = torch.cat(full_audio)
+            full.audio_s += len(full_wave) / VOICE_SAMPLE_RATE_HZ
+            full.add(full_wave.numpy())
+
+            direct_audio = [voice.decoder(z)[0, 0] for z in latents]
+            direct.add(torch.cat(direct_audio).numpy())
+            for ours, reference, mel in zip(full_audio, direct_audio, predicted_mels):
+                reference_mel = mel_spectrogram(reference)
+                l1_full += (mel_spectrogram(ours) - reference_mel).abs().mean(dim=0).sum().item()
+                l1_head += (mel - reference_mel).abs().mean(dim=0).sum().item()
+                frames += reference_mel.shape[-1]
+
+            copy_audio = vocoder(mel_spectrogram(torch.from_numpy(piper_audio)).unsqueeze(0))[0]
+            copy.add(copy_audio.numpy())
+    return QualityReport(systems, l1_full / frames, l1_head / frames, config.sentence_count)
+
+
+def format_report(report: QualityReport) -> str:
+    """The benchmark's table and verdict as text."""
+    lines = [
+        f"DNSMOS on {report.utterances} held-out sentences (mean; higher is better), single-stream real-time factor",
+        "",
+        f"| {'system':<30} | OVRL | SIG  | BAK  |  RTF  |",
+        f"|{'-' * 32}|------|------|------|-------|",
+    ]
+    for label, scores in report.systems.items():
+        rtf = "   -  " if np.isnan(scores.real_time_factor) else f"{scores.real_time_factor:6.3f}"
+        lines.append(
+            f"| {label:<30} | {np.mean(scores.ovrl):.2f} | {np.mean(scores.sig):.2f} | {np.mean(scores.bak):.2f} | {rtf}|"
+        )
+    piper, full = (report.systems[label] for label in list(report.systems)[:2])
+    gap = float(np.mean(full.ovrl) - np.mean(piper.ovrl))
+    verdict = "PASS" if gap >= -OVRL_TOLERANCE else "FAIL"
+    lines += [
+        "",
+        f"log-mel L1, (b) vs Piper on the same latent z: {report.mel_l1_full:.4f} "
+        f"(MelHead(z) alone vs the mel of Piper's audio: {report.mel_l1_head:.4f})",
+        f"RTF (b) / (a): {full.real_time_factor / piper.real_time_factor:.2f}x",
+        f"target (b) OVRL >= (a) OVRL - {OVRL_TOLERANCE}: {gap:+.3f} -> {verdict}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point; exit status 1 when (b) misses the OVRL target."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sentences", type=int, default=QualityConfig.sentence_count, help="held-out texts to score")
+    parser.add_argument("--voice-dir", type=Path, default=DEFAULT_OUT_DIR, help="folder of the trained weights")
+    parser.add_argument("--threads", type=int, default=QualityConfig.threads, help="CPU threads per system")
+    args = parser.parse_args(argv)
+    report = run_quality(QualityConfig(sentence_count=args.sentences, voice_dir=args.voice_dir, threads=args.threads))
+    print(format_report(report))
+    piper, full = (report.systems[label] for label in list(report.systems)[:2])
+    return 0 if np.mean(full.ovrl) >= np.mean(piper.ovrl) - OVRL_TOLERANCE else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
