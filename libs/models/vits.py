@@ -285,6 +285,13 @@ class EncoderOutput:
     g: torch.Tensor | None
     """Speaker embedding [b, gin, 1], None for a single-speaker model."""
 
+    def float(self) -> "EncoderOutput":
+        """The same outputs in float32 (after a reduced-precision encoder)."""
+        as_float = lambda t: None if t is None else t.float()  # noqa: E731
+        return EncoderOutput(
+            as_float(self.hidden), as_float(self.m_p), as_float(self.logs_p), as_float(self.x_mask), self.lengths, as_float(self.g)
+        )
+
 
 @dataclass
 class ExpandedPrior:

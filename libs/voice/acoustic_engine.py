@@ -125,7 +125,10 @@ class AcousticEngine(BatchedEngine):
         """The acoustic model of `assets` (a Piper voice + the trained mel head)."""
         voice = assets.piper_models()
         head = load_mel_head(assets.mel_head_path)
-        version = model_version_of(assets.name, [voice.onnx_sha256, assets.file_digest(assets.mel_head_path)])
+        # The arithmetic is part of what the mel is a function of: bf16 and fp32 workers never share cache entries.
+        version = model_version_of(
+            assets.name, [voice.onnx_sha256, assets.file_digest(assets.mel_head_path), f"precision={settings.precision}"]
+        )
         return cls(
             voice.acoustic,
             head,
@@ -153,8 +156,10 @@ class AcousticEngine(BatchedEngine):
     def plan(self, phoneme_ids: Sequence[int], params: SynthesisParams, seed: int) -> SentencePlan:
         """Encoder and durations for one sentence, with all of its noise drawn from `seed`.
 
-        Always float32: durations are rounded up to whole frames, so a lower precision here could
-        change a sentence's length, not just its sound.
+        In bf16 only the text encoder runs reduced (it is most of the cost); the duration predictor
+        and everything after it stay float32. Durations are rounded up to whole frames, so the
+        precision can move a frame here and there: it is part of the model version (and so of
+        every cache key), and a given precision is deterministic.
         """
         if not phoneme_ids:
             raise ValueError("phoneme_ids is empty: a sentence needs at least one phoneme id")
@@ -163,7 +168,9 @@ class AcousticEngine(BatchedEngine):
         generator = synthesis_generator(seed)
         ids = torch.as_tensor(list(phoneme_ids), dtype=torch.long, device=self.device).unsqueeze(0)
         speaker = params.speaker_id if self.num_speakers > 1 else None
-        encoded = self.acoustic.encode(ids, speaker_id=speaker)
+        with self._runtime.autocast():
+            encoded = self.acoustic.encode(ids, speaker_id=speaker)
+        encoded = encoded.float()
         durations = self.acoustic.durations(encoded, generator, noise_w=params.noise_w, length_scale=1.0 / params.speed)
         prior = self.acoustic.expand(encoded, durations, generator, noise_scale=params.noise_scale)
         return SentencePlan(prior.z_p, encoded.g, [int(d) for d in durations[0].tolist()])
