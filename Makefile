@@ -31,6 +31,7 @@ say: $(PY)
 	$(PY) -m scripts.say --text "$(TEXT)" --out "$(OUT)"
 
 test: $(PY)
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q
 
 # Regenerate the gRPC stubs in libs/pb from protos/ (a test fails when they are stale).

@@ -351,7 +351,20 @@ def espeak_engine() -> EspeakEngine:
     global _ENGINE
     with _ENGINE_LOCK:
         if _ENGINE is None:
-            _ENGINE = EspeakEngine(
-                Path(espeakng_loader.get_library_path()), Path(espeakng_loader.get_data_path())
-            )
+            _ENGINE = EspeakEngine(Path(espeakng_loader.get_library_path()), espeak_data_path())
         return _ENGINE
+
+
+def espeak_data_path() -> Path:
+    """The espeak-ng data (dictionaries, phoneme tables) to phonemise with.
+
+    The data piper-tts 1.8.0 ships is newer than the data of the espeak-ng 1.52 wheel, and the
+    dictionaries differ (e.g. the weak form of "has been"); Piper voices are spoken with the
+    former, so that is the one we read. Only its data files are used, never its code.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("piper")
+    if spec is None or spec.origin is None:
+        raise EspeakError("the espeak-ng data of piper-tts is missing: install the pinned piper-tts")
+    return Path(spec.origin).parent / "espeak-ng-data"
