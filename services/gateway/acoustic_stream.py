@@ -20,21 +20,10 @@ from libs.mesh.worker_choice import Attempts
 from libs.pb.tts.acoustic.v1 import acoustic_pb2
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.routing.endpoints import Endpoint
-from services.gateway.worker_calls import (
-    CallReader,
-    Deadline,
-    StreamEnded,
-    StreamRefused,
-    WorkerSilent,
-    accepted,
-    failure_of,
-    give_up,
-)
+from services.gateway.worker_calls import CALL_ERRORS, CallReader, Deadline, StreamEnded, accepted, failure_of, give_up
 from services.gateway.workers import WorkerPool
 
 _log = logging.getLogger(__name__)
-
-_CALL_ERRORS = (grpc.aio.AioRpcError, asyncio.InvalidStateError, WorkerSilent, StreamEnded, StreamRefused)
 
 
 class ResumableAcousticStream:
@@ -72,7 +61,7 @@ class ResumableAcousticStream:
                     if mel_slice.is_last:
                         attempts.succeeded(self._endpoint)  # type: ignore[arg-type]
                         return
-            except _CALL_ERRORS as error:
+            except CALL_ERRORS as error:
                 await self._after_failure(attempts, error, request.sentence_index, next_frame)
 
     async def close(self) -> None:
@@ -82,7 +71,7 @@ class ResumableAcousticStream:
             return
         try:
             await asyncio.wait_for(call.done_writing(), 1.0)
-        except (*_CALL_ERRORS, asyncio.TimeoutError):
+        except (*CALL_ERRORS, asyncio.TimeoutError):
             pass
         self._drop()
 

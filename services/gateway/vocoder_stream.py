@@ -24,21 +24,10 @@ from libs.mesh.errors import DownstreamError
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.pb.tts.vocoder.v1 import vocoder_pb2
 from libs.routing.endpoints import Endpoint
-from services.gateway.worker_calls import (
-    CallReader,
-    Deadline,
-    StreamEnded,
-    StreamRefused,
-    WorkerSilent,
-    accepted,
-    failure_of,
-    give_up,
-)
+from services.gateway.worker_calls import CALL_ERRORS, CallReader, Deadline, StreamEnded, WorkerSilent, accepted, failure_of, give_up
 from services.gateway.workers import WorkerPool
 
 _log = logging.getLogger(__name__)
-
-_CALL_ERRORS = (grpc.aio.AioRpcError, asyncio.InvalidStateError, WorkerSilent, StreamEnded, StreamRefused)
 
 # A vocoder returns a chunk's samples once the chunk and its right context have arrived: at most
 # 256 frames plus a few dozen of context. Past this many unanswered frames it owes samples even
@@ -103,7 +92,7 @@ class ResumableVocoderStream:
             if self._call is not None:
                 try:
                     await self._call.write(vocoder_pb2.VocodeRequest(slice=mel_slice))
-                except _CALL_ERRORS:
+                except CALL_ERRORS:
                     pass  # the reader sees the broken call and reopens it with this slice included
             if self._owed_since_s is None and self._owes():
                 self._owed_since_s = time.monotonic()
@@ -115,7 +104,7 @@ class ResumableVocoderStream:
             if self._call is not None:
                 try:
                     await self._call.done_writing()
-                except _CALL_ERRORS:
+                except CALL_ERRORS:
                     pass
 
     async def samples(self) -> AsyncIterator[Samples]:
@@ -131,7 +120,7 @@ class ResumableVocoderStream:
                         self._drop()
                         return
                     raise StreamEnded()
-            except _CALL_ERRORS as error:
+            except CALL_ERRORS as error:
                 await self._after_failure(error)
                 continue
             fresh = self._take(reply)

@@ -55,6 +55,10 @@ async def accepted(call: Any, timeout_s: float) -> None:
         raise StreamRefused()
 
 
+CALL_ERRORS: Final = (grpc.aio.AioRpcError, asyncio.InvalidStateError, WorkerSilent, StreamEnded, StreamRefused)
+"""What an operation on a worker call raises when the call (or the worker behind it) has failed."""
+
+
 class CallReader:
     """Reads one call's messages while a `stalled` check decides when silence means a hung worker.
 
