@@ -151,7 +151,7 @@ def run_quality(config: QualityConfig) -> QualityReport:
     warm_ids = phoneme_id_sentences("Warming up.")[0]
     with torch.no_grad():
         vocoder(head(voice.acoustic.infer(torch.tensor([warm_ids]), synthesis_generator(0)).z))
-    served_audio(acoustic_engine, vocoder_engine, warm_ids)
+    served_audio(acoustic_engine, vocoder_engine, warm_ids, seed=0)
 
     for text in heldout_sentences()[: config.sentence_count]:
         started_s = time.perf_counter()
@@ -161,7 +161,9 @@ def run_quality(config: QualityConfig) -> QualityReport:
         piper.add(piper_audio)
 
         started_s = time.perf_counter()
-        served_wave = np.concatenate([served_audio(acoustic_engine, vocoder_engine, ids) for ids in phoneme_id_sentences(text)])
+        served_wave = np.concatenate(
+            [served_audio(acoustic_engine, vocoder_engine, ids, bench_seed(ids, config)) for ids in phoneme_id_sentences(text)]
+        )
         served.compute_s += time.perf_counter() - started_s
         served.audio_s += len(served_wave) / VOICE_SAMPLE_RATE_HZ
         served.add(served_wave)
@@ -170,7 +172,7 @@ def run_quality(config: QualityConfig) -> QualityReport:
             started_s = time.perf_counter()
             latents, predicted_mels, full_audio = [], [], []
             for ids in phoneme_id_sentences(text):
-                seed = synthesis_seed("bench", VOICE_NAME, 0, 1.0, config.noise_scale, config.noise_w, ids)
+                seed = bench_seed(ids, config)
                 z = voice.acoustic.infer(
                     torch.tensor([ids]), synthesis_generator(seed), noise_scale=config.noise_scale, noise_w=config.noise_w
                 ).z
@@ -196,11 +198,17 @@ def run_quality(config: QualityConfig) -> QualityReport:
     return QualityReport(systems, l1_full / frames, l1_head / frames, config.sentence_count)
 
 
-def served_audio(acoustic: AcousticEngine, vocoder: VocoderEngine, phoneme_ids: list[int]) -> np.ndarray:
+def bench_seed(phoneme_ids: list[int], config: QualityConfig) -> int:
+    """The noise seed of one held-out sentence, the same for every system of ours."""
+    return synthesis_seed("bench", VOICE_NAME, 0, 1.0, config.noise_scale, config.noise_w, phoneme_ids)
+
+
+def served_audio(acoustic: AcousticEngine, vocoder: VocoderEngine, phoneme_ids: list[int], seed: int) -> np.ndarray:
     """One sentence the way the mesh makes it: mel chunks cut into 40 ms slices, float16 on the
-    wire, pushed into a vocoder stream as they come."""
+    wire, pushed into a vocoder stream as they come. `seed` fixes the noise, so that (b) and (b')
+    differ only in how they are computed."""
     params = SynthesisParams()
-    plan = acoustic.plan(phoneme_ids, params, acoustic.synthesis_seed(phoneme_ids, params))
+    plan = acoustic.plan(phoneme_ids, params, seed)
     bounds = slice_bounds(plan.frame_count, acoustic.hop_length, acoustic.sample_rate_hz)
     stream = vocoder.open_stream()
     pieces: list[np.ndarray] = []
