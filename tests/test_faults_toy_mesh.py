@@ -17,6 +17,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 import grpc
 import numpy as np
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
 from libs.mesh.errors import DownstreamError
@@ -27,6 +28,7 @@ from libs.pb.tts.acoustic.v1 import acoustic_pb2
 from libs.pb.tts.v1 import tts_pb2
 from libs.routing.endpoints import parse_endpoint
 from libs.routing.retry import PUSHBACK_METADATA_KEY
+from libs.telemetry.tracing import ATTR_ATTEMPT, ATTR_REASON, ATTR_WORKER, ATTR_ZONE, SPAN_ATTEMPT, setup_tracing
 from libs.voice.registry import default_registry
 from services.gateway.pipeline import UtterancePipeline
 from services.gateway.workers import WorkerPool
@@ -46,13 +48,14 @@ def _settings(**overrides: Any) -> RoutingSettings:
     return RoutingSettings(**values)
 
 
-async def _pool(acoustic: list[str], vocoder: list[str], **overrides: Any) -> WorkerPool:
+async def _pool(acoustic: list[str], vocoder: list[str], tracer_provider: Any = None, **overrides: Any) -> WorkerPool:
     pool = WorkerPool(
         [parse_endpoint(spec, "acoustic") for spec in acoustic],
         [parse_endpoint(spec, "vocoder") for spec in vocoder],
         "zone-a",
         settings=_settings(**overrides),
         registry=CollectorRegistry(),
+        tracer_provider=tracer_provider,
     )
     pool.start()
     await wait_until(lambda: pool.ready)
@@ -101,14 +104,18 @@ async def mesh() -> AsyncIterator[ToyMesh]:
         await running.stop()
 
 
-async def _zone_pool(mesh: ToyMesh, **overrides: Any) -> WorkerPool:
+async def _zone_pool(mesh: ToyMesh, tracer_provider: Any = None, **overrides: Any) -> WorkerPool:
     zones = ("zone-a", "zone-b")
-    return await _pool([mesh.of("acoustic", z).spec for z in zones], [mesh.of("vocoder", z).spec for z in zones], **overrides)
+    return await _pool(
+        [mesh.of("acoustic", z).spec for z in zones], [mesh.of("vocoder", z).spec for z in zones], tracer_provider, **overrides
+    )
 
 
 @pytest.mark.parametrize("kind", ["vocoder", "acoustic"])
 async def test_worker_crash_mid_sentence_resumes_in_other_zone_sample_for_sample(mesh: ToyMesh, kind: str) -> None:
-    pool = await _zone_pool(mesh)
+    spans = InMemorySpanExporter()
+    provider = setup_tracing("gateway", zone="zone-a", environ={"OTEL_TRACES_SAMPLER": "always_on"}, exporter=spans, set_global=False)
+    pool = await _zone_pool(mesh, provider)
     try:
         reference = await _speak(pool)
         local = mesh.of(kind, "zone-a")
@@ -126,8 +133,13 @@ async def test_worker_crash_mid_sentence_resumes_in_other_zone_sample_for_sample
             # The new stream was primed with context, not asked to vocode the first sentence again.
             resumed_samples = mesh.of("vocoder", "zone-b").metrics.registry.get_sample_value("tts_vocoder_samples_total")
             assert 0 < resumed_samples < len(reference)
+        provider.force_flush()
+        attempts = [dict(span.attributes or {}) for span in spans.get_finished_spans() if span.name == SPAN_ATTEMPT]
+        assert {(a[ATTR_WORKER], a[ATTR_ZONE], a[ATTR_REASON]) for a in attempts} == {(kind, "zone-a", "resume:unavailable")}
+        assert all(a[ATTR_ATTEMPT] == 2 for a in attempts)
     finally:
         await pool.close()
+        provider.shutdown()
 
 
 async def test_blackholed_vocoder_fails_over_within_the_attempt_timeout(mesh: ToyMesh) -> None:

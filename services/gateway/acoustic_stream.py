@@ -20,7 +20,7 @@ from libs.mesh.worker_choice import Attempts
 from libs.pb.tts.acoustic.v1 import acoustic_pb2
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.routing.endpoints import Endpoint
-from services.gateway.worker_calls import CALL_ERRORS, CallReader, Deadline, StreamEnded, accepted, failure_of, give_up
+from services.gateway.worker_calls import CALL_ERRORS, CallReader, Deadline, StreamEnded, accepted, failure_of, give_up, retry_after
 from services.gateway.workers import WorkerPool
 
 _log = logging.getLogger(__name__)
@@ -113,9 +113,7 @@ class ResumableAcousticStream:
         )  # fmt: skip
         if not decision.retry:
             raise give_up(attempts, decision, self._pool.metrics)
-        if self._progressed:
-            self._pool.metrics.resumed("acoustic", endpoint.zone, failure.code.name.lower())
-        await asyncio.sleep(decision.delay_s)
+        await retry_after(self._pool, attempts, endpoint.zone, failure, decision.delay_s, self._progressed)
 
     def _drop(self) -> None:
         if self._call is None:

@@ -24,7 +24,7 @@ from libs.mesh.errors import DownstreamError
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.pb.tts.vocoder.v1 import vocoder_pb2
 from libs.routing.endpoints import Endpoint
-from services.gateway.worker_calls import CALL_ERRORS, CallReader, Deadline, StreamEnded, WorkerSilent, accepted, failure_of, give_up
+from services.gateway.worker_calls import CALL_ERRORS, CallReader, Deadline, StreamEnded, WorkerSilent, accepted, failure_of, give_up, retry_after
 from services.gateway.workers import WorkerPool
 
 _log = logging.getLogger(__name__)
@@ -212,9 +212,7 @@ class ResumableVocoderStream:
         )  # fmt: skip
         if not decision.retry:
             raise give_up(self._attempts, decision, self._pool.metrics)
-        if self._progressed:
-            self._pool.metrics.resumed("vocoder", endpoint.zone, failure.code.name.lower())
-        await asyncio.sleep(decision.delay_s)
+        await retry_after(self._pool, self._attempts, endpoint.zone, failure, decision.delay_s, self._progressed)
 
     def _drop(self) -> None:
         if self._call is None:

@@ -13,6 +13,7 @@ import grpc
 from libs.mesh.errors import DownstreamError, NoWorkerError
 from libs.mesh.worker_choice import AttemptFailure, Attempts
 from libs.routing.retry import RetryDecision
+from libs.telemetry.tracing import attempt_span
 from services.gateway.routing_metrics import SHED_RETRY_BUDGET, SHED_WORKERS_SATURATED, RoutingMetrics
 
 
@@ -121,6 +122,19 @@ def _transport_aware_code(error: grpc.aio.AioRpcError) -> grpc.StatusCode:
     if error.code() is grpc.StatusCode.INTERNAL and any(marker in details for marker in _TRANSPORT_FAILURE_DETAILS):
         return grpc.StatusCode.UNAVAILABLE
     return error.code()
+
+
+async def retry_after(pool: Any, attempts: Attempts, failed_zone: str, failure: AttemptFailure, delay_s: float,
+                      resumed: bool) -> None:  # fmt: skip
+    """Count and trace the retry (or mid-stream resume) `attempts` is about to make on `pool`, and
+    wait its backoff. The span covers the wait; its attributes say which zone failed, why, and
+    which attempt comes next."""
+    reason = failure.code.name.lower()
+    if resumed:
+        pool.metrics.resumed(attempts.kind, failed_zone, reason)
+    span_reason = f"resume:{reason}" if resumed else reason
+    with attempt_span(attempts.kind, failed_zone, attempts.made + 1, span_reason, tracer_provider=pool.tracer_provider):
+        await asyncio.sleep(delay_s)
 
 
 def give_up(attempts: Attempts, decision: RetryDecision | None, metrics: RoutingMetrics) -> Exception:

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import Final, Iterator, Sequence
 
 import grpc
+from opentelemetry.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 
 from libs.mesh.errors import DownstreamError
@@ -51,8 +52,11 @@ class WorkerPool:
         settings: RoutingSettings | None = None,
         registry: CollectorRegistry | None = None,
         rng: random.Random | None = None,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.settings = settings or routing_settings_from_env()
+        self.tracer_provider = tracer_provider
+        """Where retry and resume spans go (None: the process's global tracer provider)."""
         self.local_zone = local_zone
         self.metrics = RoutingMetrics(registry)
         rng = rng or random.Random()
