@@ -20,7 +20,7 @@ from libs.mesh.worker_choice import Attempts
 from libs.pb.tts.acoustic.v1 import acoustic_pb2
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.routing.endpoints import Endpoint
-from services.gateway.worker_calls import CALL_ERRORS, CallReader, Deadline, StreamEnded, accepted, failure_of, give_up, retry_after
+from services.gateway.worker_calls import CALL_ERRORS, CallReader, Deadline, StreamEnded, accepted, failure_of, give_up, release, retry_after
 from services.gateway.workers import WorkerPool
 
 _log = logging.getLogger(__name__)
@@ -116,10 +116,5 @@ class ResumableAcousticStream:
         await retry_after(self._pool, attempts, endpoint.zone, failure, decision.delay_s, self._progressed)
 
     def _drop(self) -> None:
-        if self._call is None:
-            return
-        self._call.cancel()
-        if self._reader is not None:
-            self._reader.close()
-        self._pool.table("acoustic").stream_finished(self._endpoint)  # type: ignore[arg-type]
+        release(self._pool, "acoustic", self._call, self._reader, self._endpoint)
         self._call = self._reader = self._endpoint = None

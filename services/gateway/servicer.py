@@ -65,22 +65,26 @@ class TextToSpeechServicer:
             self._frontends[voice.name] = frontend
         return frontend
 
+    def _options(self, message: tts_pb2.SynthesizeRequest | tts_pb2.StreamingSynthesizeConfig) -> SynthesisOptions:
+        """Validated synthesis options from the fields a SynthesizeRequest and a streaming config share."""
+        return resolve_options(
+            self._registry,
+            voice=message.voice,
+            speed=message.speed,
+            encoding=message.encoding,
+            sample_rate_hz=message.sample_rate_hz,
+            speaker_id=message.speaker_id,
+            request_id=message.request_id,
+            include_alignment=message.include_alignment,
+        )
+
     async def Synthesize(
         self, request: tts_pb2.SynthesizeRequest | UndecodableRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
         async with self._call("Synthesize", context) as call:
             if isinstance(request, UndecodableRequest):
                 raise InvalidRequestError(request.reason)
-            options = resolve_options(
-                self._registry,
-                voice=request.voice,
-                speed=request.speed,
-                encoding=request.encoding,
-                sample_rate_hz=request.sample_rate_hz,
-                speaker_id=request.speaker_id,
-                request_id=request.request_id,
-                include_alignment=request.include_alignment,
-            )
+            options = self._options(request)
             text = check_text(request.text, self._max_text_chars)
             call.voice(options.voice.name)
             sentences = await self._phonemise(options.voice, text)
@@ -101,16 +105,7 @@ class TextToSpeechServicer:
             if first.WhichOneof("request") != "config":
                 raise InvalidRequestError("the first StreamingSynthesizeRequest must carry `config`")
             config = first.config
-            options = resolve_options(
-                self._registry,
-                voice=config.voice,
-                speed=config.speed,
-                encoding=config.encoding,
-                sample_rate_hz=config.sample_rate_hz,
-                speaker_id=config.speaker_id,
-                request_id=config.request_id,
-                include_alignment=config.include_alignment,
-            )
+            options = self._options(config)
             call.voice(options.voice.name)
             sentences = self._incremental_sentences(request_iterator, options.voice)
             async for response in self._pipeline(options, context).run(sentences):

@@ -91,6 +91,16 @@ class CallReader:
             self._pending = None
 
 
+def release(pool: Any, kind: str, call: Any, reader: CallReader | None, endpoint: Any) -> None:
+    """Cancel a worker call (no-op for None), drop its pending read, and stop counting it on `endpoint`."""
+    if call is None:
+        return
+    call.cancel()
+    if reader is not None:
+        reader.close()
+    pool.table(kind).stream_finished(endpoint)
+
+
 async def failure_of(call: Any, error: BaseException, silence_s: float) -> AttemptFailure:
     """The AttemptFailure behind `error`, raised by an operation on `call` or by reading it."""
     if isinstance(error, WorkerSilent):
