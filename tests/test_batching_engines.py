@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from libs.models.mel_bridge import MelAdapter, MelHead
+from libs.models.streaming import NO_END, StepInput
 from libs.models.piper_import import PiperVoiceModels, load_piper_voice
 from libs.voice.batching import BatchingConfig, BatchStats
 from libs.voice.chunking import ChunkSchedule
@@ -123,22 +124,28 @@ def test_vocoder_stream_batched_with_seven_others_equals_it_alone(voice, bridge)
 
 def test_padded_vocoder_batch_with_a_cancelled_job_serves_the_rest_exactly(voice, bridge) -> None:
     rng = np.random.default_rng(3)
-    # Lengths close enough to share one padded batch.
-    windows = [rng.normal(-4.0, 1.5, size=(80, frames)).astype(np.float32) for frames in range(60, 76, 2)]
+    # First steps of streams with step sizes close enough to share one padded batch.
+    steps = [
+        StepInput(torch.from_numpy(rng.normal(-4.0, 1.5, size=(80, frames)).astype(np.float32)), 0, 0, NO_END, None)
+        for frames in range(60, 76, 2)
+    ]
     alone = _vocoder(voice, bridge, EngineSettings())
     stats: list[BatchStats] = []
     batched = _vocoder(voice, bridge, EngineSettings(batching=BatchingConfig(max_batch=8, max_wait_ms=500), on_batch=stats.append))
     try:
         assert batched.batcher is not None
-        futures = [batched.batcher.submit(window) for window in windows]
+        futures = [batched.batcher.submit(step) for step in steps]
         assert futures[3].cancel()
         results = [future.result(60) for index, future in enumerate(futures) if index != 3]
     finally:
         batched.close()
-    expected = [alone.vocode(window) for index, window in enumerate(windows) if index != 3]
+    expected = [alone.vocode_step(step) for index, step in enumerate(steps) if index != 3]
     for result, reference in zip(results, expected):
-        assert result.shape == reference.shape
-        assert np.abs(result - reference).max() <= TOLERANCE
+        assert result.first_sample == reference.first_sample
+        assert result.samples.shape == reference.samples.shape
+        assert np.abs(result.samples.numpy() - reference.samples.numpy()).max() <= TOLERANCE
+        for tail, reference_tail in zip(result.state, reference.state, strict=True):
+            assert np.abs(tail.numpy() - reference_tail.numpy()).max() <= TOLERANCE
     assert [s.batch_size for s in stats] == [7]
 
 

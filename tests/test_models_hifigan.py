@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -18,6 +19,8 @@ from libs.models.hifigan import (
     piper_medium_decoder_config,
     receptive_field_frames,
 )
+from libs.voice.chunking import ChunkSchedule
+from libs.voice.vocoder_engine import VocoderEngine
 
 HOP = 256
 VERSIONS = {"V1": (HIFIGAN_V1, 13.92e6), "V2": (HIFIGAN_V2, 0.92e6), "V3": (HIFIGAN_V3, 1.46e6)}
@@ -121,3 +124,21 @@ def test_chunk_with_receptive_field_context_vocodes_like_the_whole():
         chunk = generator(mel[:, :, start - context : end + context])[0, 0]
     trimmed = chunk[context * HOP : (context + end - start) * HOP]
     assert torch.allclose(trimmed, whole[start * HOP : end * HOP], atol=1e-6)
+
+
+@pytest.mark.parametrize("version", ["V1", "V3"])
+@pytest.mark.parametrize("push_frames", [1, 7])
+def test_stateful_stream_of_public_generator_vocodes_like_the_whole(version, push_frames):
+    """V1 (conv-pair residual blocks) and V3 (single convs) both stream exactly, 1-frame pushes included."""
+    torch.manual_seed(5)
+    generator = Generator(VERSIONS[version][0]).eval()
+    generator.remove_weight_norm()
+    engine = VocoderEngine.load_hifigan(generator, sample_rate_hz=22050, schedule=ChunkSchedule(5, 2.0, 16))
+    mel = torch.randn(80, 45).numpy()
+    stream = engine.open_stream()
+    pieces = [stream.push(mel[:, i : i + push_frames]) for i in range(0, mel.shape[1], push_frames)] + [stream.finish()]
+    streamed = torch.from_numpy(np.concatenate(pieces))
+    whole = torch.from_numpy(engine.vocode(mel))
+    assert streamed.shape == whole.shape == (45 * HOP,)
+    assert torch.allclose(streamed, whole, atol=1e-5)
+    assert engine.lag_frames <= receptive_field_frames(VERSIONS[version][0]) + 1

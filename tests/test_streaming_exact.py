@@ -110,3 +110,13 @@ def test_vocoder_stream_primed_from_its_chunk_resumes_bit_identically(acoustic: 
 def test_resume_without_enough_context_is_refused(vocoder: VocoderEngine) -> None:
     with pytest.raises(ValueError, match="context"):
         vocoder.open_stream(origin_frame=10, emit_from_frame=11)
+
+
+def test_stream_that_ends_right_after_a_step_flushes_its_last_samples(vocoder: VocoderEngine) -> None:
+    frames = vocoder.schedule.chunk_frames(0)
+    mel = np.random.default_rng(1).normal(-4.0, 1.5, size=(vocoder.n_mels, frames)).astype(np.float32)
+    stream = vocoder.open_stream()
+    first = stream.push(mel)
+    assert 0 < len(first) < frames * vocoder.hop_length, "the step's samples minus the lag come at once"
+    rest = stream.finish()
+    assert np.abs(np.concatenate([first, rest]) - vocoder.vocode(mel)).max() <= TOLERANCE

@@ -12,21 +12,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-# Vocoder side. Streaming recomputes the vocoder's context (21 frames each side) around every
-# chunk; the frames fed per frame of audio with this schedule come to 1.30, 1.28 and 1.24 for 3,
-# 5 and 8 s sentences (8 frames first: 1.43, 1.33, 1.27), and measured compute was 1.2-1.3x offline
-# at 3 s and at most 1.0x at 8 s (one long window runs slower per frame on this CPU: caches). A
-# sentence of 1-2 s costs 1.5-1.8x: one split at the start already adds 21 + 21 frames. 16 frames
-# (186 ms of audio) first costs one 37-frame window, a few ms more than 8 frames would; growth 4
-# keeps each next chunk's compute within the playing time of the audio already sent; 256 frames
-# caps a step.
-DEFAULT_FIRST_CHUNK_FRAMES: Final = 16
-DEFAULT_CHUNK_GROWTH: Final = 4.0
-DEFAULT_MAX_CHUNK_FRAMES: Final = 256
-# Acoustic side: the vocoder's first chunk needs its 16 frames plus 21 of right context (38 with
-# the 40 ms slice that holds frame 36), so a first acoustic chunk of 40 frames unlocks first
-# audio in one flow pass instead of two. The acoustic side has no playback clock to keep up with
-# (it runs far ahead of the vocoder), so the rest of the sentence is one pass: every extra split
+# Vocoder side: steps of a stateful stream (libs.models.streaming), which never recomputes
+# context; its output lags the mel by about 21 frames. A first step of 32 frames gives 11 frames
+# (128 ms) of first audio; later steps double up to 128 frames. Per frame, a step of 64-128 frames
+# runs fastest on this CPU (bf16: 0.037 CPU s per audio s at 128 frames vs 0.048 for 256 or more,
+# whose activations overflow the caches), and whole sentences streamed this way cost 0.92-0.97x
+# their offline vocoding.
+DEFAULT_FIRST_CHUNK_FRAMES: Final = 32
+DEFAULT_CHUNK_GROWTH: Final = 2.0
+DEFAULT_MAX_CHUNK_FRAMES: Final = 128
+# Acoustic side: the vocoder's first step needs 32 frames (35 with the 40 ms slice that holds
+# frame 31), so a first acoustic chunk of 40 frames unlocks first audio in one flow pass. The
+# acoustic side has no playback clock to keep up with (it runs far ahead of the vocoder), so the
+# rest of the sentence is one pass: every extra split
 # would recompute 2 x 38 frames of flow context (40 then 160, 256, ...: 1.59x the offline flow
 # work on a 3 s sentence; 40 then the rest: 1.29x).
 DEFAULT_ACOUSTIC_FIRST_CHUNK_FRAMES: Final = 40

@@ -1,7 +1,8 @@
 """Mel -> PCM: whole sentences, or slice by slice as mel arrives, with exact trimming (DESIGN §5).
 
-`VocoderStream` keeps a sentence's mel, vocodes each chunk of the schedule once its right context
-is there (or the sentence ended) and returns only the new samples.
+`VocoderStream` vocodes each step of the schedule as soon as its frames are there, on top of the
+layer tails the previous steps left (no context is ever recomputed), and returns the samples that
+became exact: all but the network's lag, which the sentence's end flushes out.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 
 from libs.models.hifigan import Generator
 from libs.models.mel_bridge import MelVocoder, load_mel_vocoder
+from libs.models.streaming import NO_END, StepInput, StepOutput, StreamState, output_lag_samples, stream_step
 from libs.voice.acoustic_engine import model_version_of
 from libs.voice.assets import VoiceAssets, default_voice_assets
 from libs.voice.batching import padding_groups
@@ -44,7 +46,7 @@ class VocoderEngine(BatchedEngine):
     ) -> None:
         if device is not None:
             settings = replace(settings, device=device)
-        self._runtime = ModelRuntime(settings, self._vocode_batch, name="vocoder-batcher")
+        self._runtime = ModelRuntime(settings, self._step_batch, name="vocoder-batcher")
         self.settings = settings
         self.device = self._runtime.device
         self.vocoder = vocoder.to(self.device).eval()
@@ -54,6 +56,8 @@ class VocoderEngine(BatchedEngine):
         self.n_mels = n_mels
         self.context_frames = vocoder.receptive_field_frames
         self.schedule = schedule
+        self.lag_frames = -(-output_lag_samples(self.vocoder, n_mels, self.device) // hop_length)
+        """Frames the streamed output lags behind the mel pushed (zeros flush them out at the end)."""
 
     @classmethod
     def load(
@@ -82,7 +86,12 @@ class VocoderEngine(BatchedEngine):
 
     @classmethod
     def load_hifigan(
-        cls, generator: Generator, sample_rate_hz: int, device: str | None = None, settings: EngineSettings = EngineSettings()
+        cls,
+        generator: Generator,
+        sample_rate_hz: int,
+        device: str | None = None,
+        schedule: ChunkSchedule = VOCODER_SCHEDULE,
+        settings: EngineSettings = EngineSettings(),
     ) -> "VocoderEngine":
         """A public HiFi-GAN generator (mel in) as the vocoder."""
         return cls(
@@ -91,6 +100,7 @@ class VocoderEngine(BatchedEngine):
             sample_rate_hz=sample_rate_hz,
             hop_length=generator.config.hop_length,
             n_mels=generator.config.in_channels,
+            schedule=schedule,
             device=device,
             settings=settings,
         )
@@ -104,13 +114,13 @@ class VocoderEngine(BatchedEngine):
         """Samples of a whole sentence's mel [n_mels, frames] in one pass (never batched)."""
         return self._vocode_batch([mel])[0]
 
-    def vocode_window(self, mel: np.ndarray) -> np.ndarray:
-        """Samples of one chunk window [n_mels, frames], batched with other streams' windows when on."""
-        return self._runtime.run(mel)
+    def vocode_step(self, job: StepInput) -> StepOutput:
+        """One stream step, batched with other streams' steps when batching is on."""
+        return self._runtime.run(job)
 
     @torch.inference_mode()
     def _vocode_batch(self, mels: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Vocode several mel windows, padded and masked so each equals its solo run."""
+        """Vocode whole mel sequences in one pass each (several at once: padded and masked)."""
         outputs: list[np.ndarray] = [np.empty(0, dtype=np.float32)] * len(mels)
         widths = [int(mel.shape[1]) for mel in mels]
         hop = self.hop_length
@@ -128,16 +138,20 @@ class VocoderEngine(BatchedEngine):
                 outputs[index] = audio[row, : widths[index] * hop].numpy()
         return outputs
 
+    def _step_batch(self, jobs: Sequence[StepInput]) -> list[StepOutput]:
+        """Several streams' steps; streams of similar step sizes run as one padded call."""
+        outputs: list[StepOutput | None] = [None] * len(jobs)
+        for group in padding_groups([int(job.frames.shape[1]) for job in jobs]):
+            with self._runtime.autocast():
+                results = stream_step(self.vocoder, [jobs[index] for index in group], self.device)
+            for index, result in zip(group, results):
+                outputs[index] = result
+        return outputs  # type: ignore[return-value]
+
     def resume_origin_frame(self, emit_from_frame: int) -> int:
         """First frame to prime a resumed stream with so that it is bit-identical to the stream it
-        replaces: `context_frames` before the start of the chunk `emit_from_frame` falls in."""
-        chunk_start = 0
-        for index in range(emit_from_frame + 1):
-            chunk_end = chunk_start + self.schedule.chunk_frames(index)
-            if chunk_end > emit_from_frame:
-                break
-            chunk_start = chunk_end
-        return max(0, chunk_start - self.context_frames)
+        replaces: the sentence's first, since each step builds on the layer tails of all before it."""
+        return 0
 
     def open_stream(self, origin_frame: int = 0, emit_from_frame: int | None = None) -> "VocoderStream":
         """A stream for one sentence. `origin_frame` is the sentence frame index of the first mel
@@ -150,22 +164,21 @@ class VocoderEngine(BatchedEngine):
         """Vocode a short stretch of silence-like mel so the first real request pays no first-call costs."""
         silence = np.full((self.n_mels, 32), -5.0, dtype=np.float32)
         self.vocode(silence)
-        if self._runtime.batcher is not None:
-            # The padded, masked path too, through the batcher thread.
-            self._vocode_batch([silence, silence[:, :20]])
-            self.vocode_window(silence)
+        stream = self.open_stream()
+        stream.push(np.concatenate([silence] * 3, axis=1))
+        stream.finish()
 
 
 @dataclass
 class VocoderStream:
     """One sentence's incremental vocoding: push mel frames, get back the samples that are exact.
 
-    Chunks follow the engine's schedule by frame index from the sentence start, and each chunk is
-    vocoded over the same window whenever and however its frames arrive, so the samples do not
-    depend on timing. A stream resumed on another worker and primed from
-    `VocoderEngine.resume_origin_frame` continues bit-identically (in fp32, without batching); one
-    primed with just `context_frames` before its first frame gives the rest of the chunk it resumes
-    in from a shorter window, exact to float round-off, and is bit-identical from the next chunk on.
+    The stream keeps each layer's input tail between steps (libs.models.streaming), so every frame
+    is vocoded once. Steps follow the engine's schedule by frame index from the first frame pushed,
+    whenever and however the frames arrive, so the samples do not depend on timing. A stream
+    resumed on another worker and fed the sentence from frame 0 (`VocoderEngine.resume_origin_frame`)
+    continues bit-identically (in fp32, without batching); one primed with just `context_frames`
+    before its first emitted frame is exact to float round-off.
     """
 
     engine: VocoderEngine
@@ -173,36 +186,27 @@ class VocoderStream:
     """Sentence frame index of the first frame pushed."""
     emit_from_frame: int
     """First sentence frame whose samples are returned."""
-    _mel: np.ndarray | None = None
     _pending: list[np.ndarray] = field(default_factory=list)
-    _frames_received: int = 0
-    _chunk_index: int = 0
-    _chunk_start: int = 0
+    _pending_frames: int = 0
+    _next_step_frame: int = 0
+    _step_index: int = 0
+    _state: StreamState | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.origin_frame <= self.emit_from_frame:
             raise ValueError(f"need 0 <= origin_frame <= emit_from_frame, got {self.origin_frame}, {self.emit_from_frame}")
-        self._frames_received = self.origin_frame
-        while self._chunk_end() <= self.emit_from_frame:
-            self._advance()
         needed_from = max(0, self.emit_from_frame - self.engine.context_frames)
         if self.origin_frame > needed_from:
             raise ValueError(
                 f"a stream resumed at frame {self.emit_from_frame} needs mel context from frame {needed_from} on "
                 f"({self.engine.context_frames} frames before it), but starts at frame {self.origin_frame}"
             )
+        self._next_step_frame = self.origin_frame
 
     @property
     def frames_received(self) -> int:
         """Sentence frame index one past the last frame pushed."""
-        return self._frames_received
-
-    def _chunk_end(self) -> int:
-        return self._chunk_start + self.engine.schedule.chunk_frames(self._chunk_index)
-
-    def _advance(self) -> None:
-        self._chunk_start = self._chunk_end()
-        self._chunk_index += 1
+        return self._next_step_frame + self._pending_frames
 
     def push(self, mel: np.ndarray) -> np.ndarray:
         """Add frames [n_mels, n]; return float32 samples that became exact (maybe none)."""
@@ -210,45 +214,38 @@ class VocoderStream:
             raise ValueError(f"mel must be [{self.engine.n_mels}, frames], got {list(mel.shape)}")
         if mel.shape[1]:
             self._pending.append(np.asarray(mel, dtype=np.float32))
-            self._frames_received += mel.shape[1]
+            self._pending_frames += mel.shape[1]
         ready: list[np.ndarray] = []
-        while self._chunk_end() + self.engine.context_frames <= self._frames_received:
-            ready.append(self._emit_chunk(self._chunk_end(), total=None))
+        while self._pending_frames >= (size := self.engine.schedule.chunk_frames(self._step_index)):
+            ready.append(self._step(self._take(size), total=None))
         return np.concatenate(ready) if ready else np.zeros(0, dtype=np.float32)
 
     def finish(self) -> np.ndarray:
         """The sentence ended: return every remaining sample."""
-        total = self._frames_received
-        ready: list[np.ndarray] = []
-        while self._chunk_start < total:
-            ready.append(self._emit_chunk(min(self._chunk_end(), total), total=total))
-        return np.concatenate(ready) if ready else np.zeros(0, dtype=np.float32)
+        total = self.frames_received
+        if total == self.origin_frame:
+            return np.zeros(0, dtype=np.float32)
+        # Zero frames past the end push the network's lag out; they are masked as edge padding.
+        flush = np.zeros((self.engine.n_mels, self.engine.lag_frames), dtype=np.float32)
+        return self._step(np.concatenate([self._take(self._pending_frames), flush], axis=1), total=total)
 
-    def _emit_chunk(self, end: int, total: int | None) -> np.ndarray:
-        """Vocode the current chunk [chunk_start, end) over its context window, then advance."""
-        if self._pending:
-            parts = ([self._mel] if self._mel is not None else []) + self._pending
-            self._mel = np.concatenate(parts, axis=1)
-            self._pending = []
-        assert self._mel is not None
-        context = self.engine.context_frames
-        start = self._chunk_start
-        # The window is clipped only at the sentence's true edges: frame 0 and, once known, the end;
-        # and, in a resumed stream's first chunk, at the first frame pushed, which lies at least
-        # `context` frames before any sample kept.
-        input_start = max(0, start - context, self.origin_frame)
-        input_end = end + context if total is None else min(total, end + context)
-        samples = self.engine.vocode_window(self._mel[:, input_start - self.origin_frame : input_end - self.origin_frame])
+    def _take(self, frames: int) -> np.ndarray:
+        if not self._pending:
+            return np.zeros((self.engine.n_mels, 0), dtype=np.float32)
+        joined = np.concatenate(self._pending, axis=1) if len(self._pending) != 1 else self._pending[0]
+        self._pending = [joined[:, frames:]] if joined.shape[1] > frames else []
+        self._pending_frames -= frames
+        return joined[:, :frames]
+
+    def _step(self, frames: np.ndarray, total: int | None) -> np.ndarray:
+        """Vocode the next frames on top of the kept layer tails; return the samples to emit."""
+        start = self._next_step_frame
+        job = StepInput(torch.from_numpy(np.ascontiguousarray(frames)), start, self.origin_frame, NO_END if total is None else total, self._state)
+        output = self.engine.vocode_step(job)
+        self._state = output.state
+        self._next_step_frame += frames.shape[1]
+        self._step_index += 1
         hop = self.engine.hop_length
-        first = max(start, self.emit_from_frame)
-        kept = samples[(first - input_start) * hop : (end - input_start) * hop]
-        self._advance()
-        self._forget_before(self._chunk_start - context)
-        return kept
-
-    def _forget_before(self, frame: int) -> None:
-        """Drop frames no later chunk can need as left context."""
-        drop = frame - self.origin_frame
-        if drop > 0 and self._mel is not None:
-            self._mel = self._mel[:, drop:]
-            self.origin_frame = frame
+        end = len(output.samples) if total is None else total * hop - output.first_sample
+        begin = max(0, self.emit_from_frame * hop - output.first_sample)
+        return output.samples[begin:end].numpy() if end > begin else np.zeros(0, dtype=np.float32)

@@ -1,0 +1,232 @@
+"""Stateful streaming of the mel vocoder: each step computes only new frames, never context again.
+
+Every convolution runs "valid" (no padding) over the tail of its previous input joined to the new
+input, and keeps the new tail for the next step; a transposed convolution keeps the input frames
+whose output it still overlaps; a residual branch is delayed to line up with the branch beside it.
+Each operation therefore turns n new positions into n new positions (times its stride), lagging
+behind by a fixed number of positions, and a step of n mel frames costs n frames of compute.
+
+Whole-sequence inference zero-pads every convolution's input at the sequence's edges. A stream
+gets the same zeros by masking each convolution's input to the positions of real frames, [low,
+high): before the first frame (the zero initial tails, and the lagged outputs of the first step)
+and, in the last step, past the end (the flush frames that push the lag out). The samples are
+therefore those of whole-sequence vocoding, up to float round-off from the different lengths.
+
+A batch of streams runs as one call: every item brings its own tails and real frame count, and is
+padded to the longest; an item's outputs and new tails come only from its real frames.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from libs.models.hifigan import Generator, ResBlock1, ResBlock2
+from libs.models.mel_bridge import LEAKY_RELU_SLOPE, ConvStack, MelVocoder, ResidualBlock
+
+NO_END = 2**40
+"""`high` of a stream whose last frame has not arrived yet."""
+
+StreamState = list[torch.Tensor]
+"""One stream's tails, in the fixed order the operations take them."""
+
+
+@dataclass(frozen=True)
+class StepInput:
+    """One stream's part of a step."""
+
+    frames: torch.Tensor
+    """New input frames [channels, n] (n >= 1; flush frames at the end are zeros)."""
+    start: int
+    """Sentence frame index of frames[:, 0]."""
+    low: int
+    """First real frame: inputs before it are the sequence's zero padding."""
+    high: int
+    """One past the last real frame, or NO_END while the sentence goes on."""
+    state: StreamState | None
+    """Tails from the previous step; None before the first."""
+
+
+@dataclass
+class _Signal:
+    """An activation of a batch: [B, C, N] whose column j holds position first_b + j for item b."""
+
+    data: torch.Tensor
+    lag: int
+    """How far column 0 lies behind the step's first input position, in positions at `scale`."""
+    scale: int
+    """Positions per input frame (1 at frame rate, hop length at the output)."""
+
+
+class _Step:
+    """The state and the bookkeeping of one batched step, shared by every operation in it."""
+
+    def __init__(self, items: Sequence[StepInput], device: torch.device) -> None:
+        self.counts = [int(item.frames.shape[1]) for item in items]
+        self.starts = [item.start for item in items]
+        self.lows = [item.low for item in items]
+        self.highs = [item.high for item in items]
+        self.device = device
+        self.old_states = [item.state for item in items]
+        self.new_states: list[StreamState] = [[] for _ in items]
+        self._slot = 0
+
+    def valid(self, index: int, scale: int) -> int:
+        return self.counts[index] * scale
+
+    def masked(self, signal: _Signal) -> torch.Tensor:
+        """The signal with positions outside each item's real frames zeroed (the edge padding)."""
+        x, scale = signal.data, signal.scale
+        width = x.size(-1)
+        firsts = [start * scale - signal.lag for start in self.starts]
+        if all(first >= low * scale and first + width <= high * scale for first, low, high in zip(firsts, self.lows, self.highs)):
+            return x
+        positions = torch.arange(width, device=x.device)
+        rows = [
+            (positions + first >= low * scale) & (positions + first < high * scale)
+            for first, low, high in zip(firsts, self.lows, self.highs)
+        ]
+        return x * torch.stack(rows).unsqueeze(1).to(x.dtype)
+
+    def joined(self, x: torch.Tensor, scale: int, keep: int) -> torch.Tensor:
+        """The previous tail (`keep` positions) joined to x; stores each item's new tail."""
+        if keep == 0:
+            return x
+        slot = self._slot
+        self._slot += 1
+        previous = []
+        for old in self.old_states:
+            tail = old[slot] if old is not None else None
+            previous.append(tail.to(x.dtype) if tail is not None else x.new_zeros(x.size(1), keep))
+        joined = torch.cat([torch.stack(previous), x], dim=-1)
+        for index, state in enumerate(self.new_states):
+            end = self.valid(index, scale) + keep
+            state.append(joined[index, :, end - keep : end].clone())
+        return joined
+
+    def conv(self, conv: nn.Conv1d, signal: _Signal) -> _Signal:
+        """A symmetric-padding convolution, run valid over its kept input tail."""
+        halo = conv.dilation[0] * (conv.kernel_size[0] - 1)
+        joined = self.joined(self.masked(signal), signal.scale, halo)
+        y = F.conv1d(joined, conv.weight, conv.bias, dilation=conv.dilation)
+        return _Signal(y, signal.lag + halo // 2, signal.scale)
+
+    def conv_transpose(self, up: nn.ConvTranspose1d, signal: _Signal) -> _Signal:
+        """An upsampling transposed convolution: each new frame's output slots, completed by the kept frames."""
+        stride, kernel, padding = up.stride[0], up.kernel_size[0], up.padding[0]
+        keep = math.ceil(kernel / stride) - 1
+        width = signal.data.size(-1)
+        joined = self.joined(self.masked(signal), signal.scale, keep)
+        full = F.conv_transpose1d(joined, up.weight, up.bias, stride=stride)
+        y = full[..., keep * stride : (keep + width) * stride]
+        return _Signal(y, signal.lag * stride + padding, signal.scale * stride)
+
+    def delay(self, signal: _Signal, positions: int) -> _Signal:
+        """The signal held back by `positions`, to line up with a branch that lags that much more."""
+        joined = self.joined(signal.data, signal.scale, positions)
+        return _Signal(joined[..., : signal.data.size(-1)], signal.lag + positions, signal.scale)
+
+    def new_tails(self) -> list[StreamState]:
+        return self.new_states
+
+
+def _pointwise(signal: _Signal, data: torch.Tensor) -> _Signal:
+    return _Signal(data, signal.lag, signal.scale)
+
+
+def _add_aligned(step: _Step, skip: _Signal, branch: _Signal) -> _Signal:
+    skip = step.delay(skip, branch.lag - skip.lag)
+    return _pointwise(branch, skip.data + branch.data)
+
+
+def _conv_stack(step: _Step, stack: ConvStack, signal: _Signal) -> _Signal:
+    """`ConvStack.forward`, streamed."""
+    x = step.conv(stack.conv_in, _pointwise(signal, (signal.data - stack.input_mean) / stack.input_std))
+    for block in stack.blocks:
+        x = _residual_block(step, block, x)
+    x = step.conv(stack.conv_out, _pointwise(x, F.leaky_relu(x.data, LEAKY_RELU_SLOPE)))
+    return _pointwise(x, x.data * stack.output_std + stack.output_mean)
+
+
+def _residual_block(step: _Step, block: ResidualBlock, x: _Signal) -> _Signal:
+    h = step.conv(block.dilated, _pointwise(x, F.leaky_relu(x.data, LEAKY_RELU_SLOPE)))
+    h = _pointwise(h, block.pointwise(F.leaky_relu(h.data, LEAKY_RELU_SLOPE)))
+    return _add_aligned(step, x, h)
+
+
+def _resblock(step: _Step, block: nn.Module, x: _Signal, slope: float) -> _Signal:
+    if isinstance(block, ResBlock1):
+        for dilated, plain in zip(block.convs1, block.convs2):
+            h = step.conv(dilated, _pointwise(x, F.leaky_relu(x.data, slope)))
+            h = step.conv(plain, _pointwise(h, F.leaky_relu(h.data, slope)))
+            x = _add_aligned(step, x, h)
+        return x
+    if isinstance(block, ResBlock2):
+        for conv in block.convs:
+            h = step.conv(conv, _pointwise(x, F.leaky_relu(x.data, slope)))
+            x = _add_aligned(step, x, h)
+        return x
+    raise TypeError(f"no streaming form for residual block {type(block).__name__}")
+
+
+def _generator(step: _Step, generator: Generator, x: _Signal) -> _Signal:
+    """`Generator.forward` (no speaker conditioning), streamed."""
+    if generator.config.gin_channels:
+        raise ValueError("streaming a speaker-conditioned generator is not supported")
+    config = generator.config
+    x = step.conv(generator.conv_pre, x)
+    for stage, up in enumerate(generator.ups):
+        x = step.conv_transpose(up, _pointwise(x, F.leaky_relu(x.data, config.lrelu_slope)))
+        blocks = generator.resblocks[stage * generator.num_kernels : (stage + 1) * generator.num_kernels]
+        outputs = [_resblock(step, block, x, config.lrelu_slope) for block in blocks]
+        lag = max(output.lag for output in outputs)
+        total = None
+        for output in outputs:
+            aligned = step.delay(output, lag - output.lag)
+            total = aligned.data if total is None else total + aligned.data
+        x = _Signal(total / generator.num_kernels, lag, x.scale)
+    x = step.conv(generator.conv_post, _pointwise(x, F.leaky_relu(x.data, config.post_lrelu_slope)))
+    return _pointwise(x, torch.tanh(x.data))
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """One stream's result of a step."""
+
+    samples: torch.Tensor
+    """float32 samples [n * hop] for sentence positions first_sample ... (some may precede `low`)."""
+    first_sample: int
+    """Sentence sample index of samples[0]."""
+    state: StreamState
+    """Tails for the next step."""
+
+
+@torch.inference_mode()
+def stream_step(vocoder: MelVocoder, items: Sequence[StepInput], device: torch.device) -> list[StepOutput]:
+    """Advance several streams by their new frames in one batched call."""
+    step = _Step(items, device)
+    width = max(step.counts)
+    batch = torch.zeros(len(items), int(items[0].frames.shape[0]), width, device=device)
+    for row, item in enumerate(items):
+        batch[row, :, : item.frames.shape[1]] = item.frames.to(device)
+    x = _Signal(batch, 0, 1)
+    if vocoder.adapter is not None:
+        x = _conv_stack(step, vocoder.adapter, x)
+    y = _generator(step, vocoder.decoder, x)
+    samples = y.data.float()[:, 0, :].cpu()
+    return [
+        StepOutput(samples[row, : step.valid(row, y.scale)], item.start * y.scale - y.lag, step.new_states[row])
+        for row, item in enumerate(items)
+    ]
+
+
+def output_lag_samples(vocoder: MelVocoder, n_mels: int, device: torch.device) -> int:
+    """How many samples the streamed output lags behind the input (fixed by the network's shape)."""
+    probe = StepInput(torch.zeros(n_mels, 1), start=0, low=0, high=1, state=None)
+    output = stream_step(vocoder, [probe], device)[0]
+    return -output.first_sample
