@@ -32,6 +32,9 @@ from libs.models.mel_bridge import LEAKY_RELU_SLOPE, ConvStack, MelVocoder, Resi
 NO_END = 2**40
 """`high` of a stream whose last frame has not arrived yet."""
 
+LAG_PROBE_FRAMES = 256
+"""Frames of the probe that measures a network's lag (more than any vocoder's receptive field)."""
+
 StreamState = list[torch.Tensor]
 """One stream's tails, in the fixed order the operations take them."""
 
@@ -64,10 +67,21 @@ class _Signal:
 
 
 class _Step:
-    """The state and the bookkeeping of one batched step, shared by every operation in it."""
+    """The state and the bookkeeping of one batched step, shared by every operation in it.
 
-    def __init__(self, items: Sequence[StepInput], device: torch.device) -> None:
+    A batch of first steps (no tails yet) computes no position before the first real frame: each
+    convolution starts from just its left zero padding instead of a whole tail of zeros, so
+    its output starts at the first real position and is shorter by the positions it lags. Later
+    steps are uniform: n positions in, n out, each lagging by what the operation needs.
+    """
+
+    def __init__(self, items: Sequence[StepInput], device: torch.device, first_width: int) -> None:
+        self.first = all(item.state is None for item in items)
+        if not self.first and any(item.state is None for item in items):
+            raise ValueError("a batch holds either only first steps or none")
         self.counts = [int(item.frames.shape[1]) for item in items]
+        # A first step shorter than the lag would leave some layer nothing to compute: pad it.
+        self.width = max(max(self.counts), first_width if self.first else 1)
         self.starts = [item.start for item in items]
         self.lows = [item.low for item in items]
         self.highs = [item.high for item in items]
@@ -76,14 +90,19 @@ class _Step:
         self.new_states: list[StreamState] = [[] for _ in items]
         self._slot = 0
 
-    def valid(self, index: int, scale: int) -> int:
-        return self.counts[index] * scale
+    def valid(self, index: int, signal_width: int, scale: int) -> int:
+        """Real (unpadded) positions of item `index` in a signal `signal_width` wide at `scale`."""
+        return signal_width - (self.width - self.counts[index]) * scale
+
+    def first_position(self, index: int, signal: _Signal) -> int:
+        """Position of column 0 of `signal` for item `index`."""
+        return self.starts[index] * signal.scale - (0 if self.first else signal.lag)
 
     def masked(self, signal: _Signal) -> torch.Tensor:
         """The signal with positions outside each item's real frames zeroed (the edge padding)."""
         x, scale = signal.data, signal.scale
         width = x.size(-1)
-        firsts = [start * scale - signal.lag for start in self.starts]
+        firsts = [self.first_position(index, signal) for index in range(len(self.starts))]
         if all(first >= low * scale and first + width <= high * scale for first, low, high in zip(firsts, self.lows, self.highs)):
             return x
         positions = torch.arange(width, device=x.device)
@@ -93,26 +112,30 @@ class _Step:
         ]
         return x * torch.stack(rows).unsqueeze(1).to(x.dtype)
 
-    def joined(self, x: torch.Tensor, scale: int, keep: int) -> torch.Tensor:
-        """The previous tail (`keep` positions) joined to x; stores each item's new tail."""
+    def joined(self, x: torch.Tensor, scale: int, keep: int, first_tail: int) -> torch.Tensor:
+        """The previous tail joined to x (`keep` positions; `first_tail` zeros in a first step);
+        stores each item's new tail, the last `keep` real positions (zeros before the start)."""
         if keep == 0:
             return x
         slot = self._slot
         self._slot += 1
-        previous = []
-        for old in self.old_states:
-            tail = old[slot] if old is not None else None
-            previous.append(tail.to(x.dtype) if tail is not None else x.new_zeros(x.size(1), keep))
-        joined = torch.cat([torch.stack(previous), x], dim=-1)
+        if self.first:
+            joined = torch.cat([x.new_zeros(x.size(0), x.size(1), first_tail), x], dim=-1) if first_tail else x
+        else:
+            joined = torch.cat([torch.stack([old[slot].to(x.dtype) for old in self.old_states]), x], dim=-1)
+        lead = first_tail if self.first else keep
         for index, state in enumerate(self.new_states):
-            end = self.valid(index, scale) + keep
-            state.append(joined[index, :, end - keep : end].clone())
+            end = lead + self.valid(index, x.size(-1), scale)
+            tail = joined[index, :, max(0, end - keep) : max(0, end)]
+            if tail.size(-1) < keep:
+                tail = F.pad(tail, (keep - tail.size(-1), 0))
+            state.append(tail.clone())
         return joined
 
     def conv(self, conv: nn.Conv1d, signal: _Signal) -> _Signal:
         """A symmetric-padding convolution, run valid over its kept input tail."""
         halo = conv.dilation[0] * (conv.kernel_size[0] - 1)
-        joined = self.joined(self.masked(signal), signal.scale, halo)
+        joined = self.joined(self.masked(signal), signal.scale, halo, halo // 2)
         y = F.conv1d(joined, conv.weight, conv.bias, dilation=conv.dilation)
         return _Signal(y, signal.lag + halo // 2, signal.scale)
 
@@ -121,18 +144,17 @@ class _Step:
         stride, kernel, padding = up.stride[0], up.kernel_size[0], up.padding[0]
         keep = math.ceil(kernel / stride) - 1
         width = signal.data.size(-1)
-        joined = self.joined(self.masked(signal), signal.scale, keep)
+        joined = self.joined(self.masked(signal), signal.scale, keep, keep)
         full = F.conv_transpose1d(joined, up.weight, up.bias, stride=stride)
-        y = full[..., keep * stride : (keep + width) * stride]
+        # Slots of the new frames; a first step drops the `padding` outputs before position 0.
+        y = full[..., keep * stride + (padding if self.first else 0) : (keep + width) * stride]
         return _Signal(y, signal.lag * stride + padding, signal.scale * stride)
 
     def delay(self, signal: _Signal, positions: int) -> _Signal:
         """The signal held back by `positions`, to line up with a branch that lags that much more."""
-        joined = self.joined(signal.data, signal.scale, positions)
-        return _Signal(joined[..., : signal.data.size(-1)], signal.lag + positions, signal.scale)
-
-    def new_tails(self) -> list[StreamState]:
-        return self.new_states
+        joined = self.joined(signal.data, signal.scale, positions, 0)
+        width = signal.data.size(-1) - (positions if self.first else 0)
+        return _Signal(joined[..., :width], signal.lag + positions, signal.scale)
 
 
 def _pointwise(signal: _Signal, data: torch.Tensor) -> _Signal:
@@ -206,27 +228,33 @@ class StepOutput:
     """Tails for the next step."""
 
 
-@torch.inference_mode()
-def stream_step(vocoder: MelVocoder, items: Sequence[StepInput], device: torch.device) -> list[StepOutput]:
-    """Advance several streams by their new frames in one batched call."""
-    step = _Step(items, device)
-    width = max(step.counts)
-    batch = torch.zeros(len(items), int(items[0].frames.shape[0]), width, device=device)
+def _forward(vocoder: MelVocoder, items: Sequence[StepInput], device: torch.device, first_width: int) -> tuple[_Step, _Signal]:
+    step = _Step(items, device, first_width)
+    batch = torch.zeros(len(items), int(items[0].frames.shape[0]), step.width, device=device)
     for row, item in enumerate(items):
         batch[row, :, : item.frames.shape[1]] = item.frames.to(device)
     x = _Signal(batch, 0, 1)
     if vocoder.adapter is not None:
         x = _conv_stack(step, vocoder.adapter, x)
-    y = _generator(step, vocoder.decoder, x)
+    return step, _generator(step, vocoder.decoder, x)
+
+
+@torch.inference_mode()
+def stream_step(vocoder: MelVocoder, items: Sequence[StepInput], device: torch.device, first_width: int) -> list[StepOutput]:
+    """Advance several streams by their new frames in one batched call (all first steps, or none).
+
+    `first_width`: frames a batch of first steps is padded to at least (more than the lag in frames)."""
+    step, y = _forward(vocoder, items, device, first_width)
     samples = y.data.float()[:, 0, :].cpu()
+    width = samples.size(-1)
     return [
-        StepOutput(samples[row, : step.valid(row, y.scale)], item.start * y.scale - y.lag, step.new_states[row])
-        for row, item in enumerate(items)
+        StepOutput(samples[row, : max(0, step.valid(row, width, y.scale))], step.first_position(row, y), step.new_states[row])
+        for row in range(len(items))
     ]
 
 
+@torch.inference_mode()
 def output_lag_samples(vocoder: MelVocoder, n_mels: int, device: torch.device) -> int:
     """How many samples the streamed output lags behind the input (fixed by the network's shape)."""
     probe = StepInput(torch.zeros(n_mels, 1), start=0, low=0, high=1, state=None)
-    output = stream_step(vocoder, [probe], device)[0]
-    return -output.first_sample
+    return _forward(vocoder, [probe], device, first_width=LAG_PROBE_FRAMES)[1].lag

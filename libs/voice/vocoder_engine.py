@@ -141,11 +141,15 @@ class VocoderEngine(BatchedEngine):
     def _step_batch(self, jobs: Sequence[StepInput]) -> list[StepOutput]:
         """Several streams' steps; streams of similar step sizes run as one padded call."""
         outputs: list[StepOutput | None] = [None] * len(jobs)
-        for group in padding_groups([int(job.frames.shape[1]) for job in jobs]):
-            with self._runtime.autocast():
-                results = stream_step(self.vocoder, [jobs[index] for index in group], self.device)
-            for index, result in zip(group, results):
-                outputs[index] = result
+        # First steps compute less than later ones (no positions before the start): never mixed.
+        for first in (True, False):
+            indices = [index for index, job in enumerate(jobs) if (job.state is None) == first]
+            for group in padding_groups([int(jobs[index].frames.shape[1]) for index in indices]):
+                members = [indices[member] for member in group]
+                with self._runtime.autocast():
+                    results = stream_step(self.vocoder, [jobs[index] for index in members], self.device, self.lag_frames + 1)
+                for index, result in zip(members, results):
+                    outputs[index] = result
         return outputs  # type: ignore[return-value]
 
     def resume_origin_frame(self, emit_from_frame: int) -> int:
