@@ -4,8 +4,9 @@ On the held-out sentences (never trained on) it scores with DNSMOS (speechmos, a
 16 kHz with soxr):
 
 (a)  piper-tts 1.8.0 with the same voice file;
-(b)  our full path as the workers serve it: AcousticEngine (flow + MelHead in chunks) -> 40 ms mel
-     slices in float16, as on the wire -> VocoderEngine stream (MelAdapter + Piper decoder body, bf16);
+(b)  our full path as the workers serve it, in the workers' default precisions: AcousticEngine
+     (flow + MelHead in chunks) -> 40 ms mel slices in float16, as on the wire -> VocoderEngine
+     stream (MelAdapter + Piper decoder body);
 (b') the same models in float32 on whole sentences: torch acoustic -> MelHead -> mel -> vocoder;
 (c)  our vocoder (MelAdapter + decoder) on the mel of piper-tts's own audio (copy synthesis);
 (a') the same voice as our torch modules without the mel interface (decoder on the latent z that

@@ -24,13 +24,15 @@ class LayerNorm(nn.Module):
 
     def __init__(self, channels: int, eps: float = LAYER_NORM_EPSILON) -> None:
         super().__init__()
+        # A plain int, not x.size(1): the TorchScript ONNX exporter cannot trace a shape into normalized_shape.
+        self.channels = channels
         self.eps = eps
         self.gamma = nn.Parameter(torch.ones(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """[b, c, t] -> [b, c, t]."""
-        return F.layer_norm(x.transpose(1, -1), (x.size(1),), self.gamma, self.beta, self.eps).transpose(1, -1)
+        return F.layer_norm(x.transpose(1, -1), (self.channels,), self.gamma, self.beta, self.eps).transpose(1, -1)
 
 
 class DDSConv(nn.Module):

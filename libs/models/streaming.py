@@ -7,10 +7,11 @@ Each operation therefore turns n new positions into n new positions (times its s
 behind by a fixed number of positions, and a step of n mel frames costs n frames of compute.
 
 Whole-sequence inference zero-pads every convolution's input at the sequence's edges. A stream
-gets the same zeros by masking each convolution's input to the positions of real frames, [low,
-high): before the first frame (the zero initial tails, and the lagged outputs of the first step)
-and, in the last step, past the end (the flush frames that push the lag out). The samples are
-therefore those of whole-sequence vocoding, up to float round-off from the different lengths.
+does the same at both ends: its first step starts each convolution from just its left zero
+padding (so nothing before the first frame is computed), its last step ends each one with its
+right zero padding (so the lag comes out without any extra frames), and every convolution's input
+is masked to the positions of real frames, [low, high). The samples are therefore those of
+whole-sequence vocoding, up to float round-off from the different lengths.
 
 A batch of streams runs as one call: every item brings its own tails and real frame count, and is
 padded to the longest; an item's outputs and new tails come only from its real frames.
@@ -44,13 +45,14 @@ class StepInput:
     """One stream's part of a step."""
 
     frames: torch.Tensor
-    """New input frames [channels, n] (n >= 1; flush frames at the end are zeros)."""
+    """New input frames [channels, n] (n >= 1, or n >= 0 in a last step)."""
     start: int
     """Sentence frame index of frames[:, 0]."""
     low: int
     """First real frame: inputs before it are the sequence's zero padding."""
     high: int
-    """One past the last real frame, or NO_END while the sentence goes on."""
+    """One past the last real frame, or NO_END while the sentence goes on; a step with an end is
+    the stream's last, and returns every remaining sample."""
     state: StreamState | None
     """Tails from the previous step; None before the first."""
 
@@ -71,17 +73,19 @@ class _Step:
 
     A batch of first steps (no tails yet) computes no position before the first real frame: each
     convolution starts from just its left zero padding instead of a whole tail of zeros, so
-    its output starts at the first real position and is shorter by the positions it lags. Later
+    its output starts at the first real position and is shorter by the positions it lags. A last
+    step ends each convolution with its right zero padding, so its output runs to the end. Other
     steps are uniform: n positions in, n out, each lagging by what the operation needs.
     """
 
     def __init__(self, items: Sequence[StepInput], device: torch.device, first_width: int) -> None:
         self.first = all(item.state is None for item in items)
-        if not self.first and any(item.state is None for item in items):
-            raise ValueError("a batch holds either only first steps or none")
+        self.last = all(item.high != NO_END for item in items)
+        if any((item.state is None) != self.first or (item.high != NO_END) != self.last for item in items):
+            raise ValueError("a batch holds steps of one kind: first or not, last or not")
         self.counts = [int(item.frames.shape[1]) for item in items]
         # A first step shorter than the lag would leave some layer nothing to compute: pad it.
-        self.width = max(max(self.counts), first_width if self.first else 1)
+        self.width = max(max(self.counts), first_width if self.first and not self.last else 0)
         self.starts = [item.start for item in items]
         self.lows = [item.low for item in items]
         self.highs = [item.high for item in items]
@@ -112,30 +116,38 @@ class _Step:
         ]
         return x * torch.stack(rows).unsqueeze(1).to(x.dtype)
 
-    def joined(self, x: torch.Tensor, scale: int, keep: int, first_tail: int) -> torch.Tensor:
-        """The previous tail joined to x (`keep` positions; `first_tail` zeros in a first step);
-        stores each item's new tail, the last `keep` real positions (zeros before the start)."""
-        if keep == 0:
+    def joined(self, x: torch.Tensor, scale: int, keep: int, first_tail: int, end_padding: int) -> torch.Tensor:
+        """x after the previous tail (`keep` positions; `first_tail` zeros in a first step) and, in a
+        last step, before `end_padding` zeros; stores each item's new tail, its last `keep` real
+        positions (zeros before the start)."""
+        if keep == 0 and not (self.last and end_padding):
             return x
-        slot = self._slot
-        self._slot += 1
-        if self.first:
-            joined = torch.cat([x.new_zeros(x.size(0), x.size(1), first_tail), x], dim=-1) if first_tail else x
-        else:
-            joined = torch.cat([torch.stack([old[slot].to(x.dtype) for old in self.old_states]), x], dim=-1)
-        lead = first_tail if self.first else keep
-        for index, state in enumerate(self.new_states):
-            end = lead + self.valid(index, x.size(-1), scale)
-            tail = joined[index, :, max(0, end - keep) : max(0, end)]
-            if tail.size(-1) < keep:
-                tail = F.pad(tail, (keep - tail.size(-1), 0))
-            state.append(tail.clone())
+        parts = [x]
+        if keep:
+            slot = self._slot
+            self._slot += 1
+            if not self.first:
+                parts.insert(0, torch.stack([old[slot].to(x.dtype) for old in self.old_states]))
+            elif first_tail:
+                parts.insert(0, x.new_zeros(x.size(0), x.size(1), first_tail))
+        if self.last and end_padding:
+            parts.append(x.new_zeros(x.size(0), x.size(1), end_padding))
+        joined = torch.cat(parts, dim=-1) if len(parts) > 1 else x
+        if keep and not self.last:  # a last step leaves no tails behind
+            lead = first_tail if self.first else keep
+            for index, state in enumerate(self.new_states):
+                end = lead + self.valid(index, x.size(-1), scale)
+                tail = joined[index, :, max(0, end - keep) : max(0, end)]
+                if tail.size(-1) < keep:
+                    tail = F.pad(tail, (keep - tail.size(-1), 0))
+                state.append(tail.clone())
         return joined
 
     def conv(self, conv: nn.Conv1d, signal: _Signal) -> _Signal:
-        """A symmetric-padding convolution, run valid over its kept input tail."""
+        """A symmetric-padding convolution, run valid over its kept input tail (and, in a last step,
+        its right zero padding)."""
         halo = conv.dilation[0] * (conv.kernel_size[0] - 1)
-        joined = self.joined(self.masked(signal), signal.scale, halo, halo // 2)
+        joined = self.joined(self.masked(signal), signal.scale, halo, halo // 2, halo // 2)
         y = F.conv1d(joined, conv.weight, conv.bias, dilation=conv.dilation)
         return _Signal(y, signal.lag + halo // 2, signal.scale)
 
@@ -144,17 +156,19 @@ class _Step:
         stride, kernel, padding = up.stride[0], up.kernel_size[0], up.padding[0]
         keep = math.ceil(kernel / stride) - 1
         width = signal.data.size(-1)
-        joined = self.joined(self.masked(signal), signal.scale, keep, keep)
+        joined = self.joined(self.masked(signal), signal.scale, keep, keep, 0)
         full = F.conv_transpose1d(joined, up.weight, up.bias, stride=stride)
-        # Slots of the new frames; a first step drops the `padding` outputs before position 0.
-        y = full[..., keep * stride + (padding if self.first else 0) : (keep + width) * stride]
-        return _Signal(y, signal.lag * stride + padding, signal.scale * stride)
+        # Slots of the new frames; a first step drops the `padding` outputs before position 0, and
+        # a last step keeps the `padding` outputs past the last slot, up to the end.
+        begin = keep * stride + (padding if self.first else 0)
+        end = (keep + width) * stride + (padding if self.last else 0)
+        return _Signal(full[..., begin:end], signal.lag * stride + padding, signal.scale * stride)
 
     def delay(self, signal: _Signal, positions: int) -> _Signal:
-        """The signal held back by `positions`, to line up with a branch that lags that much more."""
-        joined = self.joined(signal.data, signal.scale, positions, 0)
-        width = signal.data.size(-1) - (positions if self.first else 0)
-        return _Signal(joined[..., :width], signal.lag + positions, signal.scale)
+        """The signal held back by `positions`, to line up with a branch that lags that much more
+        (a last step lets the held-back positions out too)."""
+        joined = self.joined(signal.data, signal.scale, positions, 0, 0)
+        return _Signal(joined[..., : joined.size(-1) - (0 if self.last else positions)], signal.lag + positions, signal.scale)
 
 
 def _pointwise(signal: _Signal, data: torch.Tensor) -> _Signal:
@@ -241,7 +255,8 @@ def _forward(vocoder: MelVocoder, items: Sequence[StepInput], device: torch.devi
 
 @torch.inference_mode()
 def stream_step(vocoder: MelVocoder, items: Sequence[StepInput], device: torch.device, first_width: int) -> list[StepOutput]:
-    """Advance several streams by their new frames in one batched call (all first steps, or none).
+    """Advance several streams by their new frames in one batched call (steps of one kind: first or
+    not, last or not).
 
     `first_width`: frames a batch of first steps is padded to at least (more than the lag in frames)."""
     step, y = _forward(vocoder, items, device, first_width)

@@ -363,14 +363,20 @@ class VitsAcoustic(nn.Module):
             phoneme_ids = phoneme_ids.unsqueeze(0)
         if lengths is None:
             lengths = torch.full((phoneme_ids.size(0),), phoneme_ids.size(1), dtype=torch.long, device=phoneme_ids.device)
-        g = None
-        if self.config.n_speakers > 1:
-            if speaker_id is None:
-                raise ValueError(f"this voice has {self.config.n_speakers} speakers: pass speaker_id")
-            sid = torch.as_tensor(speaker_id, dtype=torch.long, device=phoneme_ids.device).reshape(-1).expand(phoneme_ids.size(0))
-            g = self.emb_g(sid).unsqueeze(-1)
+        g = self.speaker_embedding(speaker_id, phoneme_ids.size(0), phoneme_ids.device)
         hidden, m_p, logs_p, x_mask = self.enc_p(phoneme_ids, lengths, g=g if self.config.use_spk_conditioned_encoder else None)
         return EncoderOutput(hidden, m_p, logs_p, x_mask, lengths, g)
+
+    def speaker_embedding(
+        self, speaker_id: torch.Tensor | int | None, batch_size: int, device: torch.device | str = "cpu"
+    ) -> torch.Tensor | None:
+        """Speaker conditioning g [batch, gin, 1] for a multi-speaker model, None for a single speaker."""
+        if self.config.n_speakers <= 1:
+            return None
+        if speaker_id is None:
+            raise ValueError(f"this voice has {self.config.n_speakers} speakers: pass speaker_id")
+        sid = torch.as_tensor(speaker_id, dtype=torch.long, device=device).reshape(-1).expand(batch_size)
+        return self.emb_g(sid).unsqueeze(-1)
 
     def durations(
         self,

@@ -57,7 +57,7 @@ class VocoderEngine(BatchedEngine):
         self.context_frames = vocoder.receptive_field_frames
         self.schedule = schedule
         self.lag_frames = -(-output_lag_samples(self.vocoder, n_mels, self.device) // hop_length)
-        """Frames the streamed output lags behind the mel pushed (zeros flush them out at the end)."""
+        """Frames the streamed output lags behind the mel pushed (the last step lets them out)."""
 
     @classmethod
     def load(
@@ -141,9 +141,10 @@ class VocoderEngine(BatchedEngine):
     def _step_batch(self, jobs: Sequence[StepInput]) -> list[StepOutput]:
         """Several streams' steps; streams of similar step sizes run as one padded call."""
         outputs: list[StepOutput | None] = [None] * len(jobs)
-        # First steps compute less than later ones (no positions before the start): never mixed.
-        for first in (True, False):
-            indices = [index for index, job in enumerate(jobs) if (job.state is None) == first]
+        # First and last steps compute a different number of positions than the others: never mixed.
+        kinds = {(job.state is None, job.high != NO_END) for job in jobs}
+        for kind in sorted(kinds):
+            indices = [index for index, job in enumerate(jobs) if (job.state is None, job.high != NO_END) == kind]
             for group in padding_groups([int(jobs[index].frames.shape[1]) for index in indices]):
                 members = [indices[member] for member in group]
                 with self._runtime.autocast():
@@ -229,9 +230,8 @@ class VocoderStream:
         total = self.frames_received
         if total == self.origin_frame:
             return np.zeros(0, dtype=np.float32)
-        # Zero frames past the end push the network's lag out; they are masked as edge padding.
-        flush = np.zeros((self.engine.n_mels, self.engine.lag_frames), dtype=np.float32)
-        return self._step(np.concatenate([self._take(self._pending_frames), flush], axis=1), total=total)
+        # The last step ends every layer with its edge padding, which lets the lag out.
+        return self._step(self._take(self._pending_frames), total=total)
 
     def _take(self, frames: int) -> np.ndarray:
         if not self._pending:
