@@ -16,11 +16,19 @@ import torch
 
 from libs.models.hifigan import Generator
 from libs.models.mel_bridge import MelVocoder, load_mel_vocoder
-from libs.models.streaming import NO_END, StepInput, StepOutput, StreamState, output_lag_samples, stream_step
+from libs.models.streaming import (
+    NO_END,
+    StepInput,
+    StepOutput,
+    StreamState,
+    cast_conv_weights,
+    output_lag_samples,
+    stream_step,
+)
 from libs.voice.acoustic_engine import model_version_of
 from libs.voice.assets import VoiceAssets, default_voice_assets
 from libs.voice.batching import padding_groups
-from libs.voice.chunking import VOCODER_SCHEDULE, ChunkSchedule
+from libs.voice.chunking import LAST_STEP_BUCKET_FRAMES, VOCODER_SCHEDULE, ChunkSchedule
 from libs.voice.runtime import BatchedEngine, EngineSettings, ModelRuntime
 
 
@@ -57,6 +65,7 @@ class VocoderEngine(BatchedEngine):
         self.context_frames = vocoder.receptive_field_frames
         self.schedule = schedule
         self.lag_frames = -(-output_lag_samples(self.vocoder, n_mels, self.device) // hop_length)
+        self._step_weights = cast_conv_weights(self.vocoder, torch.bfloat16) if settings.precision == "bf16" else None
         """Frames the streamed output lags behind the mel pushed (the last step lets them out)."""
 
     @classmethod
@@ -148,7 +157,9 @@ class VocoderEngine(BatchedEngine):
             for group in padding_groups([int(jobs[index].frames.shape[1]) for index in indices]):
                 members = [indices[member] for member in group]
                 with self._runtime.autocast():
-                    results = stream_step(self.vocoder, [jobs[index] for index in members], self.device, self.lag_frames + 1)
+                    results = stream_step(
+                        self.vocoder, [jobs[index] for index in members], self.device, self.lag_frames + 1, self._step_weights
+                    )
                 for index, result in zip(members, results):
                     outputs[index] = result
         return outputs  # type: ignore[return-value]
@@ -244,10 +255,16 @@ class VocoderStream:
     def _step(self, frames: np.ndarray, total: int | None) -> np.ndarray:
         """Vocode the next frames on top of the kept layer tails; return the samples to emit."""
         start = self._next_step_frame
+        self._next_step_frame += frames.shape[1]
+        if total is not None:
+            # Past the end every frame is edge padding (masked to zeros), so a last step may be
+            # wider: a width seen before reuses the CPU's compiled convolutions (a new one costs
+            # ~20 ms to set up, more than vocoding 40 frames), and last steps vary in length.
+            bucket = LAST_STEP_BUCKET_FRAMES
+            frames = np.pad(frames, ((0, 0), (0, -frames.shape[1] % bucket)))
         job = StepInput(torch.from_numpy(np.ascontiguousarray(frames)), start, self.origin_frame, NO_END if total is None else total, self._state)
         output = self.engine.vocode_step(job)
         self._state = output.state
-        self._next_step_frame += frames.shape[1]
         self._step_index += 1
         hop = self.engine.hop_length
         end = len(output.samples) if total is None else total * hop - output.first_sample
