@@ -141,9 +141,9 @@ def test_padded_vocoder_batch_with_a_cancelled_job_serves_the_rest_exactly(voice
         batched.close()
     expected = [alone.vocode_step(step) for index, step in enumerate(steps) if index != 3]
     for result, reference in zip(results, expected):
-        assert result.first_sample == reference.first_sample
-        assert result.samples.shape == reference.samples.shape
-        assert np.abs(result.samples.numpy() - reference.samples.numpy()).max() <= TOLERANCE
+        assert result.first_position == reference.first_position
+        assert result.values.shape == reference.values.shape
+        assert np.abs(result.values.numpy() - reference.values.numpy()).max() <= TOLERANCE
         for tail, reference_tail in zip(result.state, reference.state, strict=True):
             assert np.abs(tail.numpy() - reference_tail.numpy()).max() <= TOLERANCE
     assert [s.batch_size for s in stats] == [7]

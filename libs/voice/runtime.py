@@ -8,7 +8,8 @@ from typing import Callable, Final, Sequence
 
 import torch
 
-from libs.voice.batching import BatchingConfig, BatchStats, MicroBatcher
+from libs.models.streaming import NO_END, ConvWeights, StepInput, StepOutput, StreamNetwork, stream_step
+from libs.voice.batching import BatchingConfig, BatchStats, MicroBatcher, padding_groups
 
 PRECISIONS: Final = ("fp32", "bf16")
 DEFAULT_PRECISION: Final = "fp32"
@@ -109,3 +110,28 @@ class BatchedEngine:
     def close(self) -> None:
         """Stop the batcher thread, if any (waiting jobs are cancelled)."""
         self._runtime.close()
+
+
+def run_stream_steps(
+    network: StreamNetwork,
+    jobs: Sequence[StepInput],
+    runtime: ModelRuntime,
+    first_width: int,
+    weights: ConvWeights | None,
+) -> list[StepOutput]:
+    """Several streams' steps through `network`; steps of one kind and similar sizes share a padded call.
+
+    First and last steps compute a different number of positions than the others, so those kinds
+    never share a call.
+    """
+    outputs: list[StepOutput | None] = [None] * len(jobs)
+    kinds = sorted({(job.state is None, job.high != NO_END) for job in jobs})
+    for kind in kinds:
+        indices = [index for index, job in enumerate(jobs) if (job.state is None, job.high != NO_END) == kind]
+        for group in padding_groups([int(jobs[index].frames.shape[1]) for index in indices]):
+            members = [indices[member] for member in group]
+            with runtime.autocast():
+                results = stream_step(network, [jobs[index] for index in members], runtime.device, first_width, weights)
+            for index, result in zip(members, results):
+                outputs[index] = result
+    return outputs  # type: ignore[return-value]

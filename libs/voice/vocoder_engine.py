@@ -16,20 +16,12 @@ import torch
 
 from libs.models.hifigan import Generator
 from libs.models.mel_bridge import MelVocoder, load_mel_vocoder
-from libs.models.streaming import (
-    NO_END,
-    StepInput,
-    StepOutput,
-    StreamState,
-    cast_conv_weights,
-    output_lag_samples,
-    stream_step,
-)
+from libs.models.streaming import NO_END, StepInput, StepOutput, StreamNetwork, StreamState, output_lag
 from libs.voice.acoustic_engine import model_version_of
 from libs.voice.assets import VoiceAssets, default_voice_assets
 from libs.voice.batching import padding_groups
 from libs.voice.chunking import LAST_STEP_BUCKET_FRAMES, VOCODER_SCHEDULE, ChunkSchedule
-from libs.voice.runtime import BatchedEngine, EngineSettings, ModelRuntime
+from libs.voice.runtime import BatchedEngine, EngineSettings, ModelRuntime, run_stream_steps
 
 
 class VocoderEngine(BatchedEngine):
@@ -64,8 +56,9 @@ class VocoderEngine(BatchedEngine):
         self.n_mels = n_mels
         self.context_frames = vocoder.receptive_field_frames
         self.schedule = schedule
-        self.lag_frames = -(-output_lag_samples(self.vocoder, n_mels, self.device) // hop_length)
-        self._step_weights = cast_conv_weights(self.vocoder, torch.bfloat16) if settings.precision == "bf16" else None
+        self._network = StreamNetwork.vocoder(self.vocoder)
+        self.lag_frames = -(-output_lag(self._network, n_mels, self.device) // hop_length)
+        self._step_weights = self._network.cast_weights(torch.bfloat16) if settings.precision == "bf16" else None
         """Frames the streamed output lags behind the mel pushed (the last step lets them out)."""
 
     @classmethod
@@ -149,20 +142,7 @@ class VocoderEngine(BatchedEngine):
 
     def _step_batch(self, jobs: Sequence[StepInput]) -> list[StepOutput]:
         """Several streams' steps; streams of similar step sizes run as one padded call."""
-        outputs: list[StepOutput | None] = [None] * len(jobs)
-        # First and last steps compute a different number of positions than the others: never mixed.
-        kinds = {(job.state is None, job.high != NO_END) for job in jobs}
-        for kind in sorted(kinds):
-            indices = [index for index, job in enumerate(jobs) if (job.state is None, job.high != NO_END) == kind]
-            for group in padding_groups([int(jobs[index].frames.shape[1]) for index in indices]):
-                members = [indices[member] for member in group]
-                with self._runtime.autocast():
-                    results = stream_step(
-                        self.vocoder, [jobs[index] for index in members], self.device, self.lag_frames + 1, self._step_weights
-                    )
-                for index, result in zip(members, results):
-                    outputs[index] = result
-        return outputs  # type: ignore[return-value]
+        return run_stream_steps(self._network, jobs, self._runtime, self.lag_frames + 1, self._step_weights)
 
     def resume_origin_frame(self, emit_from_frame: int) -> int:
         """First frame to prime a resumed stream with so that it is bit-identical to the stream it
@@ -267,6 +247,7 @@ class VocoderStream:
         self._state = output.state
         self._step_index += 1
         hop = self.engine.hop_length
-        end = len(output.samples) if total is None else total * hop - output.first_sample
-        begin = max(0, self.emit_from_frame * hop - output.first_sample)
-        return output.samples[begin:end].numpy() if end > begin else np.zeros(0, dtype=np.float32)
+        samples = output.values[0]
+        end = len(samples) if total is None else total * hop - output.first_position
+        begin = max(0, self.emit_from_frame * hop - output.first_position)
+        return samples[begin:end].numpy() if end > begin else np.zeros(0, dtype=np.float32)
