@@ -148,13 +148,11 @@ class AcousticEngine(BatchedEngine):
         self._network: StreamNetwork | None = None
         self.lag_frames = 0
         """Frames the streamed mel lags behind the prior samples fed (the first step's extra input)."""
-        self._step_weights = None
         if self.flow_context_frames is not None:
             self._network = StreamNetwork.latent_to_mel(self.acoustic.flow, self.mel_head)
             probe_g = torch.zeros(acoustic.config.gin_channels, 1) if self.num_speakers > 1 else None
             self.lag_frames = output_lag(self._network, acoustic.config.inter_channels, self.device, probe_g)
-            self._step_weights = self._network.cast_weights(torch.bfloat16) if settings.precision == "bf16" else None
-
+    
     def _load_onnx_encoder(self) -> OnnxTextEncoder | None:
         if self.encoder_backend not in ENCODER_BACKENDS:
             raise ValueError(f"encoder_backend must be one of {ENCODER_BACKENDS}, got {self.encoder_backend!r}")
@@ -282,7 +280,7 @@ class AcousticEngine(BatchedEngine):
     def _step_batch(self, jobs: Sequence[StepInput]) -> list[StepOutput]:
         """Several sentences' steps; steps of similar sizes run as one padded call."""
         assert self._network is not None
-        return run_stream_steps(self._network, jobs, self._runtime, self.lag_frames + 1, self._step_weights)
+        return run_stream_steps(self._network, jobs, self._runtime, self.lag_frames + 1)
 
     def _window_job(self, plan: SentencePlan, start: int, end: int, total: int) -> _MelWindowJob:
         context = (self.flow_context_frames or total) + self.head_context_frames

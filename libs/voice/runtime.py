@@ -8,7 +8,7 @@ from typing import Callable, Final, Sequence
 
 import torch
 
-from libs.models.streaming import NO_END, ConvWeights, StepInput, StepOutput, StreamNetwork, stream_step
+from libs.models.streaming import NO_END, StepInput, StepOutput, StreamNetwork, stream_step
 from libs.voice.batching import BatchingConfig, BatchStats, MicroBatcher, padding_groups
 
 PRECISIONS: Final = ("fp32", "bf16")
@@ -71,6 +71,11 @@ class ModelRuntime:
         )
         self._run_batch = run_batch
 
+    @property
+    def weights_dtype(self) -> torch.dtype:
+        """The dtype the model's convolution weights are used in (bf16 under bf16 autocast)."""
+        return torch.bfloat16 if self.settings.precision == "bf16" else torch.float32
+
     def autocast(self) -> contextlib.AbstractContextManager:
         """bf16 autocast when asked for; a no-op context in fp32."""
         if self.settings.precision == "bf16":
@@ -117,7 +122,6 @@ def run_stream_steps(
     jobs: Sequence[StepInput],
     runtime: ModelRuntime,
     first_width: int,
-    weights: ConvWeights | None,
 ) -> list[StepOutput]:
     """Several streams' steps through `network`; steps of one kind and similar sizes share a padded call.
 
@@ -131,7 +135,8 @@ def run_stream_steps(
         for group in padding_groups([int(jobs[index].frames.shape[1]) for index in indices]):
             members = [indices[member] for member in group]
             with runtime.autocast():
-                results = stream_step(network, [jobs[index] for index in members], runtime.device, first_width, weights)
+                items = [jobs[index] for index in members]
+                results = stream_step(network, items, runtime.device, first_width, runtime.weights_dtype)
             for index, result in zip(members, results):
                 outputs[index] = result
     return outputs  # type: ignore[return-value]

@@ -58,7 +58,6 @@ class VocoderEngine(BatchedEngine):
         self.schedule = schedule
         self._network = StreamNetwork.vocoder(self.vocoder)
         self.lag_frames = -(-output_lag(self._network, n_mels, self.device) // hop_length)
-        self._step_weights = self._network.cast_weights(torch.bfloat16) if settings.precision == "bf16" else None
         """Frames the streamed output lags behind the mel pushed (the last step lets them out)."""
 
     @classmethod
@@ -142,7 +141,7 @@ class VocoderEngine(BatchedEngine):
 
     def _step_batch(self, jobs: Sequence[StepInput]) -> list[StepOutput]:
         """Several streams' steps; streams of similar step sizes run as one padded call."""
-        return run_stream_steps(self._network, jobs, self._runtime, self.lag_frames + 1, self._step_weights)
+        return run_stream_steps(self._network, jobs, self._runtime, self.lag_frames + 1)
 
     def resume_origin_frame(self, emit_from_frame: int) -> int:
         """First frame to prime a resumed stream with so that it is bit-identical to the stream it

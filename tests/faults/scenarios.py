@@ -210,7 +210,9 @@ def overloaded_worker(mesh: ZoneMesh, gateway: str) -> ScenarioResult:
     a second concurrent request is refused there with RESOURCE_EXHAUSTED and served by zone-b."""
     address = mesh.gateways[gateway].address
     result = ScenarioResult("RESOURCE_EXHAUSTED from one worker")
-    texts = [unique(LONG_TEXT), unique(TEXTS[0])]
+    # The first request must still hold its acoustic stream when the second arrives: give it
+    # enough sentences that its stream stays open well past its first audio.
+    texts = [unique(" ".join([LONG_TEXT, TEXTS[1], TEXTS[2]])), unique(TEXTS[0])]
     references = [_reference(mesh, address, text, result) for text in texts]
     before = mesh.gateway_metrics(gateway)
     outcomes: list[tuple[Spoken | None, str | None]] = [(None, None), (None, None)]
