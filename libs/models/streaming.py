@@ -344,7 +344,8 @@ class StreamNetwork:
                     raise TypeError(f"no streaming form for flow layer {type(layer).__name__}")
             return _conv_stack(step, head, x)
 
-        return cls(modules, forward)
+        # Channels-last here too: the flow and head ran 5% faster (bf16, 424 frames: 51 vs 54 ms).
+        return cls(modules, forward, torch.channels_last)
 
     def weights(self, dtype: torch.dtype) -> ConvWeights:
         """Every convolution's weight as a [out, in, 1, k] channels-last kernel, and its bias, in
