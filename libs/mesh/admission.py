@@ -23,6 +23,10 @@ _log = logging.getLogger(__name__)
 
 # One inference thread takes streams in turns, chunk by chunk: past a few dozen open streams each
 # one gets its next chunk later than its audio plays, so more streams only make all of them late.
+STREAM_ACCEPTED_METADATA: Final = ("tts-stream-accepted", "1")
+"""The header a worker sends when it admits a stream. A refusal ends the call with headers too (a
+trailers-only response), a moment before the call reads as done: the gateway tells the two apart by
+this header, not by timing."""
 DEFAULT_MAX_STREAMS: Final = 32
 # The batcher's own queue bound is 64 jobs; refusing new streams at half of it leaves the streams
 # already admitted the other half.
@@ -146,7 +150,7 @@ class Admission:
         self.open_streams += 1
         context.add_done_callback(self._stream_done)
         # Headers now tell the gateway the stream is accepted before it writes (see its `accepted`).
-        await context.send_initial_metadata(())
+        await context.send_initial_metadata((STREAM_ACCEPTED_METADATA,))
 
     def _stream_done(self, _context: object) -> None:
         self.open_streams -= 1

@@ -1,4 +1,4 @@
-"""The VITS text encoder (`VitsAcoustic.enc_p`) run by onnxruntime: torch's numbers, in less time.
+"""The VITS text encoder (`VitsAcoustic.enc_p`) and stochastic duration predictor run by onnxruntime.
 
 On one CPU thread onnxruntime runs the encoder about a quarter faster than torch fp32 (161 ids:
 about 26 ms against 30-39 ms; two threads: about 18 ms) and agrees with it to about 1e-5. Torch
@@ -10,6 +10,14 @@ after it reproduces torch on a probe sentence; one that fails to load or disagre
 
 Only an encoder without speaker input is exported (one graph then serves every request); a VITS2
 speaker-conditioned encoder stays in torch.
+
+The stochastic duration predictor's sampling pass (`sample_log_durations`) is a second graph,
+cached and probed the same way: hidden states and its noise in, log-durations out. Torch runs its
+depthwise dilated convolutions on a slow path (161 ids: about 8.5-9 ms on one thread); onnxruntime
+takes about 4.7 ms, also on one, and agrees to about 1e-5. It is a graph of its own, not part of the
+encoder's, so that a voice whose durations stay in torch (speaker-conditioned or deterministic
+predictor) still runs the same encoder graph, and either graph is re-exported without the other.
+Only a predictor without speaker input is exported.
 """
 
 from __future__ import annotations
@@ -22,19 +30,21 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Callable, Final
 
 import numpy as np
 import torch
 from torch import nn
 
-from libs.models.piper_import import default_cache_dir
-from libs.models.vits import EncoderOutput, TextEncoder, VitsAcoustic, VitsConfig
+from libs.models.piper_import import INFERENCE_UNUSED_PREFIXES, default_cache_dir
+from libs.models.vits import DEFAULT_NOISE_W, EncoderOutput, StochasticDurationPredictor, TextEncoder, VitsAcoustic, VitsConfig
 
 ENCODER_CACHE_FORMAT_VERSION: Final = 1
 ONNX_OPSET: Final = 17
 INPUT_NAME: Final = "phoneme_ids"
 OUTPUT_NAMES: Final = ("hidden", "m_p", "logs_p")
+DURATION_INPUT_NAMES: Final = ("hidden", "noise")
+DURATION_OUTPUT_NAME: Final = "logw"
 EXPORT_EXAMPLE_TOKENS: Final = 16
 PROBE_TOKENS: Final = 23
 PROBE_TOLERANCE: Final = 1e-4
@@ -43,15 +53,23 @@ PROBE_TOLERANCE: Final = 1e-4
 _log = logging.getLogger(__name__)
 
 
-# The encoder runs once per sentence, on the path to its first audio. A second thread takes plan()
+# The encoder and the duration predictor run once per sentence, on the path to its first audio. A second thread takes plan()
 # from 36.7 to 28.1 ms (161 ids) when the other core is free, as it is at low load; it sleeps
 # between calls, so a busy machine loses only the brief oversubscription of one step.
 ENCODER_THREADS: Final = 2
+# The duration predictor's graph is many small operators: a second thread saves nothing (161 ids:
+# 4.6-4.9 ms on one thread, 4.9-6 ms on two; plan() the same to 0.2 ms), so it is not worth waking.
+DURATION_THREADS: Final = 1
 
 
 def onnx_encoder_supported(config: VitsConfig) -> bool:
     """True when the text encoder takes no speaker input, so one exported graph serves every speaker."""
     return not (config.n_speakers > 1 and config.use_spk_conditioned_encoder)
+
+
+def onnx_durations_supported(config: VitsConfig) -> bool:
+    """True for a stochastic duration predictor without speaker input (a single-speaker voice)."""
+    return config.duration_predictor == "stochastic" and config.n_speakers <= 1
 
 
 class _WholeSequenceEncoder(nn.Module):
@@ -67,15 +85,45 @@ class _WholeSequenceEncoder(nn.Module):
         return hidden, m_p, logs_p
 
 
+class _WholeSequenceLogDurations(nn.Module):
+    """dp.sample_log_durations on one unpadded sentence: (hidden [1, C, tokens], noise [1, 2, tokens]) -> logw [1, 1, tokens]."""
+
+    def __init__(self, predictor: StochasticDurationPredictor) -> None:
+        super().__init__()
+        self.predictor = predictor
+
+    def forward(self, hidden: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        x_mask = torch.ones_like(hidden[:, :1])
+        return self.predictor.sample_log_durations(hidden, x_mask, noise)
+
+
 def export_text_encoder(acoustic: VitsAcoustic) -> bytes:
     """The text encoder of `acoustic` as a serialised ONNX model with a dynamic token axis."""
     if not onnx_encoder_supported(acoustic.config):
         raise ValueError("this voice's text encoder is speaker-conditioned; run it in torch")
+    example = (torch.ones(1, EXPORT_EXAMPLE_TOKENS, dtype=torch.long),)
+    return _export(_WholeSequenceEncoder(acoustic.enc_p), example, (INPUT_NAME,), OUTPUT_NAMES)
+
+
+def export_duration_predictor(acoustic: VitsAcoustic) -> bytes:
+    """The stochastic duration predictor's sampling pass of `acoustic` as a serialised ONNX model."""
+    if not onnx_durations_supported(acoustic.config):
+        raise ValueError("this voice's duration predictor is deterministic or speaker-conditioned; run it in torch")
+    hidden = torch.zeros(1, acoustic.config.hidden_channels, EXPORT_EXAMPLE_TOKENS)
+    noise = torch.zeros(1, 2, EXPORT_EXAMPLE_TOKENS)
+    return _export(_WholeSequenceLogDurations(acoustic.dp), (hidden, noise), DURATION_INPUT_NAMES, (DURATION_OUTPUT_NAME,))
+
+
+def _export(
+    module: nn.Module, example: tuple[torch.Tensor, ...], input_names: tuple[str, ...], output_names: tuple[str, ...]
+) -> bytes:
+    """`module` as ONNX, every input and output dynamic in its last (token) axis."""
     # The exporter ends by calling train(wrapper.training) on the whole tree: a wrapper left in its
-    # default training mode would switch the caller's encoder (and its dropout) on.
-    wrapper = _WholeSequenceEncoder(acoustic.enc_p).eval()
-    example = torch.ones(1, EXPORT_EXAMPLE_TOKENS, dtype=torch.long)
-    token_axis = {INPUT_NAME: {1: "tokens"}} | {name: {2: "tokens"} for name in OUTPUT_NAMES}
+    # default training mode would switch the caller's model (and its dropout) on.
+    wrapper = module.eval()
+    token_axes = {name: {tensor.dim() - 1: "tokens"} for name, tensor in zip(input_names, example)}
+    # Every output here is [1, channels, tokens].
+    token_axes |= {name: {2: "tokens"} for name in output_names}
     buffer = io.BytesIO()
     # The legacy exporter announces its deprecation and notes slices it cannot fold; both are expected.
     # A caller's bf16 autocast must not leak into the float32 graph.
@@ -83,35 +131,54 @@ def export_text_encoder(acoustic: VitsAcoustic) -> bytes:
         warnings.simplefilter("ignore")
         torch.onnx.export(
             wrapper,
-            (example,),
+            example,
             buffer,
             dynamo=False,  # the dynamo exporter needs onnxscript, which is not a dependency
             opset_version=ONNX_OPSET,
             training=torch.onnx.TrainingMode.EVAL,
-            input_names=[INPUT_NAME],
-            output_names=list(OUTPUT_NAMES),
-            dynamic_axes=token_axis,
+            input_names=list(input_names),
+            output_names=list(output_names),
+            dynamic_axes=token_axes,
         )
     return buffer.getvalue()
 
 
 def encoder_cache_key(acoustic: VitsAcoustic) -> str:
-    """Hex digest of everything the exported graph depends on: config, weights, torch and onnxruntime."""
+    """Hex digest of everything the exported encoder depends on: config, weights, torch and onnxruntime."""
+    return _cache_key(acoustic, "enc_p.")
+
+
+def encoder_cache_path(acoustic: VitsAcoustic, cache_dir: str | Path | None = None) -> Path:
+    """Where the exported encoder of `acoustic` is cached (default folder: `default_cache_dir()`)."""
+    return _cache_path("text-encoder", encoder_cache_key(acoustic), cache_dir)
+
+
+def duration_cache_path(acoustic: VitsAcoustic, cache_dir: str | Path | None = None) -> Path:
+    """Where the exported duration predictor of `acoustic` is cached (default folder: `default_cache_dir()`)."""
+    return _cache_path("duration-predictor", _cache_key(acoustic, "dp."), cache_dir)
+
+
+def _cache_key(acoustic: VitsAcoustic, prefix: str) -> str:
+    """Hex digest of the voice's config, the weights under `prefix` and the torch and onnxruntime versions."""
     import onnxruntime
 
     digest = hashlib.sha256()
     header = (ENCODER_CACHE_FORMAT_VERSION, ONNX_OPSET, torch.__version__, onnxruntime.__version__, acoustic.config.to_dict())
     digest.update(repr(header).encode("utf-8"))
-    for name, tensor in sorted(acoustic.enc_p.state_dict().items()):
-        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode("utf-8"))
+    # The duration predictor's training-only modules keep their random initial values in an imported
+    # Piper voice: hashing them would give every process its own key. The graph does not use them.
+    weights = {name: tensor for name, tensor in acoustic.state_dict().items() if name.startswith(prefix)}
+    for name, tensor in sorted(weights.items()):
+        if name.startswith(INFERENCE_UNUSED_PREFIXES):
+            continue
+        digest.update(f"{name.removeprefix(prefix)}:{tensor.dtype}:{tuple(tensor.shape)}".encode("utf-8"))
         digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy())
     return digest.hexdigest()
 
 
-def encoder_cache_path(acoustic: VitsAcoustic, cache_dir: str | Path | None = None) -> Path:
-    """Where the exported encoder of `acoustic` is cached (default folder: `default_cache_dir()`)."""
+def _cache_path(stem: str, key: str, cache_dir: str | Path | None) -> Path:
     folder = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-    return folder / f"text-encoder-{encoder_cache_key(acoustic)[:32]}.v{ENCODER_CACHE_FORMAT_VERSION}.onnx"
+    return folder / f"{stem}-{key[:32]}.v{ENCODER_CACHE_FORMAT_VERSION}.onnx"
 
 
 def cpu_session(model: str | Path | bytes, threads: int = ENCODER_THREADS) -> Any:
@@ -147,17 +214,14 @@ class OnnxTextEncoder:
         if acoustic.enc_p.training:
             raise ValueError("the text encoder is in training mode (dropout on): call .eval() before exporting it")
         path = encoder_cache_path(acoustic, cache_dir)
-        if path.exists():
-            session = _cached_session(path, acoustic)
-            if session is not None:
-                return cls(session, path, exported=False)
-        model = export_text_encoder(acoustic)
-        session = cpu_session(model)
-        error = _probe_error(session, acoustic)
-        if error > PROBE_TOLERANCE:
-            raise RuntimeError(f"the exported text encoder differs from torch by {error:.2e} (> {PROBE_TOLERANCE})")
-        _write_cache(path, model)
-        return cls(session, path, exported=True)
+        session, exported = _load_session(
+            path,
+            lambda: export_text_encoder(acoustic),
+            lambda candidate: _encoder_probe_error(candidate, acoustic),
+            "text encoder",
+            ENCODER_THREADS,
+        )
+        return cls(session, path, exported)
 
     def encode(self, phoneme_ids: torch.Tensor) -> EncoderOutput:
         """ids [1, tokens] (int64, CPU) -> the `EncoderOutput` torch gives: float32, full mask, g None."""
@@ -173,30 +237,102 @@ class OnnxTextEncoder:
         return EncoderOutput(hidden, m_p, logs_p, x_mask, lengths, None)
 
 
-def _cached_session(path: Path, acoustic: VitsAcoustic) -> Any | None:
+@dataclass
+class OnnxDurationPredictor:
+    """`StochasticDurationPredictor.sample_log_durations` for one unpadded sentence of a single-speaker voice."""
+
+    session: Any
+    """The onnxruntime InferenceSession (thread-safe: concurrent calls may share it)."""
+    cache_path: Path
+    """The .onnx file the session was built from (or would have been, when the cache is not writable)."""
+    exported: bool
+    """True when this load exported the graph; False when it came from the cache."""
+
+    @classmethod
+    def load(cls, acoustic: VitsAcoustic, cache_dir: str | Path | None = None) -> "OnnxDurationPredictor":
+        """The duration predictor of `acoustic`, from the cache when a good copy is there, else exported (and cached)."""
+        if acoustic.dp.training:
+            raise ValueError("the duration predictor is in training mode (dropout on): call .eval() before exporting it")
+        path = duration_cache_path(acoustic, cache_dir)
+        session, exported = _load_session(
+            path,
+            lambda: export_duration_predictor(acoustic),
+            lambda candidate: _duration_probe_error(candidate, acoustic),
+            "duration predictor",
+            DURATION_THREADS,
+        )
+        return cls(session, path, exported)
+
+    def log_durations(self, hidden: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """logw [1, 1, tokens] (float32) from hidden [1, C, tokens] and noise [1, 2, tokens] already scaled by noise_w."""
+        if hidden.size(0) != 1 or noise.shape != (1, 2, hidden.size(2)):
+            raise ValueError(f"one sentence at a time: hidden {tuple(hidden.shape)} needs noise [1, 2, tokens], got {tuple(noise.shape)}")
+        feeds = {
+            DURATION_INPUT_NAMES[0]: hidden.to(torch.float32).contiguous().numpy(),
+            DURATION_INPUT_NAMES[1]: noise.to(torch.float32).contiguous().numpy(),
+        }
+        return torch.from_numpy(self.session.run([DURATION_OUTPUT_NAME], feeds)[0])
+
+
+def _load_session(
+    path: Path, export: Callable[[], bytes], probe_error: Callable[[Any], float], what: str, threads: int
+) -> tuple[Any, bool]:
+    """(session, exported): from the cached file at `path` when it loads and passes the probe, else exported and cached."""
+    if path.exists():
+        session = _cached_session(path, probe_error, what, threads)
+        if session is not None:
+            return session, False
+    model = export()
+    session = cpu_session(model, threads)
+    error = probe_error(session)
+    if error > PROBE_TOLERANCE:
+        raise RuntimeError(f"the exported {what} differs from torch by {error:.2e} (> {PROBE_TOLERANCE})")
+    _write_cache(path, model, what)
+    return session, True
+
+
+def _cached_session(path: Path, probe_error: Callable[[Any], float], what: str, threads: int) -> Any | None:
     """A session from the cached file, or None when the file is unreadable or disagrees with torch."""
     try:
-        session = cpu_session(path)
-        error = _probe_error(session, acoustic)
+        session = cpu_session(path, threads)
+        error = probe_error(session)
     except Exception as failure:  # noqa: BLE001 - whatever is wrong with the file, re-exporting fixes it
-        _log.warning("cached text encoder %s does not load (%s); exporting it again", path, failure)
+        _log.warning("cached %s %s does not load (%s); exporting it again", what, path, failure)
         return None
     if error > PROBE_TOLERANCE:
-        _log.warning("cached text encoder %s differs from torch by %.2e; exporting it again", path, error)
+        _log.warning("cached %s %s differs from torch by %.2e; exporting it again", what, path, error)
         return None
     return session
 
 
-def _probe_error(session: Any, acoustic: VitsAcoustic) -> float:
+def _probe_ids(acoustic: VitsAcoustic) -> torch.Tensor:
+    return (torch.arange(PROBE_TOKENS, dtype=torch.long) * 7 % acoustic.config.n_vocab).unsqueeze(0)
+
+
+def _encoder_probe_error(session: Any, acoustic: VitsAcoustic) -> float:
     """Largest |onnxruntime - torch| over the three outputs for a fixed probe sentence."""
-    ids = (torch.arange(PROBE_TOKENS, dtype=torch.long) * 7 % acoustic.config.n_vocab).unsqueeze(0)
+    ids = _probe_ids(acoustic)
     with torch.no_grad(), torch.autocast("cpu", enabled=False):
         reference = acoustic.enc_p(ids, torch.full((1,), PROBE_TOKENS, dtype=torch.long))[:3]
     outputs = session.run(list(OUTPUT_NAMES), {INPUT_NAME: ids.numpy()})
     return max(float(np.abs(output - expected.numpy()).max()) for output, expected in zip(outputs, reference))
 
 
-def _write_cache(path: Path, model: bytes) -> None:
+def _duration_probe_error(session: Any, acoustic: VitsAcoustic) -> float:
+    """Largest |onnxruntime - torch| of the log-durations for the probe sentence's hidden states and fixed noise."""
+    ids = _probe_ids(acoustic)
+    # A fixed generator: the probe must not consume the global random stream.
+    noise = torch.randn(1, 2, PROBE_TOKENS, generator=torch.Generator().manual_seed(0)) * DEFAULT_NOISE_W
+    x_mask = torch.ones(1, 1, PROBE_TOKENS)
+    with torch.no_grad(), torch.autocast("cpu", enabled=False):
+        hidden = acoustic.enc_p(ids, torch.full((1,), PROBE_TOKENS, dtype=torch.long))[0]
+        reference = acoustic.dp.sample_log_durations(hidden, x_mask, noise)
+    feeds = {DURATION_INPUT_NAMES[0]: hidden.numpy(), DURATION_INPUT_NAMES[1]: noise.numpy()}
+    (output,) = session.run([DURATION_OUTPUT_NAME], feeds)
+    return float(np.abs(output - reference.numpy()).max())
+
+
+def _write_cache(path: Path, model: bytes, what: str) -> None:
     """Save the exported model; a cache that cannot be written costs the next start an export, nothing more."""
     # Write then rename, so a crash or a concurrent loader never sees half a file.
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
@@ -207,4 +343,4 @@ def _write_cache(path: Path, model: bytes) -> None:
     except OSError as failure:
         with contextlib.suppress(OSError):
             partial.unlink()
-        _log.warning("could not cache the text encoder at %s (%s); it will be exported again next start", path, failure)
+        _log.warning("could not cache the %s at %s (%s); it will be exported again next start", what, path, failure)

@@ -268,6 +268,12 @@ class ResidualCouplingBlock(nn.Module):
         return x
 
 
+def frames_from_log_durations(logw: torch.Tensor, x_mask: torch.Tensor, length_scale: float = DEFAULT_LENGTH_SCALE) -> torch.Tensor:
+    """Frames per token [b, tokens] (int64, 0 on padding) from log-durations [b, 1, tokens]: ceil(exp(logw) * length_scale)."""
+    w = torch.exp(logw) * x_mask * length_scale
+    return torch.ceil(w).squeeze(1).to(torch.long)
+
+
 @dataclass
 class EncoderOutput:
     """What `encode` returns: the text side of the model for a (padded) batch."""
@@ -392,13 +398,21 @@ class VitsAcoustic(nn.Module):
         """
         x, x_mask = encoded.hidden, encoded.x_mask
         if isinstance(self.dp, StochasticDurationPredictor):
-            shapes = [(2, int(n)) for n in encoded.lengths]
-            noise = normal_noise(shapes, (x.size(0), 2, x.size(2)), generator, device=x.device) * noise_w
+            noise = self.duration_noise(encoded, generator, noise_w)
             logw = self.dp.sample_log_durations(x, x_mask, noise, g=encoded.g)
         else:
             logw = self.dp(x, x_mask, g=encoded.g)
-        w = torch.exp(logw) * x_mask * length_scale
-        return torch.ceil(w).squeeze(1).to(torch.long)
+        return frames_from_log_durations(logw, x_mask, length_scale)
+
+    def duration_noise(self, encoded: EncoderOutput, generator: Generators, noise_w: float = DEFAULT_NOISE_W) -> torch.Tensor:
+        """The stochastic duration predictor's noise [b, 2, tokens], drawn from `generator` and scaled by noise_w.
+
+        `durations` draws exactly this; a caller that runs the predictor elsewhere draws it here, so
+        the generator's later draws (the prior noise of `expand`) stay the same.
+        """
+        x = encoded.hidden
+        shapes = [(2, int(n)) for n in encoded.lengths]
+        return normal_noise(shapes, (x.size(0), 2, x.size(2)), generator, device=x.device) * noise_w
 
     def expand(
         self,

@@ -2,8 +2,9 @@
 
 The text encoder and durations run once per sentence and draw all of the sentence's noise up
 front from its seed; the mel then comes in growing chunks: the flow and the mel head over each
-chunk plus their receptive field of latent context, trimmed back. On a CPU the text encoder runs
-in onnxruntime (`libs.models.onnx_encoder`), in float32 whatever the precision setting.
+chunk plus their receptive field of latent context, trimmed back. On a CPU the text encoder (and,
+for a single-speaker voice, the stochastic duration predictor) runs in onnxruntime
+(`libs.models.onnx_encoder`), in float32 whatever the precision setting.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import torch
 
 from libs.models.commons import sequence_mask
 from libs.models.mel_bridge import MelHead, load_mel_head
-from libs.models.onnx_encoder import OnnxTextEncoder, onnx_encoder_supported
+from libs.models.onnx_encoder import OnnxDurationPredictor, OnnxTextEncoder, onnx_durations_supported, onnx_encoder_supported
 from libs.models.streaming import NO_END, StepInput, StepOutput, StreamNetwork, output_lag
 from libs.models.vits import (
     EncoderOutput,
     VitsAcoustic,
     VitsConfig,
     flow_receptive_field_frames,
+    frames_from_log_durations,
     synthesis_generator,
     synthesis_seed,
 )
@@ -86,6 +88,17 @@ def default_encoder_backend(config: VitsConfig, device: str | torch.device) -> s
     return "torch"
 
 
+def encoder_version_part(config: VitsConfig, encoder_backend: str) -> str:
+    """The model-version part naming where the encoder and the duration predictor run.
+
+    With the onnxruntime encoder, a stochastic duration predictor without speaker input runs in
+    onnxruntime too ("+sdp"); either backend moves durations by round-off.
+    """
+    if encoder_backend == "onnxruntime" and onnx_durations_supported(config):
+        return "encoder=onnxruntime+sdp"
+    return f"encoder={encoder_backend}"
+
+
 @dataclass(frozen=True)
 class _MelWindowJob:
     """One chunk's flow + mel head work: a latent window and which of its frames to keep."""
@@ -123,7 +136,9 @@ class AcousticEngine(BatchedEngine):
     ) -> None:
         """`encoder_backend` is "onnxruntime" or "torch"; None takes `default_encoder_backend`.
 
-        The backend moves durations by round-off, so it belongs in `model_version` (`load` puts it there).
+        With "onnxruntime", a single-speaker voice's stochastic duration predictor runs there too.
+        The backend moves durations by round-off, so it belongs in `model_version` (`load` puts
+        `encoder_version_part` there).
         """
         if device is not None:
             settings = replace(settings, device=device)
@@ -144,6 +159,7 @@ class AcousticEngine(BatchedEngine):
         self.head_context_frames = mel_head.receptive_field_frames
         self.encoder_backend = encoder_backend or default_encoder_backend(acoustic.config, self.device)
         self._onnx_encoder = self._load_onnx_encoder()
+        self._onnx_durations = self._load_onnx_durations()
         # A convolutional flow and the mel head stream: each step computes only new frames.
         self._network: StreamNetwork | None = None
         self.lag_frames = 0
@@ -164,6 +180,12 @@ class AcousticEngine(BatchedEngine):
             raise ValueError("this voice's text encoder is speaker-conditioned and has no onnxruntime graph: use 'torch'")
         return OnnxTextEncoder.load(self.acoustic)
 
+    def _load_onnx_durations(self) -> OnnxDurationPredictor | None:
+        # Durations follow the encoder: onnxruntime's encoder output feeds onnxruntime's predictor.
+        if self._onnx_encoder is None or not onnx_durations_supported(self.acoustic.config):
+            return None
+        return OnnxDurationPredictor.load(self.acoustic)
+
     @classmethod
     def load(
         cls,
@@ -180,7 +202,12 @@ class AcousticEngine(BatchedEngine):
         backend = default_encoder_backend(voice.acoustic.config, settings.device)
         # The arithmetic is part of what the mel is a function of: workers that compute it differently
         # (bf16 or fp32, encoder in onnxruntime or torch) never share cache entries.
-        parts = [voice.onnx_sha256, assets.file_digest(assets.mel_head_path), f"precision={settings.precision}", f"encoder={backend}"]
+        parts = [
+            voice.onnx_sha256,
+            assets.file_digest(assets.mel_head_path),
+            f"precision={settings.precision}",
+            encoder_version_part(voice.acoustic.config, backend),
+        ]
         version = model_version_of(assets.name, parts)
         return cls(
             voice.acoustic,
@@ -211,9 +238,9 @@ class AcousticEngine(BatchedEngine):
 
         The text encoder and the duration predictor always run in float32, whatever the precision
         (which applies to the flow and mel head): durations are rounded up to whole frames, and bf16
-        here would move a frame here and there (DNSMOS -0.010 measured). The encoder's backend
-        (onnxruntime or torch) still moves them by round-off, so it is part of the model version (and
-        so of every cache key); each combination is deterministic.
+        here would move a frame here and there (DNSMOS -0.010 measured). The backend of the encoder
+        and duration predictor (onnxruntime or torch) still moves them by round-off, so it is part of
+        the model version (and so of every cache key); each combination is deterministic.
         """
         if not phoneme_ids:
             raise ValueError("phoneme_ids is empty: a sentence needs at least one phoneme id")
@@ -223,7 +250,7 @@ class AcousticEngine(BatchedEngine):
         ids = torch.as_tensor(list(phoneme_ids), dtype=torch.long, device=self.device).unsqueeze(0)
         speaker = params.speaker_id if self.num_speakers > 1 else None
         encoded = self._encode(ids, speaker)
-        durations = self.acoustic.durations(encoded, generator, noise_w=params.noise_w, length_scale=1.0 / params.speed)
+        durations = self._durations(encoded, generator, params)
         prior = self.acoustic.expand(encoded, durations, generator, noise_scale=params.noise_scale)
         return SentencePlan(prior.z_p, encoded.g, [int(d) for d in durations[0].tolist()])
 
@@ -235,6 +262,15 @@ class AcousticEngine(BatchedEngine):
         # This encoder takes no speaker input, but the speaker still conditions the durations and the flow.
         encoded.g = self.acoustic.speaker_embedding(speaker, 1, self.device)
         return encoded
+
+    def _durations(self, encoded: EncoderOutput, generator: torch.Generator, params: SynthesisParams) -> torch.Tensor:
+        """Frames per token [1, tokens]; the noise comes from `generator` in the order torch's path draws it."""
+        length_scale = 1.0 / params.speed
+        if self._onnx_durations is None:
+            return self.acoustic.durations(encoded, generator, noise_w=params.noise_w, length_scale=length_scale)
+        noise = self.acoustic.duration_noise(encoded, generator, params.noise_w)
+        logw = self._onnx_durations.log_durations(encoded.hidden, noise)
+        return frames_from_log_durations(logw, encoded.x_mask, length_scale)
 
     def mel_whole(self, plan: SentencePlan) -> np.ndarray:
         """The sentence's mel in one pass [n_mels, frames]: the reference chunked output must equal."""

@@ -10,6 +10,7 @@ from typing import Any, Callable, Final
 
 import grpc
 
+from libs.mesh.admission import STREAM_ACCEPTED_METADATA
 from libs.mesh.errors import DownstreamError, NoWorkerError
 from libs.mesh.worker_choice import AttemptFailure, Attempts
 from libs.routing.retry import RetryDecision
@@ -49,10 +50,12 @@ async def accepted(call: Any, timeout_s: float) -> None:
     INTERNAL, losing the refusal's status and pushback hint; waiting costs one local round trip.
     """
     try:
-        await asyncio.wait_for(call.initial_metadata(), timeout_s)
+        headers = await asyncio.wait_for(call.initial_metadata(), timeout_s)
     except asyncio.TimeoutError:
         raise WorkerSilent() from None
-    if call.done():
+    # A refusal's headers come without the admission header, sometimes before the call reads as
+    # done; writing then would turn the refusal into INTERNAL "Internal error from Core".
+    if call.done() or not any(key == STREAM_ACCEPTED_METADATA[0] for key, _ in headers or ()):
         raise StreamRefused()
 
 

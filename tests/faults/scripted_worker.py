@@ -15,6 +15,7 @@ from typing import Any, Iterator, Sequence
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from libs.mesh.admission import STREAM_ACCEPTED_METADATA
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
 
 
@@ -40,7 +41,7 @@ class ScriptedAcoustic(acoustic_pb2_grpc.AcousticServicer):
         with self._lock:
             self.streams += 1
         # Like the real workers: accept the stream (headers), then judge the first request.
-        context.send_initial_metadata(())
+        context.send_initial_metadata((STREAM_ACCEPTED_METADATA,))
         next(request_iterator, None)
         context.set_trailing_metadata(self.trailers)
         context.abort(self.code, f"scripted {self.code.name}")

@@ -1,0 +1,42 @@
+"""The gateway's check that a worker accepted a stream before it writes to it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from libs.mesh.admission import STREAM_ACCEPTED_METADATA
+from services.gateway.worker_calls import StreamRefused, WorkerSilent, accepted
+
+
+class _Call:
+    """The two things `accepted` reads of a grpc.aio call: its headers and whether it is over."""
+
+    def __init__(self, headers: grpc.aio.Metadata | None, done: bool, delay_s: float = 0.0) -> None:
+        self._headers, self._done, self._delay_s = headers, done, delay_s
+
+    async def initial_metadata(self) -> grpc.aio.Metadata | None:
+        await asyncio.sleep(self._delay_s)
+        return self._headers
+
+    def done(self) -> bool:
+        return self._done
+
+
+def test_admission_header_means_accepted() -> None:
+    asyncio.run(accepted(_Call(grpc.aio.Metadata(STREAM_ACCEPTED_METADATA), done=False), 1.0))
+
+
+def test_refusal_headers_are_a_refusal_even_before_the_call_reads_as_done() -> None:
+    # A trailers-only refusal: headers arrive without the admission header, and the status a moment later.
+    with pytest.raises(StreamRefused):
+        asyncio.run(accepted(_Call(grpc.aio.Metadata(), done=False), 1.0))
+    with pytest.raises(StreamRefused):
+        asyncio.run(accepted(_Call(grpc.aio.Metadata(STREAM_ACCEPTED_METADATA), done=True), 1.0))
+
+
+def test_a_worker_that_sends_no_headers_is_silent() -> None:
+    with pytest.raises(WorkerSilent):
+        asyncio.run(accepted(_Call(None, done=False, delay_s=1.0), 0.05))
