@@ -31,10 +31,19 @@ def test_admission_header_means_accepted() -> None:
 
 def test_refusal_headers_are_a_refusal_even_before_the_call_reads_as_done() -> None:
     # A trailers-only refusal: headers arrive without the admission header, and the status a moment later.
+    async def refused_a_moment_later() -> None:
+        call = _Call(grpc.aio.Metadata(), done=False)
+        asyncio.get_running_loop().call_later(0.01, setattr, call, "_done", True)
+        await accepted(call, 1.0)
+
     with pytest.raises(StreamRefused):
-        asyncio.run(accepted(_Call(grpc.aio.Metadata(), done=False), 1.0))
+        asyncio.run(refused_a_moment_later())
     with pytest.raises(StreamRefused):
         asyncio.run(accepted(_Call(grpc.aio.Metadata(STREAM_ACCEPTED_METADATA), done=True), 1.0))
+
+
+def test_worker_from_before_the_admission_header_is_still_accepted() -> None:
+    asyncio.run(accepted(_Call(grpc.aio.Metadata(), done=False), 1.0))
 
 
 def test_a_worker_that_sends_no_headers_is_silent() -> None:

@@ -39,6 +39,11 @@ class StreamEnded(Exception):
     """A worker closed its stream cleanly while it still owed work (e.g. it is draining for shutdown)."""
 
 
+REFUSAL_STATUS_GRACE_S: Final = 0.2
+"""How long a stream whose headers lack the admission header may take to show its refusal status."""
+REFUSAL_STATUS_POLL_S: Final = 0.002
+
+
 class StreamRefused(Exception):
     """The worker ended the call before accepting it (e.g. RESOURCE_EXHAUSTED at admission)."""
 
@@ -53,10 +58,19 @@ async def accepted(call: Any, timeout_s: float) -> None:
         headers = await asyncio.wait_for(call.initial_metadata(), timeout_s)
     except asyncio.TimeoutError:
         raise WorkerSilent() from None
-    # A refusal's headers come without the admission header, sometimes before the call reads as
-    # done; writing then would turn the refusal into INTERNAL "Internal error from Core".
-    if call.done() or not any(key == STREAM_ACCEPTED_METADATA[0] for key, _ in headers or ()):
+    if call.done():
         raise StreamRefused()
+    if any(key == STREAM_ACCEPTED_METADATA[0] for key, _ in headers or ()):
+        return
+    # Headers without the admission header: a refusal (or a broken connection) whose status is a
+    # moment behind, or a worker from before that header. Writing into the first would turn the
+    # refusal into INTERNAL "Internal error from Core"; dropping the call before its status is in
+    # would read as CANCELLED. So wait briefly for the status: a refusal ends the call at once.
+    deadline_s = time.monotonic() + REFUSAL_STATUS_GRACE_S
+    while time.monotonic() < deadline_s:
+        await asyncio.sleep(REFUSAL_STATUS_POLL_S)
+        if call.done():
+            raise StreamRefused()
 
 
 CALL_ERRORS: Final = (grpc.aio.AioRpcError, asyncio.InvalidStateError, WorkerSilent, StreamEnded, StreamRefused)
