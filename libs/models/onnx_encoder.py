@@ -198,15 +198,19 @@ def cpu_session(model: str | Path | bytes, threads: int = ENCODER_THREADS) -> An
 
 
 @dataclass
-class OnnxTextEncoder:
-    """`VitsAcoustic.encode` for one unpadded sentence of a voice whose encoder has no speaker input."""
+class _CachedGraph:
+    """An onnxruntime session on a graph exported from torch and cached on disk."""
 
     session: Any
-    """The onnxruntime InferenceSession (thread-safe: concurrent `encode` calls may share it)."""
+    """The onnxruntime InferenceSession (thread-safe: concurrent calls may share it)."""
     cache_path: Path
     """The .onnx file the session was built from (or would have been, when the cache is not writable)."""
     exported: bool
     """True when this load exported the graph; False when it came from the cache."""
+
+
+class OnnxTextEncoder(_CachedGraph):
+    """`VitsAcoustic.encode` for one unpadded sentence of a voice whose encoder has no speaker input."""
 
     @classmethod
     def load(cls, acoustic: VitsAcoustic, cache_dir: str | Path | None = None) -> "OnnxTextEncoder":
@@ -237,16 +241,8 @@ class OnnxTextEncoder:
         return EncoderOutput(hidden, m_p, logs_p, x_mask, lengths, None)
 
 
-@dataclass
-class OnnxDurationPredictor:
+class OnnxDurationPredictor(_CachedGraph):
     """`StochasticDurationPredictor.sample_log_durations` for one unpadded sentence of a single-speaker voice."""
-
-    session: Any
-    """The onnxruntime InferenceSession (thread-safe: concurrent calls may share it)."""
-    cache_path: Path
-    """The .onnx file the session was built from (or would have been, when the cache is not writable)."""
-    exported: bool
-    """True when this load exported the graph; False when it came from the cache."""
 
     @classmethod
     def load(cls, acoustic: VitsAcoustic, cache_dir: str | Path | None = None) -> "OnnxDurationPredictor":
