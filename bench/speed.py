@@ -8,6 +8,7 @@ prints one markdown table (also written to --out):
 - throughput (audio seconds per wall second) at 1, 4, 8 and 16 concurrent streams, cache cold;
 - a max-batch sweep (throughput and p50 latency), restarting the workers with --max-batch N;
 - peak RSS of each service after the throughput runs;
+- the vocoder's CPU per audio second streamed in 40 ms slices vs whole sentences (in-process);
 - for every row, the ratio mesh / piper-tts.
 
     python -m bench.speed [--quick] [--out bench/results.md]
@@ -30,6 +31,7 @@ from bench.loadgen import LoadConfig, run_load
 from bench.measure import LoadSummary
 from bench.mesh import MAX_BATCH_FLAG, BenchMesh, start_mesh, workers_have_flag
 from bench.report import Row, render_markdown
+from bench.streaming_cost import measure_streaming_cost, target_line
 from bench.texts import TEXTS, unique_variants
 
 MIB: Final = 2**20
@@ -342,11 +344,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     cores = pin_cores(config.cores)
     plan = TextPlan(config)
     sweep_available = workers_have_flag(MAX_BATCH_FLAG)
+    _log("vocoder: streamed vs whole-sentence compute, in-process")
+    streaming_cost = measure_streaming_cost()
     mesh = measure_mesh(config, plan, sweep_available)
     piper = measure_piper(config, plan)
     rows = build_rows(config, mesh, piper, sweep_available)
     title = f"Speed: tts-mesh vs piper-tts ({'quick' if args.quick else 'full'} run, {time.strftime('%Y-%m-%d %H:%M')})"
-    lines = target_lines(config, mesh, piper) + notes(config, cores, mesh, sweep_available, time.monotonic() - started)
+    lines = [*target_lines(config, mesh, piper), target_line(streaming_cost)]
+    lines += notes(config, cores, mesh, sweep_available, time.monotonic() - started)
     table = render_markdown(rows, title, lines)
     print(table)
     if args.out:

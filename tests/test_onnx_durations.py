@@ -86,7 +86,7 @@ def test_cached_graph_that_disagrees_with_the_weights_is_rebuilt(voice: PiperVoi
 
 
 @pytest.mark.parametrize("noise_w", [0.0, 0.8])
-def test_engine_plan_with_onnxruntime_durations_gives_the_torch_durations(noise_w: float) -> None:
+def test_engine_plan_with_onnxruntime_encoder_and_durations_gives_the_torch_durations(noise_w: float) -> None:
     torch.set_num_threads(1)
     engine = AcousticEngine.load_default()
     twin = AcousticEngine(
@@ -99,6 +99,7 @@ def test_engine_plan_with_onnxruntime_durations_gives_the_torch_durations(noise_
         encoder_backend="torch",
     )
     assert engine._onnx_durations is not None and twin._onnx_durations is None
+    assert (engine.encoder_backend, twin.encoder_backend) == ("onnxruntime", "torch")
     for ids in (SHORT_IDS, LONG_IDS):
         params = SynthesisParams(noise_w=noise_w)
         seed = engine.synthesis_seed(ids, params)

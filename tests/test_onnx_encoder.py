@@ -105,27 +105,6 @@ def test_cached_graph_that_disagrees_with_the_weights_is_rebuilt(voice: PiperVoi
         assert _max_difference(rebuilt.encode(ids), voice.acoustic.encode(ids)) <= TOLERANCE
 
 
-def test_engine_plan_with_onnxruntime_encoder_gives_the_torch_encoder_durations() -> None:
-    torch.set_num_threads(1)
-    engine = AcousticEngine.load_default()
-    twin = AcousticEngine(
-        engine.acoustic,
-        engine.mel_head,
-        voice_name=engine.voice_name,
-        model_version=engine.model_version,
-        sample_rate_hz=engine.sample_rate_hz,
-        hop_length=engine.hop_length,
-        encoder_backend="torch",
-    )
-    assert (engine.encoder_backend, twin.encoder_backend) == ("onnxruntime", "torch")
-    for ids in (SHORT_IDS, LONG_IDS):
-        params = SynthesisParams()
-        seed = engine.synthesis_seed(ids, params)
-        plan, reference = engine.plan(ids, params, seed), twin.plan(ids, params, seed)
-        assert plan.phoneme_frames == reference.phoneme_frames
-        assert float((plan.z_p - reference.z_p).abs().max()) <= TOLERANCE
-
-
 def test_multi_speaker_voice_keeps_its_speaker_with_the_onnxruntime_encoder(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path))
     torch.manual_seed(0)

@@ -3,9 +3,9 @@
 On one CPU thread onnxruntime runs the encoder about a quarter faster than torch fp32 (161 ids:
 about 26 ms against 30-39 ms; two threads: about 18 ms) and agrees with it to about 1e-5. Torch
 under bf16 autocast takes about 22 ms on a CPU with AVX-512 BF16, but it is not float32, so it
-moves durations. The graph is exported once
-with the TorchScript exporter and cached as an .onnx file under `default_cache_dir()`, keyed by the
-encoder's config and weights and the torch and onnxruntime versions. A cached file is used only
+moves durations. The graph is exported once with the TorchScript exporter and cached as an .onnx
+file under `default_cache_dir()`, keyed by the encoder's config and weights and the torch and
+onnxruntime versions. A cached file is used only
 after it reproduces torch on a probe sentence; one that fails to load or disagrees is rebuilt.
 
 Only an encoder without speaker input is exported (one graph then serves every request); a VITS2
@@ -53,7 +53,7 @@ PROBE_TOLERANCE: Final = 1e-4
 _log = logging.getLogger(__name__)
 
 
-# The encoder and the duration predictor run once per sentence, on the path to its first audio. A second thread takes plan()
+# The encoder runs once per sentence, on the path to its first audio. A second thread takes plan()
 # from 36.7 to 28.1 ms (161 ids) when the other core is free, as it is at low load; it sleeps
 # between calls, so a busy machine loses only the brief oversubscription of one step.
 ENCODER_THREADS: Final = 2
@@ -208,6 +208,17 @@ class _CachedGraph:
     exported: bool
     """True when this load exported the graph; False when it came from the cache."""
 
+    @classmethod
+    def _load(
+        cls, module: nn.Module, path: Path, export: Callable[[], bytes], probe_error: Callable[[Any], float], what: str, threads: int
+    ) -> Any:
+        """The graph of `module` from the cached file at `path` when it loads and passes the probe,
+        else exported (and cached)."""
+        if module.training:
+            raise ValueError(f"the {what} is in training mode (dropout on): call .eval() before exporting it")
+        session, exported = _load_session(path, export, probe_error, what, threads)
+        return cls(session, path, exported)
+
 
 class OnnxTextEncoder(_CachedGraph):
     """`VitsAcoustic.encode` for one unpadded sentence of a voice whose encoder has no speaker input."""
@@ -215,17 +226,14 @@ class OnnxTextEncoder(_CachedGraph):
     @classmethod
     def load(cls, acoustic: VitsAcoustic, cache_dir: str | Path | None = None) -> "OnnxTextEncoder":
         """The encoder of `acoustic`, from the cache when a good copy is there, else exported (and cached)."""
-        if acoustic.enc_p.training:
-            raise ValueError("the text encoder is in training mode (dropout on): call .eval() before exporting it")
-        path = encoder_cache_path(acoustic, cache_dir)
-        session, exported = _load_session(
-            path,
+        return cls._load(
+            acoustic.enc_p,
+            encoder_cache_path(acoustic, cache_dir),
             lambda: export_text_encoder(acoustic),
             lambda candidate: _encoder_probe_error(candidate, acoustic),
             "text encoder",
             ENCODER_THREADS,
         )
-        return cls(session, path, exported)
 
     def encode(self, phoneme_ids: torch.Tensor) -> EncoderOutput:
         """ids [1, tokens] (int64, CPU) -> the `EncoderOutput` torch gives: float32, full mask, g None."""
@@ -247,17 +255,14 @@ class OnnxDurationPredictor(_CachedGraph):
     @classmethod
     def load(cls, acoustic: VitsAcoustic, cache_dir: str | Path | None = None) -> "OnnxDurationPredictor":
         """The duration predictor of `acoustic`, from the cache when a good copy is there, else exported (and cached)."""
-        if acoustic.dp.training:
-            raise ValueError("the duration predictor is in training mode (dropout on): call .eval() before exporting it")
-        path = duration_cache_path(acoustic, cache_dir)
-        session, exported = _load_session(
-            path,
+        return cls._load(
+            acoustic.dp,
+            duration_cache_path(acoustic, cache_dir),
             lambda: export_duration_predictor(acoustic),
             lambda candidate: _duration_probe_error(candidate, acoustic),
             "duration predictor",
             DURATION_THREADS,
         )
-        return cls(session, path, exported)
 
     def log_durations(self, hidden: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         """logw [1, 1, tokens] (float32) from hidden [1, C, tokens] and noise [1, 2, tokens] already scaled by noise_w."""

@@ -71,6 +71,9 @@ class ResumableAcousticStream:
             return
         try:
             await asyncio.wait_for(call.done_writing(), 1.0)
+            # Let the worker finish its handler (its last metrics, an OK status) before the call is
+            # dropped: dropping cancels it, and it would end as CANCELLED mid-bookkeeping.
+            await asyncio.wait_for(call.code(), 1.0)
         except (*CALL_ERRORS, asyncio.TimeoutError):
             pass
         self._drop()

@@ -1,0 +1,91 @@
+"""What streaming costs the vocoder: CPU time per audio second, streamed in 40 ms slices vs whole sentences.
+
+The vocoder engine runs in this process on one thread, in the workers' default precision, on the
+mel of every sentence of the benchmark texts: once pushed slice by slice into a stream (as the
+worker gets it), once vocoded whole. Part of `make bench`; also `python -m bench.streaming_cost`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Final
+
+import numpy as np
+import torch
+
+from bench.texts import TEXTS
+from libs.audio.slicing import slice_bounds
+from libs.mesh.settings import DEFAULT_PRECISIONS
+from libs.text.frontend import TextFrontend
+from libs.voice.assets import default_voice_assets
+from libs.voice.engine import AcousticEngine, EngineSettings, SynthesisParams, VocoderEngine
+
+TARGET_RATIO: Final = 1.3
+"""The issue's bound: streamed vocoding may cost at most this multiple of whole-sentence vocoding."""
+
+
+@dataclass(frozen=True)
+class StreamingCost:
+    """CPU seconds per audio second of the vocoder, streamed and whole."""
+
+    streamed: float
+    """Slice by slice through `VocoderEngine.open_stream`."""
+    whole: float
+    """Each sentence in one `VocoderEngine.vocode` call."""
+    audio_s: float
+    """Audio measured (seconds)."""
+
+    @property
+    def ratio(self) -> float:
+        """streamed / whole."""
+        return self.streamed / self.whole
+
+
+def measure_streaming_cost() -> StreamingCost:
+    """Vocode the benchmark texts' sentences both ways on one thread and time the CPU each takes."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assets = default_voice_assets()
+        frontend = TextFrontend.from_voice_config(assets.config_path)
+        acoustic = AcousticEngine.load(assets, settings=EngineSettings(precision=DEFAULT_PRECISIONS["acoustic"]))
+        vocoder = VocoderEngine.load(assets, settings=EngineSettings(precision=DEFAULT_PRECISIONS["vocoder"]))
+        params = SynthesisParams()
+        mels = []
+        for sentence in (sentence for text in TEXTS.values() for sentence in frontend.sentences(text)):
+            plan = acoustic.plan(sentence.phoneme_ids, params, acoustic.synthesis_seed(sentence.phoneme_ids, params))
+            mels.append(acoustic.mel_whole(plan))
+        vocoder.warm_up()
+        streamed = _cpu_s(lambda: [_stream(vocoder, mel) for mel in mels])
+        whole = _cpu_s(lambda: [vocoder.vocode(mel) for mel in mels])
+    finally:
+        torch.set_num_threads(threads)
+    audio_s = sum(mel.shape[1] for mel in mels) * vocoder.hop_length / vocoder.sample_rate_hz
+    return StreamingCost(streamed / audio_s, whole / audio_s, audio_s)
+
+
+def _stream(vocoder: VocoderEngine, mel: np.ndarray) -> None:
+    stream = vocoder.open_stream()
+    for start, end in slice_bounds(mel.shape[1], vocoder.hop_length, vocoder.sample_rate_hz):
+        stream.push(mel[:, start:end])
+    stream.finish()
+
+
+def _cpu_s(work: Callable[[], object]) -> float:
+    started = time.process_time()
+    work()
+    return time.process_time() - started
+
+
+def target_line(cost: StreamingCost) -> str:
+    """The issue's target with the measured value."""
+    verdict = "met" if cost.ratio <= TARGET_RATIO else "MISSED"
+    return (
+        f"Target streaming vocoder compute <= {TARGET_RATIO}x offline: {cost.ratio:.2f}x, {verdict} "
+        f"({cost.streamed:.4f} vs {cost.whole:.4f} CPU s per audio s over {cost.audio_s:.1f} s of audio, one thread, in-process)."
+    )
+
+
+if __name__ == "__main__":
+    print(target_line(measure_streaming_cost()))
