@@ -53,7 +53,18 @@ def test_internal_services_are_bidirectional_streams() -> None:
     vocoder = vocoder_pb2.DESCRIPTOR.services_by_name["Vocoder"].methods_by_name["Vocode"]
     for method in (acoustic, vocoder):
         assert method.client_streaming and method.server_streaming
-    assert acoustic.output_type.full_name == "tts.common.v1.MelSlice"
+    # Mel travels a chunk of 40 ms slices per message on both hops.
+    assert acoustic.output_type.full_name == "tts.common.v1.MelSlices"
+    slices = vocoder.input_type.fields_by_name["slices"]
+    assert slices.message_type.full_name == "tts.common.v1.MelSlice" and slices.is_repeated
+
+
+def test_vocode_request_still_reads_a_single_slice_from_older_gateways() -> None:
+    # Earlier gateways sent `MelSlice slice = 1`; the repeated field 1 reads that as one slice.
+    old_style = mel_pb2.MelSlice(sentence_index=2, first_frame=7, frame_count=3).SerializeToString()
+    wire = b"\x0a" + bytes([len(old_style)]) + old_style  # field 1, length-delimited
+    request = vocoder_pb2.VocodeRequest.FromString(wire)
+    assert [(s.sentence_index, s.first_frame, s.frame_count) for s in request.slices] == [(2, 7, 3)]
 
 
 def test_every_field_and_enum_value_has_a_comment_above_it() -> None:

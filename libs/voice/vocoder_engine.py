@@ -168,7 +168,9 @@ class VocoderEngine(BatchedEngine):
 class VocoderStream:
     """One sentence's incremental vocoding: push mel frames, get back the samples that are exact.
 
-    The stream keeps each layer's input tail between steps (libs.models.streaming), so every frame
+    `push` and `finish` run every step that is ready. A server that must answer after each step
+    (first audio should not wait for the rest of a long message) uses `add`, `end`, `step_ready` and
+    `step` instead, and keeps `add` on its event loop and `step` off it. The stream keeps each layer's input tail between steps (libs.models.streaming), so every frame
     is vocoded once. Steps follow the engine's schedule by frame index from the first frame pushed,
     whenever and however the frames arrive, so the samples do not depend on timing. A stream
     resumed on another worker and fed the sentence from frame 0 (`VocoderEngine.resume_origin_frame`)
@@ -186,6 +188,8 @@ class VocoderStream:
     _next_step_frame: int = 0
     _step_index: int = 0
     _state: StreamState | None = None
+    _ended: bool = False
+    _done: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.origin_frame <= self.emit_from_frame:
@@ -203,25 +207,60 @@ class VocoderStream:
         """Sentence frame index one past the last frame pushed."""
         return self._next_step_frame + self._pending_frames
 
-    def push(self, mel: np.ndarray) -> np.ndarray:
-        """Add frames [n_mels, n]; return float32 samples that became exact (maybe none)."""
+    @property
+    def done(self) -> bool:
+        """Whether the sentence's last step has run."""
+        return self._done
+
+    def add(self, mel: np.ndarray) -> None:
+        """Add frames [n_mels, n] without vocoding anything (cheap: call it anywhere)."""
+        if self._ended:
+            raise ValueError("the stream has ended: no more frames can be added")
         if mel.ndim != 2 or mel.shape[0] != self.engine.n_mels:
             raise ValueError(f"mel must be [{self.engine.n_mels}, frames], got {list(mel.shape)}")
         if mel.shape[1]:
             self._pending.append(np.asarray(mel, dtype=np.float32))
             self._pending_frames += mel.shape[1]
-        ready: list[np.ndarray] = []
-        while self._pending_frames >= (size := self.engine.schedule.chunk_frames(self._step_index)):
-            ready.append(self._step(self._take(size), total=None))
-        return np.concatenate(ready) if ready else np.zeros(0, dtype=np.float32)
 
-    def finish(self) -> np.ndarray:
-        """The sentence ended: return every remaining sample."""
+    def end(self) -> None:
+        """The sentence has no more frames: its last step may run."""
+        self._ended = True
+
+    def step_ready(self) -> bool:
+        """Whether `step` has work: a whole step of frames, or the last step of an ended sentence."""
+        if self._done:
+            return False
+        return self._ended or self._pending_frames >= self.engine.schedule.chunk_frames(self._step_index)
+
+    def step(self) -> np.ndarray:
+        """Run the next step (model work); return the float32 samples that became exact (maybe none)."""
+        size = self.engine.schedule.chunk_frames(self._step_index)
+        if self._pending_frames >= size and not self._done:
+            return self._step(self._take(size), total=None)
+        if not self._ended or self._done:
+            raise RuntimeError("no step is ready: add frames, or end the stream")
+        self._done = True
         total = self.frames_received
         if total == self.origin_frame:
             return np.zeros(0, dtype=np.float32)
         # The last step ends every layer with its edge padding, which lets the lag out.
         return self._step(self._take(self._pending_frames), total=total)
+
+    def push(self, mel: np.ndarray) -> np.ndarray:
+        """Add frames [n_mels, n]; return float32 samples that became exact (maybe none)."""
+        self.add(mel)
+        ready: list[np.ndarray] = []
+        while self._pending_frames >= self.engine.schedule.chunk_frames(self._step_index):
+            ready.append(self.step())
+        return np.concatenate(ready) if ready else np.zeros(0, dtype=np.float32)
+
+    def finish(self) -> np.ndarray:
+        """The sentence ended: return every remaining sample."""
+        self.end()
+        ready: list[np.ndarray] = []
+        while self.step_ready():
+            ready.append(self.step())
+        return np.concatenate(ready) if ready else np.zeros(0, dtype=np.float32)
 
     def _take(self, frames: int) -> np.ndarray:
         if not self._pending:

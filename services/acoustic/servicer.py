@@ -1,4 +1,4 @@
-"""The acoustic worker's gRPC servicer: sentence requests in, 40 ms mel slices out."""
+"""The acoustic worker's gRPC servicer: sentence requests in, 40 ms mel slices out (a chunk's slices per message)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
 
     async def SynthesizeMel(
         self, request_iterator: AsyncIterator[acoustic_pb2.SentenceRequest], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[mel_pb2.MelSlice]:
+    ) -> AsyncIterator[mel_pb2.MelSlices]:
         engine = await self._ready_engine(context)
         await worker_admission("acoustic").admit(context, engine)  # RESOURCE_EXHAUSTED when out of room
         async with self._tracker.track(context):
@@ -62,7 +62,7 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
                 except Exception as error:  # every failure goes through the one status table
                     await abort_for(context, error)
 
-    async def _sentence(self, engine: Any, request: acoustic_pb2.SentenceRequest) -> AsyncIterator[mel_pb2.MelSlice]:
+    async def _sentence(self, engine: Any, request: acoustic_pb2.SentenceRequest) -> AsyncIterator[mel_pb2.MelSlices]:
         from libs.voice.engine import SynthesisParams  # torch-heavy: imported only inside the worker
 
         check_sentence_request(
@@ -104,17 +104,22 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
         alignment: list[int] | None = [int(frames) for frames in plan.phoneme_frames]
         # One chunk per executor call: a cancelled stream stops after the chunk in progress.
         while (chunk := await self._inference.run(STAGE_CHUNK, next, chunks, None)) is not None:
+            message = mel_pb2.MelSlices()
             for cut in cutter.push(chunk):
                 self._metrics.frames_total.inc(cut.frames.shape[1])
-                yield to_message(
-                    cut,
-                    utterance_id=request.utterance_id,
-                    sentence_index=request.sentence_index,
-                    sentence_frame_count=plan.frame_count,
-                    dtype=dtype,
-                    phoneme_frames=alignment,
+                message.slices.append(
+                    to_message(
+                        cut,
+                        utterance_id=request.utterance_id,
+                        sentence_index=request.sentence_index,
+                        sentence_frame_count=plan.frame_count,
+                        dtype=dtype,
+                        phoneme_frames=alignment,
+                    )
                 )
                 alignment = None
+            if message.slices:  # the chunk's slices, in one message
+                yield message
         if not cutter.done:
             raise RuntimeError("the engine's mel ended before the sentence's last slice")
         self._metrics.sentences_total.inc()

@@ -39,8 +39,8 @@ class ResumableAcousticStream:
         self._progressed = False  # whether any slice arrived on this utterance (then a reopen is a resume)
         self._last_heard_s = 0.0
 
-    async def sentence(self, request: acoustic_pb2.SentenceRequest) -> AsyncIterator[mel_pb2.MelSlice]:
-        """The slices of the sentence `request` asks for, in order, exactly once each."""
+    async def sentence(self, request: acoustic_pb2.SentenceRequest) -> AsyncIterator[list[mel_pb2.MelSlice]]:
+        """The slices of the sentence `request` asks for, in order, exactly once each, a chunk at a time."""
         attempts = self._pool.attempts("acoustic", request.expected_model_version)
         next_frame = 0
         while True:
@@ -54,11 +54,14 @@ class ResumableAcousticStream:
                 self._last_heard_s = time.monotonic()
                 await self._call.write(resumed)
                 while True:
-                    mel_slice = await self._read()
+                    slices = list((await self._read()).slices)
+                    if not slices:
+                        continue  # an empty chunk carries nothing to forward
                     self._progressed = True
-                    next_frame = mel_slice.first_frame + mel_slice.frame_count
-                    yield mel_slice
-                    if mel_slice.is_last:
+                    last = slices[-1]
+                    next_frame = last.first_frame + last.frame_count
+                    yield slices
+                    if last.is_last:
                         attempts.succeeded(self._endpoint)  # type: ignore[arg-type]
                         return
             except CALL_ERRORS as error:
@@ -91,7 +94,7 @@ class ResumableAcousticStream:
         self._endpoint = endpoint
         self._pool.table("acoustic").stream_started(endpoint)
 
-    async def _read(self) -> mel_pb2.MelSlice:
+    async def _read(self) -> mel_pb2.MelSlices:
         assert self._reader is not None
         message = await self._reader.read(self._silent_too_long, check_every_s=self._timeout_s / 4)
         if message is grpc.aio.EOF:
@@ -100,7 +103,7 @@ class ResumableAcousticStream:
         return message
 
     def _silent_too_long(self) -> bool:
-        # A sentence is always pending while this stream reads: the worker owes the next slice.
+        # A sentence is always pending while this stream reads: the worker owes the next chunk.
         return time.monotonic() - self._last_heard_s > self._timeout_s
 
     async def _after_failure(self, attempts: Attempts, error: BaseException, sentence_index: int, next_frame: int) -> None:

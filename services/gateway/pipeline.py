@@ -130,8 +130,8 @@ class UtterancePipeline:
         index = 0
         async for sentence in sentences:
             await self._lookahead.acquire()  # released by the reader when the sentence is fully vocoded
-            async for mel_slice in self._sentence_slices(index, sentence, info, acoustic):
-                await vocoder.send(mel_slice)
+            async for slices in self._sentence_slices(index, sentence, info, acoustic):
+                await vocoder.send(slices)
             index += 1
         await vocoder.finish()
         await acoustic.close()
@@ -141,7 +141,8 @@ class UtterancePipeline:
 
     async def _sentence_slices(
         self, index: int, sentence: Any, info: acoustic_pb2.ModelInfo, acoustic: ResumableAcousticStream
-    ) -> AsyncIterator[mel_pb2.MelSlice]:
+    ) -> AsyncIterator[list[mel_pb2.MelSlice]]:
+        """The sentence's mel slices, a chunk at a time (a cached sentence is one chunk)."""
         options = self._options
         key = cache_key(
             model_version=info.model_version,
@@ -157,14 +158,16 @@ class UtterancePipeline:
             cached = await self._flights.wait(key)  # another request is synthesising this sentence now
         if cached is not None:
             self._meta[index] = SentenceMeta(sentence.text, "".join(sentence.phonemes), cached.frame_count, cached.phoneme_frames)
-            for cut in cut_whole_mel(cached.mel, info.hop_length, info.sample_rate_hz, self._slice_ms):
-                yield to_message(
+            yield [
+                to_message(
                     cut,
                     utterance_id=self._utterance_id,
                     sentence_index=index,
                     sentence_frame_count=cached.frame_count,
                     dtype=WIRE_MEL_DTYPE,
                 )
+                for cut in cut_whole_mel(cached.mel, info.hop_length, info.sample_rate_hz, self._slice_ms)
+            ]
             return
         async with self._flights.lead(key) as flight:
             frames: list[np.ndarray] = []
@@ -182,14 +185,15 @@ class UtterancePipeline:
                 slice_ms=self._slice_ms,
                 dtype=WIRE_MEL_DTYPE,
             )
-            async for mel_slice in acoustic.sentence(request):
+            async for slices in acoustic.sentence(request):
                 if not frames:
-                    alignment = tuple(mel_slice.alignment.phoneme_frames)
+                    first = slices[0]
+                    alignment = tuple(first.alignment.phoneme_frames)
                     self._meta[index] = SentenceMeta(
-                        sentence.text, "".join(sentence.phonemes), mel_slice.sentence_frame_count, alignment
+                        sentence.text, "".join(sentence.phonemes), first.sentence_frame_count, alignment
                     )
-                frames.append(frames_of(mel_slice))
-                yield mel_slice
+                frames.extend(frames_of(mel_slice) for mel_slice in slices)
+                yield slices
             mel = np.concatenate(frames, axis=1)
             flight.publish(CachedMel(mel=mel, phoneme_frames=alignment))
             self._spawn(self._cache.put(key, mel, alignment))

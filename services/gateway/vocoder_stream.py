@@ -82,16 +82,20 @@ class ResumableVocoderStream:
         self._owed_since_s: float | None = None
         self._progressed = False
 
-    async def send(self, mel_slice: mel_pb2.MelSlice) -> None:
-        """Vocode `mel_slice` (slices arrive in order); kept for priming a reopened stream."""
+    async def send(self, slices: list[mel_pb2.MelSlice]) -> None:
+        """Vocode `slices` (consecutive, of one sentence, in order), in one message; they are kept for
+        priming a reopened stream."""
+        if not slices:
+            return
         async with self._lock:
-            sentence = self._sentences.setdefault(mel_slice.sentence_index, _SentenceMel(mel_slice.sentence_index))
-            sentence.slices.append(mel_slice)
-            sentence.frames_sent = mel_slice.first_frame + mel_slice.frame_count
-            sentence.complete = mel_slice.is_last
+            last = slices[-1]
+            sentence = self._sentences.setdefault(last.sentence_index, _SentenceMel(last.sentence_index))
+            sentence.slices.extend(slices)
+            sentence.frames_sent = last.first_frame + last.frame_count
+            sentence.complete = last.is_last
             if self._call is not None:
                 try:
-                    await self._call.write(vocoder_pb2.VocodeRequest(slice=mel_slice))
+                    await self._call.write(vocoder_pb2.VocodeRequest(slices=slices))
                 except CALL_ERRORS:
                     pass  # the reader sees the broken call and reopens it with this slice included
             if self._owed_since_s is None and self._owes():
@@ -189,11 +193,13 @@ class ResumableVocoderStream:
     async def _prime(self, call: Any) -> None:
         client_frame = self._next_sample // self._hop_length
         for position, sentence in enumerate(self._sentences.values()):
-            for mel_slice in sentence.slices:
-                # Slices wholly before the client's position are context: the worker needs them to
-                # compute the chunk the client is in, and must not send their samples again.
-                context_only = position == 0 and mel_slice.first_frame + mel_slice.frame_count <= client_frame
-                await call.write(vocoder_pb2.VocodeRequest(slice=mel_slice, context_only=context_only))
+            # Slices wholly before the client's position are context: the worker needs them to
+            # compute the chunk the client is in, and must not send their samples again.
+            context = [s for s in sentence.slices if position == 0 and s.first_frame + s.frame_count <= client_frame]
+            rest = sentence.slices[len(context) :]
+            for slices, context_only in ((context, True), (rest, False)):
+                if slices:
+                    await call.write(vocoder_pb2.VocodeRequest(slices=slices, context_only=context_only))
         if self._writing_done:
             await call.done_writing()
 

@@ -52,47 +52,38 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
             session: SentenceSession | None = None
             async for request in request_iterator:
                 received_s = time.perf_counter()
-                try:
-                    mel_slice = request.slice
-                    if session is None or session.finished or mel_slice.sentence_index != session.sentence_index:
-                        if session is not None and not session.finished:
-                            raise InvalidRequestError(
-                                f"sentence {session.sentence_index} ended without a slice marked is_last"
+                for mel_slice in request.slices:
+                    try:
+                        session = self._accept(engine, session, mel_slice, request.context_only)
+                    except Exception as error:  # every failure goes through the one status table
+                        await abort_for(context, error)
+                        return
+                    # Each ready step is answered at once, however many slices the message brings.
+                    while session.has_step():
+                        try:
+                            block = await self._inference.run(
+                                STAGE_CHUNK,
+                                session.step,
+                                on_start=lambda started_s, received_s=received_s: self._metrics.mel_queue_seconds.observe(
+                                    started_s - received_s
+                                ),
                             )
-                        session = SentenceSession(
-                            mel_slice.sentence_index, mel_slice.first_frame, engine.hop_length, engine.open_stream
+                        except (asyncio.CancelledError, grpc.aio.AbortError):
+                            raise
+                        except Exception as error:
+                            await abort_for(context, error)
+                            return
+                        if block is None:
+                            continue
+                        self._metrics.samples_total.inc(len(block.samples))
+                        yield vocoder_pb2.VocodeResponse(
+                            utterance_id=mel_slice.utterance_id,
+                            sentence_index=mel_slice.sentence_index,
+                            first_sample=block.first_sample,
+                            samples=np.asarray(block.samples, dtype="<f4").tobytes(),
+                            sample_rate_hz=engine.sample_rate_hz,
+                            is_last=block.is_last,
                         )
-                    session.check_slice(mel_slice.first_frame, request.context_only)
-                    frames = frames_of(mel_slice)
-                    if frames.shape[0] != engine.n_mels:
-                        raise InvalidRequestError(f"mel slice has {frames.shape[0]} bands; this vocoder takes {engine.n_mels}")
-                    block = await self._inference.run(
-                        STAGE_CHUNK,
-                        session.feed,
-                        mel_slice.first_frame,
-                        frames,
-                        request.context_only,
-                        mel_slice.is_last,
-                        on_start=lambda started_s, received_s=received_s: self._metrics.mel_queue_seconds.observe(
-                            started_s - received_s
-                        ),
-                    )
-                except (asyncio.CancelledError, grpc.aio.AbortError):
-                    raise
-                except Exception as error:  # every failure goes through the one status table
-                    await abort_for(context, error)
-                    return
-                if block is None:
-                    continue
-                self._metrics.samples_total.inc(len(block.samples))
-                yield vocoder_pb2.VocodeResponse(
-                    utterance_id=mel_slice.utterance_id,
-                    sentence_index=mel_slice.sentence_index,
-                    first_sample=block.first_sample,
-                    samples=np.asarray(block.samples, dtype="<f4").tobytes(),
-                    sample_rate_hz=engine.sample_rate_hz,
-                    is_last=block.is_last,
-                )
             if session is not None and not session.finished:
                 # A cancelling gateway's stream also just ends here, a moment before the call is marked
                 # cancelled; give that moment, so only a real protocol error is answered as one.
@@ -100,6 +91,21 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
                 await context.abort(
                     grpc.StatusCode.INVALID_ARGUMENT, f"stream ended inside sentence {session.sentence_index} (no is_last)"
                 )
+
+    def _accept(
+        self, engine: Any, session: SentenceSession | None, mel_slice: Any, context_only: bool
+    ) -> SentenceSession:
+        """Check `mel_slice` and hand it to its sentence's session (a new one for a new sentence)."""
+        if session is None or session.finished or mel_slice.sentence_index != session.sentence_index:
+            if session is not None and not session.finished:
+                raise InvalidRequestError(f"sentence {session.sentence_index} ended without a slice marked is_last")
+            session = SentenceSession(mel_slice.sentence_index, mel_slice.first_frame, engine.hop_length, engine.open_stream)
+        session.check_slice(mel_slice.first_frame, context_only)
+        frames = frames_of(mel_slice)
+        if frames.shape[0] != engine.n_mels:
+            raise InvalidRequestError(f"mel slice has {frames.shape[0]} bands; this vocoder takes {engine.n_mels}")
+        session.accept(mel_slice.first_frame, frames, context_only, mel_slice.is_last)
+        return session
 
     async def _ready_engine(self, context: grpc.aio.ServicerContext) -> Any:
         if self.engine is None:

@@ -38,7 +38,7 @@ class AcousticStub:
         self.SynthesizeMel = channel.stream_stream(
                 '/tts.acoustic.v1.Acoustic/SynthesizeMel',
                 request_serializer=tts_dot_acoustic_dot_v1_dot_acoustic__pb2.SentenceRequest.SerializeToString,
-                response_deserializer=tts_dot_common_dot_v1_dot_mel__pb2.MelSlice.FromString,
+                response_deserializer=tts_dot_common_dot_v1_dot_mel__pb2.MelSlices.FromString,
                 _registered_method=True)
         self.GetModelInfo = channel.unary_unary(
                 '/tts.acoustic.v1.Acoustic/GetModelInfo',
@@ -53,7 +53,8 @@ class AcousticServicer:
     def SynthesizeMel(self, request_iterator, context):
         """One stream per utterance. The gateway sends one SentenceRequest per sentence it needs (in any
         number, at any time); the worker answers each, in the order received, with the sentence's mel
-        slices in order, the last one marked is_last. Cancelling the call stops the work.
+        slices in order, the last one marked is_last. Each message carries the slices of one chunk, as
+        soon as the chunk is computed. Cancelling the call stops the work.
         The worker sends its response headers as soon as it accepts the stream, before reading any
         request; an overloaded worker instead ends the call with RESOURCE_EXHAUSTED and the
         grpc-retry-pushback-ms trailer. The gateway writes only after the headers arrive.
@@ -75,7 +76,7 @@ def add_AcousticServicer_to_server(servicer, server):
             'SynthesizeMel': grpc.stream_stream_rpc_method_handler(
                     servicer.SynthesizeMel,
                     request_deserializer=tts_dot_acoustic_dot_v1_dot_acoustic__pb2.SentenceRequest.FromString,
-                    response_serializer=tts_dot_common_dot_v1_dot_mel__pb2.MelSlice.SerializeToString,
+                    response_serializer=tts_dot_common_dot_v1_dot_mel__pb2.MelSlices.SerializeToString,
             ),
             'GetModelInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetModelInfo,
@@ -109,7 +110,7 @@ class Acoustic:
             target,
             '/tts.acoustic.v1.Acoustic/SynthesizeMel',
             tts_dot_acoustic_dot_v1_dot_acoustic__pb2.SentenceRequest.SerializeToString,
-            tts_dot_common_dot_v1_dot_mel__pb2.MelSlice.FromString,
+            tts_dot_common_dot_v1_dot_mel__pb2.MelSlices.FromString,
             options,
             channel_credentials,
             insecure,

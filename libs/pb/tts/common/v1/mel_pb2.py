@@ -24,17 +24,19 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tts/common/v1/mel.proto\x12\rtts.common.v1\"*\n\x10PhonemeAlignment\x12\x16\n\x0ephoneme_frames\x18\x01 \x03(\x05\"\xa2\x02\n\x08MelSlice\x12\x14\n\x0cutterance_id\x18\x01 \x01(\t\x12\x16\n\x0esentence_index\x18\x02 \x01(\x05\x12\x13\n\x0bslice_index\x18\x03 \x01(\x05\x12\x13\n\x0b\x66irst_frame\x18\x04 \x01(\x05\x12\x13\n\x0b\x66rame_count\x18\x05 \x01(\x05\x12\x0e\n\x06n_mels\x18\x06 \x01(\x05\x12&\n\x05\x64type\x18\x07 \x01(\x0e\x32\x17.tts.common.v1.MelDType\x12\x0e\n\x06\x66rames\x18\x08 \x01(\x0c\x12\x0f\n\x07is_last\x18\t \x01(\x08\x12\x1c\n\x14sentence_frame_count\x18\n \x01(\x05\x12\x32\n\talignment\x18\x0b \x01(\x0b\x32\x1f.tts.common.v1.PhonemeAlignment*S\n\x08MelDType\x12\x19\n\x15MEL_DTYPE_UNSPECIFIED\x10\x00\x12\x15\n\x11MEL_DTYPE_FLOAT32\x10\x01\x12\x15\n\x11MEL_DTYPE_FLOAT16\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tts/common/v1/mel.proto\x12\rtts.common.v1\"*\n\x10PhonemeAlignment\x12\x16\n\x0ephoneme_frames\x18\x01 \x03(\x05\"\xa2\x02\n\x08MelSlice\x12\x14\n\x0cutterance_id\x18\x01 \x01(\t\x12\x16\n\x0esentence_index\x18\x02 \x01(\x05\x12\x13\n\x0bslice_index\x18\x03 \x01(\x05\x12\x13\n\x0b\x66irst_frame\x18\x04 \x01(\x05\x12\x13\n\x0b\x66rame_count\x18\x05 \x01(\x05\x12\x0e\n\x06n_mels\x18\x06 \x01(\x05\x12&\n\x05\x64type\x18\x07 \x01(\x0e\x32\x17.tts.common.v1.MelDType\x12\x0e\n\x06\x66rames\x18\x08 \x01(\x0c\x12\x0f\n\x07is_last\x18\t \x01(\x08\x12\x1c\n\x14sentence_frame_count\x18\n \x01(\x05\x12\x32\n\talignment\x18\x0b \x01(\x0b\x32\x1f.tts.common.v1.PhonemeAlignment\"4\n\tMelSlices\x12\'\n\x06slices\x18\x01 \x03(\x0b\x32\x17.tts.common.v1.MelSlice*S\n\x08MelDType\x12\x19\n\x15MEL_DTYPE_UNSPECIFIED\x10\x00\x12\x15\n\x11MEL_DTYPE_FLOAT32\x10\x01\x12\x15\n\x11MEL_DTYPE_FLOAT16\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tts.common.v1.mel_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_MELDTYPE']._serialized_start=379
-  _globals['_MELDTYPE']._serialized_end=462
+  _globals['_MELDTYPE']._serialized_start=433
+  _globals['_MELDTYPE']._serialized_end=516
   _globals['_PHONEMEALIGNMENT']._serialized_start=42
   _globals['_PHONEMEALIGNMENT']._serialized_end=84
   _globals['_MELSLICE']._serialized_start=87
   _globals['_MELSLICE']._serialized_end=377
+  _globals['_MELSLICES']._serialized_start=379
+  _globals['_MELSLICES']._serialized_end=431
 # @@protoc_insertion_point(module_scope)

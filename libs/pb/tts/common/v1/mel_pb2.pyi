@@ -47,3 +47,9 @@ class MelSlice(_message.Message):
     sentence_frame_count: int
     alignment: PhonemeAlignment
     def __init__(self, utterance_id: _Optional[str] = ..., sentence_index: _Optional[int] = ..., slice_index: _Optional[int] = ..., first_frame: _Optional[int] = ..., frame_count: _Optional[int] = ..., n_mels: _Optional[int] = ..., dtype: _Optional[_Union[MelDType, str]] = ..., frames: _Optional[bytes] = ..., is_last: _Optional[bool] = ..., sentence_frame_count: _Optional[int] = ..., alignment: _Optional[_Union[PhonemeAlignment, _Mapping]] = ...) -> None: ...
+
+class MelSlices(_message.Message):
+    __slots__ = ("slices",)
+    SLICES_FIELD_NUMBER: _ClassVar[int]
+    slices: _containers.RepeatedCompositeFieldContainer[MelSlice]
+    def __init__(self, slices: _Optional[_Iterable[_Union[MelSlice, _Mapping]]] = ...) -> None: ...

@@ -1,18 +1,19 @@
 from libs.pb.tts.common.v1 import mel_pb2 as _mel_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class VocodeRequest(_message.Message):
-    __slots__ = ("slice", "context_only")
-    SLICE_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("slices", "context_only")
+    SLICES_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_ONLY_FIELD_NUMBER: _ClassVar[int]
-    slice: _mel_pb2.MelSlice
+    slices: _containers.RepeatedCompositeFieldContainer[_mel_pb2.MelSlice]
     context_only: bool
-    def __init__(self, slice: _Optional[_Union[_mel_pb2.MelSlice, _Mapping]] = ..., context_only: _Optional[bool] = ...) -> None: ...
+    def __init__(self, slices: _Optional[_Iterable[_Union[_mel_pb2.MelSlice, _Mapping]]] = ..., context_only: _Optional[bool] = ...) -> None: ...
 
 class VocodeResponse(_message.Message):
     __slots__ = ("utterance_id", "sentence_index", "first_sample", "samples", "sample_rate_hz", "is_last")

@@ -50,9 +50,10 @@ class VocoderServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Vocode(self, request_iterator, context):
-        """One stream per utterance. The gateway sends mel slices of each sentence in order; a slice with
-        is_last ends its sentence (the worker flushes the sentence's remaining samples). Each sentence is
-        vocoded as its own waveform. The worker answers with samples as soon as they are exact (DESIGN §5).
+        """One stream per utterance. The gateway sends mel slices of each sentence in order, as many per
+        message as it has; a slice with is_last ends its sentence (the worker flushes the sentence's
+        remaining samples). Each sentence is vocoded as its own waveform. The worker answers with samples
+        as soon as they are exact (DESIGN §5), one message per vocoding step.
         The worker sends its response headers as soon as it accepts the stream, before reading any
         request; an overloaded worker instead ends the call with RESOURCE_EXHAUSTED and the
         grpc-retry-pushback-ms trailer. The gateway writes only after the headers arrive.
