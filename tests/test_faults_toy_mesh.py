@@ -10,6 +10,7 @@ separate processes is covered by tests/test_faults_mesh.py.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from types import SimpleNamespace
 from typing import Any, AsyncIterator, Awaitable, Callable
@@ -17,9 +18,12 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 import grpc
 import numpy as np
 import pytest
+import redis
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
+from libs.mesh.audio_head import AudioHead, encode_head
+from libs.mesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from libs.mesh.errors import DownstreamError
 from libs.mesh.mel_cache import MelCache
 from libs.mesh.routing_settings import RoutingSettings
@@ -67,13 +71,15 @@ async def _sentences() -> AsyncIterator[Any]:
         yield SimpleNamespace(text=f"Sentence {index}.", phonemes=["x"], phoneme_ids=ids)
 
 
-async def _speak(pool: WorkerPool, on_piece: OnPiece | None = None, timeout_s: float = 30.0) -> np.ndarray:
+async def _speak(
+    pool: WorkerPool, on_piece: OnPiece | None = None, timeout_s: float = 30.0, cache: MelCache | None = None
+) -> np.ndarray:
     options = resolve_options(
         default_registry(), voice="", speed=0, encoding=tts_pb2.FLOAT_PCM, sample_rate_hz=0, speaker_id=0,
         request_id="toy", include_alignment=False,
     )  # fmt: skip
     pipeline = UtterancePipeline(
-        pool=pool, cache=MelCache(None, ttl_s=1, timeout_s=0.1), flights=_flights(), options=options,
+        pool=pool, cache=cache or MelCache(None, ttl_s=1, timeout_s=0.1), flights=_flights(), options=options,
         utterance_id="toy", timeout_s=timeout_s,
     )  # fmt: skip
     pieces: list[np.ndarray] = []
@@ -303,3 +309,34 @@ async def test_retries_stop_when_the_budget_is_spent(mesh: ToyMesh) -> None:
     finally:
         await pool.close()
         failing.stop()
+
+
+async def test_cached_audio_heads_are_served_only_with_the_vocoder_model_that_made_them(mesh: ToyMesh) -> None:
+    with EmbeddedRedis(EmbeddedRedisConfig(port=_free_port(), maxmemory_mb=16)) as server:
+        outcomes: list[str] = []
+        cache = MelCache.from_url(server.url, ttl_s=60, timeout_ms=500, on_outcome=outcomes.append, head_ms=200)
+        pool = await _zone_pool(mesh)
+        try:
+            fresh = await _speak(pool, cache=cache)
+            await wait_until(lambda: outcomes.count("head_written") == 2)
+            hit = await _speak(pool, cache=cache)
+            assert outcomes.count("head_hit") == 2
+            np.testing.assert_array_equal(hit, fresh)  # the head and the vocoder's samples join without a seam
+            # Heads another vocoder model made are ignored (this one would be loud) and replaced.
+            client = redis.Redis.from_url(server.url)
+            foreign = encode_head(AudioHead("another-vocoder", SAMPLE_RATE_HZ, np.ones(4410, dtype=np.float32)))
+            for key in client.keys("tts:head:*"):
+                client.set(key, foreign)
+            other = await _speak(pool, cache=cache)
+            np.testing.assert_array_equal(other, fresh)
+            await wait_until(lambda: outcomes.count("head_written") == 4)
+            client.close()
+        finally:
+            await pool.close()
+            await cache.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -7,7 +7,7 @@ import asyncio
 import grpc
 import pytest
 
-from libs.mesh.admission import STREAM_ACCEPTED_METADATA
+from libs.mesh.admission import MODEL_VERSION_METADATA_KEY, STREAM_ACCEPTED_METADATA
 from services.gateway.worker_calls import StreamRefused, WorkerSilent, accepted
 
 
@@ -25,8 +25,10 @@ class _Call:
         return self._done
 
 
-def test_admission_header_means_accepted() -> None:
-    asyncio.run(accepted(_Call(grpc.aio.Metadata(STREAM_ACCEPTED_METADATA), done=False), 1.0))
+def test_admission_header_means_accepted_and_names_the_model() -> None:
+    assert asyncio.run(accepted(_Call(grpc.aio.Metadata(STREAM_ACCEPTED_METADATA), done=False), 1.0)) == ""
+    headers = grpc.aio.Metadata(STREAM_ACCEPTED_METADATA, (MODEL_VERSION_METADATA_KEY, "vocoder-7"))
+    assert asyncio.run(accepted(_Call(headers, done=False), 1.0)) == "vocoder-7"
 
 
 def test_refusal_headers_are_a_refusal_even_before_the_call_reads_as_done() -> None:
@@ -43,7 +45,7 @@ def test_refusal_headers_are_a_refusal_even_before_the_call_reads_as_done() -> N
 
 
 def test_worker_from_before_the_admission_header_is_still_accepted() -> None:
-    asyncio.run(accepted(_Call(grpc.aio.Metadata(), done=False), 1.0))
+    assert asyncio.run(accepted(_Call(grpc.aio.Metadata(), done=False), 1.0)) == ""
 
 
 def test_a_worker_that_sends_no_headers_is_silent() -> None:

@@ -56,10 +56,14 @@ def test_repeated_sentence_is_served_from_redis_without_the_acoustic_worker(mesh
     cold = synthesize(mesh.gateway_address, text)
     after_cold = mesh.metric("acoustic", ACOUSTIC_SENTENCES)
     hits_before = mesh.metric("gateway", 'tts_gateway_cache_operations_total{outcome="hit"}')
+    heads_before = mesh.metric("gateway", 'tts_gateway_cache_operations_total{outcome="head_hit"}')
     warm = synthesize(mesh.gateway_address, text)
     assert after_cold - before_cold == 2  # both sentences were synthesised once
     assert mesh.metric("acoustic", ACOUSTIC_SENTENCES) == after_cold, "the acoustic worker was called on a hit"
     assert mesh.metric("gateway", 'tts_gateway_cache_operations_total{outcome="hit"}') - hits_before == 2
+    # Each hit also brought the sentence's first audio (the cold request stored it), which the client
+    # got before the vocoder's first step; the vocoder's own samples take over where it ends.
+    assert mesh.metric("gateway", 'tts_gateway_cache_operations_total{outcome="head_hit"}') - heads_before == 2
     # The mel travels as float16 on a miss too, so the vocoder gets the same numbers either way.
     assert np.array_equal(warm.samples, cold.samples), "a cached sentence must sound exactly like a fresh one"
     print(f"\ncold: first audio {cold.first_audio_s:.3f} s, total {cold.total_s:.3f} s; "

@@ -27,6 +27,9 @@ STREAM_ACCEPTED_METADATA: Final = ("tts-stream-accepted", "1")
 """The header a worker sends when it admits a stream. A refusal ends the call with headers too (a
 trailers-only response), a moment before the call reads as done: the gateway tells the two apart by
 this header, not by timing."""
+MODEL_VERSION_METADATA_KEY: Final = "tts-model-version"
+"""Header a worker sends with STREAM_ACCEPTED_METADATA: the model version the stream will run on
+(the gateway only reuses cached audio made by that very model)."""
 DEFAULT_MAX_STREAMS: Final = 32
 # The batcher's own queue bound is 64 jobs; refusing new streams at half of it leaves the streams
 # already admitted the other half.
@@ -150,7 +153,8 @@ class Admission:
         self.open_streams += 1
         context.add_done_callback(self._stream_done)
         # Headers now tell the gateway the stream is accepted before it writes (see its `accepted`).
-        await context.send_initial_metadata((STREAM_ACCEPTED_METADATA,))
+        model_version = str(getattr(engine, "model_version", ""))
+        await context.send_initial_metadata((STREAM_ACCEPTED_METADATA, (MODEL_VERSION_METADATA_KEY, model_version)))
 
     def _stream_done(self, _context: object) -> None:
         self.open_streams -= 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from typing import Callable, Final, Sequence
 
 import numpy as np
@@ -17,6 +18,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from libs.mesh.audio_head import AudioHead, decode_head, encode_head, head_key
 from libs.mesh.circuit_breaker import BreakerConfig, CircuitBreaker
 from libs.mesh.mel_codec import CacheFormatError, CachedMel, decode_mel, encode_mel
 
@@ -35,6 +37,9 @@ OUTCOME_SKIPPED: Final = "skipped"
 """The breaker is open, so Redis was not asked."""
 OUTCOME_WRITTEN: Final = "written"
 OUTCOME_WRITE_ERROR: Final = "write_error"
+OUTCOME_HEAD_HIT: Final = "head_hit"
+"""A mel hit came with the sentence's audio head (counted on top of the hit)."""
+OUTCOME_HEAD_WRITTEN: Final = "head_written"
 
 DISABLED_URLS: Final = ("", "none")
 """Redis URLs that switch the cache off."""
@@ -55,8 +60,13 @@ class MelCache:
         timeout_s: float,
         breaker: CircuitBreaker | None = None,
         on_outcome: CacheOutcomeHook = _ignore,
+        head_ms: float = 0.0,
     ) -> None:
+        """`head_ms` > 0 also keeps that much of each sentence's first audio (libs.mesh.audio_head)."""
+        if head_ms < 0:
+            raise ValueError(f"head_ms must be >= 0, got {head_ms}")
         self._client = client
+        self.head_ms = head_ms
         self._ttl_s = ttl_s
         self._timeout_s = timeout_s
         self._breaker = breaker or CircuitBreaker(BreakerConfig())
@@ -64,7 +74,7 @@ class MelCache:
 
     @classmethod
     def from_url(
-        cls, url: str, *, ttl_s: int, timeout_ms: int, on_outcome: CacheOutcomeHook = _ignore
+        cls, url: str, *, ttl_s: int, timeout_ms: int, on_outcome: CacheOutcomeHook = _ignore, head_ms: float = 0.0
     ) -> "MelCache":
         """A cache on the Redis at `url`; an empty or "none" URL gives a cache that always misses."""
         timeout_s = timeout_ms / 1000.0
@@ -78,7 +88,7 @@ class MelCache:
                 retry=Retry(NoBackoff(), 0),
                 health_check_interval=30,
             )
-        return cls(client, ttl_s=ttl_s, timeout_s=timeout_s, on_outcome=on_outcome)
+        return cls(client, ttl_s=ttl_s, timeout_s=timeout_s, on_outcome=on_outcome, head_ms=head_ms)
 
     @property
     def enabled(self) -> bool:
@@ -86,15 +96,23 @@ class MelCache:
         return self._client is not None
 
     async def get(self, key: str) -> CachedMel | None:
-        """The cached mel for `key`, or None on a miss, an error, a corrupt value or an open breaker."""
+        """The cached mel for `key`, or None on a miss, an error, a corrupt value or an open breaker.
+
+        With heads on, the sentence's audio head comes in the same round trip, as `head` (None
+        when it is absent or corrupt: the mel alone is still a hit).
+        """
         if self._client is None:
             return None
         if not self._breaker.allow():
             self._on_outcome(OUTCOME_SKIPPED)
             return None
+        head_value = None
         try:
             async with asyncio.timeout(self._timeout_s * 2):
-                value = await self._client.get(key)
+                if self.head_ms > 0:
+                    value, head_value = await self._client.mget([key, head_key(key)])
+                else:
+                    value = await self._client.get(key)
         except (RedisError, OSError, TimeoutError) as error:
             self._fail(OUTCOME_ERROR, "get", error)
             return None
@@ -109,7 +127,16 @@ class MelCache:
             self._on_outcome(OUTCOME_CORRUPT)
             return None
         self._on_outcome(OUTCOME_HIT)
-        return cached
+        if head_value is None:
+            return cached
+        try:
+            head = decode_head(head_value)
+        except CacheFormatError as error:
+            _log.warning("ignoring corrupt audio head of %s: %s", key, error)
+            self._on_outcome(OUTCOME_CORRUPT)
+            return cached
+        self._on_outcome(OUTCOME_HEAD_HIT)
+        return replace(cached, head=head)
 
     async def put(self, key: str, mel: np.ndarray, phoneme_frames: Sequence[int] = ()) -> bool:
         """Store a complete sentence's mel with the TTL; returns whether Redis took it."""
@@ -124,6 +151,20 @@ class MelCache:
             return False
         self._breaker.record_success()
         self._on_outcome(OUTCOME_WRITTEN)
+        return True
+
+    async def put_head(self, key: str, head: AudioHead) -> bool:
+        """Store the audio head of the sentence whose mel key is `key`, with the TTL; returns whether Redis took it."""
+        if self._client is None or self.head_ms <= 0 or not self._breaker.allow():
+            return False
+        try:
+            async with asyncio.timeout(self._timeout_s * 2):
+                await self._client.set(head_key(key), encode_head(head), ex=self._ttl_s)
+        except (RedisError, OSError, TimeoutError) as error:
+            self._fail(OUTCOME_WRITE_ERROR, "set", error)
+            return False
+        self._breaker.record_success()
+        self._on_outcome(OUTCOME_HEAD_WRITTEN)
         return True
 
     async def close(self) -> None:

@@ -21,9 +21,12 @@ import hashlib
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Final, Sequence
+from typing import TYPE_CHECKING, Final, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from libs.mesh.audio_head import AudioHead
 
 FORMAT_VERSION: Final = 1
 KEY_PREFIX: Final = f"tts:mel:v{FORMAT_VERSION}:"
@@ -44,6 +47,8 @@ class CachedMel:
     """Log-mel, float32 [n_mels, frame_count] (values were stored as float16)."""
     phoneme_frames: tuple[int, ...]
     """Frames per phoneme id (may be empty)."""
+    head: "AudioHead | None" = None
+    """The sentence's first samples, when the cache had them too (libs.mesh.audio_head)."""
 
     @property
     def frame_count(self) -> int:

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Final, Mapping, Sequence
 
+from libs.mesh.audio_head import DEFAULT_HEAD_MS, MAX_HEAD_MS
 from libs.routing.endpoints import Endpoint, EndpointParseError, parse_endpoint
 
 SERVICES: Final[tuple[str, ...]] = ("gateway", "acoustic", "vocoder")
@@ -141,6 +142,13 @@ def _gateway_flags() -> list[FlagSpec]:
         FlagSpec("--redis-url", "REDIS_URL", "Redis for the mel cache (URL; empty disables the cache)", DEFAULT_REDIS_URL),
         FlagSpec("--cache-ttl-s", "TTS_CACHE_TTL_S", "lifetime of a cached sentence mel (seconds)", DEFAULT_CACHE_TTL_S, int),
         FlagSpec(
+            "--audio-head-ms",
+            "TTS_AUDIO_HEAD_MS",
+            "first audio of each cached sentence kept next to its mel, so a cache hit speaks at once (milliseconds; 0 keeps mel only)",
+            DEFAULT_HEAD_MS,
+            float,
+        ),
+        FlagSpec(
             "--cache-timeout-ms",
             "TTS_CACHE_TIMEOUT_MS",
             "socket timeout of each Redis call before failing open (milliseconds)",
@@ -207,6 +215,8 @@ class GatewaySettings(ServerSettings):
     """Lifetime of a cached sentence."""
     cache_timeout_ms: int = DEFAULT_CACHE_TIMEOUT_MS
     """Socket timeout of each Redis call."""
+    audio_head_ms: float = DEFAULT_HEAD_MS
+    """First audio of each sentence cached with its mel (0: mel only)."""
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
     """Longest accepted request text."""
 
@@ -274,6 +284,8 @@ def load_settings(
         raise SystemExit("the gateway needs at least one --acoustic and one --vocoder endpoint")
     if values["max_text_chars"] < 1:
         raise SystemExit("--max-text-chars must be at least 1")
+    if not 0 <= values["audio_head_ms"] <= MAX_HEAD_MS:
+        raise SystemExit(f"--audio-head-ms must be between 0 and {MAX_HEAD_MS:g}")
     return GatewaySettings(
         **common,
         acoustic=acoustic,
@@ -281,5 +293,6 @@ def load_settings(
         redis_url=values["redis_url"],
         cache_ttl_s=values["cache_ttl_s"],
         cache_timeout_ms=values["cache_timeout_ms"],
+        audio_head_ms=values["audio_head_ms"],
         max_text_chars=values["max_text_chars"],
     )

@@ -191,7 +191,8 @@ class GatewayMetrics:
         )
         self.cache_operations_total = Counter(
             "tts_gateway_cache_operations_total",
-            "Mel cache operations by outcome (hit, miss, error, corrupt, skipped, written, write_error).",
+            "Mel cache operations by outcome (hit, miss, error, corrupt, skipped, written, write_error; "
+            "head_hit and head_written count the audio heads kept with the mel).",
             ["outcome"],
             registry=self.registry,
         )

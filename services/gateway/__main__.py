@@ -38,6 +38,7 @@ async def serve(settings: GatewaySettings) -> None:
         ttl_s=settings.cache_ttl_s,
         timeout_ms=settings.cache_timeout_ms,
         on_outcome=metrics.cache_outcome,
+        head_ms=settings.audio_head_ms,
     )
     # The pool's routing counters (retries, resumes, ejections, ...) go on the same /metrics registry.
     pool = WorkerPool(settings.acoustic, settings.vocoder, settings.zone, registry=metrics.registry)

@@ -24,6 +24,7 @@ from typing import Any, AsyncIterator, Final
 import numpy as np
 
 from libs.audio.slicing import DEFAULT_SLICE_MS
+from libs.mesh.audio_head import AudioHead, HeadCollector
 from libs.mesh.errors import NoWorkerError
 from libs.mesh.mel_cache import MelCache
 from libs.mesh.mel_codec import CachedMel, cache_key
@@ -35,7 +36,7 @@ from libs.pb.tts.acoustic.v1 import acoustic_pb2
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.pb.tts.v1 import tts_pb2
 from services.gateway.acoustic_stream import ResumableAcousticStream
-from services.gateway.vocoder_stream import ResumableVocoderStream
+from services.gateway.vocoder_stream import ResumableVocoderStream, Samples
 from services.gateway.worker_calls import Deadline
 from services.gateway.workers import WorkerPool
 
@@ -85,6 +86,10 @@ class UtterancePipeline:
         self._slice_ms = slice_ms
         self._lookahead = asyncio.Semaphore(lookahead_sentences)
         self._meta: dict[int, SentenceMeta] = {}
+        # Per sentence, once the producer has looked it up: its cache key and the audio head the cache
+        # had for it (None when it had none). Resolved with None for sentences that never come.
+        self._lookups: dict[int, asyncio.Future[tuple[str, AudioHead | None] | None]] = {}
+        self._sentence_count: int | None = None
         self._background: set[asyncio.Task[Any]] = set()
 
     async def run(self, sentences: AsyncIterator[Any]) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
@@ -133,6 +138,10 @@ class UtterancePipeline:
             async for slices in self._sentence_slices(index, sentence, info, acoustic):
                 await vocoder.send(slices)
             index += 1
+        self._sentence_count = index
+        for later, lookup in self._lookups.items():
+            if later >= index and not lookup.done():
+                lookup.set_result(None)  # the reader may be waiting for a sentence that never comes
         await vocoder.finish()
         await acoustic.close()
         # Let pending cache writes finish; they are short and fail open.
@@ -158,6 +167,7 @@ class UtterancePipeline:
             cached = await self._flights.wait(key)  # another request is synthesising this sentence now
         if cached is not None:
             self._meta[index] = SentenceMeta(sentence.text, "".join(sentence.phonemes), cached.frame_count, cached.phoneme_frames)
+            self._lookup(index).set_result((key, cached.head))
             yield [
                 to_message(
                     cut,
@@ -169,6 +179,7 @@ class UtterancePipeline:
                 for cut in cut_whole_mel(cached.mel, info.hop_length, info.sample_rate_hz, self._slice_ms)
             ]
             return
+        self._lookup(index).set_result((key, None))
         async with self._flights.lead(key) as flight:
             frames: list[np.ndarray] = []
             alignment: tuple[int, ...] = ()
@@ -198,18 +209,65 @@ class UtterancePipeline:
             flight.publish(CachedMel(mel=mel, phoneme_frames=alignment))
             self._spawn(self._cache.put(key, mel, alignment))
 
+    def _lookup(self, index: int) -> asyncio.Future[tuple[str, AudioHead | None] | None]:
+        lookup = self._lookups.get(index)
+        if lookup is None:
+            lookup = self._lookups[index] = asyncio.get_running_loop().create_future()
+            if self._sentence_count is not None and index >= self._sentence_count:
+                lookup.set_result(None)
+        return lookup
+
+    async def _pieces(self, vocoder: ResumableVocoderStream) -> AsyncIterator[tuple[Samples, str | None]]:
+        """The vocoder's samples in order, each sentence led by its cached audio head when there is one
+        that this vocoder model made; with each piece, the sentence's cache key when its head should be
+        written (None when the head came from the cache, or heads are off)."""
+        await vocoder.ready()  # open the call while the first sentence is looked up
+        pieces = aiter(vocoder.samples())
+        sentence = 0
+        while True:
+            # The vocoder cannot answer for this sentence before it has been looked up.
+            lookup = await self._lookup(sentence)
+            if lookup is None:  # no more sentences: read on to the call's end (a stray answer fails there)
+                async for piece in pieces:
+                    yield piece, None
+                return
+            key, head = lookup
+            served = head is not None and head.model_version == vocoder.model_version and len(head.samples) > 0
+            if served:
+                assert head is not None
+                vocoder.delivered_elsewhere(sentence, len(head.samples))
+                yield Samples(sentence, head.samples, head.sample_rate_hz, False, head.model_version), None
+            # A sentence without a head of this vocoder's model gets one from what the vocoder makes now.
+            write_key = key if not served and self._cache.head_ms > 0 else None
+            while True:
+                piece = await anext(pieces, None)
+                if piece is None:
+                    return
+                yield piece, write_key
+                if piece.is_last:
+                    break
+            sentence += 1
+
     async def _read(self, vocoder: ResumableVocoderStream, info: acoustic_pb2.ModelInfo, output: asyncio.Queue[Any]) -> None:
         options = self._options
         output_samples = 0  # samples sent to the client so far, at the output rate
         resampler: SentenceResampler | None = None
+        collector: HeadCollector | None = None
         described = -1
-        async for piece in vocoder.samples():
+        async for piece, write_key in self._pieces(vocoder):
             meta = self._meta[piece.sentence_index]
             if resampler is None:
                 resampler = SentenceResampler(piece.sample_rate_hz, options.sample_rate_hz)
+                if write_key is not None:
+                    head_samples = round(self._cache.head_ms / 1000.0 * piece.sample_rate_hz)
+                    collector = HeadCollector(head_samples, piece.sample_rate_hz, piece.model_version)
+            if collector is not None and write_key is not None:
+                head = collector.add(piece.samples, piece.sample_rate_hz, piece.model_version, piece.is_last)
+                if head is not None:
+                    self._spawn(self._cache.put_head(write_key, head))
             audio = resampler.push(piece.samples, last=piece.is_last)
             if piece.is_last:
-                resampler = None
+                resampler = collector = None
                 self._lookahead.release()
             if not len(audio) and not piece.is_last:
                 continue

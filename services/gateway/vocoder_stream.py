@@ -58,6 +58,8 @@ class Samples:
     """Rate of `samples`."""
     is_last: bool
     """Whether the sentence ends with these."""
+    model_version: str = ""
+    """Model version of the vocoder that made them ("" when it did not say)."""
 
 
 class ResumableVocoderStream:
@@ -79,6 +81,10 @@ class ResumableVocoderStream:
         self._endpoint: Endpoint | None = None
         self._attempts = pool.attempts("vocoder")
         self._next_sample = 0  # within the sentence being delivered (the first of `_sentences`)
+        self._delivering: int | None = None  # the sentence `_next_sample` belongs to, once it has begun
+        self._delivered_elsewhere: dict[int, int] = {}  # sentence -> samples the client got from elsewhere
+        self.model_version = ""
+        """Model version the current call's worker named ("" before a call, or when it named none)."""
         self._owed_since_s: float | None = None
         self._progressed = False
 
@@ -93,13 +99,15 @@ class ResumableVocoderStream:
             sentence.slices.extend(slices)
             sentence.frames_sent = last.first_frame + last.frame_count
             sentence.complete = last.is_last
+            # Owed from now: a write into a hung worker can block on flow control, and the silence
+            # must count against the attempt timeout while it does.
+            if self._owed_since_s is None and self._owes():
+                self._owed_since_s = time.monotonic()
             if self._call is not None:
                 try:
                     await self._call.write(vocoder_pb2.VocodeRequest(slices=slices))
                 except CALL_ERRORS:
-                    pass  # the reader sees the broken call and reopens it with this slice included
-            if self._owed_since_s is None and self._owes():
-                self._owed_since_s = time.monotonic()
+                    pass  # the reader sees the broken call and reopens it with these slices included
 
     async def finish(self) -> None:
         """No more slices will come: half-close the stream once everything is sent."""
@@ -110,6 +118,14 @@ class ResumableVocoderStream:
                     await self._call.done_writing()
                 except CALL_ERRORS:
                     pass
+
+    async def ready(self) -> None:
+        """Open the call now (as `samples` would), retrying elsewhere like any failed attempt."""
+        while self._call is None:
+            try:
+                await self._open()
+            except CALL_ERRORS as error:
+                await self._after_failure(error)
 
     async def samples(self) -> AsyncIterator[Samples]:
         """Every sample of every sentence, in order, exactly once, across as many calls as it takes."""
@@ -135,6 +151,21 @@ class ResumableVocoderStream:
         """Cancel the call at once (client gone or utterance failed)."""
         self._drop()
 
+    def delivered_elsewhere(self, sentence_index: int, samples: int) -> None:
+        """The client already has the first `samples` of a sentence that has not begun here (a cached
+        audio head): they are dropped from the vocoder's answers, as after a resume."""
+        if sentence_index == self._delivering:
+            raise ValueError(f"sentence {sentence_index} is already being delivered")
+        self._delivered_elsewhere[sentence_index] = samples
+        if self._owed_since_s is None and self._owes():
+            self._owed_since_s = time.monotonic()
+
+    def _start_of(self, sentence_index: int) -> int:
+        """The first sample of `sentence_index` the client does not have."""
+        if sentence_index == self._delivering:
+            return self._next_sample
+        return self._delivered_elsewhere.get(sentence_index, 0)
+
     def _take(self, reply: vocoder_pb2.VocodeResponse) -> Samples | None:
         """The part of `reply` the client does not have yet; moves the delivery position on."""
         current = next(iter(self._sentences.values()), None)
@@ -144,6 +175,9 @@ class ResumableVocoderStream:
                 f"vocoder answered for sentence {reply.sentence_index} while sentence "
                 f"{None if current is None else current.index} was being delivered",
             )
+        if self._delivering != current.index:
+            self._delivering = current.index
+            self._next_sample = self._delivered_elsewhere.pop(current.index, 0)
         if reply.first_sample > self._next_sample:
             raise DownstreamError(
                 grpc.StatusCode.INTERNAL,
@@ -155,18 +189,21 @@ class ResumableVocoderStream:
         if reply.is_last:
             del self._sentences[current.index]
             self._next_sample = 0
+            self._delivering = None
             self._attempts.succeeded(self._endpoint)  # type: ignore[arg-type]
         self._owed_since_s = time.monotonic() if self._owes() else None
         if not len(samples) and not reply.is_last:
             return None
-        return Samples(reply.sentence_index, samples, reply.sample_rate_hz, reply.is_last)
+        return Samples(reply.sentence_index, samples, reply.sample_rate_hz, reply.is_last, self.model_version)
 
     def _owes(self) -> bool:
         """Whether the worker owes samples now: a sentence it has whole, or too many unanswered frames."""
         if any(sentence.complete for sentence in self._sentences.values()):
             return True
         current = next(iter(self._sentences.values()), None)
-        return current is not None and current.frames_sent - self._next_sample // self._hop_length >= UNANSWERED_FRAMES_OWED
+        if current is None:
+            return False
+        return current.frames_sent - self._start_of(current.index) // self._hop_length >= UNANSWERED_FRAMES_OWED
 
     def _silent_too_long(self) -> bool:
         owed_since_s = self._owed_since_s
@@ -183,7 +220,7 @@ class ResumableVocoderStream:
             self._endpoint = endpoint
             self._pool.table("vocoder").stream_started(endpoint)
             self._owed_since_s = time.monotonic() if self._owes() else None
-            await accepted(self._call, self._timeout_s)
+            self.model_version = await accepted(self._call, self._timeout_s)
             try:
                 # A worker that hangs while being primed is as silent as one that hangs later.
                 await asyncio.wait_for(self._prime(self._call), self._timeout_s)
@@ -191,7 +228,8 @@ class ResumableVocoderStream:
                 raise WorkerSilent() from None
 
     async def _prime(self, call: Any) -> None:
-        client_frame = self._next_sample // self._hop_length
+        first = next(iter(self._sentences), None)
+        client_frame = 0 if first is None else self._start_of(first) // self._hop_length
         for position, sentence in enumerate(self._sentences.values()):
             # Slices wholly before the client's position are context: the worker needs them to
             # compute the chunk the client is in, and must not send their samples again.

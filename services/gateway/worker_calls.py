@@ -10,7 +10,7 @@ from typing import Any, Callable, Final
 
 import grpc
 
-from libs.mesh.admission import STREAM_ACCEPTED_METADATA
+from libs.mesh.admission import MODEL_VERSION_METADATA_KEY, STREAM_ACCEPTED_METADATA
 from libs.mesh.errors import DownstreamError, NoWorkerError
 from libs.mesh.worker_choice import AttemptFailure, Attempts
 from libs.routing.retry import RetryDecision
@@ -48,8 +48,9 @@ class StreamRefused(Exception):
     """The worker ended the call before accepting it (e.g. RESOURCE_EXHAUSTED at admission)."""
 
 
-async def accepted(call: Any, timeout_s: float) -> None:
-    """Wait until the worker has accepted the stream (it sends its headers on admission).
+async def accepted(call: Any, timeout_s: float) -> str:
+    """Wait until the worker has accepted the stream (it sends its headers on admission); returns the
+    model version it named there ("" from a worker that names none).
 
     Writing before that can race a worker's immediate refusal, and gRPC core then fails the call as
     INTERNAL, losing the refusal's status and pushback hint; waiting costs one local round trip.
@@ -60,8 +61,9 @@ async def accepted(call: Any, timeout_s: float) -> None:
         raise WorkerSilent() from None
     if call.done():
         raise StreamRefused()
-    if any(key == STREAM_ACCEPTED_METADATA[0] for key, _ in headers or ()):
-        return
+    named = {key: value for key, value in headers or ()}
+    if STREAM_ACCEPTED_METADATA[0] in named:
+        return str(named.get(MODEL_VERSION_METADATA_KEY, ""))
     # Headers without the admission header: a refusal (or a broken connection) whose status is a
     # moment behind, or a worker from before that header. Writing into the first would turn the
     # refusal into INTERNAL "Internal error from Core"; dropping the call before its status is in
@@ -71,6 +73,7 @@ async def accepted(call: Any, timeout_s: float) -> None:
         await asyncio.sleep(REFUSAL_STATUS_POLL_S)
         if call.done():
             raise StreamRefused()
+    return ""
 
 
 CALL_ERRORS: Final = (grpc.aio.AioRpcError, asyncio.InvalidStateError, WorkerSilent, StreamEnded, StreamRefused)
