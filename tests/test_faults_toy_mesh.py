@@ -34,7 +34,10 @@ from libs.routing.endpoints import parse_endpoint
 from libs.routing.retry import PUSHBACK_METADATA_KEY
 from libs.telemetry.tracing import ATTR_ATTEMPT, ATTR_REASON, ATTR_WORKER, ATTR_ZONE, SPAN_ATTEMPT, setup_tracing
 from libs.voice.registry import default_registry
+from services.gateway.acoustic_stream import ResumableAcousticStream
 from services.gateway.pipeline import UtterancePipeline
+from services.gateway.vocoder_stream import ResumableVocoderStream
+from services.gateway.worker_calls import Deadline
 from services.gateway.workers import WorkerPool
 from tests.faults.scripted_worker import ScriptedAcoustic
 from tests.faults.toy_mesh import HOP_LENGTH, SAMPLE_RATE_HZ, ToyAcousticEngine, ToyMesh, wait_until
@@ -340,3 +343,25 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+async def test_cancelled_worker_streams_never_reopen(mesh: ToyMesh) -> None:
+    # A failure seen after cancel() (the cancelled call ending) must not be retried on a fresh call:
+    # asyncio.wait_for can swallow the task's own cancellation, and nobody would end that call.
+    pool = await _zone_pool(mesh)
+    try:
+        vocoder = ResumableVocoderStream(pool, Deadline(5.0), HOP_LENGTH)
+        await vocoder.ready()
+        vocoder.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await vocoder.ready()
+        acoustic = ResumableAcousticStream(pool, Deadline(5.0))
+        acoustic.cancel()
+        request = acoustic_pb2.SentenceRequest(phoneme_ids=SENTENCE_IDS[0], voice="en_US-joe-medium", speed=1.0)
+        with pytest.raises(asyncio.CancelledError):
+            async for _ in acoustic.sentence(request):
+                pass
+        for kind in ("vocoder", "acoustic"):
+            assert sum(status.outstanding_streams for status in pool.table(kind).statuses()) == 0
+    finally:
+        await pool.close()

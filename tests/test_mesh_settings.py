@@ -58,3 +58,12 @@ def test_every_flag_names_its_env_var_in_help() -> None:
         help_text = build_parser(service, environ={}).format_help()
         for spec in specs:
             assert spec.flag in help_text and spec.env in help_text, (service, spec.flag)
+
+
+def test_audio_heads_default_to_200_ms_and_reject_nonsense() -> None:
+    assert load_settings("gateway", [], environ={}).audio_head_ms == 200.0
+    assert load_settings("gateway", ["--audio-head-ms", "0"], environ={}).audio_head_ms == 0.0
+    assert load_settings("gateway", [], environ={"TTS_AUDIO_HEAD_MS": "120"}).audio_head_ms == 120.0
+    for bad in ("-1", "60000"):
+        with pytest.raises(SystemExit, match="--audio-head-ms must be between 0 and"):
+            load_settings("gateway", ["--audio-head-ms", bad], environ={})

@@ -25,12 +25,13 @@ DEFAULT_MAX_CHUNK_FRAMES: Final = 128
 # a convolution width the CPU library has not seen costs ~20 ms to set up across the vocoder's 33
 # convolutions, and padding costs 8 frames (~3 ms) on average; 8 buckets stay well within its cache.
 LAST_STEP_BUCKET_FRAMES: Final = 16
-# Acoustic side: the vocoder's first step needs 32 frames (35 with the 40 ms slice that holds
-# frame 31), so a first acoustic chunk of 40 frames unlocks first audio in one flow pass. The flow
+# Acoustic side: the vocoder's first step needs 32 frames, and at 22050 Hz / 256 the 40 ms slice
+# that holds frame 31 ends with it (slice 8 = frames 28-31), so a first acoustic chunk of 32 frames
+# unlocks first audio in one flow pass (70 prior frames with the flow's lag of 38, not 78). The flow
 # streams (no context is recomputed), and the rest of the sentence is one step: the acoustic side
 # has no playback clock to keep up with (it runs far ahead of the vocoder), and the flow costs
 # less per frame in long steps (bf16, flow + head: 0.19 ms per frame over 78 frames, 0.11 over 336).
-DEFAULT_ACOUSTIC_FIRST_CHUNK_FRAMES: Final = 40
+DEFAULT_ACOUSTIC_FIRST_CHUNK_FRAMES: Final = 32
 DEFAULT_ACOUSTIC_MAX_CHUNK_FRAMES: Final = 1024
 
 

@@ -38,6 +38,7 @@ class ResumableAcousticStream:
         self._endpoint: Endpoint | None = None
         self._progressed = False  # whether any slice arrived on this utterance (then a reopen is a resume)
         self._last_heard_s = 0.0
+        self._cancelled = False
 
     async def sentence(self, request: acoustic_pb2.SentenceRequest) -> AsyncIterator[list[mel_pb2.MelSlice]]:
         """The slices of the sentence `request` asks for, in order, exactly once each, a chunk at a time."""
@@ -82,10 +83,19 @@ class ResumableAcousticStream:
         self._drop()
 
     def cancel(self) -> None:
-        """Cancel the call at once (client gone or utterance failed)."""
+        """Cancel the call at once (client gone or utterance failed); the stream never reopens."""
+        self._cancelled = True
         self._drop()
 
+    def _check_not_cancelled(self) -> None:
+        # The task working this stream is being cancelled too, but asyncio.wait_for (Python 3.11) can
+        # swallow a cancellation that lands as the call it waits on ends; a failure seen after
+        # `cancel` must not be retried on a fresh call that nobody would ever end.
+        if self._cancelled:
+            raise asyncio.CancelledError("the stream was cancelled")
+
     def _open(self, attempts: Attempts) -> None:
+        self._check_not_cancelled()
         endpoint = attempts.choose()
         if endpoint is None:
             raise give_up(attempts, None, self._pool.metrics)
@@ -110,7 +120,9 @@ class ResumableAcousticStream:
         call, endpoint = self._call, self._endpoint
         self._drop()
         assert endpoint is not None
+        self._check_not_cancelled()
         failure = await failure_of(call, error, self._timeout_s)
+        self._check_not_cancelled()
         decision = attempts.failed(endpoint, failure, self._deadline.remaining_s())
         _log.warning(
             "acoustic stream on %s failed in sentence %d at frame %d: %s %s; %s",

@@ -2,9 +2,12 @@
 
 Three concurrent parts share the work, so audio flows as soon as it exists:
 - the producer takes sentences in order, serves each from the cache or streams it from the acoustic
-  worker, and forwards every mel slice into the vocoder stream the moment it has it; a finished
-  sentence's mel is written to the cache;
-- the reader turns vocoder samples into client responses (resampled, encoded, placed on the timeline);
+  worker, and forwards every chunk of mel slices into the vocoder stream the moment it has it; a
+  finished sentence's mel is written to the cache;
+- the reader turns vocoder samples into client responses (resampled, encoded, placed on the timeline).
+  A sentence whose cached audio head (libs.mesh.audio_head) this vocoder's model made starts with
+  that head, before the vocoder has answered; a sentence without one gets its head written from
+  the vocoder's first samples;
 - `run` hands those responses to the client and tears everything down when the client goes away.
 The producer may run `lookahead_sentences` ahead of the vocoder, so sentence k+1's acoustic work
 overlaps sentence k's vocoding, without synthesising the whole text before the first audio.

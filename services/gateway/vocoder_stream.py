@@ -87,6 +87,7 @@ class ResumableVocoderStream:
         """Model version the current call's worker named ("" before a call, or when it named none)."""
         self._owed_since_s: float | None = None
         self._progressed = False
+        self._cancelled = False
 
     async def send(self, slices: list[mel_pb2.MelSlice]) -> None:
         """Vocode `slices` (consecutive, of one sentence, in order), in one message; they are kept for
@@ -148,8 +149,16 @@ class ResumableVocoderStream:
                 yield fresh
 
     def cancel(self) -> None:
-        """Cancel the call at once (client gone or utterance failed)."""
+        """Cancel the call at once (client gone or utterance failed); the stream never reopens."""
+        self._cancelled = True
         self._drop()
+
+    def _check_not_cancelled(self) -> None:
+        # The task working this stream is being cancelled too, but asyncio.wait_for (Python 3.11) can
+        # swallow a cancellation that lands as the call it waits on ends; a failure seen after
+        # `cancel` must not be retried on a fresh call that nobody would ever end.
+        if self._cancelled:
+            raise asyncio.CancelledError("the stream was cancelled")
 
     def delivered_elsewhere(self, sentence_index: int, samples: int) -> None:
         """The client already has the first `samples` of a sentence that has not begun here (a cached
@@ -211,6 +220,7 @@ class ResumableVocoderStream:
 
     async def _open(self) -> None:
         """Open a call on the best endpoint and prime it with everything the client still needs."""
+        self._check_not_cancelled()
         async with self._lock:
             endpoint = self._attempts.choose()
             if endpoint is None:
@@ -246,7 +256,9 @@ class ResumableVocoderStream:
         self._drop()  # cancels the call first, so a producer blocked in a write lets go of the lock
         if endpoint is None:  # no endpoint could be chosen: `_open` raised the client's error already
             raise error
+        self._check_not_cancelled()
         failure = await failure_of(call, error, self._timeout_s)
+        self._check_not_cancelled()
         decision = self._attempts.failed(endpoint, failure, self._deadline.remaining_s())
         current = next(iter(self._sentences), None)
         _log.warning(
