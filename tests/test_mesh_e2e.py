@@ -103,6 +103,7 @@ def test_streaming_synthesize_speaks_a_sentence_before_the_client_half_closes(me
     [
         (dict(text=""), grpc.StatusCode.INVALID_ARGUMENT, "empty"),
         (dict(text="   \n\t "), grpc.StatusCode.INVALID_ARGUMENT, "empty"),
+        (dict(text="♪♪♪"), grpc.StatusCode.INVALID_ARGUMENT, "no words"),
         (dict(text="word " * 1001), grpc.StatusCode.INVALID_ARGUMENT, "limit is 5000 characters"),
         (dict(text="Hello.", voice="xx_XX-nobody"), grpc.StatusCode.NOT_FOUND, "en_US-joe-medium"),
         (dict(text="Hello.", speed=4.5), grpc.StatusCode.INVALID_ARGUMENT, "0.25 to 4.0"),
@@ -110,7 +111,7 @@ def test_streaming_synthesize_speaks_a_sentence_before_the_client_half_closes(me
         (dict(text="Hello.", encoding=9), grpc.StatusCode.INVALID_ARGUMENT, "encoding"),
         (dict(text="Hello.", sample_rate_hz=1000), grpc.StatusCode.INVALID_ARGUMENT, "sample_rate_hz"),
     ],
-    ids=["empty", "whitespace", "too-long", "unknown-voice", "too-fast", "too-slow", "bad-encoding", "bad-rate"],
+    ids=["empty", "whitespace", "no-words", "too-long", "unknown-voice", "too-fast", "too-slow", "bad-encoding", "bad-rate"],
 )
 def test_bad_input_gets_a_clear_status(mesh: Mesh, fields: dict, code: grpc.StatusCode, message: str) -> None:
     with grpc.insecure_channel(mesh.gateway_address) as channel:

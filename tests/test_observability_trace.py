@@ -152,9 +152,11 @@ def test_one_synthesize_is_one_trace_across_gateway_acoustic_and_vocoder(traced_
     assert 0.0 < request.attributes[tracing.ATTR_TIME_TO_FIRST_AUDIO_S] <= first_audio_s
     assert request.attributes[tracing.ATTR_GRPC_STATUS_CODE] == 0
     assert request.attributes[tracing.ATTR_VOICE]
-    # The gateway's own steps hang off the request.
-    for step in (tracing.SPAN_NORMALISE, tracing.SPAN_PHONEMISE):
-        assert only("gateway", step).parent_span_id == request.span_id
+    # The gateway's own steps hang off the request: one normalisation, and one phonemisation per
+    # sentence chunk (each done when the pipeline asks for it).
+    assert only("gateway", tracing.SPAN_NORMALISE).parent_span_id == request.span_id
+    phonemised = [s for s in spans if s.service == "gateway" and s.name == tracing.SPAN_PHONEMISE]
+    assert len(phonemised) == 2 and all(s.parent_span_id == request.span_id for s in phonemised)
     lookups = [s for s in spans if s.name == tracing.SPAN_CACHE_LOOKUP]
     writes = [s for s in spans if s.name == tracing.SPAN_CACHE_WRITE]
     assert [s.attributes[tracing.ATTR_CACHE_HIT] for s in lookups] == [False, False]  # two new sentences

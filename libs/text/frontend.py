@@ -56,6 +56,10 @@ def _sentence_start(chunk: str, espeak_start: int) -> int:
     return index
 
 
+NO_WORDS: Final = "espeak-ng found no words in it"
+"""Why a text that is not empty still has nothing to say."""
+
+
 @dataclass(frozen=True)
 class Sentence:
     """One sentence ready for the acoustic model."""
@@ -99,21 +103,32 @@ class TextFrontend:
         Raises TextTooLongError past `max_text_chars` (counted after normalisation) and
         EmptyTextError when there is nothing to say.
         """
+        sentences = [sentence for chunk in self.chunks(text) for sentence in self.chunk_sentences(chunk)]
+        if not sentences:
+            raise EmptyTextError(NO_WORDS)
+        return sentences
+
+    def chunks(self, text: str) -> list[str]:
+        """`text` normalised, checked and cut into sentence chunks, without phonemising (cheap).
+
+        Raises TextTooLongError past `max_text_chars` (counted after normalisation) and
+        EmptyTextError when the text is empty. `chunk_sentences` phonemises each chunk, so a server
+        can start on the first sentence before espeak-ng has seen the rest of a long text.
+        """
         normalized = normalize_text(text)
         check_text_length(normalized, self.max_text_chars)
         check_not_empty(normalized)
-        sentences: list[Sentence] = []
-        for chunk in split_sentences(normalized, self.max_chunk_chars):
-            spoken = [sentence for sentence in phonemize_sentences(chunk, self.espeak_voice) if sentence.phonemes]
-            starts = [0] + [_sentence_start(chunk, sentence.text_start) for sentence in spoken[1:]] + [len(chunk)]
-            for index, phonemized in enumerate(spoken):
-                sentences.append(
-                    Sentence(
-                        text=chunk[starts[index] : starts[index + 1]].strip(),
-                        phonemes=phonemized.phonemes,
-                        phoneme_ids=tuple(phonemes_to_ids(phonemized.phonemes, self.phoneme_id_map)),
-                    )
-                )
-        if not sentences:
-            raise EmptyTextError("espeak-ng found no words in it")
-        return sentences
+        return split_sentences(normalized, self.max_chunk_chars)
+
+    def chunk_sentences(self, chunk: str) -> list[Sentence]:
+        """The sentences of one chunk from `chunks` (none when espeak-ng finds no words in it)."""
+        spoken = [sentence for sentence in phonemize_sentences(chunk, self.espeak_voice) if sentence.phonemes]
+        starts = [0] + [_sentence_start(chunk, sentence.text_start) for sentence in spoken[1:]] + [len(chunk)]
+        return [
+            Sentence(
+                text=chunk[starts[index] : starts[index + 1]].strip(),
+                phonemes=phonemized.phonemes,
+                phoneme_ids=tuple(phonemes_to_ids(phonemized.phonemes, self.phoneme_id_map)),
+            )
+            for index, phonemized in enumerate(spoken)
+        ]

@@ -21,8 +21,7 @@ from libs.pb.tts.v1 import tts_pb2
 from libs.text.errors import EmptyTextError
 from libs.telemetry import tracing
 from libs.telemetry.metrics import GatewayMetrics
-from libs.text.frontend import TextFrontend
-from libs.text.normalize import normalize_text
+from libs.text.frontend import NO_WORDS, TextFrontend
 from libs.text.sentences import IncrementalSentenceSplitter
 from libs.voice.registry import Voice, VoiceRegistry
 from services.gateway.pipeline import UtterancePipeline
@@ -87,8 +86,8 @@ class TextToSpeechServicer:
             options = self._options(request)
             text = check_text(request.text, self._max_text_chars)
             call.voice(options.voice.name)
-            sentences = await self._phonemise(options.voice, text)
-            async for response in self._pipeline(options, context).run(_iterate(sentences)):
+            chunks = await self._in_text_thread(self._chunks, options.voice, text)  # bad text fails here, at once
+            async for response in self._pipeline(options, context).run(self._chunk_sentences(options.voice, chunks)):
                 call.sent(response)
                 yield response
 
@@ -143,19 +142,33 @@ class TextToSpeechServicer:
             timeout_s=context.time_remaining(),  # the client's deadline bounds every downstream call
         )
 
-    async def _phonemise(self, voice: Voice, text: str) -> list[Any]:
-        def work() -> list[Any]:
-            with tracing.step_span(tracing.SPAN_NORMALISE, {"tts.text_chars": len(text)}):
-                normalized = normalize_text(text)
-            # The frontend normalises again: normalisation is idempotent, and it keeps its own checks.
-            with tracing.step_span(tracing.SPAN_PHONEMISE, {tracing.ATTR_VOICE: voice.name}) as span:
-                sentences = self.frontend(voice).sentences(normalized)
-                span.set_attribute("tts.sentences", len(sentences))
-            return sentences
+    def _chunks(self, voice: Voice, text: str) -> list[str]:
+        """`text` normalised, checked and cut into sentence chunks (call on the text executor)."""
+        with tracing.step_span(tracing.SPAN_NORMALISE, {"tts.text_chars": len(text)}):
+            return self.frontend(voice).chunks(text)
 
+    def _phonemise(self, voice: Voice, chunk: str) -> list[Any]:
+        """The sentences of one chunk (call on the text executor)."""
+        with tracing.step_span(tracing.SPAN_PHONEMISE, {tracing.ATTR_VOICE: voice.name}) as span:
+            sentences = self.frontend(voice).chunk_sentences(chunk)
+            span.set_attribute("tts.sentences", len(sentences))
+        return sentences
+
+    async def _in_text_thread(self, function: Any, *args: Any) -> Any:
         # Run in a copy of this request's context, so the spans join its trace.
         context = contextvars.copy_context()
-        return await asyncio.get_running_loop().run_in_executor(self._text_executor, context.run, work)
+        return await asyncio.get_running_loop().run_in_executor(self._text_executor, context.run, function, *args)
+
+    async def _chunk_sentences(self, voice: Voice, chunks: list[str]) -> AsyncIterator[Any]:
+        """The sentences of `chunks`, each chunk phonemised when the pipeline asks for its sentences:
+        first audio does not wait for espeak-ng to get through a long text."""
+        spoken = 0
+        for chunk in chunks:
+            for sentence in await self._in_text_thread(self._phonemise, voice, chunk):
+                spoken += 1
+                yield sentence
+        if not spoken:
+            raise EmptyTextError(NO_WORDS)
 
     async def _incremental_sentences(
         self, request_iterator: AsyncIterator[Any], voice: Voice
@@ -180,9 +193,10 @@ class TextToSpeechServicer:
     async def _phonemise_chunk(self, voice: Voice, chunk: str) -> list[Any]:
         """A streamed chunk's sentences; a chunk with nothing to say (spaces, punctuation) has none."""
         try:
-            return await self._phonemise(voice, chunk)
+            chunks = await self._in_text_thread(self._chunks, voice, chunk)
         except EmptyTextError:
             return []
+        return [sentence for part in chunks for sentence in await self._in_text_thread(self._phonemise, voice, part)]
 
     def _call(self, method: str, context: grpc.aio.ServicerContext) -> "_CallScope":
         return _CallScope(self._metrics, method, context)
@@ -249,11 +263,6 @@ def _checked(request: Any) -> Any:
     if isinstance(request, UndecodableRequest):
         raise InvalidRequestError(request.reason)
     return request
-
-
-async def _iterate(items: list[Any]) -> AsyncIterator[Any]:
-    for item in items:
-        yield item
 
 
 def add_to_server(servicer: TextToSpeechServicer, server: grpc.aio.Server) -> None:
