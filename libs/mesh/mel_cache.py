@@ -142,7 +142,16 @@ class MelCache:
         """Store a complete sentence's mel with the TTL; returns whether Redis took it."""
         if self._client is None or not self._breaker.allow():
             return False
-        value = encode_mel(mel, phoneme_frames)
+        return await self._set(key, encode_mel(mel, phoneme_frames), OUTCOME_WRITTEN)
+
+    async def put_head(self, key: str, head: AudioHead) -> bool:
+        """Store the audio head of the sentence whose mel key is `key`, with the TTL; returns whether Redis took it."""
+        if self._client is None or self.head_ms <= 0 or not self._breaker.allow():
+            return False
+        return await self._set(head_key(key), encode_head(head), OUTCOME_HEAD_WRITTEN)
+
+    async def _set(self, key: str, value: bytes, outcome: str) -> bool:
+        assert self._client is not None
         try:
             async with asyncio.timeout(self._timeout_s * 2):
                 await self._client.set(key, value, ex=self._ttl_s)
@@ -150,21 +159,7 @@ class MelCache:
             self._fail(OUTCOME_WRITE_ERROR, "set", error)
             return False
         self._breaker.record_success()
-        self._on_outcome(OUTCOME_WRITTEN)
-        return True
-
-    async def put_head(self, key: str, head: AudioHead) -> bool:
-        """Store the audio head of the sentence whose mel key is `key`, with the TTL; returns whether Redis took it."""
-        if self._client is None or self.head_ms <= 0 or not self._breaker.allow():
-            return False
-        try:
-            async with asyncio.timeout(self._timeout_s * 2):
-                await self._client.set(head_key(key), encode_head(head), ex=self._ttl_s)
-        except (RedisError, OSError, TimeoutError) as error:
-            self._fail(OUTCOME_WRITE_ERROR, "set", error)
-            return False
-        self._breaker.record_success()
-        self._on_outcome(OUTCOME_HEAD_WRITTEN)
+        self._on_outcome(outcome)
         return True
 
     async def close(self) -> None:
