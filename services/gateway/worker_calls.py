@@ -116,9 +116,25 @@ def release(pool: Any, kind: str, call: Any, reader: CallReader | None, endpoint
     if call is None:
         return
     call.cancel()
+    _end_requests(call)
     if reader is not None:
         reader.close()
     pool.table(kind).stream_finished(endpoint)
+
+
+def _end_requests(call: Any) -> None:
+    """Close the request side of a dropped call.
+
+    Behind a client interceptor, grpc pumps a call's requests from a queue in a task of its own.
+    `cancel()` on a call the worker has already ended stops nothing, so that task would wait on the
+    queue until garbage collection destroys it pending (logged as "Task was destroyed but it is
+    pending!"). Half-closing lets it finish; a call that cannot be half-closed any more has no pump.
+    """
+    done_writing = getattr(call, "done_writing", None)
+    if done_writing is None:
+        return
+    task = asyncio.ensure_future(done_writing())
+    task.add_done_callback(lambda done: done.cancelled() or done.exception())
 
 
 async def failure_of(call: Any, error: BaseException, silence_s: float) -> AttemptFailure:
