@@ -359,3 +359,28 @@ async def test_cancelled_worker_streams_never_reopen(mesh: ToyMesh) -> None:
             assert sum(status.outstanding_streams for status in pool.table(kind).statuses()) == 0
     finally:
         await pool.close()
+
+
+async def test_vocoder_crash_right_after_a_cached_head_resumes_without_a_seam(
+    mesh: ToyMesh, redis_server: EmbeddedRedis
+) -> None:
+    outcomes: list[str] = []
+    cache = MelCache.from_url(redis_server.url, ttl_s=60, timeout_ms=500, on_outcome=outcomes.append, head_ms=200)
+    pool = await _zone_pool(mesh)
+    try:
+        reference = await _speak(pool, cache=cache)
+        await wait_until(lambda: outcomes.count("head_written") == 2)
+
+        async def crash_on_the_head(count: int, response: tts_pb2.SynthesizeResponse) -> None:
+            if count == 1:  # the cached head: the local vocoder has not answered yet
+                assert response.audio_duration_s == pytest.approx(0.2, abs=1e-3)
+                await mesh.of("vocoder", "zone-a").proxy.crash()
+
+        faulted = await _speak(pool, crash_on_the_head, cache=cache)
+        assert outcomes.count("head_hit") == 2
+        # The resumed stream starts after the head: primed with context up to it, nothing repeated or lost.
+        assert np.array_equal(faulted, reference), f"max diff {np.abs(faulted - reference).max()}"
+        assert _metric(pool, "tts_gateway_resumes_total", kind="vocoder", zone="zone-a", reason="unavailable") >= 1
+    finally:
+        await pool.close()
+        await cache.close()

@@ -166,6 +166,7 @@ class ResumableVocoderStream:
         if sentence_index == self._delivering:
             raise ValueError(f"sentence {sentence_index} is already being delivered")
         self._delivered_elsewhere[sentence_index] = samples
+        self._progressed = True  # the client has audio of this utterance: a reopen from now on is a resume
         if self._owed_since_s is None and self._owes():
             self._owed_since_s = time.monotonic()
 
