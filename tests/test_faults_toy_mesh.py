@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, AsyncIterator, Awaitable, Callable
 
@@ -22,7 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry
 
 from libs.mesh.audio_head import AudioHead, encode_head
-from libs.mesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
+from libs.mesh.embedded_redis import EmbeddedRedis
 from libs.mesh.errors import DownstreamError
 from libs.mesh.mel_cache import MelCache
 from libs.mesh.routing_settings import RoutingSettings
@@ -39,7 +40,6 @@ from services.gateway.vocoder_stream import ResumableVocoderStream
 from services.gateway.worker_calls import Deadline
 from services.gateway.workers import WorkerPool
 from tests.faults.scripted_worker import ScriptedAcoustic
-from tests.e2e.mesh import free_port
 from tests.faults.toy_mesh import HOP_LENGTH, SAMPLE_RATE_HZ, ToyAcousticEngine, ToyMesh, wait_until
 
 ATTEMPT_TIMEOUT_S = 1.0  # generous: the machine running the tests may be busy
@@ -314,31 +314,6 @@ async def test_retries_stop_when_the_budget_is_spent(mesh: ToyMesh) -> None:
         failing.stop()
 
 
-async def test_cached_audio_heads_are_served_only_with_the_vocoder_model_that_made_them(mesh: ToyMesh) -> None:
-    with EmbeddedRedis(EmbeddedRedisConfig(port=free_port(), maxmemory_mb=16)) as server:
-        outcomes: list[str] = []
-        cache = MelCache.from_url(server.url, ttl_s=60, timeout_ms=500, on_outcome=outcomes.append, head_ms=200)
-        pool = await _zone_pool(mesh)
-        try:
-            fresh = await _speak(pool, cache=cache)
-            await wait_until(lambda: outcomes.count("head_written") == 2)
-            hit = await _speak(pool, cache=cache)
-            assert outcomes.count("head_hit") == 2
-            np.testing.assert_array_equal(hit, fresh)  # the head and the vocoder's samples join without a seam
-            # Heads another vocoder model made are ignored (this one would be loud) and replaced.
-            client = redis.Redis.from_url(server.url)
-            foreign = encode_head(AudioHead("another-vocoder", SAMPLE_RATE_HZ, np.ones(4410, dtype=np.float32)))
-            for key in client.keys("tts:head:*"):
-                client.set(key, foreign)
-            other = await _speak(pool, cache=cache)
-            np.testing.assert_array_equal(other, fresh)
-            await wait_until(lambda: outcomes.count("head_written") == 4)
-            client.close()
-        finally:
-            await pool.close()
-            await cache.close()
-
-
 async def test_cancelled_worker_streams_never_reopen(mesh: ToyMesh) -> None:
     # A failure seen after cancel() (the cancelled call ending) must not be retried on a fresh call:
     # asyncio.wait_for can swallow the task's own cancellation, and nobody would end that call.
@@ -361,26 +336,67 @@ async def test_cancelled_worker_streams_never_reopen(mesh: ToyMesh) -> None:
         await pool.close()
 
 
-async def test_vocoder_crash_right_after_a_cached_head_resumes_without_a_seam(
-    mesh: ToyMesh, redis_server: EmbeddedRedis
-) -> None:
+
+@dataclass
+class _HeadCache:
+    """A mel cache that keeps audio heads, on a real Redis, with every outcome it reported."""
+
+    cache: MelCache
+    outcomes: list[str]
+
+    async def speak_and_store(self, pool: WorkerPool, on_piece: OnPiece | None = None) -> np.ndarray:
+        """Speak the toy sentences, and wait until both sentences' heads are in Redis."""
+        written = self.outcomes.count("head_written")
+        audio = await _speak(pool, on_piece, cache=self.cache)
+        await wait_until(lambda: self.outcomes.count("head_written") == written + len(SENTENCE_IDS))
+        return audio
+
+
+@pytest.fixture
+async def head_cache(redis_server: EmbeddedRedis) -> AsyncIterator[_HeadCache]:
     outcomes: list[str] = []
     cache = MelCache.from_url(redis_server.url, ttl_s=60, timeout_ms=500, on_outcome=outcomes.append, head_ms=200)
+    try:
+        yield _HeadCache(cache, outcomes)
+    finally:
+        await cache.close()
+
+
+async def test_cached_audio_heads_are_served_only_with_the_vocoder_model_that_made_them(
+    mesh: ToyMesh, redis_server: EmbeddedRedis, head_cache: _HeadCache
+) -> None:
     pool = await _zone_pool(mesh)
     try:
-        reference = await _speak(pool, cache=cache)
-        await wait_until(lambda: outcomes.count("head_written") == 2)
+        fresh = await head_cache.speak_and_store(pool)
+        hit = await _speak(pool, cache=head_cache.cache)
+        assert head_cache.outcomes.count("head_hit") == 2
+        np.testing.assert_array_equal(hit, fresh)  # the head and the vocoder's samples join without a seam
+        # Heads another vocoder model made are ignored (this one would be loud) and replaced.
+        client = redis.Redis.from_url(redis_server.url)
+        foreign = encode_head(AudioHead("another-vocoder", SAMPLE_RATE_HZ, np.ones(4410, dtype=np.float32)))
+        for key in client.keys("tts:head:*"):
+            client.set(key, foreign)
+        client.close()
+        other = await head_cache.speak_and_store(pool)
+        np.testing.assert_array_equal(other, fresh)
+    finally:
+        await pool.close()
+
+
+async def test_vocoder_crash_right_after_a_cached_head_resumes_without_a_seam(mesh: ToyMesh, head_cache: _HeadCache) -> None:
+    pool = await _zone_pool(mesh)
+    try:
+        reference = await head_cache.speak_and_store(pool)
 
         async def crash_on_the_head(count: int, response: tts_pb2.SynthesizeResponse) -> None:
             if count == 1:  # the cached head: the local vocoder has not answered yet
                 assert response.audio_duration_s == pytest.approx(0.2, abs=1e-3)
                 await mesh.of("vocoder", "zone-a").proxy.crash()
 
-        faulted = await _speak(pool, crash_on_the_head, cache=cache)
-        assert outcomes.count("head_hit") == 2
+        faulted = await _speak(pool, crash_on_the_head, cache=head_cache.cache)
+        assert head_cache.outcomes.count("head_hit") == 2
         # The resumed stream starts after the head: primed with context up to it, nothing repeated or lost.
         assert np.array_equal(faulted, reference), f"max diff {np.abs(faulted - reference).max()}"
         assert _metric(pool, "tts_gateway_resumes_total", kind="vocoder", zone="zone-a", reason="unavailable") >= 1
     finally:
         await pool.close()
-        await cache.close()

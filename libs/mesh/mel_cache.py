@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
-from typing import Callable, Final, Sequence
+from typing import Callable, Final, Sequence, TypeVar
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -23,6 +23,7 @@ from libs.mesh.circuit_breaker import BreakerConfig, CircuitBreaker
 from libs.mesh.mel_codec import CacheFormatError, CachedMel, decode_mel, encode_mel
 
 _log = logging.getLogger(__name__)
+_Value = TypeVar("_Value")
 
 CacheOutcomeHook = Callable[[str], None]
 """Called with one of the OUTCOME_* words after every cache operation (for metrics)."""
@@ -120,23 +121,24 @@ class MelCache:
         if value is None:
             self._on_outcome(OUTCOME_MISS)
             return None
-        try:
-            cached = decode_mel(value)
-        except CacheFormatError as error:
-            _log.warning("ignoring corrupt cache entry %s: %s", key, error)
-            self._on_outcome(OUTCOME_CORRUPT)
+        cached = self._decoded(decode_mel, value, "cache entry", key)
+        if cached is None:
             return None
         self._on_outcome(OUTCOME_HIT)
-        if head_value is None:
-            return cached
-        try:
-            head = decode_head(head_value)
-        except CacheFormatError as error:
-            _log.warning("ignoring corrupt audio head of %s: %s", key, error)
-            self._on_outcome(OUTCOME_CORRUPT)
+        head = None if head_value is None else self._decoded(decode_head, head_value, "audio head", key)
+        if head is None:
             return cached
         self._on_outcome(OUTCOME_HEAD_HIT)
         return replace(cached, head=head)
+
+    def _decoded(self, decode: Callable[[bytes], _Value], value: bytes, what: str, key: str) -> _Value | None:
+        """`decode(value)`, or None (logged and counted as corrupt) when the value fails its checks."""
+        try:
+            return decode(value)
+        except CacheFormatError as error:
+            _log.warning("ignoring corrupt %s of %s: %s", what, key, error)
+            self._on_outcome(OUTCOME_CORRUPT)
+            return None
 
     async def put(self, key: str, mel: np.ndarray, phoneme_frames: Sequence[int] = ()) -> bool:
         """Store a complete sentence's mel with the TTL; returns whether Redis took it."""

@@ -20,7 +20,7 @@ from libs.mesh.worker_choice import Attempts
 from libs.pb.tts.acoustic.v1 import acoustic_pb2
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.routing.endpoints import Endpoint
-from services.gateway.worker_calls import CALL_ERRORS, CallReader, Deadline, StreamEnded, accepted, failure_of, give_up, release, retry_after
+from services.gateway.worker_calls import CALL_ERRORS, CallReader, Deadline, StreamEnded, accepted, failure_of, give_up, release, retry_after, stop_if_cancelled
 from services.gateway.workers import WorkerPool
 
 _log = logging.getLogger(__name__)
@@ -87,15 +87,8 @@ class ResumableAcousticStream:
         self._cancelled = True
         self._drop()
 
-    def _check_not_cancelled(self) -> None:
-        # The task working this stream is being cancelled too, but asyncio.wait_for (Python 3.11) can
-        # swallow a cancellation that lands as the call it waits on ends; a failure seen after
-        # `cancel` must not be retried on a fresh call that nobody would ever end.
-        if self._cancelled:
-            raise asyncio.CancelledError("the stream was cancelled")
-
     def _open(self, attempts: Attempts) -> None:
-        self._check_not_cancelled()
+        stop_if_cancelled(self._cancelled)
         endpoint = attempts.choose()
         if endpoint is None:
             raise give_up(attempts, None, self._pool.metrics)
@@ -120,9 +113,9 @@ class ResumableAcousticStream:
         call, endpoint = self._call, self._endpoint
         self._drop()
         assert endpoint is not None
-        self._check_not_cancelled()
+        stop_if_cancelled(self._cancelled)
         failure = await failure_of(call, error, self._timeout_s)
-        self._check_not_cancelled()
+        stop_if_cancelled(self._cancelled)
         decision = attempts.failed(endpoint, failure, self._deadline.remaining_s())
         _log.warning(
             "acoustic stream on %s failed in sentence %d at frame %d: %s %s; %s",

@@ -24,7 +24,7 @@ from libs.mesh.errors import DownstreamError
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.pb.tts.vocoder.v1 import vocoder_pb2
 from libs.routing.endpoints import Endpoint
-from services.gateway.worker_calls import CALL_ERRORS, CallReader, Deadline, StreamEnded, WorkerSilent, accepted, failure_of, give_up, release, retry_after
+from services.gateway.worker_calls import CALL_ERRORS, CallReader, Deadline, StreamEnded, WorkerSilent, accepted, failure_of, give_up, release, retry_after, stop_if_cancelled
 from services.gateway.workers import WorkerPool
 
 _log = logging.getLogger(__name__)
@@ -153,13 +153,6 @@ class ResumableVocoderStream:
         self._cancelled = True
         self._drop()
 
-    def _check_not_cancelled(self) -> None:
-        # The task working this stream is being cancelled too, but asyncio.wait_for (Python 3.11) can
-        # swallow a cancellation that lands as the call it waits on ends; a failure seen after
-        # `cancel` must not be retried on a fresh call that nobody would ever end.
-        if self._cancelled:
-            raise asyncio.CancelledError("the stream was cancelled")
-
     def delivered_elsewhere(self, sentence_index: int, samples: int) -> None:
         """The client already has the first `samples` of a sentence that has not begun here (a cached
         audio head): they are dropped from the vocoder's answers, as after a resume."""
@@ -221,7 +214,7 @@ class ResumableVocoderStream:
 
     async def _open(self) -> None:
         """Open a call on the best endpoint and prime it with everything the client still needs."""
-        self._check_not_cancelled()
+        stop_if_cancelled(self._cancelled)
         async with self._lock:
             endpoint = self._attempts.choose()
             if endpoint is None:
@@ -257,9 +250,9 @@ class ResumableVocoderStream:
         self._drop()  # cancels the call first, so a producer blocked in a write lets go of the lock
         if endpoint is None:  # no endpoint could be chosen: `_open` raised the client's error already
             raise error
-        self._check_not_cancelled()
+        stop_if_cancelled(self._cancelled)
         failure = await failure_of(call, error, self._timeout_s)
-        self._check_not_cancelled()
+        stop_if_cancelled(self._cancelled)
         decision = self._attempts.failed(endpoint, failure, self._deadline.remaining_s())
         current = next(iter(self._sentences), None)
         _log.warning(

@@ -111,6 +111,17 @@ class CallReader:
             self._pending = None
 
 
+def stop_if_cancelled(cancelled: bool) -> None:
+    """Raise CancelledError for a worker stream whose `cancel()` has run.
+
+    The task working the stream is being cancelled too, but asyncio.wait_for (Python 3.11) can
+    swallow a cancellation that lands as the call it waits on ends; a failure seen after `cancel`
+    must not be retried on a fresh call that nobody would ever end.
+    """
+    if cancelled:
+        raise asyncio.CancelledError("the stream was cancelled")
+
+
 def release(pool: Any, kind: str, call: Any, reader: CallReader | None, endpoint: Any) -> None:
     """Cancel a worker call (no-op for None), drop its pending read, and stop counting it on `endpoint`."""
     if call is None:
