@@ -33,11 +33,11 @@ RUN groupadd --system --gid 10001 tts \
 COPY --from=deps /opt/venv /opt/venv
 WORKDIR /app
 COPY . .
-# Convert the default Piper voice to torch weights and export its text encoder and duration
-# predictor for onnxruntime once, at build time, so a pod's start-up only reads the files (the root
-# filesystem is read-only at run time). All are keyed by what they are made from (the ONNX file's
-# sha256; the modules' weights and the torch and onnxruntime versions), so they cannot go stale.
-RUN python -c "from libs.voice.assets import default_voice_assets; from libs.models.onnx_encoder import OnnxDurationPredictor, OnnxTextEncoder; acoustic = default_voice_assets().piper_models().acoustic; OnnxTextEncoder.load(acoustic); OnnxDurationPredictor.load(acoustic)" \
+# Convert the default Piper voice to torch weights and export its text side (encoder + duration
+# predictor, one graph) for onnxruntime once, at build time, so a pod's start-up only reads the files
+# (the root filesystem is read-only at run time). All are keyed by what they are made from (the ONNX
+# file's sha256; the modules' weights and the torch and onnxruntime versions), so they cannot go stale.
+RUN python -c "from libs.voice.assets import default_voice_assets; from libs.models.onnx_encoder import OnnxFrontEnd; OnnxFrontEnd.load(default_voice_assets().piper_models().acoustic)" \
  && chmod -R a+rX /opt/tts-mesh
 USER 10001:10001
 # gRPC: gateway 50051, acoustic 50052, vocoder 50053. Prometheus /metrics: 9101, 9102, 9103.

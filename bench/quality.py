@@ -48,6 +48,8 @@ VOICE_SAMPLE_RATE_HZ: Final = 22_050
 PEAK_LEVEL: Final = 0.95
 OVRL_TOLERANCE: Final = 0.05
 """(b) passes when its OVRL is at least (a)'s minus this."""
+REDUCED_PRECISION_TOLERANCE: Final = 0.02
+"""(b), in the workers' reduced precisions, passes when its OVRL is at least (b')'s (float32) minus this."""
 
 
 @dataclass(frozen=True)
@@ -243,15 +245,19 @@ def format_report(report: QualityReport) -> str:
         lines.append(
             f"| {label:<30} | {np.mean(scores.ovrl):.2f} | {np.mean(scores.sig):.2f} | {np.mean(scores.bak):.2f} | {rtf}|"
         )
-    piper, full = (report.systems[label] for label in list(report.systems)[:2])
+    piper, full, float32 = (report.systems[label] for label in list(report.systems)[:3])
     gap = float(np.mean(full.ovrl) - np.mean(piper.ovrl))
     verdict = "PASS" if gap >= -OVRL_TOLERANCE else "FAIL"
+    precision_gap = float(np.mean(full.ovrl) - np.mean(float32.ovrl))
+    precision_verdict = "PASS" if precision_gap >= -REDUCED_PRECISION_TOLERANCE else "FAIL"
     lines += [
         "",
         f"log-mel L1, (b') vs Piper on the same latent z: {report.mel_l1_full:.4f} "
         f"(MelHead(z) alone vs the mel of Piper's audio: {report.mel_l1_head:.4f})",
         f"RTF (b) / (a): {full.real_time_factor / piper.real_time_factor:.2f}x",
         f"target (b) OVRL >= (a) OVRL - {OVRL_TOLERANCE}: {gap:+.3f} -> {verdict}",
+        f"target (b) OVRL >= (b') OVRL - {REDUCED_PRECISION_TOLERANCE} (reduced precision against float32): "
+        f"{precision_gap:+.3f} -> {precision_verdict}",
     ]
     return "\n".join(lines)
 
@@ -265,8 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     report = run_quality(QualityConfig(sentence_count=args.sentences, voice_dir=args.voice_dir, threads=args.threads))
     print(format_report(report))
-    piper, full = (report.systems[label] for label in list(report.systems)[:2])
-    return 0 if np.mean(full.ovrl) >= np.mean(piper.ovrl) - OVRL_TOLERANCE else 1
+    piper, full, float32 = (report.systems[label] for label in list(report.systems)[:3])
+    passed = np.mean(full.ovrl) >= np.mean(piper.ovrl) - OVRL_TOLERANCE
+    passed &= np.mean(full.ovrl) >= np.mean(float32.ovrl) - REDUCED_PRECISION_TOLERANCE
+    return 0 if passed else 1
 
 
 if __name__ == "__main__":

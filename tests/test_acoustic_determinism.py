@@ -9,6 +9,7 @@ from piper.phoneme_ids import phonemes_to_ids
 from piper.phonemize_espeak import EspeakPhonemizer
 
 from libs.models.piper_import import load_piper_voice
+from libs.models.commons import repeat_by_durations
 from libs.models.vits import flow_receptive_field_frames, synthesis_generator, synthesis_seed
 
 MODEL_VERSION = "joe-medium-test"
@@ -135,3 +136,18 @@ def test_flow_chunk_with_receptive_field_context_matches_whole_sentence(voice, p
     acoustic.flow_inverse(z_p, prior.y_mask)[0, :, frame].sum().backward()
     depends = torch.nonzero(z_p.grad[0].abs().sum(dim=0)).flatten() - frame
     assert (depends.min().item(), depends.max().item()) == (-context, context)
+
+
+def test_prior_expansion_is_the_hard_alignment_bit_for_bit() -> None:
+    # Two items of a padded batch: zero durations, a padded tail, and frames past the shorter item.
+    durations = torch.tensor([[2, 0, 3, 1, 0], [1, 4, 0, 0, 0]])
+    x = torch.randn(2, 3, 5)
+    frame_count = int(durations.sum(dim=1).max())
+    ends = torch.cumsum(durations, dim=1)
+    frames = torch.arange(frame_count).view(1, -1, 1)
+    path = ((frames >= (ends - durations).unsqueeze(1)) & (frames < ends.unsqueeze(1))).float()  # [b, frames, tokens]
+    reference = torch.matmul(path, x.transpose(1, 2)).transpose(1, 2)
+    expanded = repeat_by_durations(x, durations, frame_count)
+    assert expanded.shape == (2, 3, 6)
+    assert torch.equal(expanded, reference)
+    assert torch.equal(expanded[1, :, 5:], torch.zeros(3, 1))

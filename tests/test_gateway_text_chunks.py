@@ -34,10 +34,11 @@ async def test_first_sentence_comes_before_the_rest_is_phonemised() -> None:
     chunk_sentences = frontend.chunk_sentences
     frontend.chunk_sentences = lambda chunk: phonemised.append(chunk) or chunk_sentences(chunk)  # type: ignore[method-assign]
 
-    chunks = await servicer._in_text_thread(servicer._chunks, voice, TEXT)
-    sentences = servicer._chunk_sentences(voice, chunks)
+    chunks, first_chunk = await servicer._in_text_thread(servicer._chunks_and_first_sentences, voice, TEXT)
+    assert len(chunks) == 3 and phonemised == chunks[:1]  # the first chunk comes phonemised with the cut
+    sentences = servicer._chunk_sentences(voice, chunks, first_chunk)
     first = await anext(sentences)
-    assert len(chunks) == 3 and phonemised == chunks[:1]
+    assert phonemised == chunks[:1]
     rest = [sentence async for sentence in sentences]
     assert phonemised == chunks
     assert [s.phoneme_ids for s in [first, *rest]] == [s.phoneme_ids for s in whole]  # same as all at once
@@ -46,6 +47,7 @@ async def test_first_sentence_comes_before_the_rest_is_phonemised() -> None:
 async def test_text_without_words_fails_once_every_chunk_is_seen() -> None:
     servicer = _servicer()
     voice = default_registry().default
-    chunks = await servicer._in_text_thread(servicer._chunks, voice, "♪♪♪ ♪♪♪")
+    chunks, first = await servicer._in_text_thread(servicer._chunks_and_first_sentences, voice, "♪♪♪ ♪♪♪")
+    assert first == []
     with pytest.raises(EmptyTextError, match="no words"):
-        [sentence async for sentence in servicer._chunk_sentences(voice, chunks)]
+        [sentence async for sentence in servicer._chunk_sentences(voice, chunks, first)]

@@ -29,16 +29,18 @@ def gated_activation(x_in: torch.Tensor, cond: torch.Tensor | None, hidden_chann
     return torch.tanh(x_in[:, :hidden_channels]) * torch.sigmoid(x_in[:, hidden_channels:])
 
 
-def alignment_path(durations: torch.Tensor, frame_count: int) -> torch.Tensor:
-    """Hard monotonic alignment [batch, frames, tokens] from integer durations [batch, tokens].
+def repeat_by_durations(x: torch.Tensor, durations: torch.Tensor, frame_count: int) -> torch.Tensor:
+    """Each token's column of x [batch, channels, tokens] repeated for its integer duration
+    [batch, tokens]: [batch, channels, frame_count], zero past each item's frames.
 
-    Frame f belongs to token t when cumsum(d)[t-1] <= f < cumsum(d)[t].
+    It is the hard monotonic alignment (frame f belongs to token t when cumsum(d)[t-1] <= f <
+    cumsum(d)[t]) applied as a gather rather than a matrix product: the same values, bit for bit.
     """
-    ends = torch.cumsum(durations, dim=-1)  # [b, t]
-    starts = ends - durations
-    frames = torch.arange(frame_count, device=durations.device).view(1, -1, 1)  # [1, f, 1]
-    inside = (frames >= starts.unsqueeze(1)) & (frames < ends.unsqueeze(1))
-    return inside.to(torch.float32)
+    expanded = x.new_zeros(x.size(0), x.size(1), frame_count)
+    for item in range(x.size(0)):
+        columns = torch.repeat_interleave(x[item], durations[item], dim=1)
+        expanded[item, :, : columns.size(1)] = columns
+    return expanded
 
 
 def normal_noise(

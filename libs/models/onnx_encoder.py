@@ -1,23 +1,25 @@
 """The VITS text encoder (`VitsAcoustic.enc_p`) and stochastic duration predictor run by onnxruntime.
 
 On one CPU thread onnxruntime runs the encoder about a quarter faster than torch fp32 (161 ids:
-about 26 ms against 30-39 ms; two threads: about 18 ms) and agrees with it to about 1e-5. Torch
-under bf16 autocast takes about 22 ms on a CPU with AVX-512 BF16, but it is not float32, so it
-moves durations. The graph is exported once with the TorchScript exporter and cached as an .onnx
-file under `default_cache_dir()`, keyed by the encoder's config and weights and the torch and
-onnxruntime versions. A cached file is used only
-after it reproduces torch on a probe sentence; one that fails to load or disagrees is rebuilt.
+about 26 ms against 30-39 ms) and agrees with it to about 1e-5. Torch under bf16 autocast takes
+about 22 ms on a CPU with AVX-512 BF16, but it is not float32, so it moves durations. Each graph is
+exported once with the TorchScript exporter and cached as an .onnx file under `default_cache_dir()`,
+keyed by the config and weights it holds and the torch and onnxruntime versions. A cached file is
+used only after it reproduces torch on a probe sentence; one that fails to load or disagrees is
+rebuilt.
 
-Only an encoder without speaker input is exported (one graph then serves every request); a VITS2
-speaker-conditioned encoder stays in torch.
+Two graphs:
 
-The stochastic duration predictor's sampling pass (`sample_log_durations`) is a second graph,
-cached and probed the same way: hidden states and its noise in, log-durations out. Torch runs its
-depthwise dilated convolutions on a slow path (161 ids: about 8.5-9 ms on one thread); onnxruntime
-takes about 4.7 ms, also on one, and agrees to about 1e-5. It is a graph of its own, not part of the
-encoder's, so that a voice whose durations stay in torch (speaker-conditioned or deterministic
-predictor) still runs the same encoder graph, and either graph is re-exported without the other.
-Only a predictor without speaker input is exported.
+- `OnnxFrontEnd`, for a single-speaker voice with a stochastic duration predictor (the default
+  voice): phoneme ids and the duration noise in, the prior (m_p, logs_p) and the log-durations out.
+  Encoder and predictor are one graph, so a sentence's text side is one call on one thread pool.
+- `OnnxTextEncoder` (float32): just the encoder, for a voice whose durations stay in torch
+  (speaker-conditioned or deterministic predictor). A VITS2 speaker-conditioned encoder has no
+  graph at all and stays in torch.
+
+Measured on 120-200 ids, 2 cores, after 0.3 s idle: the front end takes 20-23 ms, against 28-30 ms
+for the encoder and the predictor as two graphs on threads that sleep between operators (in the
+running mesh, paragraph first sentences: 25 against 28.5 ms).
 """
 
 from __future__ import annotations
@@ -39,12 +41,13 @@ from torch import nn
 from libs.models.piper_import import INFERENCE_UNUSED_PREFIXES, default_cache_dir
 from libs.models.vits import DEFAULT_NOISE_W, EncoderOutput, StochasticDurationPredictor, TextEncoder, VitsAcoustic, VitsConfig
 
-ENCODER_CACHE_FORMAT_VERSION: Final = 1
+ENCODER_CACHE_FORMAT_VERSION: Final = 2
+"""Part of every cached graph's key and file name: bump it when an export changes."""
 ONNX_OPSET: Final = 17
 INPUT_NAME: Final = "phoneme_ids"
 OUTPUT_NAMES: Final = ("hidden", "m_p", "logs_p")
-DURATION_INPUT_NAMES: Final = ("hidden", "noise")
-DURATION_OUTPUT_NAME: Final = "logw"
+FRONT_END_INPUT_NAMES: Final = ("phoneme_ids", "noise")
+FRONT_END_OUTPUT_NAMES: Final = ("m_p", "logs_p", "logw")
 EXPORT_EXAMPLE_TOKENS: Final = 16
 PROBE_TOKENS: Final = 23
 PROBE_TOLERANCE: Final = 1e-4
@@ -53,13 +56,12 @@ PROBE_TOLERANCE: Final = 1e-4
 _log = logging.getLogger(__name__)
 
 
-# The encoder runs once per sentence, on the path to its first audio. A second thread takes plan()
-# from 36.7 to 28.1 ms (161 ids) when the other core is free, as it is at low load; it sleeps
-# between calls, so a busy machine loses only the brief oversubscription of one step.
+# The text side runs once per sentence, on the path to its first audio, while the rest of the mesh
+# is mostly idle: its graph runs on both cores. Its threads spin between operators during a call (a
+# sleeping thread woken for each of ~100 operators saves nothing: 161 ids took 27-29 ms on two such
+# threads, 28 on one) and stop at the end of the call, so they never burn a core between sentences.
+FRONT_END_THREADS: Final = 2
 ENCODER_THREADS: Final = 2
-# The duration predictor's graph is many small operators: a second thread saves nothing (161 ids:
-# 4.6-4.9 ms on one thread, 4.9-6 ms on two; plan() the same to 0.2 ms), so it is not worth waking.
-DURATION_THREADS: Final = 1
 
 
 def onnx_encoder_supported(config: VitsConfig) -> bool:
@@ -85,16 +87,19 @@ class _WholeSequenceEncoder(nn.Module):
         return hidden, m_p, logs_p
 
 
-class _WholeSequenceLogDurations(nn.Module):
-    """dp.sample_log_durations on one unpadded sentence: (hidden [1, C, tokens], noise [1, 2, tokens]) -> logw [1, 1, tokens]."""
+class _WholeSequenceFrontEnd(nn.Module):
+    """enc_p then dp.sample_log_durations on one unpadded sentence:
+    (ids [1, tokens], noise [1, 2, tokens]) -> (m_p, logs_p, logw [1, 1, tokens])."""
 
-    def __init__(self, predictor: StochasticDurationPredictor) -> None:
+    def __init__(self, encoder: TextEncoder, predictor: StochasticDurationPredictor) -> None:
         super().__init__()
+        self.encoder = _WholeSequenceEncoder(encoder)
         self.predictor = predictor
 
-    def forward(self, hidden: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        hidden, m_p, logs_p = self.encoder(ids)
         x_mask = torch.ones_like(hidden[:, :1])
-        return self.predictor.sample_log_durations(hidden, x_mask, noise)
+        return m_p, logs_p, self.predictor.sample_log_durations(hidden, x_mask, noise)
 
 
 def export_text_encoder(acoustic: VitsAcoustic) -> bytes:
@@ -105,13 +110,12 @@ def export_text_encoder(acoustic: VitsAcoustic) -> bytes:
     return _export(_WholeSequenceEncoder(acoustic.enc_p), example, (INPUT_NAME,), OUTPUT_NAMES)
 
 
-def export_duration_predictor(acoustic: VitsAcoustic) -> bytes:
-    """The stochastic duration predictor's sampling pass of `acoustic` as a serialised ONNX model."""
+def export_front_end(acoustic: VitsAcoustic) -> bytes:
+    """Encoder + stochastic duration predictor of `acoustic` as one serialised ONNX model."""
     if not onnx_durations_supported(acoustic.config):
         raise ValueError("this voice's duration predictor is deterministic or speaker-conditioned; run it in torch")
-    hidden = torch.zeros(1, acoustic.config.hidden_channels, EXPORT_EXAMPLE_TOKENS)
-    noise = torch.zeros(1, 2, EXPORT_EXAMPLE_TOKENS)
-    return _export(_WholeSequenceLogDurations(acoustic.dp), (hidden, noise), DURATION_INPUT_NAMES, (DURATION_OUTPUT_NAME,))
+    example = (torch.ones(1, EXPORT_EXAMPLE_TOKENS, dtype=torch.long), torch.zeros(1, 2, EXPORT_EXAMPLE_TOKENS))
+    return _export(_WholeSequenceFrontEnd(acoustic.enc_p, acoustic.dp), example, FRONT_END_INPUT_NAMES, FRONT_END_OUTPUT_NAMES)
 
 
 def _export(
@@ -153,12 +157,12 @@ def encoder_cache_path(acoustic: VitsAcoustic, cache_dir: str | Path | None = No
     return _cache_path("text-encoder", encoder_cache_key(acoustic), cache_dir)
 
 
-def duration_cache_path(acoustic: VitsAcoustic, cache_dir: str | Path | None = None) -> Path:
-    """Where the exported duration predictor of `acoustic` is cached (default folder: `default_cache_dir()`)."""
-    return _cache_path("duration-predictor", _cache_key(acoustic, "dp."), cache_dir)
+def front_end_cache_path(acoustic: VitsAcoustic, cache_dir: str | Path | None = None) -> Path:
+    """Where the exported front end (encoder + duration predictor) of `acoustic` is cached."""
+    return _cache_path("front-end", _cache_key(acoustic, ("enc_p.", "dp.")), cache_dir)
 
 
-def _cache_key(acoustic: VitsAcoustic, prefix: str) -> str:
+def _cache_key(acoustic: VitsAcoustic, prefix: str | tuple[str, ...]) -> str:
     """Hex digest of the voice's config, the weights under `prefix` and the torch and onnxruntime versions."""
     import onnxruntime
 
@@ -171,7 +175,7 @@ def _cache_key(acoustic: VitsAcoustic, prefix: str) -> str:
     for name, tensor in sorted(weights.items()):
         if name.startswith(INFERENCE_UNUSED_PREFIXES):
             continue
-        digest.update(f"{name.removeprefix(prefix)}:{tensor.dtype}:{tuple(tensor.shape)}".encode("utf-8"))
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode("utf-8"))
         digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy())
     return digest.hexdigest()
 
@@ -182,16 +186,17 @@ def _cache_path(stem: str, key: str, cache_dir: str | Path | None) -> Path:
 
 
 def cpu_session(model: str | Path | bytes, threads: int = ENCODER_THREADS) -> Any:
-    """An onnxruntime session on `threads` CPU threads that sleep, rather than spin, between calls.
+    """An onnxruntime session on `threads` CPU threads that spin only while a call runs.
 
-    The worker shares its cores with other services: a spinning idle thread would burn one.
+    The worker shares its cores with other services: a thread spinning between calls would burn one.
     """
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    options.add_session_config_entry("session.force_spinning_stop", "1")
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
     source = model if isinstance(model, bytes) else str(model)
     return onnxruntime.InferenceSession(source, options, providers=["CPUExecutionProvider"])
@@ -249,30 +254,36 @@ class OnnxTextEncoder(_CachedGraph):
         return EncoderOutput(hidden, m_p, logs_p, x_mask, lengths, None)
 
 
-class OnnxDurationPredictor(_CachedGraph):
-    """`StochasticDurationPredictor.sample_log_durations` for one unpadded sentence of a single-speaker voice."""
+class OnnxFrontEnd(_CachedGraph):
+    """Encoder + `StochasticDurationPredictor.sample_log_durations` for one unpadded sentence of a
+    single-speaker voice."""
 
     @classmethod
-    def load(cls, acoustic: VitsAcoustic, cache_dir: str | Path | None = None) -> "OnnxDurationPredictor":
-        """The duration predictor of `acoustic`, from the cache when a good copy is there, else exported (and cached)."""
+    def load(cls, acoustic: VitsAcoustic, cache_dir: str | Path | None = None) -> "OnnxFrontEnd":
+        """The front end of `acoustic`, from the cache when a good copy is there, else exported (and cached)."""
         return cls._load(
-            acoustic.dp,
-            duration_cache_path(acoustic, cache_dir),
-            lambda: export_duration_predictor(acoustic),
-            lambda candidate: _duration_probe_error(candidate, acoustic),
-            "duration predictor",
-            DURATION_THREADS,
+            acoustic,
+            front_end_cache_path(acoustic, cache_dir),
+            lambda: export_front_end(acoustic),
+            lambda candidate: _front_end_probe_error(candidate, acoustic),
+            "front end",
+            FRONT_END_THREADS,
         )
 
-    def log_durations(self, hidden: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-        """logw [1, 1, tokens] (float32) from hidden [1, C, tokens] and noise [1, 2, tokens] already scaled by noise_w."""
-        if hidden.size(0) != 1 or noise.shape != (1, 2, hidden.size(2)):
-            raise ValueError(f"one sentence at a time: hidden {tuple(hidden.shape)} needs noise [1, 2, tokens], got {tuple(noise.shape)}")
+    def run(self, phoneme_ids: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(m_p, logs_p, logw), float32, from ids [1, tokens] (int64, CPU) and noise [1, 2, tokens]
+        already scaled by noise_w."""
+        if phoneme_ids.dim() == 1:
+            phoneme_ids = phoneme_ids.unsqueeze(0)
+        tokens = phoneme_ids.size(1)
+        if phoneme_ids.size(0) != 1 or noise.shape != (1, 2, tokens):
+            raise ValueError(f"one sentence at a time: ids {tuple(phoneme_ids.shape)} need noise [1, 2, tokens], got {tuple(noise.shape)}")
         feeds = {
-            DURATION_INPUT_NAMES[0]: hidden.to(torch.float32).contiguous().numpy(),
-            DURATION_INPUT_NAMES[1]: noise.to(torch.float32).contiguous().numpy(),
+            FRONT_END_INPUT_NAMES[0]: phoneme_ids.to(torch.long).numpy(),
+            FRONT_END_INPUT_NAMES[1]: noise.to(torch.float32).contiguous().numpy(),
         }
-        return torch.from_numpy(self.session.run([DURATION_OUTPUT_NAME], feeds)[0])
+        m_p, logs_p, logw = (torch.from_numpy(output) for output in self.session.run(list(FRONT_END_OUTPUT_NAMES), feeds))
+        return m_p, logs_p, logw
 
 
 def _load_session(
@@ -319,18 +330,17 @@ def _encoder_probe_error(session: Any, acoustic: VitsAcoustic) -> float:
     return max(float(np.abs(output - expected.numpy()).max()) for output, expected in zip(outputs, reference))
 
 
-def _duration_probe_error(session: Any, acoustic: VitsAcoustic) -> float:
-    """Largest |onnxruntime - torch| of the log-durations for the probe sentence's hidden states and fixed noise."""
+def _front_end_probe_error(session: Any, acoustic: VitsAcoustic) -> float:
+    """Largest |onnxruntime - torch| over the front end's outputs for the probe sentence and fixed noise."""
     ids = _probe_ids(acoustic)
     # A fixed generator: the probe must not consume the global random stream.
     noise = torch.randn(1, 2, PROBE_TOKENS, generator=torch.Generator().manual_seed(0)) * DEFAULT_NOISE_W
     x_mask = torch.ones(1, 1, PROBE_TOKENS)
     with torch.no_grad(), torch.autocast("cpu", enabled=False):
-        hidden = acoustic.enc_p(ids, torch.full((1,), PROBE_TOKENS, dtype=torch.long))[0]
-        reference = acoustic.dp.sample_log_durations(hidden, x_mask, noise)
-    feeds = {DURATION_INPUT_NAMES[0]: hidden.numpy(), DURATION_INPUT_NAMES[1]: noise.numpy()}
-    (output,) = session.run([DURATION_OUTPUT_NAME], feeds)
-    return float(np.abs(output - reference.numpy()).max())
+        hidden, m_p, logs_p, _ = acoustic.enc_p(ids, torch.full((1,), PROBE_TOKENS, dtype=torch.long))
+        reference = (m_p, logs_p, acoustic.dp.sample_log_durations(hidden, x_mask, noise))
+    outputs = session.run(list(FRONT_END_OUTPUT_NAMES), {FRONT_END_INPUT_NAMES[0]: ids.numpy(), FRONT_END_INPUT_NAMES[1]: noise.numpy()})
+    return max(float(np.abs(output - expected.numpy()).max()) for output, expected in zip(outputs, reference))
 
 
 def _write_cache(path: Path, model: bytes, what: str) -> None:

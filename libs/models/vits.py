@@ -23,7 +23,7 @@ from torch import nn
 
 from libs.models import modules
 from libs.models.attentions import Encoder
-from libs.models.commons import accept_any_weight_norm_form, alignment_path, normal_noise, sequence_mask
+from libs.models.commons import accept_any_weight_norm_form, normal_noise, repeat_by_durations, sequence_mask
 
 DEFAULT_NOISE_SCALE: Final = 0.667
 DEFAULT_LENGTH_SCALE: Final = 1.0
@@ -274,12 +274,22 @@ def frames_from_log_durations(logw: torch.Tensor, x_mask: torch.Tensor, length_s
     return torch.ceil(w).squeeze(1).to(torch.long)
 
 
+def duration_noise(
+    lengths: torch.Tensor, tokens: int, generator: Generators, noise_w: float = DEFAULT_NOISE_W, device: torch.device | None = None
+) -> torch.Tensor:
+    """The stochastic duration predictor's noise [b, 2, tokens] for sentences of `lengths` tokens
+    (padded to `tokens`), drawn from `generator` and scaled by noise_w."""
+    shapes = [(2, int(n)) for n in lengths]
+    return normal_noise(shapes, (len(shapes), 2, tokens), generator, device=device) * noise_w
+
+
 @dataclass
 class EncoderOutput:
     """What `encode` returns: the text side of the model for a (padded) batch."""
 
-    hidden: torch.Tensor
-    """Text-encoder states [b, hidden, tokens] (input to the duration predictor)."""
+    hidden: torch.Tensor | None
+    """Text-encoder states [b, hidden, tokens] (input to the duration predictor); None when the
+    predictor ran in one graph with the encoder."""
     m_p: torch.Tensor
     """Prior mean per token [b, inter, tokens]."""
     logs_p: torch.Tensor
@@ -410,9 +420,7 @@ class VitsAcoustic(nn.Module):
         `durations` draws exactly this; a caller that runs the predictor elsewhere draws it here, so
         the generator's later draws (the prior noise of `expand`) stay the same.
         """
-        x = encoded.hidden
-        shapes = [(2, int(n)) for n in encoded.lengths]
-        return normal_noise(shapes, (x.size(0), 2, x.size(2)), generator, device=x.device) * noise_w
+        return duration_noise(encoded.lengths, encoded.x_mask.size(2), generator, noise_w, encoded.x_mask.device)
 
     def expand(
         self,
@@ -428,10 +436,9 @@ class VitsAcoustic(nn.Module):
         """
         frame_lengths = torch.clamp_min(durations.sum(dim=1), 1)
         frame_count = int(frame_lengths.max())
-        path = alignment_path(durations, frame_count)  # [b, frames, tokens]
         y_mask = sequence_mask(frame_lengths, frame_count).unsqueeze(1).to(encoded.m_p.dtype)
-        m_p = torch.matmul(path, encoded.m_p.transpose(1, 2)).transpose(1, 2)
-        logs_p = torch.matmul(path, encoded.logs_p.transpose(1, 2)).transpose(1, 2)
+        m_p = repeat_by_durations(encoded.m_p, durations, frame_count)
+        logs_p = repeat_by_durations(encoded.logs_p, durations, frame_count)
         channels = m_p.size(1)
         shapes = [(channels, int(n)) for n in frame_lengths]
         noise = normal_noise(shapes, tuple(m_p.shape), generator, device=m_p.device)

@@ -3,8 +3,8 @@
 The text encoder and durations run once per sentence and draw all of the sentence's noise up
 front from its seed; the mel then comes in growing chunks: the flow and the mel head over each
 chunk plus their receptive field of latent context, trimmed back. On a CPU the text encoder (and,
-for a single-speaker voice, the stochastic duration predictor) runs in onnxruntime
-(`libs.models.onnx_encoder`), in float32 whatever the precision setting.
+for a single-speaker voice, the stochastic duration predictor, in the same graph) runs in
+onnxruntime (`libs.models.onnx_encoder`), in float32 whatever the precision setting.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ import torch
 
 from libs.models.commons import sequence_mask
 from libs.models.mel_bridge import MelHead, load_mel_head
-from libs.models.onnx_encoder import OnnxDurationPredictor, OnnxTextEncoder, onnx_durations_supported, onnx_encoder_supported
+from libs.models.onnx_encoder import OnnxFrontEnd, OnnxTextEncoder, onnx_durations_supported, onnx_encoder_supported
 from libs.models.streaming import NO_END, StepInput, StepOutput, StreamNetwork, output_lag
 from libs.models.vits import (
     EncoderOutput,
     VitsAcoustic,
     VitsConfig,
+    duration_noise,
     flow_receptive_field_frames,
     frames_from_log_durations,
     synthesis_generator,
@@ -91,8 +92,8 @@ def default_encoder_backend(config: VitsConfig, device: str | torch.device) -> s
 def encoder_version_part(config: VitsConfig, encoder_backend: str) -> str:
     """The model-version part naming where the encoder and the duration predictor run.
 
-    With the onnxruntime encoder, a stochastic duration predictor without speaker input runs in
-    onnxruntime too ("+sdp"); either backend moves durations by round-off.
+    With the onnxruntime encoder, a stochastic duration predictor without speaker input runs in the
+    same graph ("+sdp"); either backend moves durations by round-off.
     """
     if encoder_backend == "onnxruntime" and onnx_durations_supported(config):
         return "encoder=onnxruntime+sdp"
@@ -158,8 +159,7 @@ class AcousticEngine(BatchedEngine):
         self.flow_context_frames = flow_receptive_field_frames(acoustic.config)
         self.head_context_frames = mel_head.receptive_field_frames
         self.encoder_backend = encoder_backend or default_encoder_backend(acoustic.config, self.device)
-        self._onnx_encoder = self._load_onnx_encoder()
-        self._onnx_durations = self._load_onnx_durations()
+        self._front_end, self._onnx_encoder = self._load_onnx_graphs()
         # A convolutional flow and the mel head stream: each step computes only new frames.
         self._network: StreamNetwork | None = None
         self.lag_frames = 0
@@ -169,22 +169,19 @@ class AcousticEngine(BatchedEngine):
             probe_g = torch.zeros(acoustic.config.gin_channels, 1) if self.num_speakers > 1 else None
             self.lag_frames = output_lag(self._network, acoustic.config.inter_channels, self.device, probe_g)
     
-    def _load_onnx_encoder(self) -> OnnxTextEncoder | None:
+    def _load_onnx_graphs(self) -> tuple[OnnxFrontEnd | None, OnnxTextEncoder | None]:
+        """(front end, encoder): the onnxruntime graph the text side runs in, or neither for "torch"."""
         if self.encoder_backend not in ENCODER_BACKENDS:
             raise ValueError(f"encoder_backend must be one of {ENCODER_BACKENDS}, got {self.encoder_backend!r}")
         if self.encoder_backend == "torch":
-            return None
+            return None, None
         if self.device.type != "cpu":
             raise ValueError(f"the onnxruntime text encoder runs on the CPU; this engine is on {self.device}: use 'torch'")
         if not onnx_encoder_supported(self.acoustic.config):
             raise ValueError("this voice's text encoder is speaker-conditioned and has no onnxruntime graph: use 'torch'")
-        return OnnxTextEncoder.load(self.acoustic)
-
-    def _load_onnx_durations(self) -> OnnxDurationPredictor | None:
-        # Durations follow the encoder: onnxruntime's encoder output feeds onnxruntime's predictor.
-        if self._onnx_encoder is None or not onnx_durations_supported(self.acoustic.config):
-            return None
-        return OnnxDurationPredictor.load(self.acoustic)
+        if onnx_durations_supported(self.acoustic.config):
+            return OnnxFrontEnd.load(self.acoustic), None
+        return None, OnnxTextEncoder.load(self.acoustic)
 
     @classmethod
     def load(
@@ -238,8 +235,8 @@ class AcousticEngine(BatchedEngine):
 
         The text encoder and the duration predictor always run in float32, whatever the precision
         (which applies to the flow and mel head): durations are rounded up to whole frames, and bf16
-        here would move a frame here and there (DNSMOS -0.010 measured). The backend of the encoder
-        and duration predictor (onnxruntime or torch) still moves them by round-off, so it is part of
+        here would move a frame here and there (DNSMOS -0.010 measured; an int8 encoder, -0.01 to
+        -0.025). The backend (onnxruntime or torch) still moves them by round-off, so it is part of
         the model version (and so of every cache key); each combination is deterministic.
         """
         if not phoneme_ids:
@@ -249,8 +246,11 @@ class AcousticEngine(BatchedEngine):
         generator = synthesis_generator(seed)
         ids = torch.as_tensor(list(phoneme_ids), dtype=torch.long, device=self.device).unsqueeze(0)
         speaker = params.speaker_id if self.num_speakers > 1 else None
-        encoded = self._encode(ids, speaker)
-        durations = self._durations(encoded, generator, params)
+        if self._front_end is not None:
+            encoded, durations = self._front_end_durations(ids, generator, params)
+        else:
+            encoded = self._encode(ids, speaker)
+            durations = self.acoustic.durations(encoded, generator, noise_w=params.noise_w, length_scale=1.0 / params.speed)
         prior = self.acoustic.expand(encoded, durations, generator, noise_scale=params.noise_scale)
         return SentencePlan(prior.z_p, encoded.g, [int(d) for d in durations[0].tolist()])
 
@@ -263,14 +263,17 @@ class AcousticEngine(BatchedEngine):
         encoded.g = self.acoustic.speaker_embedding(speaker, 1, self.device)
         return encoded
 
-    def _durations(self, encoded: EncoderOutput, generator: torch.Generator, params: SynthesisParams) -> torch.Tensor:
-        """Frames per token [1, tokens]; the noise comes from `generator` in the order torch's path draws it."""
-        length_scale = 1.0 / params.speed
-        if self._onnx_durations is None:
-            return self.acoustic.durations(encoded, generator, noise_w=params.noise_w, length_scale=length_scale)
-        noise = self.acoustic.duration_noise(encoded, generator, params.noise_w)
-        logw = self._onnx_durations.log_durations(encoded.hidden, noise)
-        return frames_from_log_durations(logw, encoded.x_mask, length_scale)
+    def _front_end_durations(
+        self, ids: torch.Tensor, generator: torch.Generator, params: SynthesisParams
+    ) -> tuple[EncoderOutput, torch.Tensor]:
+        """The front-end graph's prior and frames per token [1, tokens] for a single-speaker voice;
+        its noise is drawn from `generator` as torch's path draws it (before the prior's)."""
+        assert self._front_end is not None
+        tokens = ids.size(1)
+        lengths = torch.full((1,), tokens, dtype=torch.long)
+        m_p, logs_p, logw = self._front_end.run(ids, duration_noise(lengths, tokens, generator, params.noise_w))
+        x_mask = torch.ones(1, 1, tokens)
+        return EncoderOutput(None, m_p, logs_p, x_mask, lengths, None), frames_from_log_durations(logw, x_mask, 1.0 / params.speed)
 
     def mel_whole(self, plan: SentencePlan) -> np.ndarray:
         """The sentence's mel in one pass [n_mels, frames]: the reference chunked output must equal."""

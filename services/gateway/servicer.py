@@ -86,8 +86,9 @@ class TextToSpeechServicer:
             options = self._options(request)
             text = check_text(request.text, self._max_text_chars)
             call.voice(options.voice.name)
-            chunks = await self._in_text_thread(self._chunks, options.voice, text)  # bad text fails here, at once
-            async for response in self._pipeline(options, context).run(self._chunk_sentences(options.voice, chunks)):
+            # Bad text fails here, at once; the first chunk is phonemised in the same trip to the text thread.
+            chunks, first = await self._in_text_thread(self._chunks_and_first_sentences, options.voice, text)
+            async for response in self._pipeline(options, context).run(self._chunk_sentences(options.voice, chunks, first)):
                 call.sent(response)
                 yield response
 
@@ -147,6 +148,11 @@ class TextToSpeechServicer:
         with tracing.step_span(tracing.SPAN_NORMALISE, {"tts.text_chars": len(text)}):
             return self.frontend(voice).chunks(text)
 
+    def _chunks_and_first_sentences(self, voice: Voice, text: str) -> tuple[list[str], list[Any]]:
+        """`_chunks`, and the sentences of the first chunk (call on the text executor)."""
+        chunks = self._chunks(voice, text)
+        return chunks, self._phonemise(voice, chunks[0]) if chunks else []
+
     def _phonemise(self, voice: Voice, chunk: str) -> list[Any]:
         """The sentences of one chunk (call on the text executor)."""
         with tracing.step_span(tracing.SPAN_PHONEMISE, {tracing.ATTR_VOICE: voice.name}) as span:
@@ -159,12 +165,13 @@ class TextToSpeechServicer:
         context = contextvars.copy_context()
         return await asyncio.get_running_loop().run_in_executor(self._text_executor, context.run, function, *args)
 
-    async def _chunk_sentences(self, voice: Voice, chunks: list[str]) -> AsyncIterator[Any]:
-        """The sentences of `chunks`, each chunk phonemised when the pipeline asks for its sentences:
-        first audio does not wait for espeak-ng to get through a long text."""
+    async def _chunk_sentences(self, voice: Voice, chunks: list[str], first: list[Any]) -> AsyncIterator[Any]:
+        """The sentences of `chunks` (`first`: those of the first chunk, already phonemised), each
+        later chunk phonemised when the pipeline asks for its sentences: first audio does not wait
+        for espeak-ng to get through a long text."""
         spoken = 0
-        for chunk in chunks:
-            for sentence in await self._in_text_thread(self._phonemise, voice, chunk):
+        for index, chunk in enumerate(chunks):
+            for sentence in first if index == 0 else await self._in_text_thread(self._phonemise, voice, chunk):
                 spoken += 1
                 yield sentence
         if not spoken:
