@@ -151,6 +151,23 @@ async def test_worker_crash_mid_sentence_resumes_in_other_zone_sample_for_sample
         provider.shutdown()
 
 
+async def test_only_a_first_sentence_on_an_idle_worker_gets_both_cores(mesh: ToyMesh) -> None:
+    pool = await _zone_pool(mesh)
+    try:
+        engine = mesh.of("acoustic", "zone-a").servicer.engine
+        await _speak(pool)
+        assert engine.wide_plans == [True, False]  # the second sentence has the first one's playback as slack
+        engine.wide_plans.clear()
+        engine.chunk_delay_s = 0.2  # keep the first request's sentence in progress while the second starts
+        first = asyncio.create_task(_speak(pool))
+        await wait_until(lambda: len(engine.wide_plans) == 1)
+        await asyncio.gather(first, _speak(pool))
+        # The second request's first sentence came while another was being computed: one core.
+        assert engine.wide_plans[:2] == [True, False] and len(engine.wide_plans) == 4
+    finally:
+        await pool.close()
+
+
 async def test_blackholed_vocoder_fails_over_within_the_attempt_timeout(mesh: ToyMesh) -> None:
     pool = await _zone_pool(mesh)
     try:

@@ -57,6 +57,13 @@ def test_onnxruntime_encoder_equals_torch_encode(voice: PiperVoiceModels, export
     assert output.g is None and reference.g is None
 
 
+@pytest.mark.parametrize("name", ["short", "301"])
+def test_both_cores_give_the_same_numbers_bit_for_bit(exported: OnnxTextEncoder, name: str) -> None:
+    ids = torch.tensor([ID_RUNS[name]])
+    wide, lean = exported.encode(ids, wide=True), exported.encode(ids)
+    assert torch.equal(wide.hidden, lean.hidden) and torch.equal(wide.m_p, lean.m_p) and torch.equal(wide.logs_p, lean.logs_p)
+
+
 def test_export_leaves_the_callers_model_in_eval_mode(voice: PiperVoiceModels, exported: OnnxTextEncoder) -> None:
     assert not any(module.training for module in voice.acoustic.modules())
 

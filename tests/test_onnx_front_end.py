@@ -48,6 +48,15 @@ def test_float32_front_end_equals_torch(voice: PiperVoiceModels, exported: OnnxF
         assert float((output - expected).abs().max()) <= TOLERANCE
 
 
+@pytest.mark.parametrize("name", ["one", "short", "161", "301"])
+def test_both_cores_give_the_same_numbers_bit_for_bit(exported: OnnxFrontEnd, name: str) -> None:
+    # A resumed sentence is planned on one thread after its start ran on two: durations must agree.
+    ids = torch.tensor([ID_RUNS[name]])
+    noise = torch.randn(1, 2, ids.size(1), generator=torch.Generator().manual_seed(len(ID_RUNS[name]))) * 0.8
+    for wide, lean in zip(exported.run(ids, noise, wide=True), exported.run(ids, noise)):
+        assert torch.equal(wide, lean)
+
+
 def test_second_load_reads_the_cached_file_without_exporting(
     voice: PiperVoiceModels, front_end_cache: Path, exported: OnnxFrontEnd
 ) -> None:

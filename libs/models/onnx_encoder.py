@@ -17,9 +17,9 @@ Two graphs:
   (speaker-conditioned or deterministic predictor). A VITS2 speaker-conditioned encoder has no
   graph at all and stays in torch.
 
-Measured on 120-200 ids, 2 cores, after 0.3 s idle: the front end takes 20-23 ms, against 28-30 ms
-for the encoder and the predictor as two graphs on threads that sleep between operators (in the
-running mesh, paragraph first sentences: 25 against 28.5 ms).
+Measured on 120-200 ids, 2 cores, after 0.3 s idle: the front end on two threads (`wide_session`)
+takes 20-23 ms, against 28-30 ms for the encoder and the predictor as two graphs on threads that
+sleep between operators (in the running mesh, paragraph first sentences: 25 against 28.5 ms).
 """
 
 from __future__ import annotations
@@ -56,12 +56,13 @@ PROBE_TOLERANCE: Final = 1e-4
 _log = logging.getLogger(__name__)
 
 
-# The text side runs once per sentence, on the path to its first audio, while the rest of the mesh
-# is mostly idle: its graph runs on both cores. Its threads spin between operators during a call (a
-# sleeping thread woken for each of ~100 operators saves nothing: 161 ids took 27-29 ms on two such
-# threads, 28 on one) and stop at the end of the call, so they never burn a core between sentences.
-FRONT_END_THREADS: Final = 2
-ENCODER_THREADS: Final = 2
+# The text side of a request's first sentence is on the path to its first audio, and when the worker
+# has nothing else to do the rest of the mesh is mostly idle too: a graph's `wide_session` then runs
+# it on both cores. Its threads spin between operators during a call (a sleeping thread woken for
+# each of ~100 operators saves nothing: 161 ids took 27-29 ms on two such threads, 28 on one) and
+# stop at the end of the call, so they never burn a core between sentences. Under load the second
+# thread only takes CPU from other streams (8 streams: 10% less throughput), so `session` runs on one.
+WIDE_THREADS: Final = 2
 
 
 def onnx_encoder_supported(config: VitsConfig) -> bool:
@@ -185,7 +186,7 @@ def _cache_path(stem: str, key: str, cache_dir: str | Path | None) -> Path:
     return folder / f"{stem}-{key[:32]}.v{ENCODER_CACHE_FORMAT_VERSION}.onnx"
 
 
-def cpu_session(model: str | Path | bytes, threads: int = ENCODER_THREADS) -> Any:
+def cpu_session(model: str | Path | bytes, threads: int = 1) -> Any:
     """An onnxruntime session on `threads` CPU threads that spin only while a call runs.
 
     The worker shares its cores with other services: a thread spinning between calls would burn one.
@@ -207,7 +208,9 @@ class _CachedGraph:
     """An onnxruntime session on a graph exported from torch and cached on disk."""
 
     session: Any
-    """The onnxruntime InferenceSession (thread-safe: concurrent calls may share it)."""
+    """The onnxruntime InferenceSession on one thread (thread-safe: concurrent calls may share it)."""
+    wide_session: Any
+    """The same graph on `WIDE_THREADS` threads, for a call that may have the machine to itself."""
     cache_path: Path
     """The .onnx file the session was built from (or would have been, when the cache is not writable)."""
     exported: bool
@@ -215,14 +218,17 @@ class _CachedGraph:
 
     @classmethod
     def _load(
-        cls, module: nn.Module, path: Path, export: Callable[[], bytes], probe_error: Callable[[Any], float], what: str, threads: int
+        cls, module: nn.Module, path: Path, export: Callable[[], bytes], probe_error: Callable[[Any], float], what: str
     ) -> Any:
         """The graph of `module` from the cached file at `path` when it loads and passes the probe,
         else exported (and cached)."""
         if module.training:
             raise ValueError(f"the {what} is in training mode (dropout on): call .eval() before exporting it")
-        session, exported = _load_session(path, export, probe_error, what, threads)
-        return cls(session, path, exported)
+        session, source, exported = _load_session(path, export, probe_error, what)
+        return cls(session, cpu_session(source, WIDE_THREADS), path, exported)
+
+    def _session(self, wide: bool) -> Any:
+        return self.wide_session if wide else self.session
 
 
 class OnnxTextEncoder(_CachedGraph):
@@ -237,18 +243,18 @@ class OnnxTextEncoder(_CachedGraph):
             lambda: export_text_encoder(acoustic),
             lambda candidate: _encoder_probe_error(candidate, acoustic),
             "text encoder",
-            ENCODER_THREADS,
         )
 
-    def encode(self, phoneme_ids: torch.Tensor) -> EncoderOutput:
-        """ids [1, tokens] (int64, CPU) -> the `EncoderOutput` torch gives: float32, full mask, g None."""
+    def encode(self, phoneme_ids: torch.Tensor, wide: bool = False) -> EncoderOutput:
+        """ids [1, tokens] (int64, CPU) -> the `EncoderOutput` torch gives: float32, full mask, g None.
+        `wide` runs it on `WIDE_THREADS` threads."""
         if phoneme_ids.dim() == 1:
             phoneme_ids = phoneme_ids.unsqueeze(0)
         if phoneme_ids.size(0) != 1:
             raise ValueError(f"the onnxruntime encoder takes one sentence at a time, got a batch of {phoneme_ids.size(0)}")
         tokens = phoneme_ids.size(1)
         feeds = {INPUT_NAME: phoneme_ids.to(torch.long).numpy()}
-        hidden, m_p, logs_p = (torch.from_numpy(output) for output in self.session.run(list(OUTPUT_NAMES), feeds))
+        hidden, m_p, logs_p = (torch.from_numpy(output) for output in self._session(wide).run(list(OUTPUT_NAMES), feeds))
         x_mask = torch.ones(1, 1, tokens)
         lengths = torch.full((1,), tokens, dtype=torch.long)
         return EncoderOutput(hidden, m_p, logs_p, x_mask, lengths, None)
@@ -267,12 +273,11 @@ class OnnxFrontEnd(_CachedGraph):
             lambda: export_front_end(acoustic),
             lambda candidate: _front_end_probe_error(candidate, acoustic),
             "front end",
-            FRONT_END_THREADS,
         )
 
-    def run(self, phoneme_ids: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def run(self, phoneme_ids: torch.Tensor, noise: torch.Tensor, wide: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(m_p, logs_p, logw), float32, from ids [1, tokens] (int64, CPU) and noise [1, 2, tokens]
-        already scaled by noise_w."""
+        already scaled by noise_w; `wide` runs it on `WIDE_THREADS` threads."""
         if phoneme_ids.dim() == 1:
             phoneme_ids = phoneme_ids.unsqueeze(0)
         tokens = phoneme_ids.size(1)
@@ -282,31 +287,32 @@ class OnnxFrontEnd(_CachedGraph):
             FRONT_END_INPUT_NAMES[0]: phoneme_ids.to(torch.long).numpy(),
             FRONT_END_INPUT_NAMES[1]: noise.to(torch.float32).contiguous().numpy(),
         }
-        m_p, logs_p, logw = (torch.from_numpy(output) for output in self.session.run(list(FRONT_END_OUTPUT_NAMES), feeds))
+        m_p, logs_p, logw = (torch.from_numpy(output) for output in self._session(wide).run(list(FRONT_END_OUTPUT_NAMES), feeds))
         return m_p, logs_p, logw
 
 
 def _load_session(
-    path: Path, export: Callable[[], bytes], probe_error: Callable[[Any], float], what: str, threads: int
-) -> tuple[Any, bool]:
-    """(session, exported): from the cached file at `path` when it loads and passes the probe, else exported and cached."""
+    path: Path, export: Callable[[], bytes], probe_error: Callable[[Any], float], what: str
+) -> tuple[Any, Path | bytes, bool]:
+    """(one-thread session, the file or bytes it was built from, exported): from the cached file at
+    `path` when it loads and passes the probe, else exported and cached."""
     if path.exists():
-        session = _cached_session(path, probe_error, what, threads)
+        session = _cached_session(path, probe_error, what)
         if session is not None:
-            return session, False
+            return session, path, False
     model = export()
-    session = cpu_session(model, threads)
+    session = cpu_session(model)
     error = probe_error(session)
     if error > PROBE_TOLERANCE:
         raise RuntimeError(f"the exported {what} differs from torch by {error:.2e} (> {PROBE_TOLERANCE})")
     _write_cache(path, model, what)
-    return session, True
+    return session, model, True
 
 
-def _cached_session(path: Path, probe_error: Callable[[Any], float], what: str, threads: int) -> Any | None:
+def _cached_session(path: Path, probe_error: Callable[[Any], float], what: str) -> Any | None:
     """A session from the cached file, or None when the file is unreadable or disagrees with torch."""
     try:
-        session = cpu_session(path, threads)
+        session = cpu_session(path)
         error = probe_error(session)
     except Exception as failure:  # noqa: BLE001 - whatever is wrong with the file, re-exporting fixes it
         _log.warning("cached %s %s does not load (%s); exporting it again", what, path, failure)

@@ -230,8 +230,10 @@ class AcousticEngine(BatchedEngine):
         )
 
     @torch.inference_mode()
-    def plan(self, phoneme_ids: Sequence[int], params: SynthesisParams, seed: int) -> SentencePlan:
-        """Encoder and durations for one sentence, with all of its noise drawn from `seed`.
+    def plan(self, phoneme_ids: Sequence[int], params: SynthesisParams, seed: int, wide: bool = False) -> SentencePlan:
+        """Encoder and durations for one sentence, with all of its noise drawn from `seed`; `wide`
+        spreads an onnxruntime text side over all its threads (for a sentence whose first audio is
+        awaited while the machine is otherwise idle). Threads do not change the numbers.
 
         The text encoder and the duration predictor always run in float32, whatever the precision
         (which applies to the flow and mel head): durations are rounded up to whole frames, and bf16
@@ -247,31 +249,31 @@ class AcousticEngine(BatchedEngine):
         ids = torch.as_tensor(list(phoneme_ids), dtype=torch.long, device=self.device).unsqueeze(0)
         speaker = params.speaker_id if self.num_speakers > 1 else None
         if self._front_end is not None:
-            encoded, durations = self._front_end_durations(ids, generator, params)
+            encoded, durations = self._front_end_durations(ids, generator, params, wide)
         else:
-            encoded = self._encode(ids, speaker)
+            encoded = self._encode(ids, speaker, wide)
             durations = self.acoustic.durations(encoded, generator, noise_w=params.noise_w, length_scale=1.0 / params.speed)
         prior = self.acoustic.expand(encoded, durations, generator, noise_scale=params.noise_scale)
         return SentencePlan(prior.z_p, encoded.g, [int(d) for d in durations[0].tolist()])
 
-    def _encode(self, ids: torch.Tensor, speaker: int | None) -> EncoderOutput:
+    def _encode(self, ids: torch.Tensor, speaker: int | None, wide: bool) -> EncoderOutput:
         """The text encoder's float32 output for ids [1, tokens]."""
         if self._onnx_encoder is None:
             return self.acoustic.encode(ids, speaker_id=speaker)
-        encoded = self._onnx_encoder.encode(ids)
+        encoded = self._onnx_encoder.encode(ids, wide)
         # This encoder takes no speaker input, but the speaker still conditions the durations and the flow.
         encoded.g = self.acoustic.speaker_embedding(speaker, 1, self.device)
         return encoded
 
     def _front_end_durations(
-        self, ids: torch.Tensor, generator: torch.Generator, params: SynthesisParams
+        self, ids: torch.Tensor, generator: torch.Generator, params: SynthesisParams, wide: bool
     ) -> tuple[EncoderOutput, torch.Tensor]:
         """The front-end graph's prior and frames per token [1, tokens] for a single-speaker voice;
         its noise is drawn from `generator` as torch's path draws it (before the prior's)."""
         assert self._front_end is not None
         tokens = ids.size(1)
         lengths = torch.full((1,), tokens, dtype=torch.long)
-        m_p, logs_p, logw = self._front_end.run(ids, duration_noise(lengths, tokens, generator, params.noise_w))
+        m_p, logs_p, logw = self._front_end.run(ids, duration_noise(lengths, tokens, generator, params.noise_w), wide)
         x_mask = torch.ones(1, 1, tokens)
         return EncoderOutput(None, m_p, logs_p, x_mask, lengths, None), frames_from_log_durations(logw, x_mask, 1.0 / params.speed)
 

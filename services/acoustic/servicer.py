@@ -32,6 +32,7 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
         self._voice_name = voice_name
         self._metrics = metrics
         self._tracker = StreamTracker(metrics.inflight_streams, metrics.streams_total)
+        self._sentences_in_progress = 0
         self._inference = InferenceRunner(executor, metrics, lambda: getattr(self.engine, "batcher", None) is not None)
 
     async def GetModelInfo(
@@ -54,6 +55,7 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
         await worker_admission("acoustic").admit(context, engine)  # RESOURCE_EXHAUSTED when out of room
         async with self._tracker.track(context):
             async for request in request_iterator:
+                self._sentences_in_progress += 1
                 try:
                     async for message in self._sentence(engine, request):
                         yield message
@@ -61,6 +63,8 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
                     raise
                 except Exception as error:  # every failure goes through the one status table
                     await abort_for(context, error)
+                finally:
+                    self._sentences_in_progress -= 1
 
     async def _sentence(self, engine: Any, request: acoustic_pb2.SentenceRequest) -> AsyncIterator[mel_pb2.MelSlices]:
         from libs.voice.engine import SynthesisParams  # torch-heavy: imported only inside the worker
@@ -86,12 +90,16 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
         )
         phoneme_ids = list(request.phoneme_ids)
         seed = request.seed or engine.synthesis_seed(phoneme_ids, params)
+        # A client waits for this sentence's first audio and nothing else runs here: let the text
+        # side have both cores. A later sentence has the playback of the earlier ones as slack.
+        wide = request.sentence_index == 0 and request.start_frame == 0 and self._sentences_in_progress == 1
         plan = await self._inference.run(
             STAGE_PLAN,
             engine.plan,
             phoneme_ids,
             params,
             seed,
+            wide,
             span=tracing.SPAN_ACOUSTIC_PLAN,
             span_attributes={tracing.ATTR_SENTENCE_INDEX: request.sentence_index, tracing.ATTR_PHONEME_COUNT: len(phoneme_ids)},
         )

@@ -56,12 +56,15 @@ class ToyAcousticEngine:
     def __init__(self, chunk_delay_s: float = 0.02) -> None:
         self.chunk_delay_s = chunk_delay_s
         self.schedule = ACOUSTIC_SCHEDULE
+        self.wide_plans: list[bool] = []
+        """`wide` of every plan, in order (whether the servicer gave the text side both cores)."""
 
     def synthesis_seed(self, phoneme_ids: Sequence[int], params: Any) -> int:
         digest = hashlib.sha256(repr((self.model_version, list(phoneme_ids), params)).encode()).digest()
         return int.from_bytes(digest[:8], "little") or 1
 
-    def plan(self, phoneme_ids: Sequence[int], params: Any, seed: int) -> Any:
+    def plan(self, phoneme_ids: Sequence[int], params: Any, seed: int, wide: bool = False) -> Any:
+        self.wide_plans.append(wide)
         frames = FRAMES_PER_PHONEME * len(phoneme_ids)
         return SimpleNamespace(frame_count=frames, phoneme_frames=[FRAMES_PER_PHONEME] * len(phoneme_ids), seed=seed)
 
@@ -100,6 +103,7 @@ class ToyWorker:
     proxy: FaultProxy
     health: health.aio.HealthServicer
     metrics: Any
+    servicer: Any
 
     @property
     def spec(self) -> str:
@@ -146,7 +150,7 @@ class ToyMesh:
                 await server.start()
                 proxy = FaultProxy(f"127.0.0.1:{port}")
                 await proxy.start()
-                worker = ToyWorker(kind, zone, server, proxy, health_servicer, metrics)
+                worker = ToyWorker(kind, zone, server, proxy, health_servicer, metrics, servicer)
                 await worker.set_serving(True)
                 self.workers.append(worker)
         return self
