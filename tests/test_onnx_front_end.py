@@ -20,13 +20,8 @@ TOLERANCE = 1e-4
 
 
 @pytest.fixture(scope="module")
-def front_end_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("front-end-cache")
-
-
-@pytest.fixture(scope="module")
-def exported(voice: PiperVoiceModels, front_end_cache: Path) -> OnnxFrontEnd:
-    return OnnxFrontEnd.load(voice.acoustic, cache_dir=front_end_cache)
+def exported(voice: PiperVoiceModels, graph_cache: Path) -> OnnxFrontEnd:
+    return OnnxFrontEnd.load(voice.acoustic, cache_dir=graph_cache)
 
 
 def _torch_front_end(acoustic: VitsAcoustic, ids: list[int], noise_w: float, seed: int) -> tuple[torch.Tensor, ...]:
@@ -58,12 +53,12 @@ def test_both_cores_give_the_same_numbers_bit_for_bit(exported: OnnxFrontEnd, na
 
 
 def test_second_load_reads_the_cached_file_without_exporting(
-    voice: PiperVoiceModels, front_end_cache: Path, exported: OnnxFrontEnd
+    voice: PiperVoiceModels, graph_cache: Path, exported: OnnxFrontEnd
 ) -> None:
     written_ns = exported.cache_path.stat().st_mtime_ns
-    again = OnnxFrontEnd.load(voice.acoustic, cache_dir=front_end_cache)
+    again = OnnxFrontEnd.load(voice.acoustic, cache_dir=graph_cache)
     assert exported.exported and not again.exported
-    assert again.cache_path == exported.cache_path and again.cache_path.parent == front_end_cache
+    assert again.cache_path == exported.cache_path and again.cache_path.parent == graph_cache
     assert again.cache_path.stat().st_mtime_ns == written_ns
     ids, noise = torch.tensor([SHORT_IDS]), torch.randn(1, 2, len(SHORT_IDS))
     for left, right in zip(again.run(ids, noise), exported.run(ids, noise)):
