@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -63,14 +64,20 @@ def test_export_leaves_the_callers_model_in_eval_mode(voice: PiperVoiceModels, e
     assert not any(module.training for module in voice.acoustic.modules())
 
 
+def load_again_from_the_cache(first: Any, load: Callable[[], Any], folder: Path) -> Any:
+    """`load()` after `first` exported a graph into `folder`: it must read that file, untouched."""
+    written_ns = first.cache_path.stat().st_mtime_ns
+    again = load()
+    assert first.exported and not again.exported
+    assert again.cache_path == first.cache_path and again.cache_path.parent == folder
+    assert again.cache_path.stat().st_mtime_ns == written_ns
+    return again
+
+
 def test_second_load_reads_the_cached_file_without_exporting(
     voice: PiperVoiceModels, graph_cache: Path, exported: OnnxTextEncoder
 ) -> None:
-    written_ns = exported.cache_path.stat().st_mtime_ns
-    again = OnnxTextEncoder.load(voice.acoustic, cache_dir=graph_cache)
-    assert exported.exported and not again.exported
-    assert again.cache_path == exported.cache_path and again.cache_path.parent == graph_cache
-    assert again.cache_path.stat().st_mtime_ns == written_ns
+    again = load_again_from_the_cache(exported, lambda: OnnxTextEncoder.load(voice.acoustic, cache_dir=graph_cache), graph_cache)
     ids = torch.tensor([SHORT_IDS])
     assert torch.equal(again.encode(ids).m_p, exported.encode(ids).m_p)
 
