@@ -34,9 +34,11 @@ async def test_first_sentence_comes_before_the_rest_is_phonemised() -> None:
     chunk_sentences = frontend.chunk_sentences
     frontend.chunk_sentences = lambda chunk: phonemised.append(chunk) or chunk_sentences(chunk)  # type: ignore[method-assign]
 
-    chunks, first_chunk = await servicer._in_text_thread(servicer._chunks_and_first_sentences, voice, TEXT)
-    assert len(chunks) == 3 and phonemised == chunks[:1]  # the first chunk comes phonemised with the cut
-    sentences = servicer._chunk_sentences(voice, chunks, first_chunk)
+    chunks = servicer._chunks(voice, TEXT)
+    first_chunk, later = await servicer._in_text_thread(servicer._first_sentences_and_later_chunks, voice, TEXT)
+    assert len(chunks) == 3 and later == chunks[1:]
+    assert phonemised == chunks[:1]  # the first chunk comes phonemised with the cut
+    sentences = servicer._chunk_sentences(voice, first_chunk, later)
     first = await anext(sentences)
     assert phonemised == chunks[:1]
     rest = [sentence async for sentence in sentences]
@@ -47,7 +49,7 @@ async def test_first_sentence_comes_before_the_rest_is_phonemised() -> None:
 async def test_text_without_words_fails_once_every_chunk_is_seen() -> None:
     servicer = _servicer()
     voice = default_registry().default
-    chunks, first = await servicer._in_text_thread(servicer._chunks_and_first_sentences, voice, "♪♪♪ ♪♪♪")
+    first, later = await servicer._in_text_thread(servicer._first_sentences_and_later_chunks, voice, "♪♪♪ ♪♪♪")
     assert first == []
     with pytest.raises(EmptyTextError, match="no words"):
-        [sentence async for sentence in servicer._chunk_sentences(voice, chunks, first)]
+        [sentence async for sentence in servicer._chunk_sentences(voice, first, later)]

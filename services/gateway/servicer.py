@@ -87,8 +87,8 @@ class TextToSpeechServicer:
             text = check_text(request.text, self._max_text_chars)
             call.voice(options.voice.name)
             # Bad text fails here, at once; the first chunk is phonemised in the same trip to the text thread.
-            chunks, first = await self._in_text_thread(self._chunks_and_first_sentences, options.voice, text)
-            async for response in self._pipeline(options, context).run(self._chunk_sentences(options.voice, chunks, first)):
+            first, later = await self._in_text_thread(self._first_sentences_and_later_chunks, options.voice, text)
+            async for response in self._pipeline(options, context).run(self._chunk_sentences(options.voice, first, later)):
                 call.sent(response)
                 yield response
 
@@ -148,10 +148,11 @@ class TextToSpeechServicer:
         with tracing.step_span(tracing.SPAN_NORMALISE, {"tts.text_chars": len(text)}):
             return self.frontend(voice).chunks(text)
 
-    def _chunks_and_first_sentences(self, voice: Voice, text: str) -> tuple[list[str], list[Any]]:
-        """`_chunks`, and the sentences of the first chunk (call on the text executor)."""
-        chunks = self._chunks(voice, text)
-        return chunks, self._phonemise(voice, chunks[0]) if chunks else []
+    def _first_sentences_and_later_chunks(self, voice: Voice, text: str) -> tuple[list[Any], list[str]]:
+        """`_chunks`, the first one already phonemised: (its sentences, the other chunks) (call on
+        the text executor)."""
+        first, *later = self._chunks(voice, text)
+        return self._phonemise(voice, first), later
 
     def _phonemise(self, voice: Voice, chunk: str) -> list[Any]:
         """The sentences of one chunk (call on the text executor)."""
@@ -165,13 +166,15 @@ class TextToSpeechServicer:
         context = contextvars.copy_context()
         return await asyncio.get_running_loop().run_in_executor(self._text_executor, context.run, function, *args)
 
-    async def _chunk_sentences(self, voice: Voice, chunks: list[str], first: list[Any]) -> AsyncIterator[Any]:
-        """The sentences of `chunks` (`first`: those of the first chunk, already phonemised), each
-        later chunk phonemised when the pipeline asks for its sentences: first audio does not wait
-        for espeak-ng to get through a long text."""
+    async def _chunk_sentences(self, voice: Voice, first: list[Any], later: list[str]) -> AsyncIterator[Any]:
+        """The first chunk's sentences, then those of each `later` chunk, phonemised when the
+        pipeline asks for them: first audio does not wait for espeak-ng to get through a long text."""
         spoken = 0
-        for index, chunk in enumerate(chunks):
-            for sentence in first if index == 0 else await self._in_text_thread(self._phonemise, voice, chunk):
+        for sentence in first:
+            spoken += 1
+            yield sentence
+        for chunk in later:
+            for sentence in await self._in_text_thread(self._phonemise, voice, chunk):
                 spoken += 1
                 yield sentence
         if not spoken:
