@@ -168,6 +168,7 @@ class AcousticEngine(BatchedEngine):
             self._network = StreamNetwork.latent_to_mel(self.acoustic.flow, self.mel_head)
             probe_g = torch.zeros(acoustic.config.gin_channels, 1) if self.num_speakers > 1 else None
             self.lag_frames = output_lag(self._network, acoustic.config.inter_channels, self.device, probe_g)
+            self._network.first_step_width = schedule.chunk_frames(0) + self.lag_frames
     
     def _load_onnx_graphs(self) -> tuple[OnnxFrontEnd | None, OnnxTextEncoder | None]:
         """(front end, encoder): the onnxruntime graph the text side runs in, or neither for "torch"."""
@@ -352,8 +353,13 @@ class AcousticEngine(BatchedEngine):
         return mels
 
     def warm_up(self) -> None:
-        """Run one short sentence so the first real request pays no first-call costs (onnxruntime's included)."""
+        """Run one short sentence, and a long sentence's first step, so the first real request pays no
+        first-call costs (onnxruntime's, and the packing of the first step's kernels, included)."""
         ids = [1, 0, 20, 0, 59, 0, 24, 0, 27, 0, 2]
         plan = self.plan(ids, SynthesisParams(), seed=0)
         for _ in self.mel_chunks(plan):
             pass
+        if self._network is not None and self._network.first_step_width is not None:
+            prior = torch.zeros(self.acoustic.config.inter_channels, self._network.first_step_width, device=self.device)
+            g = None if plan.g is None else plan.g[0]
+            self._runtime.run(StepInput(prior, start=0, low=0, high=NO_END, state=None, g=g))

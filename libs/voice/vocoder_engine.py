@@ -58,6 +58,7 @@ class VocoderEngine(BatchedEngine):
         self.schedule = schedule
         self._network = StreamNetwork.vocoder(self.vocoder)
         self.lag_frames = -(-output_lag(self._network, n_mels, self.device) // hop_length)
+        self._network.first_step_width = schedule.chunk_frames(0)
         """Frames the streamed output lags behind the mel pushed (the last step lets them out)."""
 
     @classmethod
@@ -156,7 +157,8 @@ class VocoderEngine(BatchedEngine):
         return VocoderStream(self, origin_frame, origin_frame if emit_from_frame is None else emit_from_frame)
 
     def warm_up(self) -> None:
-        """Vocode a short stretch of silence-like mel so the first real request pays no first-call costs."""
+        """Vocode a short stretch of silence-like mel, whole and streamed, so the first real request
+        pays no first-call costs (the packing of the first step's kernels included)."""
         silence = np.full((self.n_mels, 32), -5.0, dtype=np.float32)
         self.vocode(silence)
         stream = self.open_stream()
