@@ -76,6 +76,8 @@ def test_traffic_shows_up_in_every_services_metrics(mesh: Mesh) -> None:
     assert abs(audio_s - sum(s.duration_s for s in spoken)) < 0.01
     for samples in (gateway, acoustic, vocoder):
         assert samples["process_resident_memory_bytes"] > 50e6
+        # What start-up built (modules, models, stubs) is out of the collector's full passes.
+        assert samples["tts_gc_frozen_objects"] > 10_000
 
     # Acoustic: three sentences synthesised (the repeat came from Redis), each a plan and chunks.
     plans = _delta(acoustic, a0, 'tts_acoustic_inference_seconds_count{stage="plan"}')

@@ -1,13 +1,16 @@
-"""Process memory metrics: real RSS from this process, GPU memory only where CUDA is in use."""
+"""Process metrics: real RSS from this process, the start-up freeze of the heap, GPU memory only where CUDA is in use."""
 
 from __future__ import annotations
+
+import gc
 
 import numpy as np
 import pytest
 import torch
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
-from libs.telemetry.process import GPU_ALLOCATED_METRIC, register_process_metrics
+from libs.mesh.server import freeze_startup_heap
+from libs.telemetry.process import GC_FROZEN_METRIC, GPU_ALLOCATED_METRIC, register_process_metrics
 
 
 def _value(registry: CollectorRegistry, name: str, labels: dict[str, str] | None = None) -> float | None:
@@ -25,9 +28,25 @@ def test_rss_gauge_reports_this_process_and_grows_with_an_allocation() -> None:
     del block
 
 
+def test_start_up_freeze_takes_the_heap_out_of_full_collections_and_shows_in_the_gauge() -> None:
+    registry = CollectorRegistry()
+    register_process_metrics(registry)
+    assert _value(registry, GC_FROZEN_METRIC) == gc.get_freeze_count()
+    tracked = len(gc.get_objects())
+    try:
+        freeze_startup_heap()
+        frozen = _value(registry, GC_FROZEN_METRIC)
+        assert frozen is not None and frozen == gc.get_freeze_count() > 10_000  # torch alone brings more
+        # A full pass no longer walks them: what it still sees is what was made since.
+        assert len(gc.get_objects()) < tracked / 10
+    finally:
+        gc.unfreeze()
+    assert _value(registry, GC_FROZEN_METRIC) == 0
+
+
 def test_registering_twice_registers_nothing_twice() -> None:
     registry = CollectorRegistry()
-    assert len(register_process_metrics(registry)) == 2
+    assert len(register_process_metrics(registry)) == 3
     assert register_process_metrics(registry) == []
     assert generate_latest(registry).decode().count("# TYPE process_resident_memory_bytes gauge") == 1
 
@@ -35,7 +54,7 @@ def test_registering_twice_registers_nothing_twice() -> None:
 def test_default_registry_keeps_its_own_process_collector() -> None:
     added = register_process_metrics(REGISTRY)
     try:
-        assert [type(collector).__name__ for collector in added] in ([], ["GpuMemoryCollector"])
+        assert [type(collector).__name__ for collector in added] in ([], ["GcFrozenCollector", "GpuMemoryCollector"])
         assert _value(REGISTRY, "process_resident_memory_bytes") > 0
     finally:
         for collector in added:

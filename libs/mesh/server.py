@@ -10,6 +10,7 @@ tracing (set up from OTEL_* env vars, flushed on exit) and the event loop.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 from contextlib import asynccontextmanager
@@ -60,6 +61,20 @@ def run_service(service: str, serve: Callable[[Any], Coroutine[Any, Any, None]])
     finally:
         shutdown_tracing(provider)  # flush the last spans
     return 0
+
+
+def freeze_startup_heap() -> None:
+    """Take every object alive after start-up (modules, models, stubs) out of the garbage collector's
+    full passes; call it once, when the service is about to report SERVING.
+
+    A full pass walks every tracked object: in a worker, with torch and the voice loaded (about 180
+    thousand objects), one took 65 ms, and one comes due whenever enough objects have survived since
+    the last; in the middle of a request it is a stall the client hears. What start-up built lives
+    as long as the process, so nothing is lost by never scanning it again; objects made later are
+    collected as usual.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 class ServiceRuntime:

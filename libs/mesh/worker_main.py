@@ -7,7 +7,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from libs.mesh.server import ServiceRuntime
+from libs.mesh.server import ServiceRuntime, freeze_startup_heap
 from libs.mesh.settings import WorkerSettings
 
 _log = logging.getLogger(__name__)
@@ -59,6 +59,7 @@ async def run_worker(
         await asyncio.wait({load, stop}, return_when=asyncio.FIRST_COMPLETED)
         if load.done():
             install_engine(load.result())  # re-raises a failed load: the process exits non-zero
+            freeze_startup_heap()
             await runtime.set_serving(True)
             _log.info("model loaded and warmed up: SERVING")
             await stop

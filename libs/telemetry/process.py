@@ -1,4 +1,5 @@
-"""Process memory metrics: resident memory (RSS) and, when this process uses CUDA, GPU memory.
+"""Process metrics: resident memory (RSS), the objects frozen out of the garbage collector at
+start-up and, when this process uses CUDA, GPU memory.
 
 Nothing is registered at import time: a service calls `register_process_metrics(registry)` once
 with the registry its `/metrics` endpoint serves. Calling it again, or on the default registry
@@ -12,6 +13,7 @@ CUDA: asking an uninitialised device would create a CUDA context and itself take
 
 from __future__ import annotations
 
+import gc
 import sys
 from typing import Final, Iterator
 
@@ -23,6 +25,18 @@ from prometheus_client.registry import Collector
 GPU_ALLOCATED_METRIC: Final = "tts_gpu_memory_allocated_bytes"
 GPU_RESERVED_METRIC: Final = "tts_gpu_memory_reserved_bytes"
 GPU_TOTAL_METRIC: Final = "tts_gpu_memory_total_bytes"
+GC_FROZEN_METRIC: Final = "tts_gc_frozen_objects"
+_GC_FROZEN_HELP: Final = "Objects taken out of the garbage collector's full passes at start-up (libs.mesh.server.freeze_startup_heap)."
+
+
+class GcFrozenCollector(Collector):
+    """How many objects this process froze out of the garbage collector (0 until it is ready)."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(GC_FROZEN_METRIC, _GC_FROZEN_HELP, value=float(gc.get_freeze_count()))
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(GC_FROZEN_METRIC, _GC_FROZEN_HELP)
 
 
 class GpuMemoryCollector(Collector):
@@ -67,13 +81,13 @@ def _initialised_cuda_devices() -> range:
 
 
 def register_process_metrics(registry: CollectorRegistry) -> list[Collector]:
-    """Register RSS (and the other standard process metrics) and GPU memory on `registry`.
+    """Register RSS (and the other standard process metrics), frozen objects and GPU memory on `registry`.
 
     Returns the collectors it registered; those already present on `registry` are skipped, so a
     second call is harmless.
     """
     registered: list[Collector] = []
-    for collector in (_DescribedProcessCollector(registry=None), GpuMemoryCollector()):
+    for collector in (_DescribedProcessCollector(registry=None), GcFrozenCollector(), GpuMemoryCollector()):
         try:
             registry.register(collector)
         except ValueError:  # "Duplicated timeseries": this registry already has these metrics

@@ -7,7 +7,7 @@ import logging
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from libs.mesh.server import ServiceRuntime, run_service
+from libs.mesh.server import ServiceRuntime, freeze_startup_heap, run_service
 from libs.mesh.settings import GatewaySettings
 from libs.telemetry.metrics import GatewayMetrics
 from libs.telemetry.traced_cache import TracedMelCache
@@ -60,6 +60,7 @@ async def serve(settings: GatewaySettings) -> None:
     await asyncio.get_running_loop().run_in_executor(
         text_executor, lambda: servicer.frontend(registry.default).sentences("Ready.")
     )
+    freeze_startup_heap()
     pool.start()
     readiness = asyncio.create_task(_track_readiness(runtime, pool))
     await runtime.wait_for_stop()
