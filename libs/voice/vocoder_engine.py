@@ -58,8 +58,8 @@ class VocoderEngine(BatchedEngine):
         self.schedule = schedule
         self._network = StreamNetwork.vocoder(self.vocoder)
         self.lag_frames = -(-output_lag(self._network, n_mels, self.device) // hop_length)
-        self._network.first_step_width = schedule.chunk_frames(0)
         """Frames the streamed output lags behind the mel pushed (the last step lets them out)."""
+        self._network.first_step_width = schedule.chunk_frames(0)
 
     @classmethod
     def load(
