@@ -356,7 +356,8 @@ class StreamNetwork:
         self.first_step_width: int | None = None
         """Input frames of a stream's full first step (its schedule's first chunk, plus the lag
         where the engine feeds it): set, such steps run on packed kernels (`packed_first_step`)."""
-        self._packed: dict[torch.dtype, PackedKernels] = {}
+        self._packed: PackedKernels = {}
+        """The full first step's kernels (bf16: the only dtype that packs)."""
 
     @classmethod
     def vocoder(cls, vocoder: MelVocoder) -> "StreamNetwork":
@@ -402,7 +403,7 @@ class StreamNetwork:
     @property
     def packed_kernel_count(self) -> int:
         """Kernels packed so far for full first steps: one per convolution once such a step has run."""
-        return sum(len(kernels) for kernels in self._packed.values())
+        return len(self._packed)
 
     def packed_first_step(self, items: Sequence[StepInput], device: torch.device, dtype: torch.dtype) -> PackedKernels | None:
         """The packed kernels for `items` when they are one stream's full first step in bf16 on a
@@ -429,7 +430,7 @@ class StreamNetwork:
             or not torch.backends.mkldnn.is_available()
         ):
             return None
-        return self._packed.setdefault(dtype, {})
+        return self._packed
 
 
 @dataclass(frozen=True)
