@@ -99,10 +99,10 @@ def _run_together(functions: list) -> list:
 
 def test_vocoder_stream_batched_with_seven_others_equals_it_alone(voice, bridge) -> None:
     mels = _mels()
-    alone = _vocoder(voice, bridge, EngineSettings())
+    alone = _vocoder(voice, bridge, EngineSettings(precision="fp32"))
     references = [_stream(alone, mel, push) for mel, push in zip(mels, PUSH_FRAMES)]
     stats: list[BatchStats] = []
-    batched = _vocoder(voice, bridge, EngineSettings(batching=BATCHED, on_batch=stats.append))
+    batched = _vocoder(voice, bridge, EngineSettings(precision="fp32", batching=BATCHED, on_batch=stats.append))
     try:
         together = _run_together([lambda m=mel, p=push: _stream(batched, m, p) for mel, push in zip(mels, PUSH_FRAMES)])
     finally:
@@ -121,9 +121,9 @@ def test_padded_vocoder_batch_with_a_cancelled_job_serves_the_rest_exactly(voice
         StepInput(torch.from_numpy(rng.normal(-4.0, 1.5, size=(80, frames)).astype(np.float32)), 0, 0, NO_END, None)
         for frames in range(60, 76, 2)
     ]
-    alone = _vocoder(voice, bridge, EngineSettings())
+    alone = _vocoder(voice, bridge, EngineSettings(precision="fp32"))
     stats: list[BatchStats] = []
-    batched = _vocoder(voice, bridge, EngineSettings(batching=BatchingConfig(max_batch=8, max_wait_ms=500), on_batch=stats.append))
+    batched = _vocoder(voice, bridge, EngineSettings(precision="fp32", batching=BatchingConfig(max_batch=8, max_wait_ms=500), on_batch=stats.append))
     try:
         assert batched.batcher is not None
         futures = [batched.batcher.submit(step) for step in steps]
@@ -143,8 +143,8 @@ def test_padded_vocoder_batch_with_a_cancelled_job_serves_the_rest_exactly(voice
 
 def test_abandoned_vocoder_stream_does_not_disturb_the_streams_it_was_batched_with(voice, bridge) -> None:
     mels = _mels()
-    alone = _vocoder(voice, bridge, EngineSettings())
-    batched = _vocoder(voice, bridge, EngineSettings(batching=BATCHED))
+    alone = _vocoder(voice, bridge, EngineSettings(precision="fp32"))
+    batched = _vocoder(voice, bridge, EngineSettings(precision="fp32", batching=BATCHED))
     try:
         stops = [1] + [None] * (STREAMS - 1)
         together = _run_together(
@@ -158,8 +158,8 @@ def test_abandoned_vocoder_stream_does_not_disturb_the_streams_it_was_batched_wi
 
 def test_max_batch_one_calls_the_model_directly_and_bit_exactly(voice, bridge) -> None:
     mel = _mels()[3]
-    direct = _vocoder(voice, bridge, EngineSettings())
-    batched = _vocoder(voice, bridge, EngineSettings(batching=BATCHED))
+    direct = _vocoder(voice, bridge, EngineSettings(precision="fp32"))
+    batched = _vocoder(voice, bridge, EngineSettings(precision="fp32", batching=BATCHED))
     try:
         assert direct.batcher is None and direct.queue_depth == 0
         # A stream alone in a batching engine runs unpadded, unmasked: the very same numbers.
@@ -185,14 +185,14 @@ def _chunked_mel(engine: AcousticEngine, ids: list[int], stop_after_chunks: int 
 
 def test_acoustic_sentence_batched_with_seven_others_equals_it_alone(voice, bridge) -> None:
     sentences = _sentences()
-    alone = _acoustic(voice, bridge, EngineSettings())
+    alone = _acoustic(voice, bridge, EngineSettings(precision="fp32"))
     references = []
     for ids in sentences:
         params = SynthesisParams()
         references.append(alone.mel_whole(alone.plan(ids, params, alone.synthesis_seed(ids, params))))
     assert len({reference.shape[1] for reference in references}) > 4, "sentences of mixed lengths"
     stats: list[BatchStats] = []
-    batched = _acoustic(voice, bridge, EngineSettings(batching=BATCHED, on_batch=stats.append))
+    batched = _acoustic(voice, bridge, EngineSettings(precision="fp32", batching=BATCHED, on_batch=stats.append))
     try:
         stops = [2] + [None] * (STREAMS - 1)
         together = _run_together([lambda ids=ids, s=stop: _chunked_mel(batched, ids, s) for ids, stop in zip(sentences, stops)])
@@ -206,7 +206,7 @@ def test_acoustic_sentence_batched_with_seven_others_equals_it_alone(voice, brid
 
 def test_bf16_vocoder_is_close_to_fp32_but_not_the_same(voice, bridge) -> None:
     mel = _mels()[4]
-    fp32 = _vocoder(voice, bridge, EngineSettings()).vocode(mel)
+    fp32 = _vocoder(voice, bridge, EngineSettings(precision="fp32")).vocode(mel)
     bf16 = _vocoder(voice, bridge, EngineSettings(precision="bf16")).vocode(mel)
     difference = np.abs(bf16 - fp32).max()
     assert 0 < difference < 0.05
@@ -221,12 +221,12 @@ def test_unknown_precision_is_refused() -> None:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_cuda_without_a_gpu_is_refused_with_a_clear_error(voice, bridge) -> None:
     with pytest.raises(ValueError, match="no CUDA GPU"):
-        _vocoder(voice, bridge, EngineSettings(device="cuda"))
+        _vocoder(voice, bridge, EngineSettings(precision="fp32", device="cuda"))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_vocoder_matches_cpu(voice, bridge) -> None:
     mel = _mels()[2]
-    cpu = _vocoder(voice, bridge, EngineSettings()).vocode(mel)
-    gpu = _vocoder(voice, bridge, EngineSettings(device="cuda")).vocode(mel)
+    cpu = _vocoder(voice, bridge, EngineSettings(precision="fp32")).vocode(mel)
+    gpu = _vocoder(voice, bridge, EngineSettings(precision="fp32", device="cuda")).vocode(mel)
     assert np.abs(gpu - cpu).max() <= 1e-3

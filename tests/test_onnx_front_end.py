@@ -13,6 +13,7 @@ from libs.models.onnx_encoder import OnnxFrontEnd, export_front_end, front_end_c
 from libs.models.piper_import import PiperVoiceModels
 from libs.models.vits import VitsAcoustic, VitsConfig, piper_medium_config, synthesis_generator
 from libs.voice.acoustic_engine import AcousticEngine, SynthesisParams, encoder_version_part
+from libs.voice.runtime import EngineSettings
 from tests.test_onnx_encoder import ID_RUNS, load_again_from_the_cache
 from tests.test_streaming_exact import LONG_IDS, SHORT_IDS
 
@@ -105,7 +106,7 @@ def _twin(engine: AcousticEngine, backend: str) -> AcousticEngine:
 @pytest.mark.parametrize("noise_w", [0.0, 0.8])
 def test_engine_plan_with_the_float32_front_end_gives_the_torch_durations(noise_w: float) -> None:
     torch.set_num_threads(1)
-    engine = AcousticEngine.load_default()
+    engine = AcousticEngine.load_default(settings=EngineSettings(precision="fp32"))
     twin = _twin(engine, "torch")
     assert engine._front_end is not None and twin._front_end is None
     assert (engine.encoder_backend, twin.encoder_backend) == ("onnxruntime", "torch")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from libs.voice.chunking import ACOUSTIC_SCHEDULE, ChunkSchedule, context_window
-from libs.voice.engine import AcousticEngine, SynthesisParams, VocoderEngine
+from libs.voice.engine import AcousticEngine, EngineSettings, SynthesisParams, VocoderEngine
 
 TOLERANCE = 1e-4
 # "^ _ h _ ə _ l _ oʊ _ $"-like short id run, and a longer one built from the same ids.
@@ -18,12 +18,12 @@ LONG_IDS = [1] + [0, 20, 0, 59, 0, 24, 0, 27, 0, 3, 0, 35, 0, 27, 0, 30, 0, 24, 
 @pytest.fixture(scope="module")
 def acoustic() -> AcousticEngine:
     torch.set_num_threads(1)
-    return AcousticEngine.load_default()
+    return AcousticEngine.load_default(settings=EngineSettings(precision="fp32"))
 
 
 @pytest.fixture(scope="module")
 def vocoder() -> VocoderEngine:
-    return VocoderEngine.load_default()
+    return VocoderEngine.load_default(settings=EngineSettings(precision="fp32"))
 
 
 def _plan(engine: AcousticEngine, ids: list[int], speed: float = 1.0):

@@ -26,14 +26,14 @@ DEFAULT_DEVICE: Final = "cpu"
 # within 0.01 of fp32. Acoustic: bf16 covers the flow and the mel head only (the text encoder and
 # durations stay fp32, so no frame moves); DNSMOS equal to fp32 (-0.0000 +- 0.002 on 40 held-out
 # sentences). A given precision is deterministic on one CPU type, and part of the model version.
-DEFAULT_PRECISIONS: Final[Mapping[str, str]] = {"acoustic": "bf16", "vocoder": "bf16"}
+DEFAULT_PRECISIONS: Final[Mapping[str, str]] = {"acoustic": "auto", "vocoder": "auto"}
 # Batching measured slower than side-by-side streams on a 2-core CPU; on a GPU use e.g. 8.
 DEFAULT_MAX_BATCH: Final = 1
 DEFAULT_BATCH_WAIT_MS: Final = 3.0
 # The vocoder is the heaviest step: two streams' steps side by side keep both cores busy whenever
 # the acoustic worker idles (8 streams of mixed texts on 2 cores: 23.6 audio s/s with one, 27.0 with two).
 DEFAULT_INFERENCE_THREADS: Final[Mapping[str, int]] = {"acoustic": 1, "vocoder": 2}
-PRECISIONS: Final = ("fp32", "bf16")
+PRECISIONS: Final = ("auto", "fp32", "bf16")
 DEFAULT_REDIS_URL: Final = "redis://127.0.0.1:6379/0"
 DEFAULT_CACHE_TTL_S: Final = 300
 DEFAULT_CACHE_TIMEOUT_MS: Final = 100

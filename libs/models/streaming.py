@@ -428,6 +428,7 @@ class StreamNetwork:
             or dtype != torch.bfloat16
             or device.type != "cpu"
             or not torch.backends.mkldnn.is_available()
+            or not torch.ops.mkldnn._is_mkldnn_bf16_supported()  # packing bf16 needs native bf16
         ):
             return None
         return self._packed

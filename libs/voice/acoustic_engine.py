@@ -33,7 +33,7 @@ from libs.models.vits import (
 from libs.voice.assets import VoiceAssets, default_voice_assets
 from libs.voice.batching import padding_groups
 from libs.voice.chunking import ACOUSTIC_SCHEDULE, ChunkSchedule, context_window
-from libs.voice.runtime import BatchedEngine, EngineSettings, ModelRuntime, run_stream_steps
+from libs.voice.runtime import BatchedEngine, EngineSettings, ModelRuntime, resolve_precision, run_stream_steps
 
 DEFAULT_NOISE_SCALE: Final = 0.667
 DEFAULT_NOISE_W: Final = 0.8
@@ -203,7 +203,7 @@ class AcousticEngine(BatchedEngine):
         parts = [
             voice.onnx_sha256,
             assets.file_digest(assets.mel_head_path),
-            f"precision={settings.precision}",
+            f"precision={resolve_precision(settings.precision, settings.device)}",
             encoder_version_part(voice.acoustic.config, backend),
         ]
         version = model_version_of(assets.name, parts)
