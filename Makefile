@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TEXT ?= Hello! This is the text to speech mesh speaking.
 OUT ?= hello.wav
 
-.PHONY: run run-zones say test proto venv voice bench bench-quality bench-faults k8s-validate image
+.PHONY: run run-zones say test proto docs venv voice bench bench-quality bench-faults k8s-validate image
 
 # The virtualenv, created only when missing. torch comes first and pinned: any other spec would
 # download gigabytes of CUDA wheels.
@@ -37,6 +37,10 @@ test: $(PY)
 # Regenerate the gRPC stubs in libs/pb from protos/ (a test fails when they are stale).
 proto: $(PY)
 	$(PY) -m scripts.gen_protos
+
+# Regenerate the generated parts of README.md (the settings table) from the settings' declarations.
+docs: $(PY)
+	$(PY) -m scripts.render_docs
 
 # Rebuild the default voice's trained pieces (mel head, mel adapter) from nothing: seeded, CPU only.
 voice: $(PY)

@@ -9,16 +9,10 @@ from pathlib import Path
 from typing import Sequence
 
 from bench.measure import peak_rss_bytes
-from libs.mesh.settings import FLAGS
 from tests.e2e.mesh import DEFAULT_START_TIMEOUT_S, Mesh, ServiceProcess
 
 WORKERS = ("acoustic", "vocoder")
 MAX_BATCH_FLAG = "--max-batch"
-
-
-def workers_have_flag(flag: str) -> bool:
-    """Whether both workers accept `flag` (read from the services' flag table, not assumed)."""
-    return all(any(spec.flag == flag for spec in FLAGS[worker]) for worker in WORKERS)
 
 
 @dataclass

@@ -36,7 +36,7 @@ from libs.audio.mel import mel_spectrogram
 from libs.audio.slicing import slice_bounds
 from libs.models.mel_bridge import MEL_HEAD_FILE, load_mel_head, load_mel_vocoder
 from libs.models.vits import DEFAULT_NOISE_SCALE, DEFAULT_NOISE_W, synthesis_generator, synthesis_seed
-from libs.mesh.settings import DEFAULT_PRECISIONS
+from libs.voice.precision import DEFAULT_PRECISION
 from libs.voice.assets import default_voice_assets
 from libs.voice.engine import AcousticEngine, EngineSettings, SynthesisParams, VocoderEngine
 from scripts.voice.build import DEFAULT_OUT_DIR, DEFAULT_WORK_DIR
@@ -143,8 +143,8 @@ def run_quality(config: QualityConfig) -> QualityReport:
     systems = {label: SystemScores() for label in labels}
     piper, served, full, copy, direct = (systems[label] for label in labels)
     assets = replace(default_voice_assets(), trained_dir=config.voice_dir)
-    acoustic_engine = AcousticEngine.load(assets, settings=EngineSettings(precision=DEFAULT_PRECISIONS["acoustic"]))
-    vocoder_engine = VocoderEngine.load(assets, settings=EngineSettings(precision=DEFAULT_PRECISIONS["vocoder"]))
+    acoustic_engine = AcousticEngine.load(assets, settings=EngineSettings(precision=DEFAULT_PRECISION))
+    vocoder_engine = VocoderEngine.load(assets, settings=EngineSettings(precision=DEFAULT_PRECISION))
     l1_full = l1_head = 0.0
     frames = 0
 

@@ -29,7 +29,7 @@ from typing import Final, Sequence
 from bench import piper_baseline
 from bench.loadgen import LoadConfig, run_load
 from bench.measure import LoadSummary
-from bench.mesh import MAX_BATCH_FLAG, BenchMesh, start_mesh, workers_have_flag
+from bench.mesh import MAX_BATCH_FLAG, BenchMesh, start_mesh
 from bench.report import Row, render_markdown
 from bench.streaming_cost import measure_streaming_cost, target_line
 from bench.texts import TEXTS, unique_variants
@@ -143,7 +143,7 @@ def _start(config: SpeedConfig, worker_args: list[str], numbers: MeshNumbers) ->
         return None
 
 
-def measure_mesh(config: SpeedConfig, plan: TextPlan, sweep_available: bool) -> MeshNumbers:
+def measure_mesh(config: SpeedConfig, plan: TextPlan) -> MeshNumbers:
     """Every mesh measurement; a mesh that does not start leaves the numbers empty and says why."""
     numbers = MeshNumbers({}, {}, {}, {}, {})
     mesh = _start(config, [], numbers)
@@ -163,8 +163,6 @@ def measure_mesh(config: SpeedConfig, plan: TextPlan, sweep_available: bool) -> 
         numbers.rss = mesh.peak_rss()
     finally:
         mesh.stop()
-    if not sweep_available:
-        return numbers
     requests = config.sweep_concurrency * config.requests_per_stream
     for max_batch in config.batch_sizes:
         _log(f"mesh: sweep, {MAX_BATCH_FLAG} {max_batch}")
@@ -209,7 +207,7 @@ def measure_piper(config: SpeedConfig, plan: TextPlan) -> PiperNumbers:
     return numbers
 
 
-def build_rows(config: SpeedConfig, mesh: MeshNumbers, piper: PiperNumbers, sweep_available: bool) -> list[Row]:
+def build_rows(config: SpeedConfig, mesh: MeshNumbers, piper: PiperNumbers) -> list[Row]:
     """The table, row by row."""
     rows: list[Row] = []
     for state, mesh_side, piper_side in (("cold", mesh.cold, piper.cold), ("warm", mesh.warm, piper.warm)):
@@ -241,7 +239,6 @@ def build_rows(config: SpeedConfig, mesh: MeshNumbers, piper: PiperNumbers, swee
     sweep_piper = piper.load[config.sweep_concurrency]
     for max_batch in config.batch_sizes:
         ours = mesh.sweep.get(max_batch)
-        why = "" if sweep_available else f"not run: the workers have no {MAX_BATCH_FLAG} flag yet"
         theirs = sweep_piper.summary
         for measure, mesh_value, piper_value in (
             ("throughput, audio s per wall s (higher is better)", ours.throughput if ours else None, theirs.throughput),
@@ -249,7 +246,7 @@ def build_rows(config: SpeedConfig, mesh: MeshNumbers, piper: PiperNumbers, swee
             ("request p50, ms (lower is better)", _ms(ours.total_s.p50) if ours else None, _ms(theirs.total_s.p50)),
         ):
             rows.append(
-                Row(f"max-batch {max_batch}: {measure}", config.throughput_text, str(config.sweep_concurrency), mesh_value, piper_value, why or _errors(ours))
+                Row(f"max-batch {max_batch}: {measure}", config.throughput_text, str(config.sweep_concurrency), mesh_value, piper_value, _errors(ours))
             )
     top = max(config.concurrencies)
     single = next((run for run in piper.all_load_runs.get(top, []) if run.setup.processes == 1 and run.peak_rss_bytes), None)
@@ -308,7 +305,7 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def notes(config: SpeedConfig, cores: list[int], mesh: MeshNumbers, sweep_available: bool, seconds: float) -> list[str]:
+def notes(config: SpeedConfig, cores: list[int], mesh: MeshNumbers, seconds: float) -> list[str]:
     """What a reader needs to interpret the table."""
     lines = [
         f"{_cpu_model()}; the benchmark, the mesh and piper-tts were all pinned to CPUs {cores} ({config.cores} cores).",
@@ -324,8 +321,6 @@ def notes(config: SpeedConfig, cores: list[int], mesh: MeshNumbers, sweep_availa
         "Peak RSS: VmHWM of each process after the throughput runs; piper-tts: VmHWM of its worker processes.",
         f"Ratio = mesh / piper-tts. Run took {seconds:.0f} s.",
     ]
-    if not sweep_available:
-        lines.append(f"The max-batch sweep did not run: neither worker has a {MAX_BATCH_FLAG} flag in libs/mesh/settings.py yet.")
     if mesh.failure:
         lines.append(f"No mesh numbers: {mesh.failure}.")
     return lines
@@ -343,15 +338,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     cores = pin_cores(config.cores)
     plan = TextPlan(config)
-    sweep_available = workers_have_flag(MAX_BATCH_FLAG)
     _log("vocoder: streamed vs whole-sentence compute, in-process")
     streaming_cost = measure_streaming_cost()
-    mesh = measure_mesh(config, plan, sweep_available)
+    mesh = measure_mesh(config, plan)
     piper = measure_piper(config, plan)
-    rows = build_rows(config, mesh, piper, sweep_available)
+    rows = build_rows(config, mesh, piper)
     title = f"Speed: tts-mesh vs piper-tts ({'quick' if args.quick else 'full'} run, {time.strftime('%Y-%m-%d %H:%M')})"
     lines = [*target_lines(config, mesh, piper), target_line(streaming_cost)]
-    lines += notes(config, cores, mesh, sweep_available, time.monotonic() - started)
+    lines += notes(config, cores, mesh, time.monotonic() - started)
     table = render_markdown(rows, title, lines)
     print(table)
     if args.out:

@@ -16,7 +16,7 @@ import torch
 
 from bench.texts import TEXTS
 from libs.audio.slicing import slice_bounds
-from libs.mesh.settings import DEFAULT_PRECISIONS
+from libs.voice.precision import DEFAULT_PRECISION
 from libs.text.frontend import TextFrontend
 from libs.voice.assets import default_voice_assets
 from libs.voice.engine import AcousticEngine, EngineSettings, SynthesisParams, VocoderEngine
@@ -49,8 +49,8 @@ def measure_streaming_cost() -> StreamingCost:
     try:
         assets = default_voice_assets()
         frontend = TextFrontend.from_voice_config(assets.config_path)
-        acoustic = AcousticEngine.load(assets, settings=EngineSettings(precision=DEFAULT_PRECISIONS["acoustic"]))
-        vocoder = VocoderEngine.load(assets, settings=EngineSettings(precision=DEFAULT_PRECISIONS["vocoder"]))
+        acoustic = AcousticEngine.load(assets, settings=EngineSettings(precision=DEFAULT_PRECISION))
+        vocoder = VocoderEngine.load(assets, settings=EngineSettings(precision=DEFAULT_PRECISION))
         params = SynthesisParams()
         mels = []
         for sentence in (sentence for text in TEXTS.values() for sentence in frontend.sentences(text)):

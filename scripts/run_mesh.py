@@ -12,9 +12,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from libs.mesh.embedded_redis import DEFAULT_REDIS_PORT
-from libs.mesh.foreground import ServiceSpec, redis_unless_configured, run_foreground
-from libs.mesh.settings import DEFAULT_PORTS
+from libs.devmesh.embedded_redis import DEFAULT_REDIS_PORT
+from libs.devmesh.foreground import ServiceSpec, redis_unless_configured, run_foreground
+from libs.serving.server import DEFAULT_PORTS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

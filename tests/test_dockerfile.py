@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from libs.mesh.settings import SERVICES, build_parser
+from libs.serving.server import DEFAULT_METRICS_PORTS, DEFAULT_PORTS
+from services.settings import SERVICES
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
@@ -104,11 +105,7 @@ def test_each_service_module_runs_and_accepts_its_flags(service: str) -> None:
 
 def test_exposed_ports_are_the_services_default_ports() -> None:
     exposed = {int(port) for kw, args in instructions() if kw == "EXPOSE" for port in args.split()}
-    defaults = set()
-    for service in SERVICES:
-        parsed = build_parser(service, environ={}).parse_args([])
-        defaults |= {parsed.port, parsed.metrics_port}
-    assert exposed == defaults
+    assert exposed == {DEFAULT_PORTS[service] for service in SERVICES} | {DEFAULT_METRICS_PORTS[service] for service in SERVICES}
 
 
 def test_image_runs_as_a_numeric_non_root_user() -> None:

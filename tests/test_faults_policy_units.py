@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import grpc
 import pytest
 
-from libs.mesh.admission import Admission, AdmissionSettings, admission_settings_from_env, refusal_reason
-from libs.mesh.routing_settings import RoutingSettings, channel_options, routing_settings_from_env
-from libs.mesh.worker_choice import AttemptFailure, Attempts
+from libs.serving.admission import Admission, AdmissionSettings, refusal_reason
+from libs.upstream.settings import UpstreamSettings, channel_options
+from libs.routing.attempts import AttemptFailure, Attempts
 from libs.routing.endpoints import Endpoint
 from libs.routing.health import HealthConfig, HealthTable, Serving
 from libs.routing.picker import Picker, PickerConfig
@@ -73,14 +73,8 @@ async def test_admission_counts_open_streams_and_refuses_with_a_pushback_hint() 
     assert admission.open_streams == 0
 
 
-def test_settings_come_from_the_environment_with_production_defaults() -> None:
-    assert routing_settings_from_env({}) == RoutingSettings()
-    settings = routing_settings_from_env({"TTS_ATTEMPT_TIMEOUT_S": "1.5", "TTS_GATEWAY_MAX_STREAMS": "7"})
-    assert (settings.attempt_timeout_s, settings.max_streams) == (1.5, 7)
-    assert admission_settings_from_env({"TTS_MAX_STREAMS": "3"}).max_streams == 3
-    with pytest.raises(ValueError, match="TTS_MAX_ATTEMPTS"):
-        routing_settings_from_env({"TTS_MAX_ATTEMPTS": "three"})
-    options = dict(channel_options(RoutingSettings(reconnect_max_ms=1500)))
+def test_worker_channels_take_their_reconnect_and_keepalive_settings() -> None:
+    options = dict(channel_options(UpstreamSettings(reconnect_max_ms=1500)))
     assert options["grpc.max_reconnect_backoff_ms"] == 1500
     assert options["grpc.keepalive_time_ms"] >= 10_000, "workers answer pings faster than every 10 s with GOAWAY"
 

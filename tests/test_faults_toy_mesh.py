@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, AsyncIterator, Awaitable, Callable
@@ -22,23 +23,28 @@ import redis
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from libs.mesh.audio_head import AudioHead, encode_head
-from libs.mesh.embedded_redis import EmbeddedRedis
-from libs.mesh.errors import DownstreamError
-from libs.mesh.mel_cache import MelCache
-from libs.mesh.routing_settings import RoutingSettings
-from libs.mesh.validation import resolve_options
+from libs.cache.codec import AudioHead, encode_head
+from libs.devmesh.embedded_redis import EmbeddedRedis
+from libs.wire.errors import DownstreamError
+from libs.cache.mel_cache import MelCache
+from libs.cache.settings import CacheSettings
+from libs.routing.health import HealthConfig
+from libs.routing.retry import RetryBudgetConfig, RetryConfig
+from libs.upstream.settings import UpstreamSettings
+from libs.synthesis.options import resolve_options
+from libs.synthesis.output import AudioChunk
+from libs.synthesis.synthesizer import Synthesizer
+from libs.synthesis.text_side import TextSide
 from libs.pb.tts.acoustic.v1 import acoustic_pb2
 from libs.pb.tts.v1 import tts_pb2
 from libs.routing.endpoints import parse_endpoint
 from libs.routing.retry import PUSHBACK_METADATA_KEY
 from libs.telemetry.tracing import ATTR_ATTEMPT, ATTR_REASON, ATTR_WORKER, ATTR_ZONE, SPAN_ATTEMPT, setup_tracing
 from libs.voice.registry import default_registry
-from services.gateway.acoustic_stream import ResumableAcousticStream
-from services.gateway.pipeline import UtterancePipeline
-from services.gateway.vocoder_stream import ResumableVocoderStream
-from services.gateway.worker_calls import Deadline
-from services.gateway.workers import WorkerPool
+from libs.upstream.acoustic_stream import ResumableAcousticStream
+from libs.upstream.vocoder_stream import ResumableVocoderStream
+from libs.upstream.calls import Deadline
+from libs.upstream.pool import WorkerPool
 from tests.faults.scripted_worker import ScriptedAcoustic
 from tests.faults.toy_mesh import HOP_LENGTH, SAMPLE_RATE_HZ, ToyAcousticEngine, ToyMesh, wait_until
 
@@ -46,21 +52,25 @@ ATTEMPT_TIMEOUT_S = 1.0  # generous: the machine running the tests may be busy
 # Two sentences of ~360 frames (~4 s of audio) each: long enough to break a stream in the middle.
 SENTENCE_IDS = [[1] + [0, 20, 0, 59, 0, 24, 0, 27, 0, 3] * 6 + [0, 2], [1] + [0, 35, 0, 27, 0, 30, 0, 17, 0, 8] * 6 + [0, 2]]
 
-OnPiece = Callable[[int, tts_pb2.SynthesizeResponse], Awaitable[None]]
+OnPiece = Callable[[int, AudioChunk], Awaitable[None]]
+_TEXT_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="text")  # unused: the toy sentences come phonemised
 
 
-def _settings(**overrides: Any) -> RoutingSettings:
-    values: dict[str, Any] = dict(attempt_timeout_s=ATTEMPT_TIMEOUT_S, base_backoff_s=0.01, max_backoff_s=0.05, base_ejection_s=1.0)
-    values.update(overrides)
-    return RoutingSettings(**values)
-
-
-async def _pool(acoustic: list[str], vocoder: list[str], tracer_provider: Any = None, **overrides: Any) -> WorkerPool:
+async def _pool(
+    acoustic: list[str], vocoder: list[str], tracer_provider: Any = None, *, retry_budget: RetryBudgetConfig = RetryBudgetConfig(),
+    ejection: HealthConfig = HealthConfig(base_ejection_s=1.0),
+) -> WorkerPool:  # fmt: skip
+    upstream = UpstreamSettings(
+        acoustic=tuple(parse_endpoint(spec, "acoustic") for spec in acoustic),
+        vocoder=tuple(parse_endpoint(spec, "vocoder") for spec in vocoder),
+        attempt_timeout_s=ATTEMPT_TIMEOUT_S,
+    )
     pool = WorkerPool(
-        [parse_endpoint(spec, "acoustic") for spec in acoustic],
-        [parse_endpoint(spec, "vocoder") for spec in vocoder],
+        upstream,
         "zone-a",
-        settings=_settings(**overrides),
+        retry=RetryConfig(base_backoff_s=0.01, max_backoff_s=0.05),
+        retry_budget=retry_budget,
+        ejection=ejection,
         registry=CollectorRegistry(),
         tracer_provider=tracer_provider,
     )
@@ -74,29 +84,26 @@ async def _sentences() -> AsyncIterator[Any]:
         yield SimpleNamespace(text=f"Sentence {index}.", phonemes=["x"], phoneme_ids=ids)
 
 
+def _synthesizer(pool: WorkerPool, cache: MelCache | None = None, max_streams: int = 256) -> Synthesizer:
+    cache = cache or MelCache(None, ttl_s=1, timeout_s=0.1)
+    return Synthesizer(pool=pool, cache=cache, text_side=TextSide(_TEXT_THREAD, 5000), max_streams=max_streams)
+
+
 async def _speak(
-    pool: WorkerPool, on_piece: OnPiece | None = None, timeout_s: float = 30.0, cache: MelCache | None = None
+    pool: WorkerPool | Synthesizer, on_piece: OnPiece | None = None, timeout_s: float = 30.0, cache: MelCache | None = None
 ) -> np.ndarray:
+    """The toy sentences spoken through the synthesis API (FLOAT_PCM), calling `on_piece` after each chunk."""
+    synthesizer = pool if isinstance(pool, Synthesizer) else _synthesizer(pool, cache)
     options = resolve_options(
         default_registry(), voice="", speed=0, encoding=tts_pb2.FLOAT_PCM, sample_rate_hz=0, speaker_id=0,
         request_id="toy", include_alignment=False,
     )  # fmt: skip
-    pipeline = UtterancePipeline(
-        pool=pool, cache=cache or MelCache(None, ttl_s=1, timeout_s=0.1), flights=_flights(), options=options,
-        utterance_id="toy", timeout_s=timeout_s,
-    )  # fmt: skip
     pieces: list[np.ndarray] = []
-    async for response in pipeline.run(_sentences()):
-        pieces.append(np.frombuffer(response.audio, dtype="<f4"))
+    async for chunk in synthesizer.speak(_sentences(), options, timeout_s):
+        pieces.append(np.frombuffer(chunk.audio, dtype="<f4"))
         if on_piece is not None:
-            await on_piece(len(pieces), response)
+            await on_piece(len(pieces), chunk)
     return np.concatenate(pieces)
-
-
-def _flights():  # type: ignore[no-untyped-def]
-    from libs.mesh.single_flight import SingleFlight
-
-    return SingleFlight()
 
 
 def _metric(pool: WorkerPool, name: str, **labels: str) -> float:
@@ -113,11 +120,9 @@ async def mesh() -> AsyncIterator[ToyMesh]:
         await running.stop()
 
 
-async def _zone_pool(mesh: ToyMesh, tracer_provider: Any = None, **overrides: Any) -> WorkerPool:
+async def _zone_pool(mesh: ToyMesh, tracer_provider: Any = None) -> WorkerPool:
     zones = ("zone-a", "zone-b")
-    return await _pool(
-        [mesh.of("acoustic", z).spec for z in zones], [mesh.of("vocoder", z).spec for z in zones], tracer_provider, **overrides
-    )
+    return await _pool([mesh.of("acoustic", z).spec for z in zones], [mesh.of("vocoder", z).spec for z in zones], tracer_provider)
 
 
 @pytest.mark.parametrize("kind", ["vocoder", "acoustic"])
@@ -129,7 +134,7 @@ async def test_worker_crash_mid_sentence_resumes_in_other_zone_sample_for_sample
         reference = await _speak(pool)
         local = mesh.of(kind, "zone-a")
 
-        async def crash_after_first_audio(count: int, response: tts_pb2.SynthesizeResponse) -> None:
+        async def crash_after_first_audio(count: int, response: AudioChunk) -> None:
             if count == 1:
                 assert not response.sentence_end, "the first sentence must still be running when the worker dies"
                 await local.proxy.crash()
@@ -175,7 +180,7 @@ async def test_blackholed_vocoder_fails_over_within_the_attempt_timeout(mesh: To
         started = time.monotonic()
         first_audio_s: list[float] = []
 
-        async def blackhole_after_first_audio(count: int, response: tts_pb2.SynthesizeResponse) -> None:
+        async def blackhole_after_first_audio(count: int, response: AudioChunk) -> None:
             if count == 1:
                 first_audio_s.append(time.monotonic() - started)
                 await mesh.of("vocoder", "zone-a").proxy.blackhole()
@@ -197,7 +202,7 @@ async def test_blackholed_acoustic_before_the_request_is_abandoned_after_the_att
         started = time.monotonic()
         first: list[float] = []
 
-        async def note_first(count: int, response: tts_pb2.SynthesizeResponse) -> None:
+        async def note_first(count: int, response: AudioChunk) -> None:
             if count == 1:
                 first.append(time.monotonic() - started)
 
@@ -286,18 +291,19 @@ async def test_invalid_argument_from_a_worker_is_not_retried(mesh: ToyMesh) -> N
 
 
 async def test_a_full_gateway_sheds_new_streams_at_once(mesh: ToyMesh) -> None:
-    pool = await _zone_pool(mesh, max_streams=1)
+    pool = await _zone_pool(mesh)
+    synthesizer = _synthesizer(pool, max_streams=1)
     try:
         first_audio = asyncio.Event()
 
-        async def hold(count: int, response: tts_pb2.SynthesizeResponse) -> None:
+        async def hold(count: int, response: AudioChunk) -> None:
             first_audio.set()
 
-        running = asyncio.create_task(_speak(pool, hold))
+        running = asyncio.create_task(_speak(synthesizer, hold))
         await first_audio.wait()
         started = time.monotonic()
         with pytest.raises(DownstreamError) as raised:
-            await _speak(pool)
+            await _speak(synthesizer)
         assert raised.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
         assert time.monotonic() - started < 0.1
         assert _metric(pool, "tts_gateway_shed_total", reason="gateway_full") == 1
@@ -311,7 +317,7 @@ async def test_retries_stop_when_the_budget_is_spent(mesh: ToyMesh) -> None:
     # A tiny budget: one token, no floor; requests earn 0.1 each.
     pool = await _pool(
         [f"zone-a={failing.address}", mesh.of("acoustic", "zone-b").spec], [mesh.of("vocoder", "zone-a").spec],
-        retry_max_tokens=1.0, retry_floor_per_s=0.0, ejection_failures=1000,
+        retry_budget=RetryBudgetConfig(max_tokens=1.0, min_retries_per_s=0.0), ejection=HealthConfig(consecutive_failures=1000),
     )  # fmt: skip
     try:
         outcomes = []
@@ -372,7 +378,7 @@ class _HeadCache:
 @pytest.fixture
 async def head_cache(redis_server: EmbeddedRedis) -> AsyncIterator[_HeadCache]:
     outcomes: list[str] = []
-    cache = MelCache.from_url(redis_server.url, ttl_s=60, timeout_ms=500, on_outcome=outcomes.append, head_ms=200)
+    cache = MelCache.from_settings(CacheSettings(redis_url=redis_server.url, ttl_s=60, timeout_ms=500, audio_head_ms=200), on_outcome=outcomes.append)
     try:
         yield _HeadCache(cache, outcomes)
     finally:
@@ -405,7 +411,7 @@ async def test_vocoder_crash_right_after_a_cached_head_resumes_without_a_seam(me
     try:
         reference = await head_cache.speak_and_store(pool)
 
-        async def crash_on_the_head(count: int, response: tts_pb2.SynthesizeResponse) -> None:
+        async def crash_on_the_head(count: int, response: AudioChunk) -> None:
             if count == 1:  # the cached head: the local vocoder has not answered yet
                 assert response.audio_duration_s == pytest.approx(0.2, abs=1e-3)
                 await mesh.of("vocoder", "zone-a").proxy.crash()

@@ -7,8 +7,8 @@ import asyncio
 import grpc
 import pytest
 
-from libs.mesh.admission import MODEL_VERSION_METADATA_KEY, STREAM_ACCEPTED_METADATA
-from services.gateway.worker_calls import StreamRefused, WorkerSilent, accepted
+from libs.wire.headers import MODEL_VERSION_METADATA_KEY, STREAM_ACCEPTED_METADATA
+from libs.upstream.calls import StreamRefused, WorkerSilent, accepted
 
 
 class _Call:

@@ -1,7 +1,7 @@
 """The Kubernetes manifests render, validate against the schemas, and agree with what the services accept.
 
 Each overlay is rendered with kustomize exactly as `kubectl apply -k` would. Every service container's
-args and env are then parsed by the service's own parser (libs.mesh.settings), so a renamed flag, a
+args and env are then parsed by the service's own loader (services.settings), so a renamed flag, a
 removed env var or a changed default port fails here instead of in a cluster.
 """
 
@@ -13,11 +13,16 @@ from typing import Any
 
 import pytest
 
-from libs.mesh.settings import FLAGS, SERVICES, GatewaySettings, load_settings
+from services.settings import SERVICES, known_env, load_gateway_settings, load_worker_settings
 from scripts.k8s_validate import KUBERNETES_VERSION, main, overlays, render, validate
 from tests.test_telemetry_dashboard import load_catalog
 
 OVERLAY_NAMES = [path.name for path in overlays()]
+
+
+def load_settings(service: str, argv: list[str], environ: dict[str, str]) -> Any:
+    """The settings `service` starts with from these args and this environment (SystemExit if it would not start)."""
+    return load_gateway_settings(argv, environ) if service == "gateway" else load_worker_settings(service, argv, environ)
 ZONE_LABEL = "topology.kubernetes.io/zone"
 DOWNWARD_ZONE = "zone-test"  # stands for the zone label the downward API would read
 
@@ -99,14 +104,14 @@ def test_args_and_env_are_flags_the_services_accept(rendered) -> None:
         module, *argv = container["args"]
         assert module == f"services.{service}"
         environ = _environment(container, config_maps)
-        known_env = {spec.env for spec in FLAGS[service]}
-        unknown = {name for name in environ if name not in known_env and not name.startswith("OTEL_")}
+        unknown = {name for name in environ if name not in known_env(service) and not name.startswith("OTEL_")}
         assert not unknown, f"{service}: env vars the service does not read: {unknown}"
         # load_settings exits (SystemExit) on an unknown flag or a value it cannot parse.
         settings = load_settings(service, argv, environ)
         zone = "local" if environ["TTS_ZONE"] == "local" else DOWNWARD_ZONE
-        assert settings.zone == zone
-        assert settings.threads == _cpu_cores(container["resources"]["limits"]["cpu"])
+        assert settings.server.zone == zone
+        if service != "gateway":  # the gateway runs no model
+            assert settings.worker.threads == _cpu_cores(container["resources"]["limits"]["cpu"])
 
 
 def test_container_probe_and_service_ports_are_the_ports_the_services_listen_on(rendered) -> None:
@@ -116,14 +121,15 @@ def test_container_probe_and_service_ports_are_the_ports_the_services_listen_on(
     for service, deployment in _service_deployments(resources).items():
         container = _container(deployment)
         settings = load_settings(service, container["args"][1:], _environment(container, config_maps))
+        server = settings.server
         ports = {port["name"]: port["containerPort"] for port in container["ports"]}
-        assert ports == {"grpc": settings.port, "metrics": settings.metrics_port}
+        assert ports == {"grpc": server.port, "metrics": server.metrics_port}
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            assert container[probe]["grpc"] == {"port": settings.port}, f"{service} {probe}"
+            assert container[probe]["grpc"] == {"port": server.port}, f"{service} {probe}"
         annotations = deployment["spec"]["template"]["metadata"]["annotations"]
-        assert annotations["prometheus.io/port"] == str(settings.metrics_port)
+        assert annotations["prometheus.io/port"] == str(server.metrics_port)
         grpc_port = next(p for p in services[service]["spec"]["ports"] if p["name"] == "grpc")
-        assert (grpc_port["port"], grpc_port["targetPort"]) == (settings.port, "grpc")
+        assert (grpc_port["port"], grpc_port["targetPort"]) == (server.port, "grpc")
 
 
 def test_gateway_worker_endpoints_resolve_to_services_of_that_kind_and_zone(rendered) -> None:
@@ -133,16 +139,15 @@ def test_gateway_worker_endpoints_resolve_to_services_of_that_kind_and_zone(rend
     deployments = _service_deployments(resources)
     container = _container(deployments["gateway"])
     settings = load_settings("gateway", container["args"][1:], _environment(container, config_maps))
-    assert isinstance(settings, GatewaySettings)
     zones_seen = set()
-    for endpoint in settings.acoustic + settings.vocoder:
+    for endpoint in settings.upstream.acoustic + settings.upstream.vocoder:
         service = services[endpoint.host]
         assert service["spec"]["clusterIP"] == "None", f"{endpoint.host} must be headless to reach every pod"
         selector = service["spec"]["selector"]
         assert selector["app.kubernetes.io/name"] == endpoint.kind
         assert endpoint.port in {p["port"] for p in service["spec"]["ports"]}
         worker = _container(deployments[endpoint.kind])
-        worker_port = load_settings(endpoint.kind, worker["args"][1:], _environment(worker, config_maps)).port
+        worker_port = load_settings(endpoint.kind, worker["args"][1:], _environment(worker, config_maps)).server.port
         assert endpoint.port == worker_port
         if ZONE_LABEL in selector:
             assert selector[ZONE_LABEL] == endpoint.zone
@@ -150,7 +155,7 @@ def test_gateway_worker_endpoints_resolve_to_services_of_that_kind_and_zone(rend
     expected_zones = {"local"} if name == "dev" else {"zone-a", "zone-b", "zone-c"}
     assert zones_seen == expected_zones
     # The gateway's Redis is the Redis Service of this overlay.
-    assert settings.redis_url == f"redis://redis:{services['redis']['spec']['ports'][0]['port']}/0"
+    assert settings.cache.redis_url == f"redis://redis:{services['redis']['spec']['ports'][0]['port']}/0"
 
 
 def test_pods_spread_over_zones_and_shut_down_gracefully(rendered) -> None:
@@ -162,7 +167,7 @@ def test_pods_spread_over_zones_and_shut_down_gracefully(rendered) -> None:
         assert ZONE_LABEL in {c["topologyKey"] for c in pod["topologySpreadConstraints"]}
         settings = load_settings(service, container["args"][1:], _environment(container, config_maps))
         pre_stop_s = container["lifecycle"]["preStop"]["sleep"]["seconds"]
-        assert pod["terminationGracePeriodSeconds"] > pre_stop_s + settings.shutdown_grace_s
+        assert pod["terminationGracePeriodSeconds"] > pre_stop_s + settings.server.shutdown_grace_s
         startup = container["startupProbe"]
         startup_budget_s = startup["periodSeconds"] * startup["failureThreshold"]
         assert startup_budget_s >= (600 if service != "gateway" else 300), f"{service}: model loading needs time"
@@ -230,4 +235,4 @@ def test_prod_workers_get_a_gpu_and_tolerate_gpu_nodes() -> None:
 def test_a_pod_without_a_zone_label_runs_in_zone_local() -> None:
     """Clusters before 1.35 leave the downward-API zone empty; the services must not take "" as a zone."""
     for service in SERVICES:
-        assert load_settings(service, [], {"TTS_ZONE": ""}).zone == "local"
+        assert load_settings(service, [], {"TTS_ZONE": ""}).server.zone == "local"

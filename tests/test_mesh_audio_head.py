@@ -6,18 +6,19 @@ import numpy as np
 import pytest
 import redis
 
-from libs.mesh.audio_head import AudioHead, HeadCollector, decode_head, encode_head, head_key
-from libs.mesh.embedded_redis import EmbeddedRedis
-from libs.mesh.mel_cache import MelCache
-from libs.mesh.mel_codec import CacheFormatError, cache_key
+from libs.cache.codec import AudioHead, CacheFormatError, decode_head, encode_head
+from libs.cache.head_collector import HeadCollector
+from libs.cache.keys import cache_key, head_key
+from libs.cache.mel_cache import MelCache
+from libs.cache.settings import CacheSettings
+from libs.devmesh.embedded_redis import EmbeddedRedis
+from libs.voice.inputs import SynthesisInputs
 
 RATE = 22050
 
 
 def _key() -> str:
-    return cache_key(
-        model_version="m1", voice="v", speaker_id=0, speed=1.0, noise_scale=0.667, noise_w=0.8, phoneme_ids=[1, 2, 3]
-    )
+    return cache_key(SynthesisInputs("m1", "v", (1, 2, 3)))
 
 
 def _head(count: int = 300, version: str = "vocoder-1") -> AudioHead:
@@ -74,7 +75,7 @@ def test_collector_keeps_a_short_sentence_whole_and_drops_a_mixed_one() -> None:
 
 async def test_a_hit_brings_its_head_in_the_same_lookup(redis_server: EmbeddedRedis) -> None:
     outcomes: list[str] = []
-    cache = MelCache.from_url(redis_server.url, ttl_s=300, timeout_ms=200, on_outcome=outcomes.append, head_ms=200)
+    cache = MelCache.from_settings(CacheSettings(redis_url=redis_server.url, ttl_s=300, timeout_ms=200, audio_head_ms=200), on_outcome=outcomes.append)
     key = _key()
     mel = np.linspace(-8, 1, 80 * 12, dtype=np.float32).reshape(80, 12)
     assert await cache.put_head(key, _head())  # a head alone is no hit: the mel is what is cached
@@ -90,7 +91,7 @@ async def test_a_hit_brings_its_head_in_the_same_lookup(redis_server: EmbeddedRe
 
 async def test_a_corrupt_head_still_leaves_the_mel_hit(redis_server: EmbeddedRedis) -> None:
     outcomes: list[str] = []
-    cache = MelCache.from_url(redis_server.url, ttl_s=300, timeout_ms=200, on_outcome=outcomes.append, head_ms=200)
+    cache = MelCache.from_settings(CacheSettings(redis_url=redis_server.url, ttl_s=300, timeout_ms=200, audio_head_ms=200), on_outcome=outcomes.append)
     key = _key()
     await cache.put(key, np.zeros((80, 4), dtype=np.float32))
     redis.Redis.from_url(redis_server.url).set(head_key(key), b"THED-not-really")
@@ -101,7 +102,7 @@ async def test_a_corrupt_head_still_leaves_the_mel_hit(redis_server: EmbeddedRed
 
 
 async def test_heads_off_reads_and_writes_mel_only(redis_server: EmbeddedRedis) -> None:
-    cache = MelCache.from_url(redis_server.url, ttl_s=300, timeout_ms=200, head_ms=0)
+    cache = MelCache.from_settings(CacheSettings(redis_url=redis_server.url, ttl_s=300, timeout_ms=200, audio_head_ms=0))
     key = _key()
     await cache.put(key, np.zeros((80, 4), dtype=np.float32))
     assert not await cache.put_head(key, _head())

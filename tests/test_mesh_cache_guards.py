@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from libs.mesh.circuit_breaker import BreakerConfig, BreakerState, CircuitBreaker
-from libs.mesh.single_flight import SingleFlight
+from libs.cache.circuit_breaker import BreakerConfig, BreakerState, CircuitBreaker
+from libs.cache.single_flight import SingleFlight
 
 
 class FakeClock:

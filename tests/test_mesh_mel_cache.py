@@ -7,8 +7,9 @@ import time
 import numpy as np
 import redis
 
-from libs.mesh.embedded_redis import EmbeddedRedis
-from libs.mesh.mel_cache import MelCache
+from libs.devmesh.embedded_redis import EmbeddedRedis
+from libs.cache.mel_cache import MelCache
+from libs.cache.settings import CacheSettings
 
 
 def test_embedded_redis_runs_as_an_lru_cache(redis_server: EmbeddedRedis) -> None:
@@ -20,7 +21,7 @@ def test_embedded_redis_runs_as_an_lru_cache(redis_server: EmbeddedRedis) -> Non
 
 async def test_put_then_get_is_a_hit_with_ttl(redis_server: EmbeddedRedis) -> None:
     outcomes: list[str] = []
-    cache = MelCache.from_url(redis_server.url, ttl_s=300, timeout_ms=200, on_outcome=outcomes.append)
+    cache = MelCache.from_settings(CacheSettings(redis_url=redis_server.url, ttl_s=300, timeout_ms=200, audio_head_ms=0), on_outcome=outcomes.append)
     mel = np.linspace(-8, 1, 80 * 12, dtype=np.float32).reshape(80, 12)
     assert await cache.get("k") is None
     assert await cache.put("k", mel, [12])
@@ -34,7 +35,7 @@ async def test_put_then_get_is_a_hit_with_ttl(redis_server: EmbeddedRedis) -> No
 
 async def test_dead_redis_fails_open_fast_and_the_breaker_stops_asking(redis_server: EmbeddedRedis) -> None:
     outcomes: list[str] = []
-    cache = MelCache.from_url(redis_server.url, ttl_s=300, timeout_ms=100, on_outcome=outcomes.append)
+    cache = MelCache.from_settings(CacheSettings(redis_url=redis_server.url, ttl_s=300, timeout_ms=100, audio_head_ms=0), on_outcome=outcomes.append)
     assert await cache.get("k") is None
     redis_server.stop()
     started = time.monotonic()
@@ -47,7 +48,7 @@ async def test_dead_redis_fails_open_fast_and_the_breaker_stops_asking(redis_ser
 
 
 async def test_disabled_cache_always_misses_without_a_server() -> None:
-    cache = MelCache.from_url("", ttl_s=300, timeout_ms=100)
+    cache = MelCache.from_settings(CacheSettings(redis_url="", ttl_s=300, timeout_ms=100, audio_head_ms=0))
     assert not cache.enabled
     assert await cache.get("k") is None
     assert not await cache.put("k", np.zeros((80, 2), dtype=np.float32))

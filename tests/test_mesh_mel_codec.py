@@ -1,17 +1,23 @@
-"""Cache keys and the cached mel layout (DESIGN §6)."""
+"""Cache keys and the cached mel layout."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from libs.mesh.mel_codec import CacheFormatError, cache_key, decode_mel, encode_mel
+from libs.cache.codec import CacheFormatError, decode_mel, encode_mel
+from libs.cache.keys import cache_key
+from libs.voice.inputs import SynthesisInputs, SynthesisParams
 
 BASE = dict(model_version="m1", voice="v", speaker_id=0, speed=1.0, noise_scale=0.667, noise_w=0.8, phoneme_ids=[1, 0, 5, 0, 2])
 
 
+def key_of(model_version: str, voice: str, speaker_id: int, speed: float, noise_scale: float, noise_w: float, phoneme_ids: list[int]) -> str:
+    return cache_key(SynthesisInputs(model_version, voice, phoneme_ids, SynthesisParams(speaker_id, speed, noise_scale, noise_w)))
+
+
 def test_key_changes_with_every_input_and_only_with_them() -> None:
-    assert cache_key(**BASE) == cache_key(**dict(BASE))
+    assert key_of(**BASE) == key_of(**dict(BASE))
     variants = [
         dict(BASE, model_version="m2"),
         dict(BASE, voice="w"),
@@ -22,9 +28,9 @@ def test_key_changes_with_every_input_and_only_with_them() -> None:
         dict(BASE, phoneme_ids=[1, 0, 6, 0, 2]),
         dict(BASE, phoneme_ids=[1, 0, 5, 0]),
     ]
-    keys = {cache_key(**variant) for variant in variants} | {cache_key(**BASE)}
+    keys = {key_of(**variant) for variant in variants} | {key_of(**BASE)}
     assert len(keys) == len(variants) + 1
-    assert cache_key(**BASE).startswith("tts:mel:v1:")
+    assert key_of(**BASE).startswith("tts:mel:v1:")
 
 
 def test_round_trip_keeps_frames_to_float16_precision_and_alignment() -> None:

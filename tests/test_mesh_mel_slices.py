@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from libs.audio.slicing import slice_bounds
-from libs.mesh.mel_slices import MelFormatError, SliceCutter, cut_whole_mel, frames_of, to_message
+from libs.wire.mel_slices import MelFormatError, SliceCutter, cut_whole_mel, frames_of, to_message
 from libs.pb.tts.common.v1 import mel_pb2
 
 HOP, RATE = 256, 22050

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from libs.mesh.request_decoding import UndecodableRequest, request_decoder
+from libs.wire.request_decoding import UndecodableRequest, request_decoder
 from libs.pb.tts.v1 import tts_pb2
 
 

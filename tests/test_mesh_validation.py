@@ -5,10 +5,14 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from libs.mesh.errors import DownstreamError, InvalidRequestError, ModelVersionMismatchError, NoWorkerError, grpc_status_for
-from libs.mesh.validation import check_sentence_request, check_text, resolve_options
+from libs.serving.status import grpc_status_for
+from libs.wire.errors import DownstreamError, InvalidRequestError, ModelVersionMismatchError, NoWorkerError
+from libs.synthesis.options import resolve_options
+from libs.text.errors import EmptyTextError, TextTooLongError
+from libs.text.frontend import TextFrontend
+from libs.voice.checks import check_sentence_request
 from libs.pb.tts.v1 import tts_pb2
-from libs.text.errors import EmptyTextError, InvalidTextError, TextTooLongError
+from libs.text.errors import InvalidTextError
 from libs.voice.registry import UnknownVoiceError, default_registry
 
 DEFAULTS = dict(voice="", speed=0.0, encoding=0, sample_rate_hz=0, speaker_id=0, request_id="", include_alignment=False)
@@ -46,12 +50,16 @@ def test_unknown_voice_encoding_rate_and_speaker_are_rejected_with_the_valid_cho
         resolve_options(registry, **dict(DEFAULTS, speaker_id=1))
 
 
-def test_text_checks_state_the_limit() -> None:
-    with pytest.raises(InvalidRequestError, match="empty"):
-        check_text(" \n\t ", 10)
-    with pytest.raises(InvalidRequestError, match="limit is 10 characters"):
-        check_text("x" * 11, 10)
-    assert check_text("Hello.", 10) == "Hello."
+def test_text_checks_state_the_limit_and_count_the_text_as_sent() -> None:
+    frontend = TextFrontend({"_": [0]}, max_text_chars=10)
+    with pytest.raises(EmptyTextError, match="empty"):
+        frontend.chunks(" \n\t ")
+    with pytest.raises(TextTooLongError, match="limit is 10 characters"):
+        frontend.chunks("x" * 11)
+    # Whitespace that normalisation would collapse still counts: the limit bounds the work on what was sent.
+    with pytest.raises(TextTooLongError, match="11 characters long"):
+        frontend.chunks("Hi." + " " * 8)
+    assert frontend.chunks("Hello.") == ["Hello."]
 
 
 def test_sentence_request_checks_model_version_and_voice() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from libs.mesh.errors import InvalidRequestError
-from libs.mesh.vocode_session import SentenceSession
+from libs.wire.errors import InvalidRequestError
+from libs.voice.vocode_session import SentenceSession
 
 HOP = 4
 

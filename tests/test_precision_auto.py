@@ -8,7 +8,7 @@ import torch
 from libs.models.mel_bridge import MelHead
 from libs.models.piper_import import PiperVoiceModels
 from libs.models.streaming import NO_END, StepInput, StreamNetwork, stream_step
-from libs.voice.runtime import cpu_has_native_bf16, resolve_precision
+from libs.voice.precision import cpu_has_native_bf16, resolve_precision
 
 
 def test_auto_precision_follows_the_cpus_native_bf16() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from libs.routing.endpoints import Endpoint, EndpointParseError, endpoints_from_env, parse_endpoint, parse_endpoint_list
+from libs.routing.endpoints import Endpoint, EndpointParseError, parse_endpoint
 
 
 def test_parse_endpoint_reads_zone_host_port_and_kind() -> None:
@@ -43,35 +43,3 @@ def test_parse_endpoint_rejects_malformed_specs_with_a_clear_message(spec: str, 
 def test_parse_endpoint_rejects_unknown_kind() -> None:
     with pytest.raises(EndpointParseError, match="unknown endpoint kind 'mixer'"):
         parse_endpoint("zone-a=host:1", "mixer")
-
-
-def test_parse_endpoint_list_splits_on_commas_and_skips_empty_items() -> None:
-    endpoints = parse_endpoint_list("zone-a=a0:1, zone-a=a1:2,,zone-b=b0:3,", "vocoder")
-    assert [(e.zone, e.address) for e in endpoints] == [("zone-a", "a0:1"), ("zone-a", "a1:2"), ("zone-b", "b0:3")]
-    assert {e.kind for e in endpoints} == {"vocoder"}
-
-
-def test_parse_endpoint_list_rejects_duplicate_addresses() -> None:
-    with pytest.raises(EndpointParseError, match="listed twice"):
-        parse_endpoint_list("zone-a=a0:1,zone-b=a0:1", "acoustic")
-
-
-def test_endpoints_from_env_names_the_variable_in_errors() -> None:
-    environ = {"ACOUSTIC_ENDPOINTS": "zone-a=a0:1,broken"}
-    with pytest.raises(EndpointParseError, match="^ACOUSTIC_ENDPOINTS: endpoint 'broken' has no zone"):
-        endpoints_from_env("ACOUSTIC_ENDPOINTS", "acoustic", environ)
-
-
-def test_endpoints_from_env_requires_at_least_one_endpoint() -> None:
-    with pytest.raises(EndpointParseError, match="VOCODER_ENDPOINTS lists no vocoder endpoints"):
-        endpoints_from_env("VOCODER_ENDPOINTS", "vocoder", {"VOCODER_ENDPOINTS": " , "})
-    with pytest.raises(EndpointParseError, match="VOCODER_ENDPOINTS lists no vocoder endpoints"):
-        endpoints_from_env("VOCODER_ENDPOINTS", "vocoder", {})
-
-
-def test_endpoints_from_env_reads_the_list() -> None:
-    environ = {"VOCODER_ENDPOINTS": "zone-a=v0:50052,zone-b=v1:50052"}
-    assert endpoints_from_env("VOCODER_ENDPOINTS", "vocoder", environ) == [
-        Endpoint("zone-a", "v0:50052", "vocoder"),
-        Endpoint("zone-b", "v1:50052", "vocoder"),
-    ]

@@ -138,21 +138,14 @@ def test_max_ejected_ratio_keeps_part_of_a_kind_in_service() -> None:
 
 def test_outstanding_streams_are_counted_and_released() -> None:
     table, _, _ = _serving_table()
-    with table.track_stream(A0):
-        table.stream_started(A0)
-        assert table.status(A0).outstanding_streams == 2
-        table.stream_finished(A0)
+    table.stream_started(A0)
+    table.stream_started(A0)
+    assert table.status(A0).outstanding_streams == 2
+    table.stream_finished(A0)
+    table.stream_finished(A0)
     assert table.status(A0).outstanding_streams == 0
     with pytest.raises(RuntimeError, match="stream_finished without stream_started"):
         table.stream_finished(A0)
-
-
-def test_track_stream_releases_on_error() -> None:
-    table, _, _ = _serving_table()
-    with pytest.raises(ValueError):
-        with table.track_stream(B0):
-            raise ValueError("attempt failed")
-    assert table.status(B0).outstanding_streams == 0
 
 
 def test_health_change_events_fire_only_on_change() -> None:

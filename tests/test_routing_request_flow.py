@@ -1,4 +1,5 @@
-"""The routing pieces composed the way the gateway uses them, against simulated workers (no network)."""
+"""The gateway's request loop (`Attempts` over the health table, picker, retry policy and budget)
+against simulated workers that answer at once (no network)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from collections.abc import Callable
 
 import grpc
 
+from libs.routing.attempts import AttemptFailure, Attempts
 from libs.routing.endpoints import Endpoint
-from libs.routing.health import ENDPOINT_FAILURE_CODES, HealthConfig, HealthTable, Serving
+from libs.routing.health import HealthConfig, HealthTable, Serving
 from libs.routing.picker import Picker, PickerConfig
 from libs.routing.retry import RetryBudget, RetryBudgetConfig, RetryConfig, RetryPolicy
 from tests.faults.clock import FakeClock
@@ -20,7 +22,7 @@ Worker = Callable[[Endpoint], grpc.StatusCode]
 
 
 class SimulatedGateway:
-    """The request loop of DESIGN section 7, with each attempt answered by `worker` instantly."""
+    """One piece of work at a time through `Attempts`, each attempt answered by `worker` instantly."""
 
     def __init__(self, seed: int = 1) -> None:
         self.clock = FakeClock()
@@ -40,26 +42,20 @@ class SimulatedGateway:
     def request(self, worker: Worker, deadline_s: float = 10.0) -> grpc.StatusCode:
         self.budget.record_request()
         started_s = self.clock()
-        tried: set[Endpoint] = set()
-        failed_zones: set[str] = set()
-        attempts_made = 0
+        attempts = Attempts("acoustic", self.table, self.picker, self.policy)
         while True:
-            endpoint = self.picker.pick("acoustic", exclude=tried, failed_zones=failed_zones)
+            endpoint = attempts.choose()
             if endpoint is None:
                 return grpc.StatusCode.UNAVAILABLE
-            attempts_made += 1
             self.attempts.append(endpoint)
-            with self.table.track_stream(endpoint):
-                code = worker(endpoint)
+            self.table.stream_started(endpoint)
+            code = worker(endpoint)
+            self.table.stream_finished(endpoint)
             if code is grpc.StatusCode.OK:
-                self.table.record_success(endpoint)
+                attempts.succeeded(endpoint)
                 return code
-            if code in ENDPOINT_FAILURE_CODES:
-                self.table.record_failure(endpoint)
-            tried.add(endpoint)
-            failed_zones.add(endpoint.zone)
             remaining_s = deadline_s - (self.clock() - started_s)
-            decision = self.policy.decide(attempts_made=attempts_made, code=code, remaining_s=remaining_s, zone=endpoint.zone)
+            decision = attempts.failed(endpoint, AttemptFailure(code, code.name), remaining_s)
             if not decision.retry:
                 return code
             self.clock.advance(decision.delay_s)

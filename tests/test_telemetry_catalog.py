@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry
 
 from libs.telemetry.metrics import AcousticMetrics, GatewayMetrics, VocoderMetrics
 from libs.telemetry.process import register_process_metrics
-from services.gateway.routing_metrics import RoutingMetrics
+from libs.upstream.metrics import RoutingMetrics
 from tests.test_telemetry_dashboard import load_catalog
 
 

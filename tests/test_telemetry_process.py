@@ -9,7 +9,7 @@ import pytest
 import torch
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
-from libs.mesh.server import freeze_startup_heap
+from libs.serving.server import freeze_startup_heap
 from libs.telemetry.process import GC_FROZEN_METRIC, GPU_ALLOCATED_METRIC, register_process_metrics
 
 

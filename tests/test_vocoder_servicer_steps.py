@@ -7,7 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import numpy as np
 
-from libs.mesh.mel_slices import cut_whole_mel, to_message
+from libs.serving.admission import Admission, AdmissionSettings
+from libs.wire.mel_slices import cut_whole_mel, to_message
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.pb.tts.vocoder.v1 import vocoder_pb2, vocoder_pb2_grpc
 from libs.telemetry.metrics import VocoderMetrics
@@ -20,7 +21,7 @@ FRAMES = 200
 async def _vocode(requests: list[vocoder_pb2.VocodeRequest]) -> list[vocoder_pb2.VocodeResponse]:
     executor = ThreadPoolExecutor(1)
     server = grpc.aio.server()
-    servicer = VocoderServicer(VocoderMetrics(), executor)
+    servicer = VocoderServicer(VocoderMetrics(), executor, Admission(AdmissionSettings()))
     servicer.engine = toy_vocoder_engine()
     vocoder_pb2_grpc.add_VocoderServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")

@@ -6,14 +6,12 @@ this model: it is a `libs.models.hifigan.Generator` run separately (the vocoder 
 
 Inference is split into the steps streaming code calls one by one: `encode`, `durations`,
 `expand` (which draws the prior noise for the whole sentence at once), and `flow_inverse`. Every
-random draw comes from the torch.Generator the caller passes, seeded with `synthesis_seed`.
+random draw comes from the torch.Generator the caller passes, seeded from the sentence's inputs (`libs.voice.inputs.SynthesisInputs.seed`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-import struct
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Final
@@ -28,7 +26,6 @@ from libs.models.commons import accept_any_weight_norm_form, normal_noise, repea
 DEFAULT_NOISE_SCALE: Final = 0.667
 DEFAULT_LENGTH_SCALE: Final = 1.0
 DEFAULT_NOISE_W: Final = 0.8
-SEED_BITS: Final = 63
 
 Generators = torch.Generator | Sequence[torch.Generator]
 
@@ -113,27 +110,6 @@ def flow_receptive_field_frames(config: VitsConfig) -> int | None:
     half_kernel = (config.flow_kernel_size - 1) // 2
     per_layer = sum(half_kernel * config.flow_dilation_rate**layer for layer in range(config.flow_n_layers))
     return config.flow_n_flows * per_layer
-
-
-def synthesis_seed(
-    model_version: str,
-    voice: str,
-    speaker_id: int,
-    speed: float,
-    noise_scale: float,
-    noise_w: float,
-    phoneme_ids: Sequence[int],
-) -> int:
-    """Stable 63-bit seed from exactly the inputs synthesis depends on (same inputs, same audio)."""
-    digest = hashlib.blake2b(digest_size=8, person=b"tts-synth-seed")
-    for text in (model_version, voice):
-        encoded = text.encode("utf-8")
-        digest.update(struct.pack("<I", len(encoded)) + encoded)
-    # Floats are hashed as float64 bytes so 1 and 1.0 give the same seed.
-    digest.update(struct.pack("<qddd", int(speaker_id), float(speed), float(noise_scale), float(noise_w)))
-    ids = [int(i) for i in phoneme_ids]
-    digest.update(struct.pack(f"<I{len(ids)}q", len(ids), *ids))
-    return int.from_bytes(digest.digest(), "little") & ((1 << SEED_BITS) - 1)
 
 
 def synthesis_generator(seed: int) -> torch.Generator:

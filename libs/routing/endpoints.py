@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
-from typing import Final, Mapping
+from typing import Final
 
 ENDPOINT_KINDS: Final[tuple[str, ...]] = ("acoustic", "vocoder")
 
@@ -41,8 +40,13 @@ class Endpoint:
         _, port = _split_host_port(self.address)
         return port
 
+    @property
+    def spec(self) -> str:
+        """The endpoint as `parse_endpoint` reads it: ZONE=HOST:PORT."""
+        return f"{self.zone}={self.address}"
+
     def __str__(self) -> str:
-        return f"{self.kind}:{self.zone}={self.address}"
+        return f"{self.kind}:{self.spec}"
 
 
 def parse_endpoint(spec: str, kind: str) -> Endpoint:
@@ -62,40 +66,6 @@ def parse_endpoint(spec: str, kind: str) -> Endpoint:
     host, port = _split_host_port(address, context=spec)
     canonical = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     return Endpoint(zone=zone, address=canonical, kind=kind)
-
-
-def parse_endpoint_list(text: str, kind: str) -> list[Endpoint]:
-    """Parse a comma-separated list of `ZONE=HOST:PORT` specs; empty items are skipped, duplicates rejected."""
-    endpoints: list[Endpoint] = []
-    seen: dict[str, str] = {}
-    for item in text.split(","):
-        if not item.strip():
-            continue
-        endpoint = parse_endpoint(item, kind)
-        if endpoint.address in seen:
-            raise EndpointParseError(
-                f"address {endpoint.address} is listed twice (zones {seen[endpoint.address]!r} and {endpoint.zone!r}); "
-                "list each worker once"
-            )
-        seen[endpoint.address] = endpoint.zone
-        endpoints.append(endpoint)
-    return endpoints
-
-
-def endpoints_from_env(variable: str, kind: str, environ: Mapping[str, str] | None = None) -> list[Endpoint]:
-    """Read endpoints of `kind` from environment variable `variable`; a missing or empty variable is an error."""
-    env = os.environ if environ is None else environ
-    text = env.get(variable, "")
-    try:
-        endpoints = parse_endpoint_list(text, kind)
-    except EndpointParseError as error:
-        raise EndpointParseError(f"{variable}: {error}") from None
-    if not endpoints:
-        raise EndpointParseError(
-            f"{variable} lists no {kind} endpoints; set it to ZONE=HOST:PORT[,ZONE=HOST:PORT...], "
-            "e.g. zone-a=acoustic-0:50051,zone-b=acoustic-1:50051"
-        )
-    return endpoints
 
 
 def _split_host_port(address: str, context: str | None = None) -> tuple[str, int]:

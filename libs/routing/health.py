@@ -13,9 +13,8 @@ import math
 import random
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Final, Iterable, Iterator, Mapping
+from typing import Callable, Final, Iterable, Mapping
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -23,6 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from libs.routing import events
 from libs.routing.endpoints import Endpoint
 from libs.routing.events import EventHook, ignore_event
+from libs.settings.fields import setting
 
 _log = logging.getLogger(__name__)
 
@@ -63,12 +63,18 @@ class Serving(enum.Enum):
 class HealthConfig:
     """Outlier ejection and health rules for one gateway's endpoint table."""
 
-    consecutive_failures: int = DEFAULT_CONSECUTIVE_FAILURES
-    """Failures in a row (no success between) that eject an endpoint."""
-    base_ejection_s: float = DEFAULT_BASE_EJECTION_S
-    """Ejection time is base_ejection_s times the endpoint's number of (recent) ejections."""
-    max_ejection_s: float = DEFAULT_MAX_EJECTION_S
-    """Upper bound on one ejection's duration."""
+    consecutive_failures: int = setting(
+        DEFAULT_CONSECUTIVE_FAILURES, env="TTS_EJECTION_FAILURES", flag="--ejection-failures", unit="count", minimum=1,
+        doc="failed attempts in a row (no success between) that eject a worker",
+    )  # fmt: skip
+    base_ejection_s: float = setting(
+        DEFAULT_BASE_EJECTION_S, env="TTS_EJECTION_BASE_S", flag="--ejection-base-s", unit="s", minimum=0,
+        doc="first ejection's length; the n-th recent one lasts n times this",
+    )  # fmt: skip
+    max_ejection_s: float = setting(
+        DEFAULT_MAX_EJECTION_S, env="TTS_EJECTION_MAX_S", flag="--ejection-max-s", unit="s", minimum=0,
+        doc="longest ejection",
+    )  # fmt: skip
     ejection_decay_s: float = DEFAULT_EJECTION_DECAY_S
     """Each full period of this length after an ejection ends, without a new one, forgets one past ejection."""
     max_ejected_ratio: float = DEFAULT_MAX_EJECTED_RATIO
@@ -167,15 +173,6 @@ class HealthTable:
             if state.outstanding_streams == 0:
                 raise RuntimeError(f"stream_finished without stream_started on {endpoint}")
             state.outstanding_streams -= 1
-
-    @contextmanager
-    def track_stream(self, endpoint: Endpoint) -> Iterator[None]:
-        """`with table.track_stream(endpoint): ...` counts the stream as outstanding for the block."""
-        self.stream_started(endpoint)
-        try:
-            yield
-        finally:
-            self.stream_finished(endpoint)
 
     def record_success(self, endpoint: Endpoint) -> None:
         """An attempt on the endpoint succeeded: its consecutive failure count starts again from zero."""

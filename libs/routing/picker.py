@@ -35,7 +35,7 @@ class PickerConfig:
 
 class Picker:
     """Picks endpoints from a HealthTable. It does not count the stream: the caller wraps the attempt in
-    `table.track_stream(endpoint)` so the load it reads stays true."""
+    `table.stream_started` / `stream_finished` so the load it reads stays true."""
 
     def __init__(
         self,

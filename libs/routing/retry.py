@@ -16,6 +16,7 @@ from typing import Callable, Final, Iterable
 import grpc
 
 from libs.routing import events
+from libs.settings.fields import setting
 from libs.routing.events import EventHook, ignore_event
 
 RETRYABLE_CODES: Final = frozenset(
@@ -43,12 +44,18 @@ _TOKEN_EPSILON: Final = 1e-9  # ten deposits of 0.1 sum to 0.999...; they must s
 class RetryConfig:
     """Attempt limit and backoff of the gateway's retries."""
 
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    """Attempts per request, the first one included."""
-    base_backoff_s: float = DEFAULT_BASE_BACKOFF_S
-    """Backoff ceiling before the first retry; it doubles for each later one (full jitter below it)."""
-    max_backoff_s: float = DEFAULT_MAX_BACKOFF_S
-    """Cap on the backoff ceiling (a server pushback may ask for longer and is honoured)."""
+    max_attempts: int = setting(
+        DEFAULT_MAX_ATTEMPTS, env="TTS_MAX_ATTEMPTS", unit="count", minimum=1,
+        doc="attempts per sentence and per worker kind, the first one included",
+    )  # fmt: skip
+    base_backoff_s: float = setting(
+        DEFAULT_BASE_BACKOFF_S, env="TTS_RETRY_BASE_BACKOFF_S", flag="--retry-base-backoff-s", unit="s", minimum=0,
+        doc="backoff ceiling before the first retry; it doubles for each later one (full jitter below it)",
+    )  # fmt: skip
+    max_backoff_s: float = setting(
+        DEFAULT_MAX_BACKOFF_S, env="TTS_RETRY_MAX_BACKOFF_S", flag="--retry-max-backoff-s", unit="s", minimum=0,
+        doc="cap on the backoff ceiling (a worker's pushback may ask for longer and is honoured)",
+    )  # fmt: skip
     min_attempt_time_s: float = DEFAULT_MIN_ATTEMPT_TIME_S
     """A retry must leave at least this much of the deadline for the new attempt, or it is not made."""
 
@@ -65,12 +72,18 @@ class RetryConfig:
 class RetryBudgetConfig:
     """The retry budget: retries stay within retry_ratio of requests, plus a small floor."""
 
-    retry_ratio: float = DEFAULT_RETRY_RATIO
-    """Each request earns this many retry tokens; a retry costs one."""
-    min_retries_per_s: float = DEFAULT_MIN_RETRIES_PER_S
-    """Tokens earned per second regardless of traffic, so a quiet gateway can still retry."""
-    max_tokens: float = DEFAULT_MAX_RETRY_TOKENS
-    """Most tokens held at once: the largest burst of retries after a healthy spell."""
+    retry_ratio: float = setting(
+        DEFAULT_RETRY_RATIO, env="TTS_RETRY_RATIO", unit="retries per request", minimum=0, maximum=1,
+        doc="the retry budget: each client request earns this many retry tokens; a retry costs one",
+    )  # fmt: skip
+    min_retries_per_s: float = setting(
+        DEFAULT_MIN_RETRIES_PER_S, env="TTS_RETRY_FLOOR_PER_S", flag="--retry-floor-per-s", unit="1/s", minimum=0,
+        doc="retry tokens earned per second regardless of traffic, so a quiet gateway can still retry",
+    )  # fmt: skip
+    max_tokens: float = setting(
+        DEFAULT_MAX_RETRY_TOKENS, env="TTS_RETRY_MAX_TOKENS", flag="--retry-max-tokens", unit="tokens", minimum=1,
+        doc="most retry tokens held at once: the largest burst of retries after a healthy spell",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.retry_ratio <= 1.0:

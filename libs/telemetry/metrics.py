@@ -10,7 +10,7 @@ needs no Prometheus import:
 - `GatewayMetrics.track_endpoints(statuses)` reads the routing health tables at scrape time;
 - `GatewayMetrics.cache_outcome` is the mel cache's `on_outcome(outcome)` hook.
 The gateway's routing counters (retries, resumes, ejections, spills, shed streams) are fed by the
-routing event hooks in services/gateway/routing_metrics.py, on the same registry.
+routing event hooks in libs/upstream/metrics.py, on the same registry.
 """
 
 from __future__ import annotations

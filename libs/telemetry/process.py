@@ -26,7 +26,7 @@ GPU_ALLOCATED_METRIC: Final = "tts_gpu_memory_allocated_bytes"
 GPU_RESERVED_METRIC: Final = "tts_gpu_memory_reserved_bytes"
 GPU_TOTAL_METRIC: Final = "tts_gpu_memory_total_bytes"
 GC_FROZEN_METRIC: Final = "tts_gc_frozen_objects"
-_GC_FROZEN_HELP: Final = "Objects taken out of the garbage collector's full passes at start-up (libs.mesh.server.freeze_startup_heap)."
+_GC_FROZEN_HELP: Final = "Objects taken out of the garbage collector's full passes at start-up (libs.serving.server.freeze_startup_heap)."
 
 
 class GcFrozenCollector(Collector):

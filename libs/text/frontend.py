@@ -100,8 +100,7 @@ class TextFrontend:
     def sentences(self, text: str) -> list[Sentence]:
         """The sentences of `text`, in order.
 
-        Raises TextTooLongError past `max_text_chars` (counted after normalisation) and
-        EmptyTextError when there is nothing to say.
+        Raises TextTooLongError past `max_text_chars` and EmptyTextError when there is nothing to say.
         """
         sentences = [sentence for chunk in self.chunks(text) for sentence in self.chunk_sentences(chunk)]
         if not sentences:
@@ -111,10 +110,12 @@ class TextFrontend:
     def chunks(self, text: str) -> list[str]:
         """`text` normalised, checked and cut into sentence chunks, without phonemising (cheap).
 
-        Raises TextTooLongError past `max_text_chars` (counted after normalisation) and
-        EmptyTextError when the text is empty. `chunk_sentences` phonemises each chunk, so a server
-        can start on the first sentence before espeak-ng has seen the rest of a long text.
+        Raises TextTooLongError past `max_text_chars` (as sent, and again after normalisation, which
+        may expand a character into several) and EmptyTextError when the text is empty.
+        `chunk_sentences` phonemises each chunk, so a server can start on the first sentence before
+        espeak-ng has seen the rest of a long text.
         """
+        check_text_length(text, self.max_text_chars)  # before any work on it
         normalized = normalize_text(text)
         check_text_length(normalized, self.max_text_chars)
         check_not_empty(normalized)

@@ -28,30 +28,15 @@ from libs.models.vits import (
     flow_receptive_field_frames,
     frames_from_log_durations,
     synthesis_generator,
-    synthesis_seed,
 )
 from libs.voice.assets import VoiceAssets, default_voice_assets
 from libs.voice.batching import padding_groups
+from libs.voice.inputs import SynthesisInputs, SynthesisParams
 from libs.voice.chunking import ACOUSTIC_SCHEDULE, ChunkSchedule, context_window
-from libs.voice.runtime import BatchedEngine, EngineSettings, ModelRuntime, resolve_precision, run_stream_steps
+from libs.voice.precision import resolve_precision
+from libs.voice.runtime import BatchedEngine, EngineSettings, ModelRuntime, run_stream_steps
 
-DEFAULT_NOISE_SCALE: Final = 0.667
-DEFAULT_NOISE_W: Final = 0.8
 ENCODER_BACKENDS: Final = ("onnxruntime", "torch")
-
-
-@dataclass(frozen=True)
-class SynthesisParams:
-    """The knobs of one sentence's synthesis; with the phoneme ids they fix the audio exactly."""
-
-    speaker_id: int = 0
-    """Speaker index, 0-based."""
-    speed: float = 1.0
-    """Speaking-rate multiple; length_scale = 1 / speed."""
-    noise_scale: float = DEFAULT_NOISE_SCALE
-    """Scale of the prior noise (0 is flat and deterministic even without a seed)."""
-    noise_w: float = DEFAULT_NOISE_W
-    """Scale of the stochastic duration noise."""
 
 
 @dataclass
@@ -226,9 +211,7 @@ class AcousticEngine(BatchedEngine):
 
     def synthesis_seed(self, phoneme_ids: Sequence[int], params: SynthesisParams) -> int:
         """The seed of every random draw of this sentence (DESIGN §4)."""
-        return synthesis_seed(
-            self.model_version, self.voice_name, params.speaker_id, params.speed, params.noise_scale, params.noise_w, phoneme_ids
-        )
+        return SynthesisInputs(self.model_version, self.voice_name, tuple(phoneme_ids), params).seed()
 
     @torch.inference_mode()
     def plan(self, phoneme_ids: Sequence[int], params: SynthesisParams, seed: int, wide: bool = False) -> SentencePlan:

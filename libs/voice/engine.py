@@ -3,15 +3,10 @@
 under any chunking (DESIGN §4, §5). How they run (device, precision, batching) is `EngineSettings`.
 """
 
-from libs.voice.acoustic_engine import (
-    DEFAULT_NOISE_SCALE,
-    DEFAULT_NOISE_W,
-    AcousticEngine,
-    SentencePlan,
-    SynthesisParams,
-    model_version_of,
-)
-from libs.voice.runtime import DEFAULT_PRECISION, PRECISIONS, EngineSettings
+from libs.voice.acoustic_engine import AcousticEngine, SentencePlan, model_version_of
+from libs.voice.inputs import DEFAULT_NOISE_SCALE, DEFAULT_NOISE_W, SynthesisParams
+from libs.voice.precision import DEFAULT_PRECISION, PRECISIONS
+from libs.voice.runtime import EngineSettings
 from libs.models.mel_bridge import MelVocoder
 from libs.voice.vocoder_engine import VocoderEngine, VocoderStream
 

@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Callable, Final, Sequence
+from typing import Callable, Sequence
 
 import torch
 
 from libs.models.streaming import NO_END, StepInput, StepOutput, StreamNetwork, stream_step
 from libs.voice.batching import BatchingConfig, BatchStats, MicroBatcher, padding_groups
-
-PRECISIONS: Final = ("auto", "fp32", "bf16")
-"""Model arithmetic: "auto" picks bf16 where the hardware runs it natively, fp32 elsewhere."""
-DEFAULT_PRECISION: Final = "auto"
-
+from libs.voice.precision import DEFAULT_PRECISION, PRECISIONS, resolve_precision
 
 @dataclass(frozen=True)
 class EngineSettings:
@@ -36,8 +32,6 @@ class EngineSettings:
     """Torch device: "cpu", or "cuda" / "cuda:N" when a GPU is present."""
     precision: str = DEFAULT_PRECISION
     """"auto" (bf16 where the hardware has it, else fp32), "fp32", or "bf16" (autocast)."""
-    num_threads: int | None = None
-    """Torch intra-op threads for this process; None leaves torch's setting alone."""
     batching: BatchingConfig = BatchingConfig(max_batch=1)
     """Dynamic batching across streams; max_batch 1 calls the model directly on the caller's thread."""
     on_batch: Callable[[BatchStats], None] | None = None
@@ -46,28 +40,6 @@ class EngineSettings:
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if self.num_threads is not None and self.num_threads < 1:
-            raise ValueError(f"num_threads must be at least 1, got {self.num_threads}")
-
-
-def resolve_precision(precision: str, device: str) -> str:
-    """The arithmetic an engine runs in: `precision`, with "auto" made concrete for `device`.
-
-    bf16 is 1.5-3x faster where the hardware has it (CPUs with AVX-512 BF16 or AMX, which oneDNN
-    reports as bf16-capable, and GPUs that support it) and within DNSMOS round-off of fp32. Without
-    it, torch emulates bf16 in software, slower than fp32, and oneDNN's packed bf16 kernels are
-    missing altogether, so "auto" is fp32 there.
-    """
-    if precision != "auto":
-        return precision
-    if torch.device(device).type == "cuda":
-        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if cpu_has_native_bf16() else "fp32"
-
-
-def cpu_has_native_bf16() -> bool:
-    """Whether oneDNN runs bf16 convolutions natively on this CPU."""
-    return torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def resolve_device(name: str) -> torch.device:
@@ -85,8 +57,6 @@ class ModelRuntime:
         self.device = resolve_device(settings.device)
         self.precision = resolve_precision(settings.precision, settings.device)
         """The concrete arithmetic, "fp32" or "bf16" ("auto" resolved for this device)."""
-        if settings.num_threads is not None:
-            torch.set_num_threads(settings.num_threads)
         self.batcher = (
             MicroBatcher(run_batch, settings.batching, settings.on_batch, name=name)
             if settings.batching.max_batch > 1

@@ -20,7 +20,8 @@ import torch
 
 from libs.audio.mel import mel_spectrogram
 from libs.models.piper_import import PiperVoiceModels, load_piper_voice
-from libs.models.vits import DEFAULT_NOISE_SCALE, DEFAULT_NOISE_W, synthesis_generator, synthesis_seed
+from libs.models.vits import DEFAULT_NOISE_SCALE, DEFAULT_NOISE_W, synthesis_generator
+from libs.voice.inputs import SynthesisInputs, SynthesisParams
 from libs.text.frontend import TextFrontend
 
 VOICE_NAME: Final = "en_US-joe-medium"
@@ -117,10 +118,8 @@ def make_teacher_data(
     for variant in range(config.variants_per_sentence):
         for sentence_index, phoneme_ids in enumerate(id_sentences):
             speed = speeds.uniform(config.min_speed, config.max_speed)
-            seed = synthesis_seed(
-                f"teacher-{config.seed}-{variant}", VOICE_NAME, 0, speed,
-                config.noise_scale, config.noise_w, phoneme_ids,
-            )
+            params = SynthesisParams(0, speed, config.noise_scale, config.noise_w)
+            seed = SynthesisInputs(f"teacher-{config.seed}-{variant}", VOICE_NAME, phoneme_ids, params).seed()
             latent, audio = synthesize_latent(voice, phoneme_ids, seed, config.noise_scale, 1.0 / speed, config.noise_w)
             utterances.append(Utterance(sentence_index, 1.0 / speed, latent, audio, mel_spectrogram(audio)))
         log(f"teacher variant {variant + 1}/{config.variants_per_sentence}: {len(id_sentences)} sentences, "

@@ -5,13 +5,14 @@ from __future__ import annotations
 import sys
 from typing import Callable
 
-from libs.mesh.server import ServiceRuntime, run_service
-from libs.mesh.settings import WorkerSettings
-from libs.mesh.worker_main import configure_torch, engine_settings, inference_executor, run_worker
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
+from libs.serving.admission import Admission
+from libs.serving.server import run_service
+from libs.serving.worker import WorkerSettings, engine_settings, inference_executor, run_worker
 from libs.telemetry.metrics import AcousticMetrics
 from libs.voice.registry import default_registry
 from services.acoustic.servicer import AcousticServicer
+from services.settings import WorkerServiceSettings, load_worker_settings
 
 SERVICE_NAME = acoustic_pb2.DESCRIPTOR.services_by_name["Acoustic"].full_name
 
@@ -26,23 +27,25 @@ def load_engine(settings: WorkerSettings, on_batch: Callable[..., None] | None =
     return engine
 
 
-async def serve(settings: WorkerSettings) -> None:
+async def serve(settings: WorkerServiceSettings) -> None:
     """Run the acoustic worker until SIGTERM/SIGINT."""
-    configure_torch(settings)
     metrics = AcousticMetrics()
-    executor = inference_executor(settings)
-    servicer = AcousticServicer(default_registry().default.name, metrics, executor)
-    runtime = ServiceRuntime(settings, [SERVICE_NAME], metrics.registry)
-    acoustic_pb2_grpc.add_AcousticServicer_to_server(servicer, runtime.server)
-
-    def install(engine) -> None:
-        servicer.engine = engine
-
-    await run_worker(runtime, executor, lambda: load_engine(settings, metrics.observe_batch), install)
+    executor = inference_executor(settings.worker)
+    servicer = AcousticServicer(default_registry().default.name, metrics, executor, Admission(settings.admission))
+    await run_worker(
+        settings,
+        SERVICE_NAME,
+        metrics.registry,
+        executor,
+        register=lambda server: acoustic_pb2_grpc.add_AcousticServicer_to_server(servicer, server),
+        load_engine=lambda: load_engine(settings.worker, metrics.observe_batch),
+        install_engine=servicer.install,
+    )
 
 
 def main() -> int:
-    return run_service("acoustic", serve)
+    settings = load_worker_settings("acoustic")
+    return run_service("acoustic", settings, settings.server.zone, serve)
 
 
 if __name__ == "__main__":

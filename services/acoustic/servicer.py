@@ -10,11 +10,12 @@ from typing import Any, AsyncIterator
 import grpc
 
 from libs.audio.slicing import DEFAULT_SLICE_MS
-from libs.mesh.admission import worker_admission
-from libs.mesh.errors import InvalidRequestError, abort_for
-from libs.mesh.mel_slices import SliceCutter, to_message
-from libs.mesh.server import StreamTracker
-from libs.mesh.validation import check_sentence_request
+from libs.serving.admission import Admission
+from libs.serving.status import abort_for
+from libs.wire.errors import InvalidRequestError
+from libs.wire.mel_slices import SliceCutter, to_message
+from libs.serving.server import StreamTracker
+from libs.voice.checks import check_sentence_request
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.telemetry import tracing
@@ -27,8 +28,9 @@ _log = logging.getLogger(__name__)
 class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
     """Runs the acoustic engine for each sentence of a stream, in order, off the event loop."""
 
-    def __init__(self, voice_name: str, metrics: AcousticMetrics, executor: Executor) -> None:
+    def __init__(self, voice_name: str, metrics: AcousticMetrics, executor: Executor, admission: Admission) -> None:
         self.engine: Any = None  # an AcousticEngine once loaded; None means "still loading"
+        self._admission = admission
         self._voice_name = voice_name
         self._metrics = metrics
         self._tracker = StreamTracker(metrics.inflight_streams, metrics.streams_total)
@@ -52,7 +54,7 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
         self, request_iterator: AsyncIterator[acoustic_pb2.SentenceRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[mel_pb2.MelSlices]:
         engine = await self._ready_engine(context)
-        await worker_admission("acoustic").admit(context, engine)  # RESOURCE_EXHAUSTED when out of room
+        await self._admission.admit(context, engine)  # RESOURCE_EXHAUSTED when out of room
         async with self._tracker.track(context):
             async for request in request_iterator:
                 self._sentences_in_progress += 1
@@ -131,6 +133,10 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
         if not cutter.done:
             raise RuntimeError("the engine's mel ended before the sentence's last slice")
         self._metrics.sentences_total.inc()
+
+    def install(self, engine: Any) -> None:
+        """Serve with `engine` from now on (the model has loaded and warmed up)."""
+        self.engine = engine
 
     async def _ready_engine(self, context: grpc.aio.ServicerContext) -> Any:
         if self.engine is None:

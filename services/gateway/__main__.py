@@ -7,13 +7,15 @@ import logging
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from libs.mesh.server import ServiceRuntime, freeze_startup_heap, run_service
-from libs.mesh.settings import GatewaySettings
+from libs.serving.server import ServiceRuntime, freeze_startup_heap, run_service
 from libs.telemetry.metrics import GatewayMetrics
-from libs.telemetry.traced_cache import TracedMelCache
+from libs.cache.mel_cache import MelCache
 from libs.voice.registry import default_registry
+from libs.synthesis.synthesizer import Synthesizer
+from libs.synthesis.text_side import TextSide
 from services.gateway.servicer import SERVICE_NAME, TextToSpeechServicer, add_to_server
-from services.gateway.workers import KINDS, WorkerPool
+from services.settings import GatewaySettings, load_gateway_settings
+from libs.upstream.pool import KINDS, WorkerPool
 
 _log = logging.getLogger(__name__)
 
@@ -33,33 +35,26 @@ async def serve(settings: GatewaySettings) -> None:
     """Run the gateway until SIGTERM/SIGINT."""
     metrics = GatewayMetrics()
     registry = default_registry()
-    cache = TracedMelCache.from_url(
-        settings.redis_url,
-        ttl_s=settings.cache_ttl_s,
-        timeout_ms=settings.cache_timeout_ms,
-        on_outcome=metrics.cache_outcome,
-        head_ms=settings.audio_head_ms,
-    )
+    cache = MelCache.from_settings(settings.cache, on_outcome=metrics.cache_outcome)
     # The pool's routing counters (retries, resumes, ejections, ...) go on the same /metrics registry.
-    pool = WorkerPool(settings.acoustic, settings.vocoder, settings.zone, registry=metrics.registry)
+    pool = WorkerPool(
+        settings.upstream,
+        settings.server.zone,
+        retry=settings.retry,
+        retry_budget=settings.retry_budget,
+        ejection=settings.ejection,
+        registry=metrics.registry,
+    )
     metrics.track_endpoints(lambda: [status for kind in KINDS for status in pool.table(kind).statuses()])
     # One thread: phonemising a request takes milliseconds, and espeak-ng runs as one global instance.
     text_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="text")
-    servicer = TextToSpeechServicer(
-        registry=registry,
-        pool=pool,
-        cache=cache,
-        metrics=metrics,
-        text_executor=text_executor,
-        max_text_chars=settings.max_text_chars,
-    )
-    runtime = ServiceRuntime(settings, [SERVICE_NAME], metrics.registry)
+    text_side = TextSide(text_executor, settings.limits.max_text_chars)
+    synthesizer = Synthesizer(pool=pool, cache=cache, text_side=text_side, max_streams=settings.limits.max_streams)
+    servicer = TextToSpeechServicer(registry=registry, synthesizer=synthesizer, metrics=metrics)
+    runtime = ServiceRuntime(settings.server, [SERVICE_NAME], metrics.registry)
     add_to_server(servicer, runtime.server)
     await runtime.start()
-    # Load espeak-ng and the phoneme map before taking traffic.
-    await asyncio.get_running_loop().run_in_executor(
-        text_executor, lambda: servicer.frontend(registry.default).sentences("Ready.")
-    )
+    await text_side.warm_up(registry.default)  # espeak-ng and the phoneme map, before taking traffic
     freeze_startup_heap()
     pool.start()
     readiness = asyncio.create_task(_track_readiness(runtime, pool))
@@ -72,7 +67,8 @@ async def serve(settings: GatewaySettings) -> None:
 
 
 def main() -> int:
-    return run_service("gateway", serve)
+    settings = load_gateway_settings()
+    return run_service("gateway", settings, settings.server.zone, serve)
 
 
 if __name__ == "__main__":

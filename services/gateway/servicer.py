@@ -1,31 +1,24 @@
-"""The public TextToSpeech servicer: validate, phonemise, run the utterance pipeline, map errors."""
+"""The public TextToSpeech servicer: parse, call the synthesis API (libs.synthesis), map to gRPC."""
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import time
-from concurrent.futures import Executor
 from typing import Any, AsyncIterator
 
 import grpc
 
-from libs.mesh.errors import InvalidRequestError, abort_for, grpc_status_for
-from libs.mesh.mel_cache import MelCache
-from libs.mesh.mel_codec import CachedMel
-from libs.mesh.request_decoding import UndecodableRequest, request_decoder
-from libs.mesh.single_flight import SingleFlight
-from libs.mesh.validation import SynthesisOptions, check_text, resolve_options
 from libs.pb.tts.v1 import tts_pb2
-from libs.text.errors import EmptyTextError
+from libs.serving.status import abort_for, grpc_status_for
+from libs.synthesis.options import SynthesisOptions, resolve_options
+from libs.synthesis.output import AudioChunk
+from libs.synthesis.synthesizer import Synthesizer
 from libs.telemetry import tracing
 from libs.telemetry.metrics import GatewayMetrics
-from libs.text.frontend import NO_WORDS, TextFrontend
-from libs.text.sentences import IncrementalSentenceSplitter
-from libs.voice.registry import Voice, VoiceRegistry
-from services.gateway.pipeline import UtterancePipeline
-from services.gateway.workers import WorkerPool
+from libs.voice.registry import VoiceRegistry
+from libs.wire.errors import InvalidRequestError
+from libs.wire.request_decoding import UndecodableRequest, request_decoder
 
 _log = logging.getLogger(__name__)
 
@@ -33,62 +26,24 @@ SERVICE_NAME = tts_pb2.DESCRIPTOR.services_by_name["TextToSpeech"].full_name
 
 
 class TextToSpeechServicer:
-    """Synthesize, StreamingSynthesize and ListVoices over the worker pool and the mel cache."""
+    """Synthesize, StreamingSynthesize and ListVoices: each parses its request, calls the synthesis
+    API, and maps what comes back (or goes wrong) to gRPC."""
 
-    def __init__(
-        self,
-        *,
-        registry: VoiceRegistry,
-        pool: WorkerPool,
-        cache: MelCache,
-        metrics: GatewayMetrics,
-        text_executor: Executor,
-        max_text_chars: int,
-    ) -> None:
+    def __init__(self, *, registry: VoiceRegistry, synthesizer: Synthesizer, metrics: GatewayMetrics) -> None:
         self._registry = registry
-        self._pool = pool
-        self._cache = cache
+        self._synthesizer = synthesizer
         self._metrics = metrics
-        self._text_executor = text_executor
-        self._max_text_chars = max_text_chars
-        self._flights: SingleFlight[CachedMel] = SingleFlight()
-        self._frontends: dict[str, Any] = {}
-
-    def frontend(self, voice: Voice) -> Any:
-        """The text frontend of `voice` (built once; call from the text executor: espeak-ng is not thread-safe)."""
-        frontend = self._frontends.get(voice.name)
-        if frontend is None:
-            frontend = TextFrontend(
-                voice.phoneme_id_map(), espeak_voice=voice.espeak_voice, max_text_chars=self._max_text_chars
-            )
-            self._frontends[voice.name] = frontend
-        return frontend
-
-    def _options(self, message: tts_pb2.SynthesizeRequest | tts_pb2.StreamingSynthesizeConfig) -> SynthesisOptions:
-        """Validated synthesis options from the fields a SynthesizeRequest and a streaming config share."""
-        return resolve_options(
-            self._registry,
-            voice=message.voice,
-            speed=message.speed,
-            encoding=message.encoding,
-            sample_rate_hz=message.sample_rate_hz,
-            speaker_id=message.speaker_id,
-            request_id=message.request_id,
-            include_alignment=message.include_alignment,
-        )
 
     async def Synthesize(
         self, request: tts_pb2.SynthesizeRequest | UndecodableRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
         async with self._call("Synthesize", context) as call:
-            if isinstance(request, UndecodableRequest):
-                raise InvalidRequestError(request.reason)
+            request = _checked(request)
             options = self._options(request)
-            text = check_text(request.text, self._max_text_chars)
+            chunks = await self._synthesizer.synthesize(request.text, options, context.time_remaining())
             call.voice(options.voice.name)
-            # Bad text fails here, at once; the first chunk is phonemised in the same trip to the text thread.
-            first, later = await self._in_text_thread(self._first_sentences_and_later_chunks, options.voice, text)
-            async for response in self._pipeline(options, context).run(self._chunk_sentences(options.voice, first, later)):
+            async for chunk in chunks:
+                response = _response(chunk, options)
                 call.sent(response)
                 yield response
 
@@ -104,11 +59,11 @@ class TextToSpeechServicer:
             first = _checked(first)
             if first.WhichOneof("request") != "config":
                 raise InvalidRequestError("the first StreamingSynthesizeRequest must carry `config`")
-            config = first.config
-            options = self._options(config)
+            options = self._options(first.config)
             call.voice(options.voice.name)
-            sentences = self._incremental_sentences(request_iterator, options.voice)
-            async for response in self._pipeline(options, context).run(sentences):
+            chunks = self._synthesizer.synthesize_incremental(_text_pieces(request_iterator), options, context.time_remaining())
+            async for chunk in chunks:
+                response = _response(chunk, options)
                 call.sent(response)
                 yield response
 
@@ -133,83 +88,55 @@ class TextToSpeechServicer:
                 ]
             )
 
-    def _pipeline(self, options: SynthesisOptions, context: grpc.aio.ServicerContext) -> UtterancePipeline:
-        return UtterancePipeline(
-            pool=self._pool,
-            cache=self._cache,
-            flights=self._flights,
-            options=options,
-            utterance_id=options.request_id,
-            timeout_s=context.time_remaining(),  # the client's deadline bounds every downstream call
+    def _options(self, message: tts_pb2.SynthesizeRequest | tts_pb2.StreamingSynthesizeConfig) -> SynthesisOptions:
+        """Validated synthesis options from the fields a SynthesizeRequest and a streaming config share."""
+        return resolve_options(
+            self._registry,
+            voice=message.voice,
+            speed=message.speed,
+            encoding=message.encoding,
+            sample_rate_hz=message.sample_rate_hz,
+            speaker_id=message.speaker_id,
+            request_id=message.request_id,
+            include_alignment=message.include_alignment,
         )
-
-    def _chunks(self, voice: Voice, text: str) -> list[str]:
-        """`text` normalised, checked and cut into sentence chunks (call on the text executor)."""
-        with tracing.step_span(tracing.SPAN_NORMALISE, {"tts.text_chars": len(text)}):
-            return self.frontend(voice).chunks(text)
-
-    def _first_sentences_and_later_chunks(self, voice: Voice, text: str) -> tuple[list[Any], list[str]]:
-        """`_chunks`, the first one already phonemised: (its sentences, the other chunks) (call on
-        the text executor)."""
-        first, *later = self._chunks(voice, text)
-        return self._phonemise(voice, first), later
-
-    def _phonemise(self, voice: Voice, chunk: str) -> list[Any]:
-        """The sentences of one chunk (call on the text executor)."""
-        with tracing.step_span(tracing.SPAN_PHONEMISE, {tracing.ATTR_VOICE: voice.name}) as span:
-            sentences = self.frontend(voice).chunk_sentences(chunk)
-            span.set_attribute("tts.sentences", len(sentences))
-        return sentences
-
-    async def _in_text_thread(self, function: Any, *args: Any) -> Any:
-        # Run in a copy of this request's context, so the spans join its trace.
-        context = contextvars.copy_context()
-        return await asyncio.get_running_loop().run_in_executor(self._text_executor, context.run, function, *args)
-
-    async def _chunk_sentences(self, voice: Voice, first: list[Any], later: list[str]) -> AsyncIterator[Any]:
-        """The first chunk's sentences, then those of each `later` chunk, phonemised when the
-        pipeline asks for them: first audio does not wait for espeak-ng to get through a long text."""
-        spoken = 0
-        for sentence in first:
-            spoken += 1
-            yield sentence
-        for chunk in later:
-            for sentence in await self._in_text_thread(self._phonemise, voice, chunk):
-                spoken += 1
-                yield sentence
-        if not spoken:
-            raise EmptyTextError(NO_WORDS)
-
-    async def _incremental_sentences(
-        self, request_iterator: AsyncIterator[Any], voice: Voice
-    ) -> AsyncIterator[Any]:
-        """Sentences of streamed text, each as soon as it is complete; the rest at half-close."""
-        splitter = IncrementalSentenceSplitter()
-        async for request in request_iterator:
-            request = _checked(request)
-            if request.WhichOneof("request") != "text":
-                raise InvalidRequestError("only the first StreamingSynthesizeRequest may carry `config`")
-            if len(request.text) > self._max_text_chars:
-                raise InvalidRequestError(
-                    f"a text piece is {len(request.text)} characters long; the limit is {self._max_text_chars} per piece"
-                )
-            for chunk in splitter.feed(request.text):
-                for sentence in await self._phonemise_chunk(voice, chunk):
-                    yield sentence
-        for chunk in splitter.flush():
-            for sentence in await self._phonemise_chunk(voice, chunk):
-                yield sentence
-
-    async def _phonemise_chunk(self, voice: Voice, chunk: str) -> list[Any]:
-        """A streamed chunk's sentences; a chunk with nothing to say (spaces, punctuation) has none."""
-        try:
-            chunks = await self._in_text_thread(self._chunks, voice, chunk)
-        except EmptyTextError:
-            return []
-        return [sentence for part in chunks for sentence in await self._in_text_thread(self._phonemise, voice, part)]
 
     def _call(self, method: str, context: grpc.aio.ServicerContext) -> "_CallScope":
         return _CallScope(self._metrics, method, context)
+
+
+async def _text_pieces(request_iterator: AsyncIterator[Any]) -> AsyncIterator[str]:
+    """The text of each StreamingSynthesizeRequest after the first."""
+    async for request in request_iterator:
+        request = _checked(request)
+        if request.WhichOneof("request") != "text":
+            raise InvalidRequestError("only the first StreamingSynthesizeRequest may carry `config`")
+        yield request.text
+
+
+def _response(chunk: AudioChunk, options: SynthesisOptions) -> tts_pb2.SynthesizeResponse:
+    response = tts_pb2.SynthesizeResponse(
+        audio=chunk.audio,
+        sample_rate_hz=options.sample_rate_hz,
+        encoding=options.encoding,
+        request_id=options.request_id,
+        sentence_index=chunk.sentence_index,
+        audio_offset_s=chunk.audio_offset_s,
+        audio_duration_s=chunk.audio_duration_s,
+        sentence_end=chunk.sentence_end,
+    )
+    sentence = chunk.sentence
+    if sentence is not None:
+        info = response.sentence
+        info.index = sentence.index
+        info.text = sentence.text
+        info.phonemes = sentence.phonemes
+        info.audio_offset_s = sentence.audio_offset_s
+        info.audio_duration_s = sentence.audio_duration_s
+        if options.include_alignment:
+            info.phoneme_frames.extend(sentence.phoneme_frames)
+            info.frame_duration_s = sentence.frame_duration_s
+    return response
 
 
 class _CallScope:

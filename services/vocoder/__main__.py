@@ -5,11 +5,12 @@ from __future__ import annotations
 import sys
 from typing import Callable
 
-from libs.mesh.server import ServiceRuntime, run_service
-from libs.mesh.settings import WorkerSettings
-from libs.mesh.worker_main import configure_torch, engine_settings, inference_executor, run_worker
 from libs.pb.tts.vocoder.v1 import vocoder_pb2, vocoder_pb2_grpc
+from libs.serving.admission import Admission
+from libs.serving.server import run_service
+from libs.serving.worker import WorkerSettings, engine_settings, inference_executor, run_worker
 from libs.telemetry.metrics import VocoderMetrics
+from services.settings import WorkerServiceSettings, load_worker_settings
 from services.vocoder.servicer import VocoderServicer
 
 SERVICE_NAME = vocoder_pb2.DESCRIPTOR.services_by_name["Vocoder"].full_name
@@ -25,23 +26,25 @@ def load_engine(settings: WorkerSettings, on_batch: Callable[..., None] | None =
     return engine
 
 
-async def serve(settings: WorkerSettings) -> None:
+async def serve(settings: WorkerServiceSettings) -> None:
     """Run the vocoder worker until SIGTERM/SIGINT."""
-    configure_torch(settings)
     metrics = VocoderMetrics()
-    executor = inference_executor(settings)
-    servicer = VocoderServicer(metrics, executor)
-    runtime = ServiceRuntime(settings, [SERVICE_NAME], metrics.registry)
-    vocoder_pb2_grpc.add_VocoderServicer_to_server(servicer, runtime.server)
-
-    def install(engine) -> None:
-        servicer.engine = engine
-
-    await run_worker(runtime, executor, lambda: load_engine(settings, metrics.observe_batch), install)
+    executor = inference_executor(settings.worker)
+    servicer = VocoderServicer(metrics, executor, Admission(settings.admission))
+    await run_worker(
+        settings,
+        SERVICE_NAME,
+        metrics.registry,
+        executor,
+        register=lambda server: vocoder_pb2_grpc.add_VocoderServicer_to_server(servicer, server),
+        load_engine=lambda: load_engine(settings.worker, metrics.observe_batch),
+        install_engine=servicer.install,
+    )
 
 
 def main() -> int:
-    return run_service("vocoder", serve)
+    settings = load_worker_settings("vocoder")
+    return run_service("vocoder", settings, settings.server.zone, serve)
 
 
 if __name__ == "__main__":

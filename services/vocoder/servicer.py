@@ -10,11 +10,12 @@ from typing import Any, AsyncIterator
 import grpc
 import numpy as np
 
-from libs.mesh.admission import worker_admission
-from libs.mesh.errors import InvalidRequestError, abort_for
-from libs.mesh.mel_slices import frames_of
-from libs.mesh.server import StreamTracker
-from libs.mesh.vocode_session import SentenceSession
+from libs.serving.admission import Admission
+from libs.serving.status import abort_for
+from libs.wire.errors import InvalidRequestError
+from libs.wire.mel_slices import frames_of
+from libs.serving.server import StreamTracker
+from libs.voice.vocode_session import SentenceSession
 from libs.pb.tts.vocoder.v1 import vocoder_pb2, vocoder_pb2_grpc
 from libs.telemetry.inference import InferenceRunner
 from libs.telemetry.metrics import STAGE_CHUNK, VocoderMetrics
@@ -25,29 +26,18 @@ CANCEL_GRACE_S = 0.1
 class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
     """Vocodes each sentence of a stream as its own waveform, slice by slice, off the event loop."""
 
-    def __init__(self, metrics: VocoderMetrics, executor: Executor) -> None:
+    def __init__(self, metrics: VocoderMetrics, executor: Executor, admission: Admission) -> None:
         self.engine: Any = None  # a VocoderEngine once loaded; None means "still loading"
+        self._admission = admission
         self._metrics = metrics
         self._tracker = StreamTracker(metrics.inflight_streams, metrics.streams_total)
         self._inference = InferenceRunner(executor, metrics, lambda: getattr(self.engine, "batcher", None) is not None)
-
-    async def GetVocoderInfo(
-        self, request: vocoder_pb2.GetVocoderInfoRequest, context: grpc.aio.ServicerContext
-    ) -> vocoder_pb2.VocoderInfo:
-        engine = await self._ready_engine(context)
-        return vocoder_pb2.VocoderInfo(
-            sample_rate_hz=engine.sample_rate_hz,
-            hop_length=engine.hop_length,
-            n_mels=engine.n_mels,
-            context_frames=engine.context_frames,
-            model_version=str(getattr(engine, "model_version", "")),
-        )
 
     async def Vocode(
         self, request_iterator: AsyncIterator[vocoder_pb2.VocodeRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[vocoder_pb2.VocodeResponse]:
         engine = await self._ready_engine(context)
-        await worker_admission("vocoder").admit(context, engine)  # RESOURCE_EXHAUSTED when out of room
+        await self._admission.admit(context, engine)  # RESOURCE_EXHAUSTED when out of room
         async with self._tracker.track(context):
             session: SentenceSession | None = None
             async for request in request_iterator:
@@ -106,6 +96,10 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
             raise InvalidRequestError(f"mel slice has {frames.shape[0]} bands; this vocoder takes {engine.n_mels}")
         session.accept(mel_slice.first_frame, frames, context_only, mel_slice.is_last)
         return session
+
+    def install(self, engine: Any) -> None:
+        """Serve with `engine` from now on (the model has loaded and warmed up)."""
+        self.engine = engine
 
     async def _ready_engine(self, context: grpc.aio.ServicerContext) -> Any:
         if self.engine is None:

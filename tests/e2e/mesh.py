@@ -12,8 +12,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from libs.mesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
-from libs.mesh.launcher import service_command, stop_processes, wait_until_serving
+from libs.devmesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
+from libs.devmesh.launcher import service_command, stop_processes, wait_until_serving
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_START_TIMEOUT_S = 240.0  # model loading and warm-up on two shared cores
@@ -115,7 +115,7 @@ class Mesh:
             "--port", str(port),
             "--metrics-port", str(metrics_port),
             "--zone", self.zone,
-            "--threads", "1",
+            *(["--threads", "1"] if name != "gateway" else []),
             *extra_args,
         ])  # fmt: skip
         with log_path.open("wb") as log:

@@ -15,7 +15,7 @@ from typing import Any, Iterator, Sequence
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from libs.mesh.admission import STREAM_ACCEPTED_METADATA
+from libs.wire.headers import STREAM_ACCEPTED_METADATA
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
 
 

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from libs.serving.admission import Admission, AdmissionSettings
 from libs.models.hifigan import Generator, GeneratorConfig
 from libs.pb.tts.acoustic.v1 import acoustic_pb2_grpc
 from libs.pb.tts.vocoder.v1 import vocoder_pb2_grpc
@@ -138,12 +139,12 @@ class ToyMesh:
                 health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
                 if kind == "acoustic":
                     metrics: Any = AcousticMetrics()
-                    servicer: Any = AcousticServicer(VOICE, metrics, self.executor)
+                    servicer: Any = AcousticServicer(VOICE, metrics, self.executor, Admission(AdmissionSettings()))
                     servicer.engine = ToyAcousticEngine(chunk_delay_s)
                     acoustic_pb2_grpc.add_AcousticServicer_to_server(servicer, server)
                 else:
                     metrics = VocoderMetrics()
-                    servicer = VocoderServicer(metrics, self.executor)
+                    servicer = VocoderServicer(metrics, self.executor, Admission(AdmissionSettings()))
                     servicer.engine = vocoder_engine
                     vocoder_pb2_grpc.add_VocoderServicer_to_server(servicer, server)
                 port = server.add_insecure_port("127.0.0.1:0")

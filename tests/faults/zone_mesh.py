@@ -25,8 +25,8 @@ import grpc
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
-from libs.mesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
-from libs.mesh.launcher import service_command, stop_processes, wait_until_serving
+from libs.devmesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
+from libs.devmesh.launcher import service_command, stop_processes, wait_until_serving
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
 from tests.e2e.mesh import REPO_ROOT, ServiceProcess, free_port
@@ -43,7 +43,7 @@ FAST_FAILOVER_ENV: Mapping[str, str] = {
     "TTS_RETRY_BASE_BACKOFF_S": "0.02",
     "TTS_RECONNECT_MAX_MS": "1000",
 }
-"""Gateway settings that keep fault tests short; production defaults are in libs/mesh/routing_settings.py."""
+"""Gateway settings that keep fault tests short; production defaults are in libs/upstream/settings.py."""
 
 
 def worker_name(kind: str, zone: str) -> str:
@@ -293,7 +293,7 @@ class ZoneMesh:
             "--port", str(port),
             "--metrics-port", str(metrics_port),
             "--zone", zone,
-            "--threads", "1",
+            *(["--threads", "1"] if service != "gateway" else []),
             *extra_args,
         ])  # fmt: skip
         with log_path.open("ab") as log:

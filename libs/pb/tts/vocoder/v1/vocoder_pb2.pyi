@@ -30,21 +30,3 @@ class VocodeResponse(_message.Message):
     sample_rate_hz: int
     is_last: bool
     def __init__(self, utterance_id: _Optional[str] = ..., sentence_index: _Optional[int] = ..., first_sample: _Optional[int] = ..., samples: _Optional[bytes] = ..., sample_rate_hz: _Optional[int] = ..., is_last: _Optional[bool] = ...) -> None: ...
-
-class GetVocoderInfoRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class VocoderInfo(_message.Message):
-    __slots__ = ("sample_rate_hz", "hop_length", "n_mels", "context_frames", "model_version")
-    SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
-    HOP_LENGTH_FIELD_NUMBER: _ClassVar[int]
-    N_MELS_FIELD_NUMBER: _ClassVar[int]
-    CONTEXT_FRAMES_FIELD_NUMBER: _ClassVar[int]
-    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
-    sample_rate_hz: int
-    hop_length: int
-    n_mels: int
-    context_frames: int
-    model_version: str
-    def __init__(self, sample_rate_hz: _Optional[int] = ..., hop_length: _Optional[int] = ..., n_mels: _Optional[int] = ..., context_frames: _Optional[int] = ..., model_version: _Optional[str] = ...) -> None: ...

@@ -39,11 +39,6 @@ class VocoderStub:
                 request_serializer=tts_dot_vocoder_dot_v1_dot_vocoder__pb2.VocodeRequest.SerializeToString,
                 response_deserializer=tts_dot_vocoder_dot_v1_dot_vocoder__pb2.VocodeResponse.FromString,
                 _registered_method=True)
-        self.GetVocoderInfo = channel.unary_unary(
-                '/tts.vocoder.v1.Vocoder/GetVocoderInfo',
-                request_serializer=tts_dot_vocoder_dot_v1_dot_vocoder__pb2.GetVocoderInfoRequest.SerializeToString,
-                response_deserializer=tts_dot_vocoder_dot_v1_dot_vocoder__pb2.VocoderInfo.FromString,
-                _registered_method=True)
 
 
 class VocoderServicer:
@@ -53,17 +48,10 @@ class VocoderServicer:
         """One stream per utterance. The gateway sends mel slices of each sentence in order, as many per
         message as it has; a slice with is_last ends its sentence (the worker flushes the sentence's
         remaining samples). Each sentence is vocoded as its own waveform. The worker answers with samples
-        as soon as they are exact (DESIGN §5), one message per vocoding step.
+        as soon as they are exact (docs/ARCHITECTURE.md, "Exact streaming and resume"), one message per vocoding step.
         The worker sends its response headers as soon as it accepts the stream, before reading any
         request; an overloaded worker instead ends the call with RESOURCE_EXHAUSTED and the
         grpc-retry-pushback-ms trailer. The gateway writes only after the headers arrive.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def GetVocoderInfo(self, request, context):
-        """The vocoder's audio geometry, including the context a resumed stream must be primed with.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -76,11 +64,6 @@ def add_VocoderServicer_to_server(servicer, server):
                     servicer.Vocode,
                     request_deserializer=tts_dot_vocoder_dot_v1_dot_vocoder__pb2.VocodeRequest.FromString,
                     response_serializer=tts_dot_vocoder_dot_v1_dot_vocoder__pb2.VocodeResponse.SerializeToString,
-            ),
-            'GetVocoderInfo': grpc.unary_unary_rpc_method_handler(
-                    servicer.GetVocoderInfo,
-                    request_deserializer=tts_dot_vocoder_dot_v1_dot_vocoder__pb2.GetVocoderInfoRequest.FromString,
-                    response_serializer=tts_dot_vocoder_dot_v1_dot_vocoder__pb2.VocoderInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -110,33 +93,6 @@ class Vocoder:
             '/tts.vocoder.v1.Vocoder/Vocode',
             tts_dot_vocoder_dot_v1_dot_vocoder__pb2.VocodeRequest.SerializeToString,
             tts_dot_vocoder_dot_v1_dot_vocoder__pb2.VocodeResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def GetVocoderInfo(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/tts.vocoder.v1.Vocoder/GetVocoderInfo',
-            tts_dot_vocoder_dot_v1_dot_vocoder__pb2.GetVocoderInfoRequest.SerializeToString,
-            tts_dot_vocoder_dot_v1_dot_vocoder__pb2.VocoderInfo.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,29 @@
+"""Where a sentence lives in Redis: its mel under a hash of its synthesis inputs, its audio head
+next to it.
+
+Both keys of a sentence derive from one digest, so they can be read together in one round trip.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Final
+
+from libs.voice.inputs import SynthesisInputs
+
+FORMAT_VERSION: Final = 1
+"""Layout version of the values (libs.cache.codec); part of every key, so a new layout never reads an old one."""
+KEY_PREFIX: Final = f"tts:mel:v{FORMAT_VERSION}:"
+HEAD_KEY_PREFIX: Final = f"tts:head:v{FORMAT_VERSION}:"
+
+
+def cache_key(inputs: SynthesisInputs) -> str:
+    """The key of a sentence's mel: a hash of exactly what its audio is a function of."""
+    return KEY_PREFIX + hashlib.sha256(inputs.digest_bytes()).hexdigest()
+
+
+def head_key(mel_key: str) -> str:
+    """The key of the audio head of the sentence whose mel is cached at `mel_key`."""
+    if not mel_key.startswith(KEY_PREFIX):
+        raise ValueError(f"{mel_key!r} is not a mel cache key")
+    return HEAD_KEY_PREFIX + mel_key[len(KEY_PREFIX) :]

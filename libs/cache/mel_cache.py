@@ -1,0 +1,183 @@
+"""The Redis mel cache, failing open (DESIGN §6).
+
+Every Redis problem (down, slow, full, a corrupt value) becomes a miss: the request is synthesised
+and the outcome is counted, never raised. Calls use short socket timeouts and no client retries,
+and a circuit breaker skips Redis entirely for a while after repeated failures. Every lookup and
+write is a span (`tts.cache.lookup`, `tts.cache.write`), so a trace shows what Redis cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from typing import Callable, Final, Sequence, TypeVar
+
+import numpy as np
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from libs.cache.circuit_breaker import BreakerConfig, CircuitBreaker
+from libs.cache.codec import AudioHead, CacheFormatError, CachedMel, decode_head, decode_mel, encode_head, encode_mel
+from libs.cache.keys import head_key
+from libs.cache.settings import CacheSettings
+from libs.telemetry.tracing import ATTR_CACHE_HIT, SPAN_CACHE_LOOKUP, SPAN_CACHE_WRITE, step_span
+
+_log = logging.getLogger(__name__)
+_Value = TypeVar("_Value")
+
+CacheOutcomeHook = Callable[[str], None]
+"""Called with one of the OUTCOME_* words after every cache operation (for metrics)."""
+
+OUTCOME_HIT: Final = "hit"
+OUTCOME_MISS: Final = "miss"
+OUTCOME_ERROR: Final = "error"
+"""Redis failed or timed out; the lookup counted as a miss."""
+OUTCOME_CORRUPT: Final = "corrupt"
+"""A value failed its header or checksum checks; counted as a miss."""
+OUTCOME_SKIPPED: Final = "skipped"
+"""The breaker is open, so Redis was not asked."""
+OUTCOME_WRITTEN: Final = "written"
+OUTCOME_WRITE_ERROR: Final = "write_error"
+OUTCOME_HEAD_HIT: Final = "head_hit"
+"""A mel hit came with the sentence's audio head (counted on top of the hit)."""
+OUTCOME_HEAD_WRITTEN: Final = "head_written"
+
+
+
+def _ignore(outcome: str) -> None:
+    """The default outcome hook: does nothing."""
+
+
+class MelCache:
+    """Get and put sentence mels by key; never raises for Redis trouble."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis | None,
+        *,
+        ttl_s: int,
+        timeout_s: float,
+        breaker: CircuitBreaker | None = None,
+        on_outcome: CacheOutcomeHook = _ignore,
+        head_ms: float = 0.0,
+    ) -> None:
+        """`head_ms` > 0 also keeps that much of each sentence's first audio (its audio head, libs.cache.codec)."""
+        if head_ms < 0:
+            raise ValueError(f"head_ms must be >= 0, got {head_ms}")
+        self._client = client
+        self.head_ms = head_ms
+        self._ttl_s = ttl_s
+        self._timeout_s = timeout_s
+        self._breaker = breaker or CircuitBreaker(BreakerConfig())
+        self._on_outcome = on_outcome
+
+    @classmethod
+    def from_settings(cls, settings: CacheSettings, on_outcome: CacheOutcomeHook = _ignore) -> "MelCache":
+        """A cache on the Redis `settings` name; with the cache switched off, one that always misses."""
+        timeout_s = settings.timeout_ms / 1000.0
+        client = None
+        if settings.enabled:
+            client = aioredis.Redis.from_url(
+                settings.redis_url,
+                socket_timeout=timeout_s,
+                socket_connect_timeout=timeout_s,
+                # No client-side retries: a miss is cheaper than a retry storm on a sick Redis.
+                retry=Retry(NoBackoff(), 0),
+                health_check_interval=30,
+            )
+        return cls(client, ttl_s=settings.ttl_s, timeout_s=timeout_s, on_outcome=on_outcome, head_ms=settings.audio_head_ms)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether a Redis is configured at all."""
+        return self._client is not None
+
+    async def get(self, key: str) -> CachedMel | None:
+        """The cached mel for `key`, or None on a miss, an error, a corrupt value or an open breaker.
+
+        With heads on, the sentence's audio head comes in the same round trip, as `head` (None
+        when it is absent or corrupt: the mel alone is still a hit).
+        """
+        with step_span(SPAN_CACHE_LOOKUP) as span:
+            cached = await self._get(key)
+            span.set_attribute(ATTR_CACHE_HIT, cached is not None)
+            return cached
+
+    async def _get(self, key: str) -> CachedMel | None:
+        if self._client is None:
+            return None
+        if not self._breaker.allow():
+            self._on_outcome(OUTCOME_SKIPPED)
+            return None
+        head_value = None
+        try:
+            async with asyncio.timeout(self._timeout_s * 2):
+                if self.head_ms > 0:
+                    value, head_value = await self._client.mget([key, head_key(key)])
+                else:
+                    value = await self._client.get(key)
+        except (RedisError, OSError, TimeoutError) as error:
+            self._fail(OUTCOME_ERROR, "get", error)
+            return None
+        self._breaker.record_success()
+        if value is None:
+            self._on_outcome(OUTCOME_MISS)
+            return None
+        cached = self._decoded(decode_mel, value, "cache entry", key)
+        if cached is None:
+            return None
+        self._on_outcome(OUTCOME_HIT)
+        head = None if head_value is None else self._decoded(decode_head, head_value, "audio head", key)
+        if head is None:
+            return cached
+        self._on_outcome(OUTCOME_HEAD_HIT)
+        return replace(cached, head=head)
+
+    def _decoded(self, decode: Callable[[bytes], _Value], value: bytes, what: str, key: str) -> _Value | None:
+        """`decode(value)`, or None (logged and counted as corrupt) when the value fails its checks."""
+        try:
+            return decode(value)
+        except CacheFormatError as error:
+            _log.warning("ignoring corrupt %s of %s: %s", what, key, error)
+            self._on_outcome(OUTCOME_CORRUPT)
+            return None
+
+    async def put(self, key: str, mel: np.ndarray, phoneme_frames: Sequence[int] = ()) -> bool:
+        """Store a complete sentence's mel with the TTL; returns whether Redis took it."""
+        if self._client is None or not self._breaker.allow():
+            return False
+        with step_span(SPAN_CACHE_WRITE, {"tts.cache.frames": int(mel.shape[-1])}) as span:
+            stored = await self._set(key, encode_mel(mel, phoneme_frames), OUTCOME_WRITTEN)
+            span.set_attribute("tts.cache.stored", stored)
+            return stored
+
+    async def put_head(self, key: str, head: AudioHead) -> bool:
+        """Store the audio head of the sentence whose mel key is `key`, with the TTL; returns whether Redis took it."""
+        if self._client is None or self.head_ms <= 0 or not self._breaker.allow():
+            return False
+        return await self._set(head_key(key), encode_head(head), OUTCOME_HEAD_WRITTEN)
+
+    async def _set(self, key: str, value: bytes, outcome: str) -> bool:
+        assert self._client is not None
+        try:
+            async with asyncio.timeout(self._timeout_s * 2):
+                await self._client.set(key, value, ex=self._ttl_s)
+        except (RedisError, OSError, TimeoutError) as error:
+            self._fail(OUTCOME_WRITE_ERROR, "set", error)
+            return False
+        self._breaker.record_success()
+        self._on_outcome(outcome)
+        return True
+
+    async def close(self) -> None:
+        """Close the Redis connections."""
+        if self._client is not None:
+            await self._client.aclose()
+
+    def _fail(self, outcome: str, operation: str, error: BaseException) -> None:
+        self._breaker.record_failure()
+        self._on_outcome(outcome)
+        _log.warning("redis %s failed, continuing without the cache: %s", operation, error or type(error).__name__)

@@ -1,0 +1,148 @@
+"""Worker admission control: refuse a new stream when the worker is out of room (DESIGN §7).
+
+A worker that takes a stream it cannot serve makes every stream on it slower and may run out of
+memory. It refuses at stream start instead, with RESOURCE_EXHAUSTED and a `grpc-retry-pushback-ms`
+hint, and the gateway reroutes. The limits: open streams, inference queue depth, process resident
+memory (CPU) and free GPU memory (CUDA devices). Each is a setting; 0 switches a limit off.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Callable, Final
+
+import grpc
+
+from libs.settings.fields import setting
+from libs.routing.retry import PUSHBACK_METADATA_KEY
+from libs.wire.headers import MODEL_VERSION_METADATA_KEY, STREAM_ACCEPTED_METADATA
+
+_log = logging.getLogger(__name__)
+
+# One inference thread takes streams in turns, chunk by chunk: past a few dozen open streams each
+# one gets its next chunk later than its audio plays, so more streams only make all of them late.
+DEFAULT_MAX_STREAMS: Final = 32
+# The batcher's own queue bound is 64 jobs; refusing new streams at half of it leaves the streams
+# already admitted the other half.
+DEFAULT_MAX_QUEUE_DEPTH: Final = 32
+DEFAULT_MAX_RSS_MB: Final = 0
+"""Off by default: the right bound is ~90% of the container's memory limit, which only the deployment knows."""
+# A sentence's activations on a GPU take tens of MiB; below half a GiB free the next batch may fail.
+DEFAULT_MIN_FREE_GPU_MB: Final = 512
+# About one chunk's compute on a busy worker: long enough for a stream to finish or a queue to drain.
+DEFAULT_PUSHBACK_MS: Final = 200
+
+_MIB: Final = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class AdmissionSettings:
+    """When a worker refuses new streams."""
+
+    max_streams: int = setting(
+        DEFAULT_MAX_STREAMS, env="TTS_MAX_STREAMS", doc="open streams at which a worker refuses new ones (0: no limit)",
+        unit="count", minimum=0,
+    )  # fmt: skip
+    max_queue_depth: int = setting(
+        DEFAULT_MAX_QUEUE_DEPTH, env="TTS_MAX_QUEUE_DEPTH", unit="count", minimum=0,
+        doc="inference jobs waiting for a batch at which a worker refuses new streams (0: no limit)",
+    )  # fmt: skip
+    max_rss_mb: int = setting(
+        DEFAULT_MAX_RSS_MB, env="TTS_MAX_RSS_MB", unit="MiB", minimum=0,
+        doc="process memory above which a worker refuses new streams (0: no limit; ~90% of the container's limit)",
+    )  # fmt: skip
+    min_free_gpu_mb: int = setting(
+        DEFAULT_MIN_FREE_GPU_MB, env="TTS_MIN_FREE_GPU_MB", unit="MiB", minimum=0,
+        doc="free memory of a CUDA device below which a worker refuses new streams (0: no limit)",
+    )  # fmt: skip
+    pushback_ms: int = setting(
+        DEFAULT_PUSHBACK_MS, env="TTS_OVERLOAD_PUSHBACK_MS", unit="ms", minimum=0,
+        doc="retry-pushback hint a worker sends with a refusal",
+    )  # fmt: skip
+
+
+def process_rss_mb() -> float:
+    """This process's resident memory now (MiB), from /proc; 0 where /proc is missing."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            resident_pages = int(statm.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0.0
+    return resident_pages * os.sysconf("SC_PAGE_SIZE") / _MIB
+
+
+def free_gpu_mb(device: str) -> float | None:
+    """Free memory of a CUDA `device` (MiB), or None for a CPU device."""
+    if not device.startswith("cuda"):
+        return None
+    import torch  # a GPU worker has loaded it long before the first stream
+
+    free_bytes, _ = torch.cuda.mem_get_info(torch.device(device))
+    return free_bytes / _MIB
+
+
+def refusal_reason(
+    settings: AdmissionSettings,
+    *,
+    open_streams: int,
+    queue_depth: int,
+    rss_mb: float,
+    free_gpu_mb: float | None,
+) -> str | None:
+    """Why a new stream must be refused given the worker's state, or None to admit it."""
+    if settings.max_streams and open_streams >= settings.max_streams:
+        return f"{open_streams} streams open (limit {settings.max_streams})"
+    if settings.max_queue_depth and queue_depth >= settings.max_queue_depth:
+        return f"{queue_depth} inference jobs queued (limit {settings.max_queue_depth})"
+    if settings.max_rss_mb and rss_mb > settings.max_rss_mb:
+        return f"process memory {rss_mb:.0f} MiB is above {settings.max_rss_mb} MiB"
+    if settings.min_free_gpu_mb and free_gpu_mb is not None and free_gpu_mb < settings.min_free_gpu_mb:
+        return f"free GPU memory {free_gpu_mb:.0f} MiB is below {settings.min_free_gpu_mb} MiB"
+    return None
+
+
+class Admission:
+    """Counts a worker's open streams and refuses new ones past the limits; one per servicer."""
+
+    def __init__(
+        self,
+        settings: AdmissionSettings,
+        rss_mb: Callable[[], float] = process_rss_mb,
+        gpu_free_mb: Callable[[str], float | None] = free_gpu_mb,
+    ) -> None:
+        self.settings = settings
+        self.open_streams = 0
+        self._rss_mb = rss_mb
+        self._gpu_free_mb = gpu_free_mb
+
+    async def admit(self, context: grpc.aio.ServicerContext, engine: object) -> None:
+        """Admit the stream of `context` (counted until it ends) or abort it with RESOURCE_EXHAUSTED.
+
+        `engine` is the worker's engine: its `queue_depth` and `settings.device` are read when it has them.
+        """
+        settings = self.settings
+        device = str(getattr(getattr(engine, "settings", None), "device", "cpu"))
+        reason = refusal_reason(
+            settings,
+            open_streams=self.open_streams,
+            queue_depth=int(getattr(engine, "queue_depth", 0)),
+            rss_mb=self._rss_mb() if settings.max_rss_mb else 0.0,
+            free_gpu_mb=self._gpu_free_mb(device) if settings.min_free_gpu_mb else None,
+        )
+        if reason is not None:
+            _log.warning("refusing a new stream: %s", reason)
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"worker overloaded: {reason}; retry on another worker",
+                trailing_metadata=((PUSHBACK_METADATA_KEY, str(settings.pushback_ms)),),
+            )
+        self.open_streams += 1
+        context.add_done_callback(self._stream_done)
+        # Headers now tell the gateway the stream is accepted before it writes (see its `accepted`).
+        model_version = str(getattr(engine, "model_version", ""))
+        await context.send_initial_metadata((STREAM_ACCEPTED_METADATA, (MODEL_VERSION_METADATA_KEY, model_version)))
+
+    def _stream_done(self, _context: object) -> None:
+        self.open_streams -= 1

@@ -1,0 +1,123 @@
+"""What both workers share: how they run their model (`WorkerSettings`), and their start-up: serve
+health at once, load the model off the loop, then SERVING."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Final, Mapping, Protocol
+
+import grpc
+from prometheus_client import CollectorRegistry
+
+from libs.serving.server import ServerSettings, ServiceRuntime, freeze_startup_heap
+from libs.settings.fields import setting
+from libs.voice.precision import DEFAULT_PRECISION, PRECISIONS
+
+_log = logging.getLogger(__name__)
+
+# The vocoder is the heaviest step: two streams' steps side by side keep both cores busy whenever
+# the acoustic worker idles (8 streams of mixed texts on 2 cores: 23.6 audio s/s with one, 27.0 with two).
+DEFAULT_INFERENCE_THREADS: Final[Mapping[str, int]] = {"acoustic": 1, "vocoder": 2}
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """How a worker runs its model."""
+
+    threads: int = setting(1, env="TTS_THREADS", doc="torch intra-op threads of the model", unit="count", minimum=1)
+    device: str = setting("cpu", env="TTS_DEVICE", doc="torch device of the model, e.g. cpu or cuda")
+    precision: str = setting(
+        DEFAULT_PRECISION, env="TTS_PRECISION", choices=PRECISIONS,
+        doc="model arithmetic; auto is bf16 where the CPU (AVX-512 BF16, AMX) or GPU runs it natively, else fp32",
+    )  # fmt: skip
+    # Batching measured slower than side-by-side streams on a 2-core CPU; on a GPU use e.g. 8.
+    max_batch: int = setting(
+        1, env="TTS_MAX_BATCH", doc="most streams whose model steps run as one batch (1: no batching)", unit="count", minimum=1
+    )
+    batch_wait_ms: float = setting(3.0, env="TTS_BATCH_WAIT_MS", doc="longest a model step waits for a batch to fill", unit="ms", minimum=0)
+    inference_threads: int = setting(
+        1, env="TTS_INFERENCE_THREADS", unit="count", minimum=1, by_service=DEFAULT_INFERENCE_THREADS,
+        doc="threads running model steps of different streams side by side (raised to --max-batch: a batch forms only from steps in flight together)",
+    )  # fmt: skip
+
+    @property
+    def step_threads(self) -> int:
+        """Inference threads actually run: at least `max_batch`, or no batch could ever fill."""
+        return max(self.inference_threads, self.max_batch)
+
+
+def inference_executor(settings: WorkerSettings) -> ThreadPoolExecutor:
+    """The executor every engine call of a worker runs on.
+
+    With one thread (the default), streams take turns chunk by chunk and the model's own intra-op
+    parallelism (--threads) uses the cores; more threads let several streams' steps run side by
+    side, which batching needs (a batch forms only from steps that are in flight together).
+    """
+    return ThreadPoolExecutor(max_workers=settings.step_threads, thread_name_prefix="inference")
+
+
+def engine_settings(settings: WorkerSettings, on_batch: Callable[..., None] | None = None) -> Any:
+    """The engine's run settings from the worker's flags."""
+    from libs.voice.batching import BatchingConfig
+    from libs.voice.engine import EngineSettings
+
+    return EngineSettings(
+        device=settings.device,
+        precision=settings.precision,
+        batching=BatchingConfig(max_batch=settings.max_batch, max_wait_ms=settings.batch_wait_ms),
+        on_batch=on_batch,
+    )
+
+
+def configure_torch(settings: WorkerSettings) -> None:
+    """Apply the thread count before any model is built."""
+    import torch
+
+    torch.set_num_threads(settings.threads)
+    # Inter-op parallelism only helps graphs with independent branches; ours are chains.
+    torch.set_num_interop_threads(1)
+
+
+async def run_worker(
+    settings: WorkerServiceSettingsLike,
+    service_name: str,
+    registry: CollectorRegistry,
+    executor: ThreadPoolExecutor,
+    register: Callable[[grpc.aio.Server], None],
+    load_engine: Callable[[], Any],
+    install_engine: Callable[[Any], None],
+) -> None:
+    """A worker's life: serve health at once (NOT_SERVING), load and warm the engine in `executor`
+    (`load_engine`), hand it to the servicer (`install_engine`), go SERVING, and run until signalled."""
+    configure_torch(settings.worker)
+    runtime = ServiceRuntime(settings.server, [service_name], registry)
+    register(runtime.server)
+    await runtime.start()
+    loop = asyncio.get_running_loop()
+    load = loop.run_in_executor(executor, load_engine)
+    stop = asyncio.ensure_future(runtime.wait_for_stop())
+    try:
+        await asyncio.wait({load, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if load.done():
+            install_engine(load.result())  # re-raises a failed load: the process exits non-zero
+            freeze_startup_heap()
+            await runtime.set_serving(True)
+            _log.info("model loaded and warmed up: SERVING")
+            await stop
+    finally:
+        stop.cancel()
+        await runtime.shutdown()
+        executor.shutdown(wait=False, cancel_futures=True)
+
+
+class WorkerServiceSettingsLike(Protocol):
+    """What `run_worker` reads of a worker service's settings (services.settings.WorkerServiceSettings)."""
+
+    @property
+    def server(self) -> ServerSettings: ...
+
+    @property
+    def worker(self) -> WorkerSettings: ...

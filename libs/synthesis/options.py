@@ -1,0 +1,104 @@
+"""What a client may ask for besides its text: checked, with defaults applied, or InvalidRequestError."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import dataclass
+from typing import Final
+
+from libs.encoding.encoders import ENCODERS
+from libs.pb.tts.v1 import tts_pb2
+from libs.settings.fields import setting
+from libs.text.frontend import DEFAULT_MAX_TEXT_CHARS
+from libs.voice.checks import MAX_SPEED, MIN_SPEED
+from libs.voice.registry import Voice, VoiceRegistry
+from libs.wire.errors import InvalidRequestError
+
+MAX_REQUEST_ID_CHARS: Final = 128
+# A CPU gateway process relays ~25 slices/s per stream; a few hundred streams keep it well below
+# one core, and beyond that queueing in the gateway only adds latency the client would rather
+# spend retrying another gateway.
+DEFAULT_MAX_STREAMS: Final = 256
+MIN_OUTPUT_SAMPLE_RATE_HZ: Final = 8000
+MAX_OUTPUT_SAMPLE_RATE_HZ: Final = 48000
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """How much a gateway takes on."""
+
+    max_text_chars: int = setting(
+        DEFAULT_MAX_TEXT_CHARS, env="TTS_MAX_TEXT_CHARS", unit="characters", minimum=1,
+        doc="longest text of a Synthesize request, and of each StreamingSynthesize piece",
+    )  # fmt: skip
+    max_streams: int = setting(
+        DEFAULT_MAX_STREAMS, env="TTS_GATEWAY_MAX_STREAMS", unit="count", minimum=1,
+        doc="client streams a gateway serves at once; more are refused at once with RESOURCE_EXHAUSTED",
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SynthesisOptions:
+    """Everything about a request except its text, validated and with defaults applied."""
+
+    voice: Voice
+    """The voice to speak with."""
+    speed: float
+    """Speaking-rate multiple, in [MIN_SPEED, MAX_SPEED]."""
+    encoding: int
+    """AudioEncoding of the output (never UNSPECIFIED)."""
+    sample_rate_hz: int
+    """Output sample rate."""
+    speaker_id: int
+    """Speaker index within the voice."""
+    request_id: str
+    """The caller's request id, or a generated one."""
+    include_alignment: bool
+    """Whether sentences carry per-phoneme durations."""
+
+
+def resolve_options(
+    registry: VoiceRegistry,
+    *,
+    voice: str,
+    speed: float,
+    encoding: int,
+    sample_rate_hz: int,
+    speaker_id: int,
+    request_id: str,
+    include_alignment: bool,
+) -> SynthesisOptions:
+    """Validate the non-text fields of a request (UnknownVoiceError for an unknown voice)."""
+    chosen = registry.get(voice)
+    if speed == 0:
+        speed = 1.0
+    if not math.isfinite(speed) or not MIN_SPEED <= speed <= MAX_SPEED:
+        raise InvalidRequestError(f"speed {speed} is out of range; use {MIN_SPEED} to {MAX_SPEED} (0 means 1.0)")
+    if encoding == tts_pb2.AUDIO_ENCODING_UNSPECIFIED:
+        encoding = tts_pb2.LINEAR_PCM
+    if encoding not in ENCODERS:
+        names = ", ".join(tts_pb2.AudioEncoding.Name(value) for value in ENCODERS)
+        raise InvalidRequestError(f"audio encoding {encoding} is not supported; use one of {names}")
+    if sample_rate_hz == 0:
+        sample_rate_hz = chosen.sample_rate_hz
+    if not MIN_OUTPUT_SAMPLE_RATE_HZ <= sample_rate_hz <= MAX_OUTPUT_SAMPLE_RATE_HZ:
+        raise InvalidRequestError(
+            f"sample_rate_hz {sample_rate_hz} is not supported; use {MIN_OUTPUT_SAMPLE_RATE_HZ} to "
+            f"{MAX_OUTPUT_SAMPLE_RATE_HZ} Hz, or 0 for the voice's own {chosen.sample_rate_hz} Hz"
+        )
+    if not 0 <= speaker_id < chosen.num_speakers:
+        raise InvalidRequestError(
+            f"speaker_id {speaker_id} does not exist in voice {chosen.name!r}; use 0 to {chosen.num_speakers - 1}"
+        )
+    if len(request_id) > MAX_REQUEST_ID_CHARS:
+        raise InvalidRequestError(f"request_id is longer than {MAX_REQUEST_ID_CHARS} characters")
+    return SynthesisOptions(
+        voice=chosen,
+        speed=float(speed),
+        encoding=encoding,
+        sample_rate_hz=sample_rate_hz,
+        speaker_id=speaker_id,
+        request_id=request_id or uuid.uuid4().hex,
+        include_alignment=include_alignment,
+    )

@@ -1,0 +1,103 @@
+"""An utterance's samples become what the client hears: resampled to its rate, encoded in its
+encoding, and placed on the output timeline.
+
+Each sentence is resampled as a stream of its own (libs.audio.resample); the whole utterance goes
+through one encoder (libs.encoding). `audio_offset_s` and `audio_duration_s` count samples at the
+output rate, so concatenating the chunks' audio gives the utterance and every chunk knows where it
+sits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from libs.audio.resample import SentenceResampler
+from libs.encoding.encoders import encoder_for
+from libs.synthesis.pipeline import SentencePiece
+
+
+@dataclass(frozen=True)
+class SentenceInfo:
+    """A sentence as the client is told about it, on its first chunk."""
+
+    index: int
+    """0-based sentence index."""
+    text: str
+    """The sentence as spoken (normalised)."""
+    phonemes: str
+    """Its IPA phonemes."""
+    audio_offset_s: float
+    """Where the sentence starts on the output timeline."""
+    audio_duration_s: float
+    """The sentence's length."""
+    phoneme_frames: tuple[int, ...]
+    """Mel frames per phoneme id (empty unless alignment was asked for)."""
+    frame_duration_s: float
+    """Seconds per mel frame (0 unless alignment was asked for)."""
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    """The next piece of the utterance's audio, ready for the client."""
+
+    audio: bytes
+    """Encoded audio that follows the previous chunk's."""
+    sentence_index: int
+    """The sentence it belongs to."""
+    audio_offset_s: float
+    """Where it starts on the output timeline."""
+    audio_duration_s: float
+    """How much audio it carries."""
+    sentence_end: bool
+    """Whether the sentence ends with it."""
+    sentence: SentenceInfo | None
+    """The sentence, on its first chunk only."""
+
+
+class AudioOutput:
+    """Turns one utterance's sentence pieces into audio chunks in `encoding` at `sample_rate_hz`."""
+
+    def __init__(self, encoding: int, sample_rate_hz: int, include_alignment: bool) -> None:
+        self.sample_rate_hz = sample_rate_hz
+        self._encoder = encoder_for(encoding, sample_rate_hz)
+        self._include_alignment = include_alignment
+        self._resampler: SentenceResampler | None = None
+        self._samples_out = 0  # samples sent so far, at the output rate
+        self._described = -1
+
+    def push(self, piece: SentencePiece) -> AudioChunk | None:
+        """The chunk for `piece` (None when it adds nothing the client can hear yet)."""
+        if self._resampler is None:
+            self._resampler = SentenceResampler(piece.sample_rate_hz, self.sample_rate_hz)
+        samples = self._resampler.push(piece.samples, last=piece.is_last)
+        if piece.is_last:
+            self._resampler = None
+        if not len(samples) and not piece.is_last:
+            return None
+        offset_s = self._samples_out / self.sample_rate_hz
+        sentence = None
+        if self._described != piece.sentence_index:
+            self._described = piece.sentence_index
+            meta = piece.sentence
+            sentence = SentenceInfo(
+                index=piece.sentence_index,
+                text=meta.text,
+                phonemes=meta.phonemes,
+                audio_offset_s=offset_s,
+                audio_duration_s=meta.frame_count * piece.frame_duration_s,
+                phoneme_frames=meta.phoneme_frames if self._include_alignment else (),
+                frame_duration_s=piece.frame_duration_s if self._include_alignment else 0.0,
+            )
+        self._samples_out += len(samples)
+        return AudioChunk(
+            audio=self._encoder.encode(samples),
+            sentence_index=piece.sentence_index,
+            audio_offset_s=offset_s,
+            audio_duration_s=len(samples) / self.sample_rate_hz,
+            sentence_end=piece.is_last,
+            sentence=sentence,
+        )
+
+    def finish(self) -> bytes:
+        """What the encoder still holds at the end of the utterance."""
+        return self._encoder.finish()

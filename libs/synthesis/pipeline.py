@@ -1,0 +1,281 @@
+"""One utterance through the mesh: sentences -> (cache | acoustic) -> vocoder -> the sentences' samples.
+
+Two concurrent parts share the work, so audio flows as soon as it exists:
+- the producer takes sentences in order, serves each from the cache or streams it from the acoustic
+  worker, and forwards every chunk of mel slices into the vocoder stream the moment it has it; a
+  finished sentence's mel is written to the cache;
+- the reader takes the vocoder's samples in order. A sentence whose cached audio head this vocoder's
+  model made starts with that head, before the vocoder has answered; a sentence without one gets its
+  head written from the vocoder's first samples.
+The producer may run `lookahead_sentences` ahead of the reader, so sentence k+1's acoustic work
+overlaps sentence k's vocoding, without synthesising the whole text before the first audio.
+
+Both worker streams are resumable (libs.upstream): a worker that dies, hangs or refuses is replaced
+mid-utterance and the client hears no seam. A cache hit needs no acoustic worker at all: the model
+version of the cache key comes from what the workers reported earlier.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Coroutine, Final
+
+import numpy as np
+
+from libs.audio.slicing import DEFAULT_SLICE_MS
+from libs.cache.codec import AudioHead, CachedMel
+from libs.cache.head_collector import HeadCollector
+from libs.cache.keys import cache_key
+from libs.cache.mel_cache import MelCache
+from libs.cache.single_flight import SingleFlight
+from libs.pb.tts.acoustic.v1 import acoustic_pb2
+from libs.pb.tts.common.v1 import mel_pb2
+from libs.text.frontend import Sentence
+from libs.upstream.acoustic_stream import ResumableAcousticStream, sentence_request
+from libs.upstream.calls import Deadline
+from libs.upstream.pool import WorkerPool
+from libs.upstream.vocoder_stream import ResumableVocoderStream, Samples
+from libs.voice.inputs import SynthesisInputs, SynthesisParams
+from libs.wire.errors import NoWorkerError
+from libs.wire.mel_slices import cut_whole_mel, frames_of, to_message
+
+DEFAULT_LOOKAHEAD_SENTENCES: Final = 2
+# The cache keeps float16 mel; asking the acoustic worker for float16 too means the vocoder gets the
+# very same numbers on a miss and on a hit, so a cached sentence sounds bit-identical to a fresh one.
+WIRE_MEL_DTYPE: Final = mel_pb2.MEL_DTYPE_FLOAT16
+_DONE: Final = object()
+
+
+@dataclass(frozen=True)
+class SentenceMeta:
+    """What a client is told about a sentence."""
+
+    text: str
+    """The sentence as spoken."""
+    phonemes: str
+    """Its IPA phonemes."""
+    frame_count: int
+    """Mel frames in the sentence."""
+    phoneme_frames: tuple[int, ...]
+    """Frames per phoneme id."""
+
+
+@dataclass(frozen=True)
+class SentencePiece:
+    """The next samples of the utterance: one sentence's, in order, at the voice's rate."""
+
+    sentence_index: int
+    """0-based sentence index."""
+    samples: np.ndarray
+    """float32 mono samples that follow the previous ones of the sentence."""
+    sample_rate_hz: int
+    """Rate of `samples`."""
+    is_last: bool
+    """Whether the sentence ends with these."""
+    sentence: SentenceMeta
+    """The sentence they belong to."""
+    frame_duration_s: float
+    """Seconds per mel frame."""
+
+
+class UtterancePipeline:
+    """Synthesises one request's sentences and yields their samples in order."""
+
+    def __init__(
+        self,
+        *,
+        pool: WorkerPool,
+        cache: MelCache,
+        flights: SingleFlight[CachedMel],
+        voice: str,
+        params: SynthesisParams,
+        utterance_id: str,
+        timeout_s: float | None,
+        slice_ms: float = DEFAULT_SLICE_MS,
+        lookahead_sentences: int = DEFAULT_LOOKAHEAD_SENTENCES,
+    ) -> None:
+        self._pool = pool
+        self._cache = cache
+        self._flights = flights
+        self._voice = voice
+        self._params = params
+        self._utterance_id = utterance_id
+        self._deadline = Deadline(timeout_s)
+        self._slice_ms = slice_ms
+        self._lookahead = asyncio.Semaphore(lookahead_sentences)
+        self._meta: dict[int, SentenceMeta] = {}
+        # Per sentence, once the producer has looked it up: its cache key and the audio head the cache
+        # had for it (None when it had none). Resolved with None for sentences that never come.
+        self._lookups: dict[int, asyncio.Future[tuple[str, AudioHead | None] | None]] = {}
+        self._sentence_count: int | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+
+    async def run(self, sentences: AsyncIterator[Sentence]) -> AsyncIterator[SentencePiece]:
+        """The samples of `sentences`, as soon as each piece exists."""
+        self._pool.budget.record_request()
+        info = self._pool.model_info()
+        if info is None:
+            raise NoWorkerError("no acoustic worker has reported its model yet; retry shortly")
+        acoustic = ResumableAcousticStream(self._pool, self._deadline)
+        vocoder = ResumableVocoderStream(self._pool, self._deadline, info.hop_length)
+        output: asyncio.Queue[Any] = asyncio.Queue()
+        producer = asyncio.create_task(self._guard(self._produce(sentences, info, acoustic, vocoder), output))
+        reader = asyncio.create_task(self._guard(self._read(vocoder, info, output), output))
+        try:
+            while (item := await output.get()) is not _DONE:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            # Client gone, failed, or finished: cancel downstream streams so workers stop at once.
+            for task in (producer, reader):
+                task.cancel()
+            acoustic.cancel()
+            vocoder.cancel()
+            await asyncio.gather(producer, reader, return_exceptions=True)
+
+    async def _guard(self, work: Coroutine[Any, Any, None], output: asyncio.Queue[Any]) -> None:
+        try:
+            await work
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:
+            output.put_nowait(error)
+
+    async def _produce(
+        self,
+        sentences: AsyncIterator[Sentence],
+        info: acoustic_pb2.ModelInfo,
+        acoustic: ResumableAcousticStream,
+        vocoder: ResumableVocoderStream,
+    ) -> None:
+        index = 0
+        async for sentence in sentences:
+            await self._lookahead.acquire()  # released by the reader when the sentence is fully vocoded
+            async for slices in self._sentence_slices(index, sentence, info, acoustic):
+                await vocoder.send(slices)
+            index += 1
+        self._sentence_count = index
+        for later, lookup in self._lookups.items():
+            if later >= index and not lookup.done():
+                lookup.set_result(None)  # the reader may be waiting for a sentence that never comes
+        await vocoder.finish()
+        await acoustic.close()
+        # Let pending cache writes finish; they are short and fail open.
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+
+    async def _sentence_slices(
+        self, index: int, sentence: Sentence, info: acoustic_pb2.ModelInfo, acoustic: ResumableAcousticStream
+    ) -> AsyncIterator[list[mel_pb2.MelSlice]]:
+        """The sentence's mel slices, a chunk at a time (a cached sentence is one chunk)."""
+        inputs = SynthesisInputs(info.model_version, self._voice, sentence.phoneme_ids, self._params)
+        key = cache_key(inputs)
+        phonemes = "".join(sentence.phonemes)
+        cached = await self._cache.get(key)
+        if cached is None and self._flights.in_flight(key):
+            cached = await self._flights.wait(key)  # another request is synthesising this sentence now
+        if cached is not None:
+            self._meta[index] = SentenceMeta(sentence.text, phonemes, cached.frame_count, cached.phoneme_frames)
+            self._lookup(index).set_result((key, cached.head))
+            yield [
+                to_message(
+                    cut,
+                    utterance_id=self._utterance_id,
+                    sentence_index=index,
+                    sentence_frame_count=cached.frame_count,
+                    dtype=WIRE_MEL_DTYPE,
+                )
+                for cut in cut_whole_mel(cached.mel, info.hop_length, info.sample_rate_hz, self._slice_ms)
+            ]
+            return
+        self._lookup(index).set_result((key, None))
+        async with self._flights.lead(key) as flight:
+            frames: list[np.ndarray] = []
+            alignment: tuple[int, ...] = ()
+            request = sentence_request(
+                inputs, utterance_id=self._utterance_id, sentence_index=index, slice_ms=self._slice_ms, dtype=WIRE_MEL_DTYPE
+            )
+            async for slices in acoustic.sentence(request):
+                if not frames:
+                    first = slices[0]
+                    alignment = tuple(first.alignment.phoneme_frames)
+                    self._meta[index] = SentenceMeta(sentence.text, phonemes, first.sentence_frame_count, alignment)
+                frames.extend(frames_of(mel_slice) for mel_slice in slices)
+                yield slices
+            mel = np.concatenate(frames, axis=1)
+            flight.publish(CachedMel(mel=mel, phoneme_frames=alignment))
+            self._spawn(self._cache.put(key, mel, alignment))
+
+    def _lookup(self, index: int) -> asyncio.Future[tuple[str, AudioHead | None] | None]:
+        lookup = self._lookups.get(index)
+        if lookup is None:
+            lookup = self._lookups[index] = asyncio.get_running_loop().create_future()
+            if self._sentence_count is not None and index >= self._sentence_count:
+                lookup.set_result(None)
+        return lookup
+
+    async def _pieces(self, vocoder: ResumableVocoderStream) -> AsyncIterator[tuple[Samples, str | None]]:
+        """The vocoder's samples in order, each sentence led by its cached audio head when there is one
+        that this vocoder model made; with each piece, the sentence's cache key when its head should be
+        written (None when the head came from the cache, or heads are off)."""
+        await vocoder.ready()  # open the call while the first sentence is looked up
+        pieces = aiter(vocoder.samples())
+        sentence = 0
+        while True:
+            # The vocoder cannot answer for this sentence before it has been looked up.
+            lookup = await self._lookup(sentence)
+            if lookup is None:  # no more sentences: read on to the call's end (a stray answer fails there)
+                async for piece in pieces:
+                    yield piece, None
+                return
+            key, head = lookup
+            served = head is not None and head.model_version == vocoder.model_version and len(head.samples) > 0
+            if served:
+                assert head is not None
+                vocoder.delivered_elsewhere(sentence, len(head.samples))
+                yield Samples(sentence, head.samples, head.sample_rate_hz, False, head.model_version), None
+            # A sentence without a head of this vocoder's model gets one from what the vocoder makes now.
+            write_key = key if not served and self._cache.head_ms > 0 else None
+            while True:
+                piece = await anext(pieces, None)
+                if piece is None:
+                    return
+                yield piece, write_key
+                if piece.is_last:
+                    break
+            sentence += 1
+
+    async def _read(self, vocoder: ResumableVocoderStream, info: acoustic_pb2.ModelInfo, output: asyncio.Queue[Any]) -> None:
+        collector: HeadCollector | None = None
+        sentence = -1
+        async for piece, write_key in self._pieces(vocoder):
+            if piece.sentence_index != sentence:  # a sentence's first piece
+                sentence = piece.sentence_index
+                collector = None
+                if write_key is not None:
+                    head_samples = round(self._cache.head_ms / 1000.0 * piece.sample_rate_hz)
+                    collector = HeadCollector(head_samples, piece.sample_rate_hz, piece.model_version)
+            if collector is not None and write_key is not None:
+                head = collector.add(piece.samples, piece.sample_rate_hz, piece.model_version, piece.is_last)
+                if head is not None:
+                    self._spawn(self._cache.put_head(write_key, head))
+            if piece.is_last:
+                self._lookahead.release()
+            output.put_nowait(
+                SentencePiece(
+                    piece.sentence_index,
+                    piece.samples,
+                    piece.sample_rate_hz,
+                    piece.is_last,
+                    self._meta[piece.sentence_index],
+                    info.hop_length / piece.sample_rate_hz,
+                )
+            )
+        output.put_nowait(_DONE)
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)

@@ -1,0 +1,94 @@
+"""The mesh's synthesis API: text in, the client's audio out as soon as it exists.
+
+Every front door calls this after parsing its request, and knows nothing of what happens next:
+text -> sentences (libs.synthesis.text_side) -> cache or acoustic worker -> vocoder
+(libs.synthesis.pipeline) -> resampled, encoded audio on the output timeline
+(libs.synthesis.output). Nothing here knows gRPC's server side; errors are domain errors
+(libs.wire.errors, libs.text.errors) that each door maps to its own status.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import AsyncIterator, Iterator
+
+import grpc
+
+from libs.cache.codec import CachedMel
+from libs.cache.mel_cache import MelCache
+from libs.cache.single_flight import SingleFlight
+from libs.synthesis.options import SynthesisOptions
+from libs.synthesis.output import AudioChunk, AudioOutput
+from libs.synthesis.pipeline import UtterancePipeline
+from libs.synthesis.text_side import TextSide
+from libs.text.frontend import Sentence
+from libs.upstream.metrics import SHED_GATEWAY_FULL
+from libs.upstream.pool import WorkerPool
+from libs.voice.inputs import SynthesisParams
+from libs.wire.errors import DownstreamError
+
+
+class Synthesizer:
+    """Speaks texts with the workers of `pool`, through the mel cache."""
+
+    def __init__(self, *, pool: WorkerPool, cache: MelCache, text_side: TextSide, max_streams: int) -> None:
+        self._pool = pool
+        self._cache = cache
+        self.text_side = text_side
+        self._max_streams = max_streams
+        self._open_streams = 0
+        self._flights: SingleFlight[CachedMel] = SingleFlight()
+
+    async def synthesize(self, text: str, options: SynthesisOptions, timeout_s: float | None) -> AsyncIterator[AudioChunk]:
+        """The audio of `text`. Raises at once for text that cannot be spoken; the returned iterator
+        yields chunks as they are produced."""
+        sentences = await self.text_side.sentences(options.voice, text)
+        return self.speak(sentences, options, timeout_s)
+
+    def synthesize_incremental(
+        self, pieces: AsyncIterator[str], options: SynthesisOptions, timeout_s: float | None
+    ) -> AsyncIterator[AudioChunk]:
+        """The audio of text that arrives in `pieces` (joined as sent): each sentence is spoken as
+        soon as it is complete, the rest when the pieces end."""
+        return self.speak(self.text_side.incremental_sentences(options.voice, pieces), options, timeout_s)
+
+    async def speak(
+        self, sentences: AsyncIterator[Sentence], options: SynthesisOptions, timeout_s: float | None
+    ) -> AsyncIterator[AudioChunk]:
+        """The audio of sentences already phonemised (by `text_side`, or a caller that cut a long text itself)."""
+        with self._admitted():
+            voice = options.voice
+            pipeline = UtterancePipeline(
+                pool=self._pool,
+                cache=self._cache,
+                flights=self._flights,
+                voice=voice.name,
+                params=SynthesisParams(options.speaker_id, options.speed, voice.noise_scale, voice.noise_w),
+                utterance_id=options.request_id,
+                timeout_s=timeout_s,  # the client's deadline bounds every downstream call
+            )
+            output = AudioOutput(options.encoding, options.sample_rate_hz, options.include_alignment)
+            last: AudioChunk | None = None
+            async for piece in pipeline.run(sentences):
+                chunk = output.push(piece)
+                if chunk is not None:
+                    last = chunk
+                    yield chunk
+            tail = output.finish()
+            if tail and last is not None:
+                yield AudioChunk(tail, last.sentence_index, last.audio_offset_s + last.audio_duration_s, 0.0, False, None)
+
+    @contextmanager
+    def _admitted(self) -> Iterator[None]:
+        """Count one client stream for the block, or shed it with RESOURCE_EXHAUSTED when the gateway is full."""
+        if self._open_streams >= self._max_streams:
+            self._pool.metrics.shed(SHED_GATEWAY_FULL)
+            raise DownstreamError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the gateway is serving its limit of {self._max_streams} streams; retry with backoff",
+            )
+        self._open_streams += 1
+        try:
+            yield
+        finally:
+            self._open_streams -= 1

@@ -1,0 +1,102 @@
+"""Which workers a gateway talks to and how its connections to them behave.
+
+`channel_options` is the only place that turns these settings into gRPC channel arguments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Final
+
+from libs.routing.endpoints import Endpoint, parse_endpoint
+from libs.serving.server import CHANNEL_OPTIONS, DEFAULT_PORTS, DEFAULT_ZONE
+from libs.settings.fields import setting
+
+# A healthy worker answers a pending request within tens of milliseconds (one chunk); a saturated
+# one with a full inference queue within a couple of seconds. Five seconds of silence while a
+# worker owes an answer means it is hung, and still leaves room for two more attempts inside a
+# typical 30 s client deadline.
+DEFAULT_ATTEMPT_TIMEOUT_S: Final = 5.0
+# Keepalive at 20 s stays above the workers' 10 s minimum ping interval (faster pings earn a
+# GOAWAY) and, with a 5 s ack timeout, drops a dead connection that sends no RST in under 30 s.
+DEFAULT_KEEPALIVE_TIME_MS: Final = 20_000
+DEFAULT_KEEPALIVE_TIMEOUT_MS: Final = 5_000
+# gRPC's default reconnect backoff grows to 120 s: a worker restarted after a crash loop would sit
+# idle for minutes. Capping it at 2 s costs a loopback/cluster dial every 2 s per dead endpoint.
+DEFAULT_RECONNECT_INITIAL_MS: Final = 250
+DEFAULT_RECONNECT_MAX_MS: Final = 2_000
+DEFAULT_CONNECT_TIMEOUT_MS: Final = 2_000
+
+_ENDPOINT_FORMAT: Final = "ZONE=HOST:PORT; repeatable, the variable comma-separated"
+
+
+def _spec(endpoint: Endpoint) -> str:
+    return endpoint.spec
+
+
+@dataclass(frozen=True)
+class UpstreamSettings:
+    """The gateway's workers and its connections to them."""
+
+    acoustic: tuple[Endpoint, ...] = setting(
+        (parse_endpoint(f"{DEFAULT_ZONE}=127.0.0.1:{DEFAULT_PORTS['acoustic']}", "acoustic"),),
+        env="TTS_ACOUSTIC", doc=f"an acoustic worker ({_ENDPOINT_FORMAT})", parse=partial(parse_endpoint, kind="acoustic"),
+        repeatable=True, show=_spec,
+    )  # fmt: skip
+    vocoder: tuple[Endpoint, ...] = setting(
+        (parse_endpoint(f"{DEFAULT_ZONE}=127.0.0.1:{DEFAULT_PORTS['vocoder']}", "vocoder"),),
+        env="TTS_VOCODER", doc=f"a vocoder worker ({_ENDPOINT_FORMAT})", parse=partial(parse_endpoint, kind="vocoder"),
+        repeatable=True, show=_spec,
+    )  # fmt: skip
+    attempt_timeout_s: float = setting(
+        DEFAULT_ATTEMPT_TIMEOUT_S, env="TTS_ATTEMPT_TIMEOUT_S", unit="s", minimum=0.001,
+        doc="longest silence from a worker that owes an answer before the attempt is abandoned",
+    )  # fmt: skip
+    keepalive_time_ms: int = setting(
+        DEFAULT_KEEPALIVE_TIME_MS, env="TTS_KEEPALIVE_TIME_MS", unit="ms", minimum=1,
+        doc="interval of HTTP/2 keepalive pings on worker connections",
+    )  # fmt: skip
+    keepalive_timeout_ms: int = setting(
+        DEFAULT_KEEPALIVE_TIMEOUT_MS, env="TTS_KEEPALIVE_TIMEOUT_MS", unit="ms", minimum=1,
+        doc="time a keepalive ping may go unanswered before the connection is dropped",
+    )  # fmt: skip
+    reconnect_initial_ms: int = setting(
+        DEFAULT_RECONNECT_INITIAL_MS, env="TTS_RECONNECT_INITIAL_MS", unit="ms", minimum=1,
+        doc="first reconnect backoff after a worker connection fails",
+    )  # fmt: skip
+    reconnect_max_ms: int = setting(
+        DEFAULT_RECONNECT_MAX_MS, env="TTS_RECONNECT_MAX_MS", unit="ms", minimum=1,
+        doc="cap on the reconnect backoff, so a restarted worker is dialled again within this",
+    )  # fmt: skip
+    connect_timeout_ms: int = setting(
+        DEFAULT_CONNECT_TIMEOUT_MS, env="TTS_CONNECT_TIMEOUT_MS", unit="ms", minimum=1,
+        doc="shortest time one connection attempt may take before it is abandoned",
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        for kind, endpoints in (("acoustic", self.acoustic), ("vocoder", self.vocoder)):
+            if not endpoints:
+                raise ValueError(f"the gateway needs at least one --{kind} endpoint")
+            addresses = [endpoint.address for endpoint in endpoints]
+            if len(set(addresses)) != len(addresses):
+                raise ValueError(f"a --{kind} address is listed twice ({', '.join(addresses)}); list each worker once")
+
+
+def channel_options(settings: UpstreamSettings) -> list[tuple[str, int]]:
+    """gRPC arguments of the gateway's worker channels: message sizes, keepalive, fast reconnects."""
+    options = dict(CHANNEL_OPTIONS)
+    options.update(
+        {
+            "grpc.keepalive_time_ms": settings.keepalive_time_ms,
+            "grpc.keepalive_timeout_ms": settings.keepalive_timeout_ms,
+            # Health Watch streams carry no data for long stretches; keep pinging through them.
+            "grpc.http2.max_pings_without_data": 0,
+            "grpc.initial_reconnect_backoff_ms": settings.reconnect_initial_ms,
+            "grpc.min_reconnect_backoff_ms": settings.connect_timeout_ms,
+            "grpc.max_reconnect_backoff_ms": settings.reconnect_max_ms,
+            # Retries happen once, in the gateway's own loop; gRPC's would stack on top of them.
+            "grpc.enable_retries": 0,
+        }
+    )
+    return list(options.items())

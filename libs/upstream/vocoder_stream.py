@@ -1,0 +1,225 @@
+"""One utterance's vocoder stream that survives worker failures, giving each sample exactly once.
+
+The stream keeps every mel slice of each sentence the client has not fully received. When the
+call breaks (or the worker goes silent while it owes samples), a new call is opened on another
+endpoint and primed: the current sentence's slices that lie wholly before the client's position go
+as `context_only` (vocoded for context, not returned), the rest and every later sentence's slices
+go again as normal. Chunk windows are fixed by frame index, so the new worker's samples
+are bit-identical to the broken call's; replies carry `first_sample`, and whatever the client
+already has is dropped, so it hears no gap and no repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Final
+
+import grpc
+import numpy as np
+
+from libs.pb.tts.common.v1 import mel_pb2
+from libs.pb.tts.vocoder.v1 import vocoder_pb2
+from libs.routing.endpoints import Endpoint
+from libs.upstream.calls import CALL_ERRORS, Deadline, StreamEnded, WorkerSilent
+from libs.upstream.pool import WorkerPool
+from libs.upstream.resumable import ResumableCall
+from libs.wire.errors import DownstreamError
+
+# A vocoder returns a chunk's samples once the chunk and its right context have arrived: at most
+# 256 frames plus a few dozen of context. Past this many unanswered frames it owes samples even
+# before the sentence's last slice, so its silence counts against the attempt timeout.
+UNANSWERED_FRAMES_OWED: Final = 384
+
+
+@dataclass
+class _SentenceMel:
+    """The slices of one sentence sent so far, kept until the client has all of its samples."""
+
+    index: int
+    slices: list[mel_pb2.MelSlice] = field(default_factory=list)
+    frames_sent: int = 0
+    complete: bool = False
+    """Whether its last slice is among `slices`."""
+
+
+@dataclass(frozen=True)
+class Samples:
+    """New samples for the client, in order, none repeated."""
+
+    sentence_index: int
+    """0-based sentence index."""
+    samples: np.ndarray
+    """float32 mono samples that follow the previous ones of the sentence."""
+    sample_rate_hz: int
+    """Rate of `samples`."""
+    is_last: bool
+    """Whether the sentence ends with these."""
+    model_version: str = ""
+    """Model version of the vocoder that made them ("" when it did not say)."""
+
+
+class ResumableVocoderStream(ResumableCall):
+    """Feeds mel slices to a vocoder worker and yields the samples, resuming elsewhere on failure.
+
+    `send` and `finish` are called by the producer; `samples` is iterated by one reader.
+    """
+
+    kind = "vocoder"
+
+    def __init__(self, pool: WorkerPool, deadline: Deadline, hop_length: int) -> None:
+        super().__init__(pool, deadline, pool.attempts(self.kind))
+        self._hop_length = hop_length
+        self._sentences: dict[int, _SentenceMel] = {}  # insertion order is sentence order
+        self._lock = asyncio.Lock()  # one writer at a time: the producer, or a reopen's priming
+        self._writing_done = False
+        self._next_sample = 0  # within the sentence being delivered (the first of `_sentences`)
+        self._delivering: int | None = None  # the sentence `_next_sample` belongs to, once it has begun
+        self._delivered_elsewhere: dict[int, int] = {}  # sentence -> samples the client got from elsewhere
+
+    async def send(self, slices: list[mel_pb2.MelSlice]) -> None:
+        """Vocode `slices` (consecutive, of one sentence, in order), in one message; they are kept for
+        priming a reopened stream."""
+        if not slices:
+            return
+        async with self._lock:
+            last = slices[-1]
+            sentence = self._sentences.setdefault(last.sentence_index, _SentenceMel(last.sentence_index))
+            sentence.slices.extend(slices)
+            sentence.frames_sent = last.first_frame + last.frame_count
+            sentence.complete = last.is_last
+            # Owed from now: a write into a hung worker can block on flow control, and the silence
+            # must count against the attempt timeout while it does.
+            if self._owed_since_s is None and self._owes():
+                self._owed_since_s = time.monotonic()
+            if self._call is not None:
+                try:
+                    await self._call.write(vocoder_pb2.VocodeRequest(slices=slices))
+                except CALL_ERRORS:
+                    pass  # the reader sees the broken call and reopens it with these slices included
+
+    async def finish(self) -> None:
+        """No more slices will come: half-close the stream once everything is sent."""
+        async with self._lock:
+            self._writing_done = True
+            if self._call is not None:
+                try:
+                    await self._call.done_writing()
+                except CALL_ERRORS:
+                    pass
+
+    async def ready(self) -> None:
+        """Open the call now (as `samples` would), retrying elsewhere like any failed attempt."""
+        while self._call is None:
+            try:
+                await self._open()
+            except CALL_ERRORS as error:
+                await self._recover(error)
+
+    async def samples(self) -> AsyncIterator[Samples]:
+        """Every sample of every sentence, in order, exactly once, across as many calls as it takes."""
+        while True:
+            try:
+                if self._call is None:
+                    await self._open()
+                reply = await self._read()
+                if reply is grpc.aio.EOF:
+                    if self._writing_done and not self._sentences:
+                        self._drop()
+                        return
+                    raise StreamEnded()
+            except CALL_ERRORS as error:
+                await self._recover(error)
+                continue
+            fresh = self._take(reply)
+            if fresh is not None:
+                yield fresh
+
+    def delivered_elsewhere(self, sentence_index: int, samples: int) -> None:
+        """The client already has the first `samples` of a sentence that has not begun here (a cached
+        audio head): they are dropped from the vocoder's answers, as after a resume."""
+        if sentence_index == self._delivering:
+            raise ValueError(f"sentence {sentence_index} is already being delivered")
+        self._delivered_elsewhere[sentence_index] = samples
+        self._progressed = True  # the client has audio of this utterance: a reopen from now on is a resume
+        if self._owed_since_s is None and self._owes():
+            self._owed_since_s = time.monotonic()
+
+    def _start_of(self, sentence_index: int) -> int:
+        """The first sample of `sentence_index` the client does not have."""
+        if sentence_index == self._delivering:
+            return self._next_sample
+        return self._delivered_elsewhere.get(sentence_index, 0)
+
+    def _take(self, reply: vocoder_pb2.VocodeResponse) -> Samples | None:
+        """The part of `reply` the client does not have yet; moves the delivery position on."""
+        current = next(iter(self._sentences.values()), None)
+        if current is None or reply.sentence_index != current.index:
+            raise DownstreamError(
+                grpc.StatusCode.INTERNAL,
+                f"vocoder answered for sentence {reply.sentence_index} while sentence "
+                f"{None if current is None else current.index} was being delivered",
+            )
+        if self._delivering != current.index:
+            self._delivering = current.index
+            self._next_sample = self._delivered_elsewhere.pop(current.index, 0)
+        if reply.first_sample > self._next_sample:
+            raise DownstreamError(
+                grpc.StatusCode.INTERNAL,
+                f"vocoder skipped samples {self._next_sample}..{reply.first_sample} of sentence {reply.sentence_index}",
+            )
+        self._progressed = True
+        samples = np.frombuffer(reply.samples, dtype="<f4")[self._next_sample - reply.first_sample :]
+        self._next_sample += len(samples)
+        if reply.is_last:
+            del self._sentences[current.index]
+            self._next_sample = 0
+            self._delivering = None
+            self.attempts.succeeded(self._endpoint)  # type: ignore[arg-type]
+        self._owed_since_s = time.monotonic() if self._owes() else None
+        if not len(samples) and not reply.is_last:
+            return None
+        return Samples(reply.sentence_index, samples, reply.sample_rate_hz, reply.is_last, self.model_version)
+
+    def _owes(self) -> bool:
+        """Whether the worker owes samples now: a sentence it has whole, or too many unanswered frames."""
+        if any(sentence.complete for sentence in self._sentences.values()):
+            return True
+        current = next(iter(self._sentences.values()), None)
+        if current is None:
+            return False
+        return current.frames_sent - self._start_of(current.index) // self._hop_length >= UNANSWERED_FRAMES_OWED
+
+    def _start(self, endpoint: Endpoint, timeout_s: float | None) -> Any:
+        return self._pool.vocoder_stub(endpoint).Vocode(timeout=timeout_s)
+
+    def _owed_on_open(self) -> float | None:
+        return time.monotonic() if self._owes() else None
+
+    def _position(self) -> str:
+        return f"in sentence {next(iter(self._sentences), None)} at sample {self._next_sample}"
+
+    async def _open(self) -> None:
+        """Open a call on the best endpoint and prime it with everything the client still needs."""
+        async with self._lock:
+            await super()._open()
+            try:
+                # A worker that hangs while being primed is as silent as one that hangs later.
+                await asyncio.wait_for(self._prime(self._call), self._timeout_s)
+            except asyncio.TimeoutError:
+                raise WorkerSilent() from None
+
+    async def _prime(self, call: Any) -> None:
+        first = next(iter(self._sentences), None)
+        client_frame = 0 if first is None else self._start_of(first) // self._hop_length
+        for position, sentence in enumerate(self._sentences.values()):
+            # Slices wholly before the client's position are context: the worker needs them to
+            # compute the chunk the client is in, and must not send their samples again.
+            context = [s for s in sentence.slices if position == 0 and s.first_frame + s.frame_count <= client_frame]
+            rest = sentence.slices[len(context) :]
+            for slices, context_only in ((context, True), (rest, False)):
+                if slices:
+                    await call.write(vocoder_pb2.VocodeRequest(slices=slices, context_only=context_only))
+        if self._writing_done:
+            await call.done_writing()

@@ -1,0 +1,13 @@
+"""Metadata the workers and the gateway exchange beyond the messages themselves."""
+
+from __future__ import annotations
+
+from typing import Final
+
+STREAM_ACCEPTED_METADATA: Final = ("tts-stream-accepted", "1")
+"""The header a worker sends when it admits a stream. A refusal ends the call with headers too (a
+trailers-only response), a moment before the call reads as done: the gateway tells the two apart by
+this header, not by timing."""
+MODEL_VERSION_METADATA_KEY: Final = "tts-model-version"
+"""Header a worker sends with STREAM_ACCEPTED_METADATA: the model version the stream will run on
+(the gateway only reuses cached audio made by that very model)."""
