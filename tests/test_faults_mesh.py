@@ -1,4 +1,4 @@
-"""Fault tests on real processes: two zones of workers, Redis and gateways on loopback (DESIGN §7).
+"""Fault tests on real processes: two zones of workers, Redis and gateways on loopback.
 
 Faults are injected with signals (SIGKILL) and with a TCP proxy in front of every worker and of
 Redis (blackhole, delay). Every test compares with a fault-free run of the same request.

@@ -1,4 +1,4 @@
-"""Chunked synthesis equals whole-sentence synthesis (DESIGN §5), on the real default voice."""
+"""Chunked synthesis equals whole-sentence synthesis , on the real default voice."""
 
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ def test_dashboard_reads_only_catalogued_metrics_in_the_right_way() -> None:
             if catalog[base]["type"] == "counter":
                 assert re.search(rf"(rate|increase)\({name}\b", expression), f"counter {name} read raw: {expression}"
             used.add(base)
-    # What DESIGN §9 and the issue ask the dashboard to show.
+    # What the dashboard must show: first audio, errors, cache, routing and the workers' load.
     required = {
         "tts_gateway_time_to_first_audio_seconds",
         "tts_gateway_audio_seconds_total",

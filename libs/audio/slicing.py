@@ -7,14 +7,6 @@ from typing import Final
 DEFAULT_SLICE_MS: Final = 40.0
 
 
-def slice_of_frame(frame_index: int, hop_length: int, sample_rate_hz: int, slice_ms: float = DEFAULT_SLICE_MS) -> int:
-    """Index of the slice that frame `frame_index` belongs to."""
-    # Integer arithmetic in microseconds-of-samples avoids float edges at exact boundaries.
-    start_sample = frame_index * hop_length
-    slice_samples_x1000 = round(slice_ms * sample_rate_hz)  # slice length in samples, times 1000
-    return (start_sample * 1000) // slice_samples_x1000
-
-
 def first_frame_of_slice(slice_index: int, hop_length: int, sample_rate_hz: int, slice_ms: float = DEFAULT_SLICE_MS) -> int:
     """The first frame whose start time is at or after the start of slice `slice_index`."""
     slice_samples_x1000 = round(slice_ms * sample_rate_hz)

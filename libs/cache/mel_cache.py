@@ -1,4 +1,4 @@
-"""The Redis mel cache, failing open (DESIGN §6).
+"""The Redis mel cache, failing open (docs/ARCHITECTURE.md, "Cache").
 
 Every Redis problem (down, slow, full, a corrupt value) becomes a miss: the request is synthesised
 and the outcome is counted, never raised. Calls use short socket timeouts and no client retries,

@@ -1,4 +1,5 @@
-"""Transformer encoder of the VITS text encoder: self-attention with windowed relative positions."""
+"""Transformer encoder of the VITS text encoder (self-attention with windowed relative positions) and
+the channel layer norm it and the duration predictor share."""
 
 from __future__ import annotations
 
@@ -8,9 +9,24 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from libs.models.modules import LayerNorm
-
 MASKED_SCORE = -1e4  # what VITS fills masked attention scores with; exp() of it is 0 in float32
+LAYER_NORM_EPSILON = 1e-5
+
+
+class LayerNorm(nn.Module):
+    """Layer norm over the channel axis of [b, c, t] (VITS names its parameters gamma/beta)."""
+
+    def __init__(self, channels: int, eps: float = LAYER_NORM_EPSILON) -> None:
+        super().__init__()
+        # A plain int, not x.size(1): the TorchScript ONNX exporter cannot trace a shape into normalized_shape.
+        self.channels = channels
+        self.eps = eps
+        self.gamma = nn.Parameter(torch.ones(channels))
+        self.beta = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """[b, c, t] -> [b, c, t]."""
+        return F.layer_norm(x.transpose(1, -1), (self.channels,), self.gamma, self.beta, self.eps).transpose(1, -1)
 
 
 class MultiHeadAttention(nn.Module):

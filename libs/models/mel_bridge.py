@@ -1,6 +1,6 @@
 """The two small networks that put the §3 mel contract between the acoustic model and the vocoder.
 
-`MelHead` turns the VITS flow latent z [B, 192, T] into the log-mel of DESIGN §3 [B, 80, T] (the
+`MelHead` turns the VITS flow latent z [B, 192, T] into the log-mel of docs/ARCHITECTURE.md ("Mel recipe") [B, 80, T] (the
 acoustic side). `MelAdapter` turns that mel back into a latent the Piper decoder body can vocode
 (the vocoder side), so MelAdapter + decoder is a HiFi-GAN generator that takes mel.
 
@@ -176,7 +176,7 @@ class ConvStack(nn.Module):
 
 
 class MelHead(ConvStack):
-    """Flow latent z [B, 192, T] -> log-mel [B, 80, T] of DESIGN §3 (one mel frame per latent frame)."""
+    """Flow latent z [B, 192, T] -> log-mel [B, 80, T] (one mel frame per latent frame)."""
 
     def __init__(self, config: MelHeadConfig = MelHeadConfig()) -> None:
         super().__init__(config.stack)

@@ -13,27 +13,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from libs.models.attentions import Encoder, LayerNorm
 from libs.models.commons import add_weight_norm, conv_padding, gated_activation, strip_weight_norm
 from libs.models.transforms import rational_quadratic_spline
-
-LAYER_NORM_EPSILON = 1e-5
-
-
-class LayerNorm(nn.Module):
-    """Layer norm over the channel axis of [b, c, t] (VITS names its parameters gamma/beta)."""
-
-    def __init__(self, channels: int, eps: float = LAYER_NORM_EPSILON) -> None:
-        super().__init__()
-        # A plain int, not x.size(1): the TorchScript ONNX exporter cannot trace a shape into normalized_shape.
-        self.channels = channels
-        self.eps = eps
-        self.gamma = nn.Parameter(torch.ones(channels))
-        self.beta = nn.Parameter(torch.zeros(channels))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """[b, c, t] -> [b, c, t]."""
-        return F.layer_norm(x.transpose(1, -1), (self.channels,), self.gamma, self.beta, self.eps).transpose(1, -1)
-
 
 class DDSConv(nn.Module):
     """Dilated depth-separable convolutions (dilation kernel_size**i) with residual connections."""
@@ -225,8 +207,6 @@ class TransformerCouplingLayer(ResidualCouplingLayer):
         transformer_dropout: float = 0.1,
     ) -> None:
         super().__init__(channels, hidden_channels, kernel_size, dilation_rate, n_layers, p_dropout, gin_channels, mean_only)
-        from libs.models.attentions import Encoder  # attentions imports this module
-
         self.pre_transformer = Encoder(
             self.half_channels,
             self.half_channels,

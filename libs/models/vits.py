@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from libs.models import modules
-from libs.models.attentions import Encoder
+from libs.models.attentions import Encoder, LayerNorm
 from libs.models.commons import accept_any_weight_norm_form, normal_noise, repeat_by_durations, sequence_mask
 
 DEFAULT_NOISE_SCALE: Final = 0.667
@@ -195,9 +195,9 @@ class DurationPredictor(nn.Module):
         super().__init__()
         self.drop = nn.Dropout(p_dropout)
         self.conv_1 = nn.Conv1d(in_channels, filter_channels, kernel_size, padding=kernel_size // 2)
-        self.norm_1 = modules.LayerNorm(filter_channels)
+        self.norm_1 = LayerNorm(filter_channels)
         self.conv_2 = nn.Conv1d(filter_channels, filter_channels, kernel_size, padding=kernel_size // 2)
-        self.norm_2 = modules.LayerNorm(filter_channels)
+        self.norm_2 = LayerNorm(filter_channels)
         self.proj = nn.Conv1d(filter_channels, 1, 1)
         if gin_channels:
             self.cond = nn.Conv1d(gin_channels, in_channels, 1)

@@ -1,6 +1,6 @@
 """Which worker each attempt of one piece of work goes to, and whether a failed attempt is retried.
 
-`Attempts` is the request loop of DESIGN §7 for one sentence on one kind of worker, without the
+`Attempts` is the request loop (docs/ARCHITECTURE.md, "Routing and retries") for one sentence on one kind of worker, without the
 network: the gateway's stream code asks it for an endpoint, runs the attempt, and reports the
 outcome. It applies the routing library's rules: local zone first by load (the picker), zones
 where this sentence already failed only as a last resort, passive ejection on worker faults, at

@@ -1,4 +1,4 @@
-"""Worker admission control: refuse a new stream when the worker is out of room (DESIGN §7).
+"""Worker admission control: refuse a new stream when the worker is out of room.
 
 A worker that takes a stream it cannot serve makes every stream on it slower and may run out of
 memory. It refuses at stream start instead, with RESOURCE_EXHAUSTED and a `grpc-retry-pushback-ms`

@@ -69,8 +69,6 @@ SPAN_NORMALISE: Final = "tts.normalise"
 SPAN_PHONEMISE: Final = "tts.phonemise"
 SPAN_CACHE_LOOKUP: Final = "tts.cache.lookup"
 SPAN_CACHE_WRITE: Final = "tts.cache.write"
-SPAN_ACOUSTIC_STREAM: Final = "tts.acoustic.stream"
-SPAN_VOCODER_STREAM: Final = "tts.vocoder.stream"
 SPAN_ATTEMPT: Final = "tts.attempt"
 # Span names of the workers' steps (their streams are the SERVER spans of the interceptor).
 SPAN_ACOUSTIC_PLAN: Final = "tts.acoustic.plan"

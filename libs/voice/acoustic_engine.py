@@ -1,4 +1,4 @@
-"""Phoneme ids -> mel frames of DESIGN §3, exact under any chunking (DESIGN §4, §5).
+"""Phoneme ids -> mel frames (docs/ARCHITECTURE.md, "Mel recipe"), exact under any chunking.
 
 The text encoder and durations run once per sentence and draw all of the sentence's noise up
 front from its seed; the mel then comes in growing chunks: the flow and the mel head over each
@@ -100,7 +100,7 @@ class _MelWindowJob:
 
 
 class AcousticEngine(BatchedEngine):
-    """Phoneme ids -> mel frames of DESIGN §3, in chunks that are exact slices of the whole.
+    """Phoneme ids -> mel frames, in chunks that are exact slices of the whole.
 
     With batching on, the flow + mel head windows of concurrent sentences run as one padded,
     masked batch; each sentence's mel is the same as when it runs alone (to float32 round-off).
@@ -210,7 +210,7 @@ class AcousticEngine(BatchedEngine):
         return cls.load(default_voice_assets(), device=device, settings=settings)
 
     def synthesis_seed(self, phoneme_ids: Sequence[int], params: SynthesisParams) -> int:
-        """The seed of every random draw of this sentence (DESIGN §4)."""
+        """The seed of every random draw of this sentence (docs/ARCHITECTURE.md, "Determinism")."""
         return SynthesisInputs(self.model_version, self.voice_name, tuple(phoneme_ids), params).seed()
 
     @torch.inference_mode()

@@ -1,6 +1,6 @@
 """The synthesis engines the workers serve, in one import: phoneme ids -> mel chunks
 (`AcousticEngine`), and mel -> PCM as slices arrive (`VocoderEngine`, `VocoderStream`); both exact
-under any chunking (DESIGN §4, §5). How they run (device, precision, batching) is `EngineSettings`.
+under any chunking (docs/ARCHITECTURE.md, "Determinism" and "Exact streaming and resume"). How they run (device, precision, batching) is `EngineSettings`.
 """
 
 from libs.voice.acoustic_engine import AcousticEngine, SentencePlan, model_version_of

@@ -1,4 +1,4 @@
-"""Mel -> PCM: whole sentences, or slice by slice as mel arrives, with exact trimming (DESIGN §5).
+"""Mel -> PCM: whole sentences, or slice by slice as mel arrives, with exact trimming (docs/ARCHITECTURE.md, "Exact streaming and resume").
 
 `VocoderStream` vocodes each step of the schedule as soon as its frames are there, on top of the
 layer tails the previous steps left (no context is ever recomputed), and returns the samples that

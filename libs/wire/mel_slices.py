@@ -1,4 +1,4 @@
-"""Mel frames <-> MelSlice messages, cut by the 40 ms slice rule (DESIGN §3).
+"""Mel frames <-> MelSlice messages, cut by the 40 ms slice rule (docs/ARCHITECTURE.md, "40 ms slices").
 
 The acoustic worker produces mel in chunks of any size, and a cache hit gives a whole sentence at
 once; `SliceCutter` turns either into the same slices, so the vocoder sees identical input both ways.
