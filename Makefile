@@ -38,7 +38,8 @@ test: $(PY)
 proto: $(PY)
 	$(PY) -m scripts.gen_protos
 
-# Regenerate the generated parts of README.md (the settings table) from the settings' declarations.
+# Regenerate the generated parts of README.md: the settings table (from the settings' declarations) and the
+# benchmark summary (from bench/results.md).
 docs: $(PY)
 	$(PY) -m scripts.render_docs
 

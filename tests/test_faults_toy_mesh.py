@@ -38,7 +38,7 @@ from libs.synthesis.text_side import TextSide
 from libs.pb.tts.acoustic.v1 import acoustic_pb2
 from libs.pb.tts.v1 import tts_pb2
 from libs.routing.endpoints import parse_endpoint
-from libs.routing.retry import PUSHBACK_METADATA_KEY
+from libs.wire.headers import PUSHBACK_METADATA_KEY
 from libs.telemetry.tracing import ATTR_ATTEMPT, ATTR_REASON, ATTR_WORKER, ATTR_ZONE, SPAN_ATTEMPT, setup_tracing
 from libs.voice.registry import default_registry
 from libs.upstream.acoustic_stream import ResumableAcousticStream

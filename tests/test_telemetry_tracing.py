@@ -27,6 +27,10 @@ from libs.telemetry import tracing
 ALWAYS = {"OTEL_TRACES_SAMPLER": "always_on"}
 FOLLOW_PARENT_ELSE_DROP = {"OTEL_TRACES_SAMPLER": "parentbased_always_off"}
 
+# Names of the stand-in gateway's own steps around its two worker calls.
+ACOUSTIC_STEP = "test.acoustic.stream"
+VOCODER_STEP = "test.vocoder.stream"
+
 
 def _provider(name: str, exporter: InMemorySpanExporter, environ: dict[str, str] | None = None):
     return tracing.setup_tracing(name, zone=f"zone-{name}", environ=environ or ALWAYS, exporter=exporter, set_global=False)
@@ -77,7 +81,7 @@ class Mesh:
             with tracing.step_span(tracing.SPAN_CACHE_LOOKUP, tracer_provider=provider_a) as lookup:
                 lookup.set_attribute(tracing.ATTR_CACHE_HIT, False)
             with tracing.attempt_span("acoustic", "zone-b", 1, "first", provider_a):
-                with tracing.step_span(tracing.SPAN_ACOUSTIC_STREAM, tracer_provider=provider_a):
+                with tracing.step_span(ACOUSTIC_STEP, tracer_provider=provider_a):
                     acoustic = to_b.stream_stream("/test.Chain/Bidi")()
                     await acoustic.write(phonemes)
                     await acoustic.done_writing()
@@ -87,7 +91,7 @@ class Mesh:
             async def mel_slices() -> AsyncIterator[bytes]:
                 yield mel
 
-            with tracing.step_span(tracing.SPAN_VOCODER_STREAM, tracer_provider=provider_a):
+            with tracing.step_span(VOCODER_STEP, tracer_provider=provider_a):
                 async for pcm in to_c.stream_stream("/test.Chain/Bidi")(mel_slices()):
                     tracing.record_time_to_first_audio(0.125)
                     yield pcm
@@ -152,16 +156,16 @@ async def test_one_request_is_one_trace_across_three_services_through_streams() 
     assert parent_of(a_server) is roots[0]
     assert a_server.attributes[tracing.ATTR_TIME_TO_FIRST_AUDIO_S] == 0.125
     assert a_server.attributes[tracing.ATTR_GRPC_STATUS_CODE] == grpc.StatusCode.OK.value[0]
-    for step in (tracing.SPAN_PHONEMISE, tracing.SPAN_CACHE_LOOKUP, tracing.SPAN_ATTEMPT, tracing.SPAN_VOCODER_STREAM):
+    for step in (tracing.SPAN_PHONEMISE, tracing.SPAN_CACHE_LOOKUP, tracing.SPAN_ATTEMPT, VOCODER_STEP):
         assert parent_of(only("A", step)) is a_server
     attempt = only("A", tracing.SPAN_ATTEMPT)
     assert (attempt.attributes[tracing.ATTR_ZONE], attempt.attributes[tracing.ATTR_REASON]) == ("zone-b", "first")
-    assert parent_of(only("A", tracing.SPAN_ACOUSTIC_STREAM)) is attempt
+    assert parent_of(only("A", ACOUSTIC_STEP)) is attempt
 
     # A's client span for each bidi stream sits under the step that opened it; the worker's server
     # span is its child, and the worker's own work is under that.
     a_clients = [s for s in spans if _service(s) == "A" and s.kind == SpanKind.CLIENT]
-    assert sorted(parent_of(s).name for s in a_clients) == [tracing.SPAN_ACOUSTIC_STREAM, tracing.SPAN_VOCODER_STREAM]
+    assert sorted(parent_of(s).name for s in a_clients) == [ACOUSTIC_STEP, VOCODER_STEP]
     for worker, work in (("B", "b.model"), ("C", "c.model")):
         server = only(worker, "/test.Chain/Bidi", SpanKind.SERVER)
         assert parent_of(server) in a_clients

@@ -16,6 +16,7 @@ from typing import Callable, Final, Iterable
 import grpc
 
 from libs.routing import events
+from libs.wire.headers import PUSHBACK_METADATA_KEY
 from libs.settings.fields import setting
 from libs.routing.events import EventHook, ignore_event
 
@@ -24,8 +25,6 @@ RETRYABLE_CODES: Final = frozenset(
 )
 """The only codes worth another attempt; anything else (INVALID_ARGUMENT, NOT_FOUND, ...) is final."""
 
-PUSHBACK_METADATA_KEY: Final = "grpc-retry-pushback-ms"
-"""Trailing metadata key a worker sets to say how long to wait (milliseconds) or, if negative, not to retry."""
 
 DEFAULT_MAX_ATTEMPTS: Final = 3
 DEFAULT_BASE_BACKOFF_S: Final = 0.05

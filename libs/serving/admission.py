@@ -16,8 +16,7 @@ from typing import Callable, Final
 import grpc
 
 from libs.settings.fields import setting
-from libs.routing.retry import PUSHBACK_METADATA_KEY
-from libs.wire.headers import MODEL_VERSION_METADATA_KEY, STREAM_ACCEPTED_METADATA
+from libs.wire.headers import MODEL_VERSION_METADATA_KEY, PUSHBACK_METADATA_KEY, STREAM_ACCEPTED_METADATA
 
 _log = logging.getLogger(__name__)
 

@@ -11,6 +11,7 @@ import logging
 import grpc
 
 from libs.text.errors import TextError
+from libs.voice.batching import Overloaded
 from libs.voice.registry import UnknownVoiceError
 from libs.wire.errors import DownstreamError, InvalidRequestError, ModelVersionMismatchError, NoWorkerError
 
@@ -29,6 +30,8 @@ def grpc_status_for(error: BaseException) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.UNAVAILABLE, str(error)
     if isinstance(error, DownstreamError):
         return error.code, str(error)
+    if isinstance(error, Overloaded):  # a worker's inference queue filled after the stream was admitted
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(error)
     if isinstance(error, grpc.aio.AioRpcError):
         return error.code(), f"downstream call failed: {error.details()}"
     # Anything else is a bug: log it with its traceback, and do not leak internals to the client.

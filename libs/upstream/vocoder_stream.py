@@ -27,9 +27,9 @@ from libs.upstream.pool import WorkerPool
 from libs.upstream.resumable import ResumableCall
 from libs.wire.errors import DownstreamError
 
-# A vocoder returns a chunk's samples once the chunk and its right context have arrived: at most
-# 256 frames plus a few dozen of context. Past this many unanswered frames it owes samples even
-# before the sentence's last slice, so its silence counts against the attempt timeout.
+# A vocoder answers a step once its frames have arrived: at most 128 frames, plus the 21 its output
+# lags the mel. Past this many unanswered frames (with a wide margin) it owes samples even before
+# the sentence's last slice, so its silence counts against the attempt timeout.
 UNANSWERED_FRAMES_OWED: Final = 384
 
 

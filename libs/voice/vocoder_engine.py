@@ -21,6 +21,7 @@ from libs.voice.acoustic_engine import model_version_of
 from libs.voice.assets import VoiceAssets, default_voice_assets
 from libs.voice.batching import padding_groups
 from libs.voice.chunking import LAST_STEP_BUCKET_FRAMES, VOCODER_SCHEDULE, ChunkSchedule
+from libs.voice.precision import resolve_precision
 from libs.voice.runtime import BatchedEngine, EngineSettings, ModelRuntime, run_stream_steps
 
 
@@ -72,7 +73,9 @@ class VocoderEngine(BatchedEngine):
         """The default voice's vocoder: trained mel adapter + the Piper decoder body (or its fine-tuned copy)."""
         voice = assets.piper_models()
         vocoder = load_mel_vocoder(assets.trained_dir, voice.decoder)
-        digests = [voice.onnx_sha256, assets.file_digest(assets.mel_adapter_path)]
+        # Like the acoustic side's, the version names the arithmetic: audio heads and resumes are
+        # shared only between vocoders whose samples agree bit for bit.
+        digests = [voice.onnx_sha256, assets.file_digest(assets.mel_adapter_path), _precision_part(settings, device)]
         if assets.decoder_path is not None:
             digests.append(assets.file_digest(assets.decoder_path))
         return cls(
@@ -96,9 +99,12 @@ class VocoderEngine(BatchedEngine):
         settings: EngineSettings = EngineSettings(),
     ) -> "VocoderEngine":
         """A public HiFi-GAN generator (mel in) as the vocoder."""
+        weights = hashlib.sha256(repr(generator.config).encode())
+        for name, tensor in sorted(generator.state_dict().items()):
+            weights.update(name.encode() + tensor.detach().cpu().contiguous().numpy().tobytes())
         return cls(
             MelVocoder(None, generator),
-            model_version=f"hifigan-{hashlib.sha256(repr(generator.config).encode()).hexdigest()[:12]}",
+            model_version=model_version_of("hifigan", [weights.hexdigest(), _precision_part(settings, device)]),
             sample_rate_hz=sample_rate_hz,
             hop_length=generator.config.hop_length,
             n_mels=generator.config.in_channels,
@@ -291,3 +297,8 @@ class VocoderStream:
         end = len(samples) if total is None else total * hop - output.first_position
         begin = max(0, self.emit_from_frame * hop - output.first_position)
         return samples[begin:end].numpy() if end > begin else np.zeros(0, dtype=np.float32)
+
+
+def _precision_part(settings: EngineSettings, device: str | None) -> str:
+    """The model-version part that names the arithmetic the vocoder runs in."""
+    return f"precision={resolve_precision(settings.precision, device or settings.device)}"

@@ -11,3 +11,5 @@ this header, not by timing."""
 MODEL_VERSION_METADATA_KEY: Final = "tts-model-version"
 """Header a worker sends with STREAM_ACCEPTED_METADATA: the model version the stream will run on
 (the gateway only reuses cached audio made by that very model)."""
+PUSHBACK_METADATA_KEY: Final = "grpc-retry-pushback-ms"
+"""Trailing metadata key a worker sets to say how long to wait (milliseconds) or, if negative, not to retry."""
