@@ -86,3 +86,21 @@ async def test_failed_leader_gives_waiters_none_and_cancelled_waiter_does_not_hu
         await leading
     assert await survivor is None
     assert await flights.wait("k") is None
+
+
+async def test_a_published_result_keeps_serving_until_its_cache_write_lands() -> None:
+    """Between the leader's result and its cache write, a new request would miss the cache and find
+    no flight: the flight stays until the write is done."""
+    flights: SingleFlight[str] = SingleFlight()
+    written = asyncio.Event()
+
+    async def write() -> None:
+        await written.wait()
+
+    async with flights.lead("k") as flight:
+        flight.publish("mel")
+        flight.hold_until(asyncio.ensure_future(write()))
+    assert flights.in_flight("k") and await flights.wait("k") == "mel"
+    written.set()
+    await asyncio.sleep(0.01)
+    assert not flights.in_flight("k")

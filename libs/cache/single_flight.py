@@ -2,14 +2,16 @@
 
 The first caller for a key becomes the leader and does the work; callers that arrive while it runs
 wait for the leader's result instead of repeating the work. A leader that fails or is cancelled
-gives its waiters `None`, and each of them then does the work itself.
+gives its waiters `None`, and each of them then does the work itself. A leader whose result is still
+on its way to the cache keeps serving it (`hold_until`), so nobody repeats the work in the gap
+between the result and the cache write.
 """
 
 from __future__ import annotations
 
 import asyncio
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Generic, TypeVar
+from typing import Any, AsyncIterator, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -19,11 +21,17 @@ class Flight(Generic[T]):
 
     def __init__(self, future: asyncio.Future[T | None]) -> None:
         self._future = future
+        self.held_until: asyncio.Future[Any] | None = None
 
     def publish(self, result: T) -> None:
         """Hand `result` to every waiter."""
         if not self._future.done():
             self._future.set_result(result)
+
+    def hold_until(self, done: asyncio.Future[Any]) -> None:
+        """Keep answering with the published result after the leader's block ends, until `done`
+        (e.g. the task writing the result to the cache) has finished."""
+        self.held_until = done
 
 
 class SingleFlight(Generic[T]):
@@ -49,10 +57,18 @@ class SingleFlight(Generic[T]):
         """Become the leader for `key` for the duration of the block (the caller checked `in_flight`)."""
         future: asyncio.Future[T | None] = asyncio.get_running_loop().create_future()
         self._flights[key] = future
+        flight = Flight(future)
         try:
-            yield Flight(future)
+            yield flight
         finally:
             if not future.done():
                 future.set_result(None)
-            if self._flights.get(key) is future:
-                del self._flights[key]
+            held = flight.held_until
+            if held is not None and not held.done() and future.result() is not None:
+                held.add_done_callback(lambda _: self._land(key, future))
+            else:
+                self._land(key, future)
+
+    def _land(self, key: str, future: asyncio.Future[T | None]) -> None:
+        if self._flights.get(key) is future:
+            del self._flights[key]

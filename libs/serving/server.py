@@ -156,6 +156,10 @@ class ServiceRuntime:
             loop.add_signal_handler(signum, self.request_stop)
 
 
+STREAM_END_SETTLE_S: Final = 0.005
+"""How long a stream whose requests ended waits for a cancellation that may be on its way."""
+
+
 class StreamTracker:
     """Counts a worker's open streams and how each one ended, so cancellation leaks show up in metrics."""
 
@@ -170,6 +174,10 @@ class StreamTracker:
         outcome = {"code": "OK"}
         try:
             yield
+            # A caller that cancels (or whose deadline passes) while the handler awaits its next
+            # request just ends the request stream, exactly as a half-close does; the handler's task
+            # is cancelled a moment later. Waiting that moment tells the two apart.
+            await asyncio.sleep(STREAM_END_SETTLE_S)
         except asyncio.CancelledError:
             outcome["code"] = "CANCELLED"
             raise
@@ -186,7 +194,14 @@ class StreamTracker:
     def _final_code(context: grpc.aio.ServicerContext, handler_code: str) -> str:
         if context.cancelled():
             return "CANCELLED"
-        return _code_name(context.code()) or handler_code
+        code = _code_name(context.code())
+        if code is None:
+            # A deadline that passes while the handler awaits the next request just ends the request
+            # stream: the handler returns as if the caller had half-closed, and the call records no code.
+            remaining_s = context.time_remaining()
+            if remaining_s is not None and remaining_s <= 0:
+                return "DEADLINE_EXCEEDED"
+        return code or handler_code
 
 
 def _code_name(code: object) -> str | None:

@@ -206,7 +206,7 @@ class UtterancePipeline:
                 yield slices
             mel = np.concatenate(frames, axis=1)
             flight.publish(CachedMel(mel=mel, phoneme_frames=alignment))
-            self._spawn(self._cache.put(key, mel, alignment))
+            flight.hold_until(self._spawn(self._cache.put(key, mel, alignment)))
 
     def _lookup(self, index: int) -> asyncio.Future[tuple[str, AudioHead | None] | None]:
         lookup = self._lookups.get(index)
@@ -275,7 +275,8 @@ class UtterancePipeline:
             )
         output.put_nowait(_DONE)
 
-    def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> None:
+    def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(coroutine)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task

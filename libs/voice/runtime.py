@@ -16,8 +16,9 @@ from libs.voice.precision import DEFAULT_PRECISION, PRECISIONS, resolve_precisio
 class EngineSettings:
     """How an engine runs its model: where, in what precision, on how many threads, batched or not.
 
-    Exactness (chunked == whole, resumed == uninterrupted, bit for bit) holds with max_batch 1.
-    Batching keeps every stream within round-off of running alone (padding is masked; fp32: about
+    With max_batch 1, a resumed stream equals the uninterrupted one bit for bit (either precision,
+    same CPU type), and chunked output equals whole-sentence output to round-off (docs/ARCHITECTURE.md,
+    "Exact streaming and resume", has the measured bounds). Batching keeps every stream within round-off of running alone (padding is masked; fp32: about
     1e-7), but a batched kernel may sum in a different order, so it is not bit-exact; in bf16 that
     round-off is about 5e-4, and bf16 differs from fp32 by about 2e-3 (up to 5e-2 on loud peaks).
     Bit-exact resume therefore needs max_batch 1 (either precision, same CPU type).

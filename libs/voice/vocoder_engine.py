@@ -182,7 +182,7 @@ class VocoderStream:
     is vocoded once. Steps follow the engine's schedule by frame index from the first frame pushed,
     whenever and however the frames arrive, so the samples do not depend on timing. A stream
     resumed on another worker and fed the sentence from frame 0 (`VocoderEngine.resume_origin_frame`)
-    continues bit-identically (in fp32, without batching); one primed with just `context_frames`
+    continues bit-identically (fp32 or bf16, without batching); one primed with just `context_frames`
     before its first emitted frame is exact to float round-off.
     """
 

@@ -7,7 +7,8 @@ port. Workers are expensive to start (model loading), gateways cheap: a test mod
 of workers and starts gateways with whatever routing settings it needs.
 
 Workers run unbatched in float32 (`EXACT_WORKER_ENV`): dynamic batching changes float rounding
-(~1e-7) with what else is in a batch, and the fault tests compare audio sample for sample.
+(~1e-7) with what else is in a batch, and the fault tests compare audio sample for sample; float32
+makes the comparison the same on every CPU (bf16 resume is exact too: tests/test_resume_exact_bf16.py).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ WORKER_KINDS = ("acoustic", "vocoder")
 ZONES = ("zone-a", "zone-b")
 START_TIMEOUT_S = 300.0  # four models loading at once on two shared cores
 EXACT_WORKER_ENV: Mapping[str, str] = {"TTS_MAX_BATCH": "1", "TTS_PRECISION": "fp32"}
-"""Unbatched float32: the only mode in which a resumed stream is bit-identical to an uninterrupted one."""
+"""Unbatched (batching makes a resumed stream differ by round-off), in float32 on every CPU."""
 FAST_FAILOVER_ENV: Mapping[str, str] = {
     "TTS_ATTEMPT_TIMEOUT_S": "2.0",
     "TTS_EJECTION_BASE_S": "3.0",
