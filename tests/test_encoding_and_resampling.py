@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from libs.audio.resample import SentenceResampler
-from libs.encoding.encoders import encoder_for, float_to_int16
+from libs.encoding.encoders import encoder_for
+from libs.encoding.pcm import float_to_int16
 from libs.pb.tts.v1 import tts_pb2
 
 

@@ -43,7 +43,7 @@ def test_unknown_voice_encoding_rate_and_speaker_are_rejected_with_the_valid_cho
     with pytest.raises(UnknownVoiceError, match="en_US-joe-medium"):
         resolve_options(registry, **dict(DEFAULTS, voice="fr_FR-nobody"))
     with pytest.raises(InvalidRequestError, match="LINEAR_PCM"):
-        resolve_options(registry, **dict(DEFAULTS, encoding=7))
+        resolve_options(registry, **dict(DEFAULTS, encoding=42))
     with pytest.raises(InvalidRequestError, match="8000 to 48000"):
         resolve_options(registry, **dict(DEFAULTS, sample_rate_hz=4000))
     with pytest.raises(InvalidRequestError, match="speaker_id 1"):

@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Final
 
-from libs.encoding.encoders import ENCODERS
+from libs.encoding.encoders import ENCODINGS
 from libs.pb.tts.v1 import tts_pb2
 from libs.settings.fields import setting
 from libs.text.frontend import DEFAULT_MAX_TEXT_CHARS
@@ -58,6 +58,26 @@ class SynthesisOptions:
     """Whether sentences carry per-phoneme durations."""
 
 
+def _output_rate(encoding: int, sample_rate_hz: int, voice: Voice) -> int:
+    """The output rate for `encoding`: the one asked for if the encoding carries it, its default for 0."""
+    spec = ENCODINGS[encoding]
+    default_hz = spec.default_rate_hz or voice.sample_rate_hz
+    if sample_rate_hz == 0:
+        return default_hz
+    name = tts_pb2.AudioEncoding.Name(encoding)
+    if not MIN_OUTPUT_SAMPLE_RATE_HZ <= sample_rate_hz <= MAX_OUTPUT_SAMPLE_RATE_HZ:
+        raise InvalidRequestError(
+            f"sample_rate_hz {sample_rate_hz} is not supported; use {MIN_OUTPUT_SAMPLE_RATE_HZ} to "
+            f"{MAX_OUTPUT_SAMPLE_RATE_HZ} Hz, or 0 for {name}'s default of {default_hz} Hz"
+        )
+    if spec.sample_rates_hz is not None and sample_rate_hz not in spec.sample_rates_hz:
+        rates = ", ".join(str(rate) for rate in spec.sample_rates_hz)
+        raise InvalidRequestError(
+            f"{name} cannot carry {sample_rate_hz} Hz; use one of {rates}, or 0 for its default of {default_hz} Hz"
+        )
+    return sample_rate_hz
+
+
 def resolve_options(
     registry: VoiceRegistry,
     *,
@@ -77,16 +97,10 @@ def resolve_options(
         raise InvalidRequestError(f"speed {speed} is out of range; use {MIN_SPEED} to {MAX_SPEED} (0 means 1.0)")
     if encoding == tts_pb2.AUDIO_ENCODING_UNSPECIFIED:
         encoding = tts_pb2.LINEAR_PCM
-    if encoding not in ENCODERS:
-        names = ", ".join(tts_pb2.AudioEncoding.Name(value) for value in ENCODERS)
+    if encoding not in ENCODINGS:
+        names = ", ".join(tts_pb2.AudioEncoding.Name(value) for value in ENCODINGS)
         raise InvalidRequestError(f"audio encoding {encoding} is not supported; use one of {names}")
-    if sample_rate_hz == 0:
-        sample_rate_hz = chosen.sample_rate_hz
-    if not MIN_OUTPUT_SAMPLE_RATE_HZ <= sample_rate_hz <= MAX_OUTPUT_SAMPLE_RATE_HZ:
-        raise InvalidRequestError(
-            f"sample_rate_hz {sample_rate_hz} is not supported; use {MIN_OUTPUT_SAMPLE_RATE_HZ} to "
-            f"{MAX_OUTPUT_SAMPLE_RATE_HZ} Hz, or 0 for the voice's own {chosen.sample_rate_hz} Hz"
-        )
+    sample_rate_hz = _output_rate(encoding, sample_rate_hz, chosen)
     if not 0 <= speaker_id < chosen.num_speakers:
         raise InvalidRequestError(
             f"speaker_id {speaker_id} does not exist in voice {chosen.name!r}; use 0 to {chosen.num_speakers - 1}"

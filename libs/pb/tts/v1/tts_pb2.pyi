@@ -12,9 +12,23 @@ class AudioEncoding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     AUDIO_ENCODING_UNSPECIFIED: _ClassVar[AudioEncoding]
     LINEAR_PCM: _ClassVar[AudioEncoding]
     FLOAT_PCM: _ClassVar[AudioEncoding]
+    OGG_OPUS: _ClassVar[AudioEncoding]
+    MP3: _ClassVar[AudioEncoding]
+    FLAC: _ClassVar[AudioEncoding]
+    WAV: _ClassVar[AudioEncoding]
+    MULAW: _ClassVar[AudioEncoding]
+    ALAW: _ClassVar[AudioEncoding]
+    AAC: _ClassVar[AudioEncoding]
 AUDIO_ENCODING_UNSPECIFIED: AudioEncoding
 LINEAR_PCM: AudioEncoding
 FLOAT_PCM: AudioEncoding
+OGG_OPUS: AudioEncoding
+MP3: AudioEncoding
+FLAC: AudioEncoding
+WAV: AudioEncoding
+MULAW: AudioEncoding
+ALAW: AudioEncoding
+AAC: AudioEncoding
 
 class SynthesizeRequest(_message.Message):
     __slots__ = ("text", "voice", "speed", "encoding", "sample_rate_hz", "speaker_id", "request_id", "include_alignment")
