@@ -26,9 +26,9 @@ run: $(PY)
 run-zones: $(PY)
 	$(PY) -m scripts.run_zones
 
-# Speak TEXT through the running gateway into the WAV file OUT.
+# Speak TEXT through the running gateway into OUT (the format follows its extension: .wav, .opus, .mp3, ...).
 say: $(PY)
-	$(PY) -m scripts.say --text "$(TEXT)" --out "$(OUT)"
+	$(PY) -m tts_mesh.cli say "$(TEXT)" -o "$(OUT)"
 
 test: $(PY)
 	$(PY) -m ruff check .
