@@ -41,7 +41,7 @@ RUN python -c "from libs.voice.assets import default_voice_assets; from libs.mod
  && chmod -R a+rX /opt/tts-mesh
 USER 10001:10001
 # gRPC: gateway 50051, acoustic 50052, vocoder 50053. Prometheus /metrics: 9101, 9102, 9103.
-EXPOSE 50051 50052 50053 9101 9102 9103
+EXPOSE 50051 50052 50053 9101 9102 9103 8000
 # Python is PID 1: the services install their own SIGTERM handler (health NOT_SERVING, then drain).
 ENTRYPOINT ["python", "-m"]
 CMD ["services.gateway"]

@@ -17,6 +17,8 @@ from libs.cache.settings import CacheSettings
 from libs.routing.health import HealthConfig
 from libs.routing.retry import RetryBudgetConfig, RetryConfig
 from libs.serving.admission import AdmissionSettings
+from libs.serving.auth import AuthSettings
+from libs.serving.http import HttpSettings
 from libs.serving.server import ServerSettings
 from libs.serving.worker import WorkerSettings
 from libs.settings.fields import load, render_value, settings_of
@@ -28,7 +30,7 @@ SERVICES: Final = ("gateway", "acoustic", "vocoder")
 
 @dataclass(frozen=True)
 class GatewaySettings:
-    """The gateway: its server, its workers, how it routes and retries, its cache and its limits."""
+    """The gateway: its server, its workers, how it routes and retries, its cache, its limits and who may call it."""
 
     server: ServerSettings
     upstream: UpstreamSettings
@@ -37,6 +39,8 @@ class GatewaySettings:
     ejection: HealthConfig
     cache: CacheSettings
     limits: RequestLimits
+    auth: AuthSettings
+    http: HttpSettings
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from libs.serving.http import DEFAULT_HTTP_PORT
 from libs.serving.server import DEFAULT_METRICS_PORTS, DEFAULT_PORTS
 from services.settings import SERVICES
 
@@ -105,7 +106,8 @@ def test_each_service_module_runs_and_accepts_its_flags(service: str) -> None:
 
 def test_exposed_ports_are_the_services_default_ports() -> None:
     exposed = {int(port) for kw, args in instructions() if kw == "EXPOSE" for port in args.split()}
-    assert exposed == {DEFAULT_PORTS[service] for service in SERVICES} | {DEFAULT_METRICS_PORTS[service] for service in SERVICES}
+    grpc_and_metrics = {DEFAULT_PORTS[service] for service in SERVICES} | {DEFAULT_METRICS_PORTS[service] for service in SERVICES}
+    assert exposed == grpc_and_metrics | {DEFAULT_HTTP_PORT}
 
 
 def test_image_runs_as_a_numeric_non_root_user() -> None:

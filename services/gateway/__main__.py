@@ -7,15 +7,19 @@ import logging
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+from libs.serving.auth import ApiKeyGate, ApiKeyInterceptor
 from libs.serving.server import ServiceRuntime, freeze_startup_heap, run_service
 from libs.telemetry.metrics import GatewayMetrics
 from libs.cache.mel_cache import MelCache
 from libs.voice.registry import default_registry
 from libs.synthesis.synthesizer import Synthesizer
 from libs.synthesis.text_side import TextSide
+from libs.serving.http import HttpListener
+from services.gateway.http_api import SpeechApi
 from services.gateway.servicer import SERVICE_NAME, TextToSpeechServicer, add_to_server
 from services.settings import GatewaySettings, load_gateway_settings
 from libs.upstream.pool import KINDS, WorkerPool
+from libs.upstream.settings import channel_credentials
 
 _log = logging.getLogger(__name__)
 
@@ -35,7 +39,13 @@ async def serve(settings: GatewaySettings) -> None:
     """Run the gateway until SIGTERM/SIGINT."""
     metrics = GatewayMetrics()
     registry = default_registry()
-    cache = MelCache.from_settings(settings.cache, on_outcome=metrics.cache_outcome)
+    try:  # key, password and certificate files are read now: a bad one stops the gateway with its flag named
+        cache = MelCache.from_settings(settings.cache, on_outcome=metrics.cache_outcome)
+        gate = ApiKeyGate.from_settings(settings.auth, on_refused=metrics.auth_refused)
+        runtime = ServiceRuntime(settings.server, [SERVICE_NAME], metrics.registry, [ApiKeyInterceptor(gate)] if gate else [])
+        channel_credentials(settings.upstream)
+    except ValueError as error:  # KeyFileError, CacheSettingsError, KeysFileError, TlsFileError
+        raise SystemExit(f"gateway: {error}") from None
     # The pool's routing counters (retries, resumes, ejections, ...) go on the same /metrics registry.
     pool = WorkerPool(
         settings.upstream,
@@ -51,15 +61,22 @@ async def serve(settings: GatewaySettings) -> None:
     text_side = TextSide(text_executor, settings.limits.max_text_chars)
     synthesizer = Synthesizer(pool=pool, cache=cache, text_side=text_side, max_streams=settings.limits.max_streams)
     servicer = TextToSpeechServicer(registry=registry, synthesizer=synthesizer, metrics=metrics)
-    runtime = ServiceRuntime(settings.server, [SERVICE_NAME], metrics.registry)
     add_to_server(servicer, runtime.server)
+    http = None
+    if settings.http.http_port:
+        api = SpeechApi(synthesizer, registry, metrics, settings.http.http_max_body_bytes)
+        http = HttpListener(api.app(), settings.server.host, settings.http.http_port)
     await runtime.start()
+    if http is not None:
+        await http.start()
     await text_side.warm_up(registry.default)  # espeak-ng and the phoneme map, before taking traffic
     freeze_startup_heap()
     pool.start()
     readiness = asyncio.create_task(_track_readiness(runtime, pool))
     await runtime.wait_for_stop()
     readiness.cancel()
+    if http is not None:
+        await http.stop()
     await runtime.shutdown()
     await pool.close()
     await cache.close()

@@ -56,9 +56,17 @@ class Mesh:
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment variables for every service process (e.g. OTEL_* settings)."""
 
+    http_port: int = 0
+    """The gateway's HTTP API port (a free one, chosen at start)."""
+
     @property
     def gateway_address(self) -> str:
         return self.services["gateway"].address
+
+    @property
+    def http_url(self) -> str:
+        """Base URL of the gateway's HTTP API."""
+        return f"http://127.0.0.1:{self.http_port}"
 
     def start(self, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> "Mesh":
         """Start everything and wait until each service reports SERVING."""
@@ -66,12 +74,14 @@ class Mesh:
         try:
             acoustic = self._spawn("acoustic", [])
             vocoder = self._spawn("vocoder", [])
+            self.http_port = free_port()
             self._spawn(
                 "gateway",
                 [
                     "--acoustic", f"{self.zone}={acoustic.address}",
                     "--vocoder", f"{self.zone}={vocoder.address}",
                     "--redis-url", self.redis.url,
+                    "--http-port", str(self.http_port),
                 ],
             )  # fmt: skip
             deadline = time.monotonic() + timeout_s

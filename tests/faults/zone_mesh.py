@@ -183,7 +183,7 @@ class ZoneMesh:
         """Start a gateway (by default: every worker, this mesh's Redis) and wait until it is SERVING."""
         acoustic = acoustic if acoustic is not None else [self.spec("acoustic", z) for z in self.zones]
         vocoder = vocoder if vocoder is not None else [self.spec("vocoder", z) for z in self.zones]
-        args = ["--redis-url", self.redis_url if redis_url is None else redis_url]
+        args = ["--redis-url", self.redis_url if redis_url is None else redis_url, "--http-port", "0"]
         for spec in acoustic:
             args += ["--acoustic", spec]
         for spec in vocoder:
