@@ -1,0 +1,185 @@
+"""`make bench-doors`: what each front door and each encoding costs, measured on one mesh in one run.
+
+- First audio through the edge (Envoy: gRPC passed through, and grpc-web) against the gateway
+  directly, and the HTTP API's first byte against gRPC's first audio: cache warm (the same
+  paragraph again), so the door is most of what differs; requests interleaved, door by door.
+- First audio of OGG_OPUS against LINEAR_PCM, cache cold (every request a new text), interleaved.
+- Bytes per second of audio for every encoding, on one paragraph.
+
+    python -m bench.doors [--rounds 30] [--out bench/doors.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import grpc
+import httpx
+
+from bench.mesh import start_mesh
+from bench.texts import TEXTS, unique_variants
+from libs.edge.envoy import EdgeSettings
+from libs.edge.process import EdgeProcess
+from libs.encoding.encoders import ENCODINGS
+from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
+from tests.e2e.mesh import free_port
+
+Probe = Callable[[str], float]
+"""Speaks a text through one door and returns seconds to its first audio."""
+
+
+def grpc_probe(address: str, encoding: int = tts_pb2.LINEAR_PCM) -> Probe:
+    channel = grpc.insecure_channel(address)
+    stub = tts_pb2_grpc.TextToSpeechStub(channel)
+
+    def probe(text: str) -> float:
+        started = time.perf_counter()
+        first = None
+        for response in stub.Synthesize(tts_pb2.SynthesizeRequest(text=text, encoding=encoding), timeout=120):
+            if first is None and response.audio:
+                first = time.perf_counter() - started
+        assert first is not None, "no audio"
+        return first
+
+    return probe
+
+
+def grpc_web_probe(base_url: str) -> Probe:
+    client = httpx.Client(timeout=120)
+    headers = {"content-type": "application/grpc-web+proto", "x-grpc-web": "1"}
+
+    def probe(text: str) -> float:
+        request = tts_pb2.SynthesizeRequest(text=text).SerializeToString()
+        body = struct.pack(">BI", 0, len(request)) + request
+        started = time.perf_counter()
+        first = None
+        buffered = b""
+        with client.stream("POST", f"{base_url}/tts.v1.TextToSpeech/Synthesize", content=body, headers=headers) as reply:
+            for part in reply.iter_bytes():
+                buffered += part
+                while first is None and len(buffered) >= 5:
+                    flag, length = struct.unpack(">BI", buffered[:5])
+                    if len(buffered) < 5 + length:
+                        break
+                    message, buffered = buffered[5 : 5 + length], buffered[5 + length :]
+                    if not flag & 0x80 and tts_pb2.SynthesizeResponse.FromString(message).audio:
+                        first = time.perf_counter() - started
+        assert first is not None, "no audio"
+        return first
+
+    return probe
+
+
+def http_probe(base_url: str) -> Probe:
+    client = httpx.Client(timeout=120)
+
+    def probe(text: str) -> float:
+        body = {"model": "tts-mesh", "voice": "alloy", "input": text, "response_format": "pcm"}
+        started = time.perf_counter()
+        first = None
+        with client.stream("POST", f"{base_url}/v1/audio/speech", json=body) as reply:
+            for part in reply.iter_bytes():
+                if part and first is None:
+                    first = time.perf_counter() - started
+        assert first is not None, "no audio"
+        return first
+
+    return probe
+
+
+def interleaved(probes: dict[str, Probe], texts: Callable[[int], str], rounds: int) -> dict[str, list[float]]:
+    """Each probe once per round, in turn, on the round's text."""
+    seconds: dict[str, list[float]] = {name: [] for name in probes}
+    for index in range(rounds):
+        for name, probe in probes.items():
+            seconds[name].append(probe(texts(index)))
+    return seconds
+
+
+def bytes_per_audio_second(address: str, text: str) -> list[tuple[str, int, float]]:
+    """(encoding, output rate, bytes per second of audio) for every encoding."""
+    rows = []
+    with grpc.insecure_channel(address) as channel:
+        stub = tts_pb2_grpc.TextToSpeechStub(channel)
+        for value, spec in ENCODINGS.items():
+            responses = list(stub.Synthesize(tts_pb2.SynthesizeRequest(text=text, encoding=value), timeout=120))
+            audio_s = responses[-1].audio_offset_s + responses[-1].audio_duration_s
+            rows.append((tts_pb2.AudioEncoding.Name(value), responses[0].sample_rate_hz, sum(len(r.audio) for r in responses) / audio_s))
+    return rows
+
+
+def _ms(values: list[float]) -> str:
+    return f"{statistics.median(values) * 1000:.1f}"
+
+
+def report(warm: dict[str, list[float]], cold: dict[str, list[float]], sizes: list[tuple[str, int, float]], rounds: int) -> str:
+    lines = [
+        f"## Front doors and encodings (`make bench-doors`, {time.strftime('%Y-%m-%d %H:%M')}, {rounds} rounds)",
+        "",
+        "| first audio, p50 ms (cache warm) | gRPC direct | gRPC via Envoy | grpc-web via Envoy | HTTP API direct (first byte) | HTTP API via Envoy |",
+        "|---|---:|---:|---:|---:|---:|",
+        "| paragraph | " + " | ".join(_ms(warm[name]) for name in ("grpc", "grpc_edge", "grpc_web_edge", "http", "http_edge")) + " |",
+        "",
+        f"- Through Envoy, gRPC adds {(statistics.median(warm['grpc_edge']) - statistics.median(warm['grpc'])) * 1000:+.1f} ms"
+        f" and grpc-web {(statistics.median(warm['grpc_web_edge']) - statistics.median(warm['grpc'])) * 1000:+.1f} ms"
+        " to first audio (p50; target: at most 3 ms more).",
+        f"- The HTTP API's first byte is {(statistics.median(warm['http']) - statistics.median(warm['grpc'])) * 1000:+.1f} ms"
+        " from gRPC's first audio (p50).",
+        f"- Cache cold, first audio p50: LINEAR_PCM {_ms(cold['pcm'])} ms, OGG_OPUS {_ms(cold['opus'])} ms"
+        f" ({(statistics.median(cold['opus']) - statistics.median(cold['pcm'])) * 1000:+.1f} ms; target: within 20 ms).",
+        "",
+        "| encoding | rate, Hz | bytes per second of audio |",
+        "|---|---:|---:|",
+        *(f"| `{name}` | {rate} | {rate_bytes:,.0f} |" for name, rate, rate_bytes in sizes),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    mesh = start_mesh()
+    try:
+        edge = EdgeSettings(
+            port=free_port(), admin_port=free_port(), gateway_grpc_port=int(mesh.gateway_address.rsplit(":", 1)[1]),
+            gateway_http_port=mesh.http_port, access_log=False,
+        )  # fmt: skip
+        with EdgeProcess(edge):
+            edge_url = f"http://127.0.0.1:{edge.port}"
+            paragraph = TEXTS["paragraph"]
+            warm_probes = {
+                "grpc": grpc_probe(mesh.gateway_address),
+                "grpc_edge": grpc_probe(f"127.0.0.1:{edge.port}"),
+                "grpc_web_edge": grpc_web_probe(edge_url),
+                "http": http_probe(mesh.http_url),
+                "http_edge": http_probe(edge_url),
+            }
+            interleaved(warm_probes, lambda index: paragraph, 2)  # fills the cache, warms the connections
+            warm = interleaved(warm_probes, lambda index: paragraph, args.rounds)
+            cold_texts = unique_variants(paragraph, 2 * args.rounds, first_number=900_000)
+            cold_probes = {"pcm": grpc_probe(mesh.gateway_address), "opus": grpc_probe(mesh.gateway_address, tts_pb2.OGG_OPUS)}
+            cold = {"pcm": [], "opus": []}
+            for index in range(args.rounds):
+                for offset, name in enumerate(("pcm", "opus") if index % 2 == 0 else ("opus", "pcm")):
+                    cold[name].append(cold_probes[name](cold_texts[2 * index + offset]))
+            sizes = bytes_per_audio_second(mesh.gateway_address, paragraph)
+    finally:
+        mesh.stop()
+    table = report(warm, cold, sizes, args.rounds)
+    print(table)
+    if args.out:
+        args.out.write_text(table, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

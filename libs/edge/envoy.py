@@ -1,0 +1,204 @@
+"""The edge: one Envoy in front of the gateway, configured from one place for `make run` and Kubernetes.
+
+Browsers, mobile apps and HTTP tools all reach the service on one port:
+- gRPC (HTTP/2) passes straight through to the gateway's gRPC port;
+- grpc-web (HTTP/1.1 or 2, binary or text) is translated by Envoy's `grpc_web` filter, so a browser
+  can call `Synthesize` (server streaming) and `ListVoices`; `StreamingSynthesize` stays gRPC-only,
+  as browsers cannot open a client stream;
+- `/v1/...` (the OpenAI-compatible API) and `/` (the web page) go to the gateway's HTTP port.
+CORS answers the configured origins; TLS is terminated here when a certificate is given; access
+logs go to standard output; the admin interface listens on localhost only.
+
+`envoy_config(settings)` is the whole bootstrap as a dict; `python -m libs.edge.envoy --target k8s`
+writes the Kubernetes rendering (k8s/base/edge/envoy.yaml), which a test keeps in step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Sequence
+
+import yaml
+
+DEFAULT_EDGE_PORT: Final = 8080
+DEFAULT_ADMIN_PORT: Final = 9901
+GRPC_SERVICE_PREFIX: Final = "/tts.v1.TextToSpeech/"
+STREAM_IDLE_TIMEOUT_S: Final = 300
+"""A speech stream may go quiet while a long sentence is synthesised; five minutes bounds a dead one."""
+K8S_RENDERING: Final = Path(__file__).resolve().parents[2] / "k8s" / "base" / "edge" / "envoy.yaml"
+
+
+@dataclass(frozen=True)
+class EdgeSettings:
+    """Where the edge listens and what it forwards to."""
+
+    port: int = DEFAULT_EDGE_PORT
+    """The one public port (gRPC, grpc-web, HTTP)."""
+    admin_port: int = DEFAULT_ADMIN_PORT
+    """Envoy's admin interface, on 127.0.0.1 only."""
+    gateway_host: str = "127.0.0.1"
+    """The gateway's address (a name Envoy resolves, or an IP)."""
+    gateway_grpc_port: int = 50051
+    gateway_http_port: int = 8000
+    cors_origins: tuple[str, ...] = ("http://localhost:8080", "http://127.0.0.1:8080")
+    """Origins whose pages may call the edge from a browser (exact matches)."""
+    tls_cert: str = ""
+    """PEM certificate chain to terminate TLS with (empty: plaintext)."""
+    tls_key: str = ""
+    access_log: bool = True
+    resolve_by_dns: bool = False
+    """Whether `gateway_host` is a DNS name to re-resolve (Kubernetes) rather than a fixed address."""
+    upstream_tls_ca: str = ""
+    """PEM CA that the gateway's gRPC certificate must come from (empty: plaintext to the gateway)."""
+
+
+def edge_settings_for_k8s() -> EdgeSettings:
+    """The edge as the Kubernetes base runs it: the gateway Service by name, TLS material mounted."""
+    return EdgeSettings(
+        gateway_host="gateway",
+        cors_origins=("https://tts.example.com",),
+        resolve_by_dns=True,
+    )
+
+
+def envoy_config(settings: EdgeSettings) -> dict[str, Any]:
+    """The Envoy bootstrap for `settings`."""
+    return {
+        "admin": {"address": _address("127.0.0.1", settings.admin_port)},
+        "static_resources": {
+            "listeners": [_listener(settings)],
+            "clusters": [
+                _cluster("gateway_grpc", settings, settings.gateway_grpc_port, http2=True),
+                _cluster("gateway_http", settings, settings.gateway_http_port, http2=False),
+            ],
+        },
+    }
+
+
+def _listener(settings: EdgeSettings) -> dict[str, Any]:
+    manager: dict[str, Any] = {
+        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+        "stat_prefix": "edge",
+        "codec_type": "AUTO",  # HTTP/1.1 for browsers and curl, HTTP/2 (h2c or TLS) for gRPC
+        "stream_idle_timeout": f"{STREAM_IDLE_TIMEOUT_S}s",
+        "route_config": {"name": "edge", "virtual_hosts": [_virtual_host(settings)]},
+        "http_filters": [
+            {"name": "envoy.filters.http.grpc_web", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.grpc_web.v3.GrpcWeb"}},
+            {"name": "envoy.filters.http.cors", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors"}},
+            {"name": "envoy.filters.http.router", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}},
+        ],
+    }
+    if settings.access_log:
+        manager["access_log"] = [
+            {
+                "name": "envoy.access_loggers.stdout",
+                "typed_config": {"@type": "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog"},
+            }
+        ]
+    chain: dict[str, Any] = {"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}]}
+    if settings.tls_cert:
+        chain["transport_socket"] = {
+            "name": "envoy.transport_sockets.tls",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+                "common_tls_context": {
+                    "alpn_protocols": ["h2", "http/1.1"],
+                    "tls_certificates": [
+                        {"certificate_chain": {"filename": settings.tls_cert}, "private_key": {"filename": settings.tls_key}}
+                    ],
+                },
+            },
+        }
+    return {"name": "edge", "address": _address("0.0.0.0", settings.port), "filter_chains": [chain]}
+
+
+def _virtual_host(settings: EdgeSettings) -> dict[str, Any]:
+    cors = {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.cors.v3.CorsPolicy",
+        "allow_origin_string_match": [{"exact": origin} for origin in settings.cors_origins],
+        "allow_methods": "GET, POST, OPTIONS",
+        "allow_headers": "content-type, x-grpc-web, x-user-agent, grpc-timeout, authorization, connect-protocol-version",
+        "expose_headers": "grpc-status, grpc-message, grpc-status-details-bin",
+        "max_age": "600",
+    }
+    return {
+        "name": "tts",
+        "domains": ["*"],
+        "typed_per_filter_config": {"envoy.filters.http.cors": cors},
+        "routes": [
+            {
+                "match": {"prefix": GRPC_SERVICE_PREFIX},
+                # Streams last as long as their audio: no route timeout, the client's deadline governs.
+                "route": {"cluster": "gateway_grpc", "timeout": "0s", "max_stream_duration": {"grpc_timeout_header_max": "0s"}},
+            },
+            {"match": {"prefix": "/"}, "route": {"cluster": "gateway_http", "timeout": "0s"}},
+        ],
+    }
+
+
+def _cluster(name: str, settings: EdgeSettings, port: int, http2: bool) -> dict[str, Any]:
+    cluster: dict[str, Any] = {
+        "name": name,
+        "connect_timeout": "2s",
+        "type": "STRICT_DNS" if settings.resolve_by_dns else "STATIC",
+        "load_assignment": {
+            "cluster_name": name,
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _address(settings.gateway_host, port)}}]}],
+        },
+    }
+    if http2:
+        cluster["typed_extension_protocol_options"] = {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {"http2_protocol_options": {}},
+            }
+        }
+        if settings.upstream_tls_ca:
+            cluster["transport_socket"] = {
+                "name": "envoy.transport_sockets.tls",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+                    "common_tls_context": {
+                        "alpn_protocols": ["h2"],
+                        "validation_context": {"trusted_ca": {"filename": settings.upstream_tls_ca}},
+                    },
+                },
+            }
+    return cluster
+
+
+def _address(host: str, port: int) -> dict[str, Any]:
+    return {"socket_address": {"address": host, "port_value": port}}
+
+
+def render_yaml(settings: EdgeSettings) -> str:
+    """The bootstrap as YAML, with a header that says where it comes from."""
+    header = "# Generated by `python -m libs.edge.envoy --target k8s` from libs/edge/envoy.py: edit that, not this.\n"
+    return header + yaml.safe_dump(json.loads(json.dumps(envoy_config(settings))), sort_keys=False)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Render the edge's Envoy configuration.")
+    parser.add_argument("--target", choices=["k8s", "stdout"], default="stdout")
+    parser.add_argument("--check", action="store_true", help="with --target k8s: only say whether the file is up to date")
+    args = parser.parse_args(argv)
+    if args.target == "stdout":
+        sys.stdout.write(render_yaml(EdgeSettings()))
+        return 0
+    rendered = render_yaml(edge_settings_for_k8s())
+    if args.check:
+        current = K8S_RENDERING.read_text(encoding="utf-8") if K8S_RENDERING.exists() else ""
+        print("up to date" if current == rendered else f"{K8S_RENDERING} is stale: run python -m libs.edge.envoy --target k8s")
+        return 0 if current == rendered else 1
+    K8S_RENDERING.parent.mkdir(parents=True, exist_ok=True)
+    K8S_RENDERING.write_text(rendered, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
