@@ -144,8 +144,8 @@ def test_cors_answers_the_configured_origins_only(edge: EdgeSettings) -> None:
     assert "access-control-allow-origin" not in preflight("https://evil.example").headers
 
 
-def test_the_admin_interface_listens_on_localhost_only(edge: EdgeSettings) -> None:
-    assert httpx.get(f"http://127.0.0.1:{edge.port + 0}/v1/models", timeout=10).status_code == 200
+def test_the_admin_interface_listens_on_localhost_only_and_the_edge_answers_probes(edge: EdgeSettings) -> None:
+    assert httpx.get(f"http://127.0.0.1:{edge.port}/healthz", timeout=10).text == "ok\n"
     assert httpx.get(f"http://127.0.0.1:{edge.admin_port}/ready", timeout=10).status_code == 200
     others = [address for address in socket.gethostbyname_ex(socket.gethostname())[2] if not address.startswith("127.")]
     for address in others:

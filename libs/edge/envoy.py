@@ -27,6 +27,8 @@ import yaml
 DEFAULT_EDGE_PORT: Final = 8080
 DEFAULT_ADMIN_PORT: Final = 9901
 GRPC_SERVICE_PREFIX: Final = "/tts.v1.TextToSpeech/"
+HEALTH_PATH: Final = "/healthz"
+"""Answered by the edge itself, for load balancers and Kubernetes probes."""
 STREAM_IDLE_TIMEOUT_S: Final = 300
 """A speech stream may go quiet while a long sentence is synthesised; five minutes bounds a dead one."""
 K8S_RENDERING: Final = Path(__file__).resolve().parents[2] / "k8s" / "base" / "edge" / "envoy.yaml"
@@ -130,6 +132,8 @@ def _virtual_host(settings: EdgeSettings) -> dict[str, Any]:
         "domains": ["*"],
         "typed_per_filter_config": {"envoy.filters.http.cors": cors},
         "routes": [
+            # Envoy itself answers probes (the admin port listens on localhost, out of a prober's reach).
+            {"match": {"path": HEALTH_PATH}, "direct_response": {"status": 200, "body": {"inline_string": "ok\n"}}},
             {
                 "match": {"prefix": GRPC_SERVICE_PREFIX},
                 # Streams last as long as their audio: no route timeout, the client's deadline governs.
