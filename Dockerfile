@@ -37,7 +37,9 @@ COPY . .
 # predictor, one graph) for onnxruntime once, at build time, so a pod's start-up only reads the files
 # (the root filesystem is read-only at run time). All are keyed by what they are made from (the ONNX
 # file's sha256; the modules' weights and the torch and onnxruntime versions), so they cannot go stale.
+# The float32 engines also export the stream step graphs a CPU without native bf16 runs.
 RUN python -c "from libs.voice.assets import default_voice_assets; from libs.models.onnx_encoder import OnnxFrontEnd; OnnxFrontEnd.load(default_voice_assets().piper_models().acoustic)" \
+ && python -c "from libs.voice.engine import AcousticEngine, EngineSettings, VocoderEngine; AcousticEngine.load_default(settings=EngineSettings(precision='fp32')); VocoderEngine.load_default(settings=EngineSettings(precision='fp32'))" \
  && chmod -R a+rX /opt/tts-mesh
 USER 10001:10001
 # gRPC: gateway 50051, acoustic 50052, vocoder 50053. Prometheus /metrics: 9101, 9102, 9103.

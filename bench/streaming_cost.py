@@ -2,7 +2,9 @@
 
 The vocoder engine runs in this process on one thread, in the workers' default precision, on the
 mel of every sentence of the benchmark texts: once pushed slice by slice into a stream (as the
-worker gets it), once vocoded whole. Part of `make bench`; also `python -m bench.streaming_cost`.
+worker gets it), once vocoded whole. Part of `make bench`; also `python -m bench.streaming_cost`,
+which also prints what each engine's streamed work costs (`measure_engine_cost`) where the stream
+steps run (onnxruntime in float32 on a CPU) and, for comparison, in torch.
 """
 
 from __future__ import annotations
@@ -65,6 +67,62 @@ def measure_streaming_cost() -> StreamingCost:
     return StreamingCost(streamed / audio_s, whole / audio_s, audio_s)
 
 
+@dataclass(frozen=True)
+class EngineCost:
+    """CPU seconds per audio second of each engine's part of a sentence, one stream on one thread."""
+
+    stream_backend: str
+    """Where the stream steps ran ("onnxruntime" or "torch")."""
+    text_side: float
+    """`AcousticEngine.plan`: text encoder, durations and the sentence's noise."""
+    flow_and_head: float
+    """`AcousticEngine.mel_chunks`: the flow and the mel head, streamed."""
+    vocoder: float
+    """A `VocoderStream` fed the mel in 40 ms slices."""
+
+    @property
+    def total(self) -> float:
+        """All three."""
+        return self.text_side + self.flow_and_head + self.vocoder
+
+
+def measure_engine_cost(stream_backend: str = "auto", repeats: int = 3) -> EngineCost:
+    """Each engine's CPU time per audio second over the benchmark texts, as the workers run them (the
+    default precision) but with the stream steps where `stream_backend` says; the least of `repeats`."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assets = default_voice_assets()
+        frontend = TextFrontend.from_voice_config(assets.config_path)
+        settings = EngineSettings(precision=DEFAULT_PRECISION, stream_backend=stream_backend)
+        acoustic, vocoder = AcousticEngine.load(assets, settings=settings), VocoderEngine.load(assets, settings=settings)
+        acoustic.warm_up()
+        vocoder.warm_up()
+        ids = [sentence.phoneme_ids for text in TEXTS.values() for sentence in frontend.sentences(text)]
+        params = SynthesisParams()
+        seeds = [acoustic.synthesis_seed(sentence, params) for sentence in ids]
+        best = [float("inf")] * 3
+        for _ in range(repeats):
+            plans = []
+            text_side = _cpu_s(lambda: plans.extend(acoustic.plan(sentence, params, seed) for sentence, seed in zip(ids, seeds)))
+            mels: list[np.ndarray] = []
+            flow_and_head = _cpu_s(lambda: mels.extend(np.concatenate(list(acoustic.mel_chunks(plan)), axis=1) for plan in plans))
+            vocoding = _cpu_s(lambda: [_stream(vocoder, mel) for mel in mels])
+            best = [min(old, new) for old, new in zip(best, (text_side, flow_and_head, vocoding))]
+    finally:
+        torch.set_num_threads(threads)
+    audio_s = sum(mel.shape[1] for mel in mels) * vocoder.hop_length / vocoder.sample_rate_hz
+    return EngineCost(vocoder.stream_backend, *(cost / audio_s for cost in best))
+
+
+def engine_cost_line(cost: EngineCost) -> str:
+    """One engine cost measurement, in words."""
+    return (
+        f"Stream steps in {cost.stream_backend}: text side {cost.text_side:.4f}, flow + mel head {cost.flow_and_head:.4f}, "
+        f"vocoder {cost.vocoder:.4f}, all {cost.total:.4f} CPU s per audio s (one thread, in-process)."
+    )
+
+
 def _stream(vocoder: VocoderEngine, mel: np.ndarray) -> None:
     stream = vocoder.open_stream()
     for start, end in slice_bounds(mel.shape[1], vocoder.hop_length, vocoder.sample_rate_hz):
@@ -89,3 +147,5 @@ def target_line(cost: StreamingCost) -> str:
 
 if __name__ == "__main__":
     print(target_line(measure_streaming_cost()))
+    for backend in ("auto", "torch"):
+        print(engine_cost_line(measure_engine_cost(backend)))

@@ -108,7 +108,7 @@ def export_text_encoder(acoustic: VitsAcoustic) -> bytes:
     if not onnx_encoder_supported(acoustic.config):
         raise ValueError("this voice's text encoder is speaker-conditioned; run it in torch")
     example = (torch.ones(1, EXPORT_EXAMPLE_TOKENS, dtype=torch.long),)
-    return _export(_WholeSequenceEncoder(acoustic.enc_p), example, (INPUT_NAME,), OUTPUT_NAMES)
+    return export_graph(_WholeSequenceEncoder(acoustic.enc_p), example, (INPUT_NAME,), OUTPUT_NAMES)
 
 
 def export_front_end(acoustic: VitsAcoustic) -> bytes:
@@ -116,19 +116,27 @@ def export_front_end(acoustic: VitsAcoustic) -> bytes:
     if not onnx_durations_supported(acoustic.config):
         raise ValueError("this voice's duration predictor is deterministic or speaker-conditioned; run it in torch")
     example = (torch.ones(1, EXPORT_EXAMPLE_TOKENS, dtype=torch.long), torch.zeros(1, 2, EXPORT_EXAMPLE_TOKENS))
-    return _export(_WholeSequenceFrontEnd(acoustic.enc_p, acoustic.dp), example, FRONT_END_INPUT_NAMES, FRONT_END_OUTPUT_NAMES)
+    return export_graph(_WholeSequenceFrontEnd(acoustic.enc_p, acoustic.dp), example, FRONT_END_INPUT_NAMES, FRONT_END_OUTPUT_NAMES)
 
 
-def _export(
-    module: nn.Module, example: tuple[torch.Tensor, ...], input_names: tuple[str, ...], output_names: tuple[str, ...]
+def export_graph(
+    module: nn.Module,
+    example: tuple[torch.Tensor, ...],
+    input_names: tuple[str, ...],
+    output_names: tuple[str, ...],
+    dynamic_axes: dict[str, dict[int, str]] | None = None,
 ) -> bytes:
-    """`module` as ONNX, every input and output dynamic in its last (token) axis."""
+    """`module` as ONNX: by default every input and output dynamic in its last (token) axis, else
+    just the `dynamic_axes` given (name -> {axis: symbol})."""
     # The exporter ends by calling train(wrapper.training) on the whole tree: a wrapper left in its
     # default training mode would switch the caller's model (and its dropout) on.
     wrapper = module.eval()
-    token_axes = {name: {tensor.dim() - 1: "tokens"} for name, tensor in zip(input_names, example)}
-    # Every output here is [1, channels, tokens].
-    token_axes |= {name: {2: "tokens"} for name in output_names}
+    if dynamic_axes is None:
+        token_axes = {name: {tensor.dim() - 1: "tokens"} for name, tensor in zip(input_names, example)}
+        # Every output of the text side is [1, channels, tokens].
+        token_axes |= {name: {2: "tokens"} for name in output_names}
+    else:
+        token_axes = dynamic_axes
     buffer = io.BytesIO()
     # The legacy exporter announces its deprecation and notes slices it cannot fold; both are expected.
     # A caller's bf16 autocast must not leak into the float32 graph.
@@ -224,7 +232,7 @@ class _CachedGraph:
         else exported (and cached)."""
         if module.training:
             raise ValueError(f"the {what} is in training mode (dropout on): call .eval() before exporting it")
-        session, source, exported = _load_session(path, export, probe_error, what)
+        session, source, exported = load_cached_session(path, export, probe_error, what)
         return cls(session, cpu_session(source, WIDE_THREADS), path, exported)
 
     def _session(self, wide: bool) -> Any:
@@ -291,17 +299,21 @@ class OnnxFrontEnd(_CachedGraph):
         return m_p, logs_p, logw
 
 
-def _load_session(
-    path: Path, export: Callable[[], bytes], probe_error: Callable[[Any], float], what: str
+def load_cached_session(
+    path: Path,
+    export: Callable[[], bytes],
+    probe_error: Callable[[Any], float],
+    what: str,
+    new_session: Callable[[str | Path | bytes], Any] = cpu_session,
 ) -> tuple[Any, Path | bytes, bool]:
-    """(one-thread session, the file or bytes it was built from, exported): from the cached file at
-    `path` when it loads and passes the probe, else exported and cached."""
+    """(session made by `new_session`, the file or bytes it was built from, exported): from the
+    cached file at `path` when it loads and passes the probe, else exported and cached."""
     if path.exists():
-        session = _cached_session(path, probe_error, what)
+        session = _cached_session(path, probe_error, what, new_session)
         if session is not None:
             return session, path, False
     model = export()
-    session = cpu_session(model)
+    session = new_session(model)
     error = probe_error(session)
     if error > PROBE_TOLERANCE:
         raise RuntimeError(f"the exported {what} differs from torch by {error:.2e} (> {PROBE_TOLERANCE})")
@@ -309,10 +321,12 @@ def _load_session(
     return session, model, True
 
 
-def _cached_session(path: Path, probe_error: Callable[[Any], float], what: str) -> Any | None:
+def _cached_session(
+    path: Path, probe_error: Callable[[Any], float], what: str, new_session: Callable[[str | Path | bytes], Any]
+) -> Any | None:
     """A session from the cached file, or None when the file is unreadable or disagrees with torch."""
     try:
-        session = cpu_session(path)
+        session = new_session(path)
         error = probe_error(session)
     except Exception as failure:  # noqa: BLE001 - whatever is wrong with the file, re-exporting fixes it
         _log.warning("cached %s %s does not load (%s); exporting it again", what, path, failure)

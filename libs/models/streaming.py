@@ -5,7 +5,9 @@ side after the durations (the VITS flow in reverse + the mel head).
 
 Every convolution runs "valid" (no padding) over the tail of its previous input joined to the new
 input, and keeps the new tail for the next step; a transposed convolution keeps the input frames
-whose output it still overlaps; a residual branch is delayed to line up with the branch beside it.
+whose output it still overlaps; a residual branch is delayed to line up with the branch beside it
+(a residual block's skip takes its held-back positions from the joined input of the block's first
+convolution, so it keeps no tail of its own).
 Each operation therefore turns n new positions into n new positions (times its stride), lagging
 behind by a fixed number of positions, and a step of n mel frames costs n frames of compute.
 
@@ -17,7 +19,9 @@ is masked to the positions of real frames, [low, high). The samples are therefor
 whole-sequence vocoding, up to float round-off from the different lengths.
 
 A batch of streams runs as one call: every item brings its own tails and real frame count, and is
-padded to the longest; an item's outputs and new tails come only from its real frames.
+padded to the longest; an item's outputs and new tails come only from its real frames. One
+stream's step that needs no padding and no mask also traces into a graph (`traced_step`), which
+`libs.models.onnx_stream` runs in onnxruntime with the same tails.
 """
 
 from __future__ import annotations
@@ -119,10 +123,14 @@ class _Step:
         self.old_states = [item.state for item in items]
         self.new_states: list[StreamState] = [[] for _ in items]
         self._slot = 0
+        self.masked_any = False
+        """Whether some operation masked positions (a step traced into a graph must not: its mask
+        would hold for that step's frame indices only)."""
 
     def zeros(self, x: torch.Tensor, width: int) -> torch.Tensor:
         """Zero positions (edge padding) for every item of x."""
-        return x.new_zeros(x.size(0), x.size(1), 1, width).contiguous(memory_format=MEMORY_FORMAT)
+        # Plain numbers: a traced step (always one stream) then holds constant zeros, not shape arithmetic.
+        return x.new_zeros(int(x.size(0)), int(x.size(1)), 1, width).contiguous(memory_format=MEMORY_FORMAT)
 
     def valid(self, index: int, signal_width: int, scale: int) -> int:
         """Real (unpadded) positions of item `index` in a signal `signal_width` wide at `scale`."""
@@ -139,6 +147,7 @@ class _Step:
         firsts = [self.first_position(index, signal) for index in range(len(self.starts))]
         if all(first >= low * scale and first + width <= high * scale for first, low, high in zip(firsts, self.lows, self.highs)):
             return x
+        self.masked_any = True
         positions = torch.arange(width, device=x.device)
         rows = [
             (positions + first >= low * scale) & (positions + first < high * scale)
@@ -167,10 +176,15 @@ class _Step:
         if keep and not self.last:  # a last step leaves no tails behind
             lead = first_tail if self.first else keep
             for index, state in enumerate(self.new_states):
-                end = lead + self.valid(index, x.size(-1), scale)
-                tail = joined[index : index + 1, :, :, max(0, end - keep) : max(0, end)]
-                if tail.size(-1) < keep:
-                    tail = F.pad(tail, (keep - tail.size(-1), 0))
+                if self.counts[index] == self.width and lead + x.size(-1) >= keep:
+                    # No padding: the tail ends where the joined input does. Counted from the end, it
+                    # traces into a graph that holds for any step width (libs.models.onnx_stream).
+                    tail = joined[..., -keep:][index : index + 1]  # narrow first: a graph copies what it slices
+                else:
+                    end = lead + self.valid(index, x.size(-1), scale)
+                    tail = joined[index : index + 1, :, :, max(0, end - keep) : max(0, end)]
+                    if tail.size(-1) < keep:
+                        tail = F.pad(tail, (keep - tail.size(-1), 0))
                 state.append(tail.clone(memory_format=MEMORY_FORMAT))
         return joined
 
@@ -181,18 +195,47 @@ class _Step:
         joined = self.joined(self.masked(signal), signal.scale, halo, halo // 2, halo // 2)
         return _Signal(self.conv2d(conv, joined, conv.dilation[0]), signal.lag + halo // 2, signal.scale)
 
+    def residual_conv(self, conv: nn.Conv1d, signal: _Signal, slope: float | None) -> tuple[_Signal, "_Kept"]:
+        """The first convolution of a residual branch, over the signal leaky-ReLU'd with `slope`
+        (None: as it is), and the signal kept for the branch's residual add (`residual`).
+
+        The signal is joined to its tail once, before the activation, and that one joined input also
+        gives the residual its held-back positions: no second tail, no second join (in a traced
+        graph each join is a copy of the whole activation).
+        """
+        halo = conv.dilation[0] * (conv.kernel_size[0] - 1)
+        joined = self.joined(self.masked(signal), signal.scale, halo, halo // 2, halo // 2)
+        activated = joined if slope is None else F.leaky_relu(joined, slope)
+        output = _Signal(self.conv2d(conv, activated, conv.dilation[0]), signal.lag + halo // 2, signal.scale)
+        return output, _Kept(joined, signal.lag, halo)
+
+    def residual(self, kept: "_Kept", branch: _Signal) -> _Signal:
+        """`branch` plus the signal `residual_conv` kept, held back to line up with the branch (as
+        `delay` would hold it back, from the joined input's columns instead of a tail of its own)."""
+        positions = branch.lag - kept.lag
+        if not 0 <= positions <= kept.halo:
+            raise ValueError(f"a residual branch lagging {positions} positions needs more than the {kept.halo} kept")
+        # Columns of the joined input: a first step has halo // 2 zeros before the signal and holds
+        # nothing back; a later one has the whole tail and takes `positions` of it; a last step has
+        # halo // 2 zeros after the signal and lets everything out.
+        begin = kept.halo // 2 if self.first else kept.halo - positions
+        cut = kept.halo // 2 if self.last else positions
+        held = kept.joined[..., begin:-cut] if cut else kept.joined[..., begin:]
+        return _pointwise(branch, held + branch.data)
+
     def conv_transpose(self, up: nn.ConvTranspose1d, signal: _Signal) -> _Signal:
         """An upsampling transposed convolution: each new frame's output slots, completed by the kept frames."""
         stride, kernel, padding = up.stride[0], up.kernel_size[0], up.padding[0]
         keep = math.ceil(kernel / stride) - 1
-        width = signal.data.size(-1)
         joined = self.joined(self.masked(signal), signal.scale, keep, keep, 0)
         full = self.conv_transpose2d(up, joined, stride)
         # Slots of the new frames; a first step drops the `padding` outputs before position 0, and
-        # a last step keeps the `padding` outputs past the last slot, up to the end.
+        # a last step keeps the `padding` outputs past the last slot, up to the end. The last new
+        # slot ends `kernel - stride` before the end of `full` (counted from the end: any width).
         begin = keep * stride + (padding if self.first else 0)
-        end = (keep + width) * stride + (padding if self.last else 0)
-        return _Signal(full[..., begin:end], signal.lag * stride + padding, signal.scale * stride)
+        cut = kernel - stride - (padding if self.last else 0)
+        kept = full[..., begin:-cut] if cut > 0 else full[..., begin:]
+        return _Signal(kept, signal.lag * stride + padding, signal.scale * stride)
 
     def parameters(self, module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The module's weight (as a [out, in, 1, k] channels-last kernel) and bias."""
@@ -247,7 +290,19 @@ class _Step:
         """The signal held back by `positions`, to line up with a branch that lags that much more
         (a last step lets the held-back positions out too)."""
         joined = self.joined(signal.data, signal.scale, positions, 0, 0)
-        return _Signal(joined[..., : joined.size(-1) - (0 if self.last else positions)], signal.lag + positions, signal.scale)
+        held = joined if self.last or positions == 0 else joined[..., :-positions]
+        return _Signal(held, signal.lag + positions, signal.scale)
+
+
+@dataclass
+class _Kept:
+    """A residual branch's input, joined to its tail once (`_Step.residual_conv`)."""
+
+    joined: torch.Tensor
+    lag: int
+    """The signal's lag before the join."""
+    halo: int
+    """Positions of tail joined in a later step (the first convolution's reach)."""
 
 
 def _pointwise(signal: _Signal, data: torch.Tensor) -> _Signal:
@@ -270,22 +325,22 @@ def _conv_stack(step: _Step, stack: ConvStack, signal: _Signal) -> _Signal:
 
 
 def _residual_block(step: _Step, block: ResidualBlock, x: _Signal) -> _Signal:
-    h = step.conv(block.dilated, _pointwise(x, F.leaky_relu(x.data, LEAKY_RELU_SLOPE)))
+    h, kept = step.residual_conv(block.dilated, x, LEAKY_RELU_SLOPE)
     h = step.pointwise_conv(block.pointwise, _pointwise(h, F.leaky_relu(h.data, LEAKY_RELU_SLOPE)))
-    return _add_aligned(step, x, h)
+    return step.residual(kept, h)
 
 
 def _resblock(step: _Step, block: nn.Module, x: _Signal, slope: float) -> _Signal:
     if isinstance(block, ResBlock1):
         for dilated, plain in zip(block.convs1, block.convs2):
-            h = step.conv(dilated, _pointwise(x, F.leaky_relu(x.data, slope)))
+            h, kept = step.residual_conv(dilated, x, slope)
             h = step.conv(plain, _pointwise(h, F.leaky_relu(h.data, slope)))
-            x = _add_aligned(step, x, h)
+            x = step.residual(kept, h)
         return x
     if isinstance(block, ResBlock2):
         for conv in block.convs:
-            h = step.conv(conv, _pointwise(x, F.leaky_relu(x.data, slope)))
-            x = _add_aligned(step, x, h)
+            h, kept = step.residual_conv(conv, x, slope)
+            x = step.residual(kept, h)
         return x
     raise TypeError(f"no streaming form for residual block {type(block).__name__}")
 
@@ -330,12 +385,12 @@ def _wavenet(step: _Step, wavenet: WN, x: _Signal, g: torch.Tensor | None) -> _S
         cond = F.conv2d(g, weight, bias)
     output: _Signal | None = None
     for layer, (in_layer, res_skip) in enumerate(zip(wavenet.in_layers, wavenet.res_skip_layers)):
-        x_in = step.conv(in_layer, x)
+        x_in, kept = step.residual_conv(in_layer, x, None)
         layer_cond = None if cond is None else cond[:, layer * 2 * hidden : (layer + 1) * 2 * hidden]
         acts = step.pointwise_conv(res_skip, _pointwise(x_in, gated_activation(x_in.data, layer_cond, hidden)))
         skip = acts
         if layer < wavenet.n_layers - 1:
-            x = _add_aligned(step, x, _pointwise(acts, acts.data[:, :hidden]))
+            x = step.residual(kept, _pointwise(acts, acts.data[:, :hidden]))
             skip = _pointwise(acts, acts.data[:, hidden:])
         output = skip if output is None else _add_aligned(step, output, skip)
     assert output is not None
@@ -481,8 +536,34 @@ def stream_step(
     ]
 
 
+def traced_step(network: StreamNetwork, item: StepInput, first_width: int) -> tuple[torch.Tensor, StreamState]:
+    """One stream's float32 step as plain tensor operations, for an exporter to trace: (output
+    [channels, positions], new tails).
+
+    The trace holds for every step of the same kind (first or not, last or not) and any width, as
+    long as the step needs no padding and no mask: a first step at least `first_width` frames wide
+    starting at the stream's first real frame, a later one at least the lag past it, a last one
+    ending at its last real frame (libs.models.onnx_stream checks this before every call).
+    """
+    if item.g is not None:
+        raise ValueError("a speaker-conditioned step has no traced form")
+    step = _Step([item], first_width, network.weights(torch.float32))
+    rows = item.frames.unsqueeze(0).unsqueeze(2).contiguous(memory_format=MEMORY_FORMAT)
+    y = network.forward(step, _Signal(rows, 0, 1), None)
+    if step.masked_any or step.width != step.counts[0]:
+        raise ValueError("this step pads or masks positions, so no trace of it holds for other steps")
+    return y.data[0, :, 0, :], step.new_states[0]
+
+
 @torch.inference_mode()
+def output_geometry(network: StreamNetwork, channels: int, device: torch.device, g: torch.Tensor | None = None) -> tuple[int, int]:
+    """(lag, scale): how many output positions the streamed output lags behind the input, and how
+    many output positions each input frame gives (both fixed by the network's shape)."""
+    probe = StepInput(torch.zeros(channels, 1), start=0, low=0, high=1, state=None, g=g)
+    output = _forward(network, [probe], device, LAG_PROBE_FRAMES, torch.float32)[1]
+    return output.lag, output.scale
+
+
 def output_lag(network: StreamNetwork, channels: int, device: torch.device, g: torch.Tensor | None = None) -> int:
     """How many output positions the streamed output lags behind the input (fixed by the network's shape)."""
-    probe = StepInput(torch.zeros(channels, 1), start=0, low=0, high=1, state=None, g=g)
-    return _forward(network, [probe], device, LAG_PROBE_FRAMES, torch.float32)[1].lag
+    return output_geometry(network, channels, device, g)[0]

@@ -12,6 +12,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Final, Mapping, Sequence
 
+from libs.wire.errors import echo
+
 DEFAULT_VOICE_NAME: Final = "en_US-joe-medium"
 
 
@@ -95,7 +97,7 @@ class VoiceRegistry:
             return self._voices[name]
         except KeyError:
             known = ", ".join(sorted(self._voices))
-            raise UnknownVoiceError(f"unknown voice {name!r}; available voices: {known}") from None
+            raise UnknownVoiceError(f"unknown voice {echo(name)}; available voices: {known}") from None
 
     @property
     def default(self) -> Voice:

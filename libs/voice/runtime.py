@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Final, Sequence
 
 import torch
 
+from libs.models.onnx_stream import STEP_KINDS, OnnxStreamNetwork, StepKind
 from libs.models.streaming import NO_END, StepInput, StepOutput, StreamNetwork, stream_step
 from libs.voice.batching import BatchingConfig, BatchStats, MicroBatcher, padding_groups
 from libs.voice.precision import DEFAULT_PRECISION, PRECISIONS, resolve_precision
+
+STREAM_BACKENDS: Final = ("auto", "torch", "onnxruntime")
+"""Where a stream's steps run: "auto" is onnxruntime for float32 on a CPU, torch elsewhere."""
+
 
 @dataclass(frozen=True)
 class EngineSettings:
@@ -37,10 +42,33 @@ class EngineSettings:
     """Dynamic batching across streams; max_batch 1 calls the model directly on the caller's thread."""
     on_batch: Callable[[BatchStats], None] | None = None
     """Called after every batched call (batch size, queue and compute time) for metrics."""
+    stream_backend: str = "auto"
+    """Where one stream's steps run (batches of several always run in torch): "auto" (onnxruntime
+    for float32 on a CPU, where it computes them faster than torch; torch for bf16 and on a GPU),
+    "torch", or "onnxruntime" (float32 on a CPU only). The two agree to float32 round-off."""
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.stream_backend not in STREAM_BACKENDS:
+            raise ValueError(f"stream_backend must be one of {STREAM_BACKENDS}, got {self.stream_backend!r}")
+
+
+def resolve_stream_backend(settings: EngineSettings, device: str | None = None) -> str:
+    """Where the engine's stream steps run, "torch" or "onnxruntime" ("auto" made concrete)."""
+    device_type = torch.device(device or settings.device).type
+    precision = resolve_precision(settings.precision, device or settings.device)
+    fits = device_type == "cpu" and precision == "fp32"
+    if settings.stream_backend == "onnxruntime" and not fits:
+        raise ValueError(f"the onnxruntime stream backend runs float32 on a CPU, not {precision} on {device_type}")
+    return "onnxruntime" if fits and settings.stream_backend != "torch" else "torch"
+
+
+def stream_version_parts(settings: EngineSettings, device: str | None = None) -> list[str]:
+    """The model-version parts that name where stream steps run: onnxruntime moves samples by
+    float32 round-off, so its workers never share cache entries, heads or bit-exact resumes with
+    torch's. Torch adds no part, so those versions stay what they were."""
+    return ["stream=onnxruntime"] if resolve_stream_backend(settings, device) == "onnxruntime" else []
 
 
 def resolve_device(name: str) -> torch.device:
@@ -58,6 +86,8 @@ class ModelRuntime:
         self.device = resolve_device(settings.device)
         self.precision = resolve_precision(settings.precision, settings.device)
         """The concrete arithmetic, "fp32" or "bf16" ("auto" resolved for this device)."""
+        self.stream_backend = resolve_stream_backend(settings)
+        """Where one stream's steps run, "torch" or "onnxruntime"."""
         self.batcher = (
             MicroBatcher(run_batch, settings.batching, settings.on_batch, name=name)
             if settings.batching.max_batch > 1
@@ -90,6 +120,15 @@ class ModelRuntime:
         if self.batcher is not None:
             self.batcher.close()
 
+    def onnx_network(
+        self, network: StreamNetwork, name: str, channels: int, first_width: int, kinds: tuple[StepKind, ...] = STEP_KINDS
+    ) -> OnnxStreamNetwork | None:
+        """`network`'s `kinds` of step in onnxruntime when that is the stream backend (else None),
+        on as many threads as torch has."""
+        if self.stream_backend != "onnxruntime":
+            return None
+        return OnnxStreamNetwork.load(network, name, channels, first_width, threads=torch.get_num_threads(), kinds=kinds)
+
 
 class BatchedEngine:
     """What both engines expose of their runtime: the batcher, its queue, and shutdown."""
@@ -116,11 +155,14 @@ def run_stream_steps(
     jobs: Sequence[StepInput],
     runtime: ModelRuntime,
     first_width: int,
+    onnx: OnnxStreamNetwork | None = None,
 ) -> list[StepOutput]:
     """Several streams' steps through `network`; steps of one kind and similar sizes share a padded call.
 
     First and last steps compute a different number of positions than the others, so those kinds
-    never share a call.
+    never share a call. A step left alone in its call runs in `onnx` when given and it accepts the
+    step. With max_batch 1 every step is alone, so where it runs depends only on its frame indices,
+    and a resumed stream repeats every choice.
     """
     outputs: list[StepOutput | None] = [None] * len(jobs)
     kinds = sorted({(job.state is None, job.high != NO_END) for job in jobs})
@@ -128,6 +170,9 @@ def run_stream_steps(
         indices = [index for index, job in enumerate(jobs) if (job.state is None, job.high != NO_END) == kind]
         for group in padding_groups([int(jobs[index].frames.shape[1]) for index in indices]):
             members = [indices[member] for member in group]
+            if len(members) == 1 and onnx is not None and onnx.accepts(jobs[members[0]]):
+                outputs[members[0]] = onnx.step(jobs[members[0]])
+                continue
             with runtime.autocast():
                 items = [jobs[index] for index in members]
                 results = stream_step(network, items, runtime.device, first_width, runtime.weights_dtype)
