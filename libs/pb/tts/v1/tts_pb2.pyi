@@ -77,7 +77,7 @@ class StreamingSynthesizeRequest(_message.Message):
     def __init__(self, config: _Optional[_Union[StreamingSynthesizeConfig, _Mapping]] = ..., text: _Optional[str] = ...) -> None: ...
 
 class SentenceInfo(_message.Message):
-    __slots__ = ("index", "text", "phonemes", "audio_offset_s", "audio_duration_s", "phoneme_frames", "frame_duration_s")
+    __slots__ = ("index", "text", "phonemes", "audio_offset_s", "audio_duration_s", "phoneme_frames", "frame_duration_s", "words")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     PHONEMES_FIELD_NUMBER: _ClassVar[int]
@@ -85,6 +85,7 @@ class SentenceInfo(_message.Message):
     AUDIO_DURATION_S_FIELD_NUMBER: _ClassVar[int]
     PHONEME_FRAMES_FIELD_NUMBER: _ClassVar[int]
     FRAME_DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    WORDS_FIELD_NUMBER: _ClassVar[int]
     index: int
     text: str
     phonemes: str
@@ -92,7 +93,18 @@ class SentenceInfo(_message.Message):
     audio_duration_s: float
     phoneme_frames: _containers.RepeatedScalarFieldContainer[int]
     frame_duration_s: float
-    def __init__(self, index: _Optional[int] = ..., text: _Optional[str] = ..., phonemes: _Optional[str] = ..., audio_offset_s: _Optional[float] = ..., audio_duration_s: _Optional[float] = ..., phoneme_frames: _Optional[_Iterable[int]] = ..., frame_duration_s: _Optional[float] = ...) -> None: ...
+    words: _containers.RepeatedCompositeFieldContainer[WordInfo]
+    def __init__(self, index: _Optional[int] = ..., text: _Optional[str] = ..., phonemes: _Optional[str] = ..., audio_offset_s: _Optional[float] = ..., audio_duration_s: _Optional[float] = ..., phoneme_frames: _Optional[_Iterable[int]] = ..., frame_duration_s: _Optional[float] = ..., words: _Optional[_Iterable[_Union[WordInfo, _Mapping]]] = ...) -> None: ...
+
+class WordInfo(_message.Message):
+    __slots__ = ("text", "start_s", "end_s")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    START_S_FIELD_NUMBER: _ClassVar[int]
+    END_S_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    start_s: float
+    end_s: float
+    def __init__(self, text: _Optional[str] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ...) -> None: ...
 
 class SynthesizeResponse(_message.Message):
     __slots__ = ("audio", "sample_rate_hz", "encoding", "request_id", "sentence_index", "audio_offset_s", "audio_duration_s", "sentence", "sentence_end")
