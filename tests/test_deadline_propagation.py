@@ -68,9 +68,12 @@ class HungWorker:
     ModelInfo, so a gateway routes to it like to any worker.
     """
 
-    def __init__(self, kind: str, model_info: acoustic_pb2.ModelInfo | None = None) -> None:
+    def __init__(
+        self, kind: str, model_info: acoustic_pb2.ModelInfo | None = None, credentials: grpc.ServerCredentials | None = None
+    ) -> None:
         self.kind = kind
         self.model_info = model_info
+        self._credentials = credentials  # a TLS port like the mesh's workers (None: plaintext)
         self.calls: list[HeldCall] = []
         self._lock = threading.Lock()
         self._server: grpc.Server | None = None
@@ -116,7 +119,10 @@ class HungWorker:
             acoustic_pb2_grpc.add_AcousticServicer_to_server(self, server)  # type: ignore[arg-type]
         else:
             vocoder_pb2_grpc.add_VocoderServicer_to_server(self, server)  # type: ignore[arg-type]
-        port = server.add_insecure_port("127.0.0.1:0")
+        if self._credentials is None:
+            port = server.add_insecure_port("127.0.0.1:0")
+        else:
+            port = server.add_secure_port("127.0.0.1:0", self._credentials)
         server.start()
         self._server = server
         self.address = f"127.0.0.1:{port}"
@@ -140,13 +146,14 @@ class HungSetup:
 @pytest.fixture(scope="module")
 def gateways(mesh: Mesh, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ZoneMesh, dict[str, HungSetup]]]:
     """Per worker kind, a gateway in front of a hung worker of that kind and the mesh's real other worker."""
-    with grpc.insecure_channel(mesh.services["acoustic"].address) as channel:
+    with mesh.worker_channel("acoustic") as channel:
         info = acoustic_pb2_grpc.AcousticStub(channel).GetModelInfo(acoustic_pb2.GetModelInfoRequest(), timeout=10)
-    harness = ZoneMesh(log_dir=Path(tmp_path_factory.mktemp("deadline-logs")), zones=()).start()
+    tls = mesh.secrets.tls if mesh.secrets else None  # the gateways dial the mesh's workers as its own gateway does
+    harness = ZoneMesh(log_dir=Path(tmp_path_factory.mktemp("deadline-logs")), zones=(), tls=tls).start()
     setups: dict[str, HungSetup] = {}
     try:
         for kind, real_kind in (("acoustic", "vocoder"), ("vocoder", "acoustic")):
-            hung = HungWorker(kind, info if kind == "acoustic" else None)
+            hung = HungWorker(kind, info if kind == "acoustic" else None, tls.server_credentials() if tls else None)
             hung.start()
             setups[kind] = HungSetup(hung, f"gateway-hung-{kind}", real_kind)
             endpoints = {kind: [f"{ZONE}={hung.address}"], real_kind: [f"{ZONE}={mesh.services[real_kind].address}"]}

@@ -123,9 +123,15 @@ def test_container_probe_and_service_ports_are_the_ports_the_services_listen_on(
         settings = load_settings(service, container["args"][1:], _environment(container, config_maps))
         server = settings.server
         ports = {port["name"]: port["containerPort"] for port in container["ports"]}
-        assert ports == {"grpc": server.port, "metrics": server.metrics_port}
+        expected = {"grpc": server.port, "metrics": server.metrics_port}
+        if server.health_port:
+            expected["health"] = server.health_port
+        assert ports == expected
+        # Kubernetes' gRPC probes speak plaintext: a TLS port is probed on the plaintext health port.
+        probe_port = server.health_port if server.tls_cert else server.port
+        assert probe_port, f"{service} serves TLS without a --health-port for its probes"
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            assert container[probe]["grpc"] == {"port": server.port}, f"{service} {probe}"
+            assert container[probe]["grpc"] == {"port": probe_port}, f"{service} {probe}"
         annotations = deployment["spec"]["template"]["metadata"]["annotations"]
         assert annotations["prometheus.io/port"] == str(server.metrics_port)
         grpc_port = next(p for p in services[service]["spec"]["ports"] if p["name"] == "grpc")
@@ -236,3 +242,108 @@ def test_a_pod_without_a_zone_label_runs_in_zone_local() -> None:
     """Clusters before 1.35 leave the downward-API zone empty; the services must not take "" as a zone."""
     for service in SERVICES:
         assert load_settings(service, [], {"TTS_ZONE": ""}).server.zone == "local"
+
+
+def _mounted_secret(deployment: dict[str, Any], path: str) -> str:
+    """The Secret whose volume holds `path` in the deployment's container."""
+    mounts = [mount for mount in _container(deployment).get("volumeMounts", []) if path.startswith(mount["mountPath"] + "/")]
+    assert len(mounts) == 1, f"{path} is not in exactly one mounted volume"
+    volume = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == mounts[0]["name"])
+    assert "secret" in volume, f"{path} is not in a Secret volume"
+    return volume["secret"]["secretName"]
+
+
+def _secrets_used(pod: dict[str, Any]) -> set[str]:
+    """Every Secret a pod mounts or reads into its environment."""
+    names = {volume["secret"]["secretName"] for volume in pod.get("volumes", []) if "secret" in volume}
+    for volume in pod.get("volumes", []):
+        for source in volume.get("projected", {}).get("sources", []):
+            if "secret" in source:
+                names.add(source["secret"]["name"])
+    for container in pod.get("containers", []) + pod.get("initContainers", []):
+        names |= {source["secretRef"]["name"] for source in container.get("envFrom", []) if "secretRef" in source}
+        names |= {v["valueFrom"]["secretKeyRef"]["name"] for v in container.get("env", []) if "secretKeyRef" in v.get("valueFrom", {})}
+    return names
+
+
+def test_every_secret_a_pod_uses_is_in_the_overlay_or_made_by_cert_manager(rendered) -> None:
+    _, resources = rendered
+    certificates = _by_kind(resources, "Certificate")
+    made = set(_by_kind(resources, "Secret")) | {certificate["spec"]["secretName"] for certificate in certificates.values()}
+    for name, deployment in _by_kind(resources, "Deployment").items():
+        missing = _secrets_used(deployment["spec"]["template"]["spec"]) - made
+        assert not missing, f"{name} uses Secrets nothing in the overlay makes: {missing}"
+    # Each certificate comes from an Issuer of this overlay, or from a ClusterIssuer the cluster provides.
+    issuers = set(_by_kind(resources, "Issuer"))
+    for name, certificate in certificates.items():
+        reference = certificate["spec"]["issuerRef"]
+        assert reference.get("kind", "Issuer") == "ClusterIssuer" or reference["name"] in issuers, name
+
+
+def test_egress_is_denied_but_for_what_each_service_calls(rendered) -> None:
+    _, resources = rendered
+    policies = _by_kind(resources, "NetworkPolicy")
+    assert policies["default-deny-egress"]["spec"] == {"podSelector": {}, "policyTypes": ["Egress"]}
+    dns = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+           "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}  # fmt: skip
+    otlp = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "opentelemetry-collector"}}}  # fmt: skip
+    workers = {"podSelector": {"matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "In", "values": ["acoustic", "vocoder"]}]}}
+    redis = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "redis"}}}
+
+    def allowed(policy: str) -> list[tuple[Any, set[tuple[str, int]]]]:
+        rules = policies[policy]["spec"]["egress"]
+        assert all(rule.get("to") for rule in rules), f"{policy} has a rule open to every destination"
+        return [(peer, {(port["protocol"], port["port"]) for port in rule["ports"]}) for rule in rules for peer in rule["to"]]
+
+    assert allowed("gateway-egress") == [
+        (workers, {("TCP", 50052), ("TCP", 50053)}), (redis, {("TCP", 6379)}),
+        (dns, {("UDP", 53), ("TCP", 53)}), (otlp, {("TCP", 4317)}),
+    ]  # fmt: skip
+    assert allowed("workers-egress") == [(dns, {("UDP", 53), ("TCP", 53)}), (otlp, {("TCP", 4317)})]
+    # Redis, and any pod not named above, sends nothing anywhere.
+    egress_policies = [policy for policy in policies.values() if "Egress" in policy["spec"]["policyTypes"]]
+    selected = [policy["spec"]["podSelector"] for policy in egress_policies]
+    assert selected == [{}, {"matchLabels": {"app.kubernetes.io/name": "gateway"}}, workers["podSelector"]]
+    assert not any("ipBlock" in peer for policy in egress_policies for rule in policy["spec"].get("egress", []) for peer in rule["to"])
+
+
+def test_prod_gateway_serves_tls_asks_for_api_keys_seals_its_cache_and_dials_workers_with_mutual_tls() -> None:
+    prod = next(path for path in overlays() if path.name == "prod")
+    resources = render(prod)
+    config_maps = _by_kind(resources, "ConfigMap")
+    deployments = _service_deployments(resources)
+    certificates = {certificate["spec"]["secretName"]: certificate for certificate in _by_kind(resources, "Certificate").values()}
+    gateway = deployments["gateway"]
+    container = _container(gateway)
+    settings = load_settings("gateway", container["args"][1:], _environment(container, config_maps))
+    assert settings.server.tls_cert and settings.server.tls_key and not settings.server.tls_client_ca
+    public = certificates[_mounted_secret(gateway, settings.server.tls_cert)]
+    assert public["spec"]["issuerRef"]["kind"] == "ClusterIssuer" and "server auth" in public["spec"]["usages"]
+    assert settings.auth.enabled and _mounted_secret(gateway, settings.auth.api_keys_file) == "tts-api-keys"
+    assert settings.cache.key_file and _mounted_secret(gateway, settings.cache.key_file) == "tts-cache-key"
+    assert _mounted_secret(gateway, settings.cache.redis_password_file) == "tts-redis-auth"
+    upstream = settings.upstream
+    client = certificates[_mounted_secret(gateway, upstream.tls_cert)]
+    assert "client auth" in client["spec"]["usages"]
+    assert _mounted_secret(gateway, upstream.tls_ca) == _mounted_secret(gateway, upstream.tls_cert)  # ca.crt: the mesh CA
+    for endpoint in upstream.acoustic + upstream.vocoder:
+        worker = deployments[endpoint.kind]
+        worker_container = _container(worker)
+        server = load_settings(endpoint.kind, worker_container["args"][1:], _environment(worker_container, config_maps)).server
+        served = certificates[_mounted_secret(worker, server.tls_cert)]
+        # The worker asks for client certificates from the CA that issued the gateway's, and its own
+        # certificate names the host the gateway dials.
+        assert server.tls_client_ca and _mounted_secret(worker, server.tls_client_ca) == _mounted_secret(worker, server.tls_cert)
+        assert served["spec"]["issuerRef"] == client["spec"]["issuerRef"]
+        assert endpoint.host in served["spec"]["dnsNames"] and "server auth" in served["spec"]["usages"]
+    redis = _container(_by_kind(resources, "Deployment")["redis"])
+    assert redis["args"][-2:] == ["--requirepass", "$(REDIS_PASSWORD)"]
+    assert {"name": "REDIS_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "tts-redis-auth", "key": "password"}}} in redis["env"]
+
+
+def test_the_committed_api_keys_file_holds_hashes_only() -> None:
+    from libs.serving.keys import parse_keys
+
+    prod = next(path for path in overlays() if path.name == "prod")
+    parse_keys((prod / "api-keys.jsonl").read_text(encoding="utf-8"))  # KeysFileError on anything but hashed lines

@@ -108,7 +108,7 @@ def test_streaming_synthesize_speaks_a_sentence_before_the_client_half_closes(me
         (dict(text="Hello.", voice="xx_XX-nobody"), grpc.StatusCode.NOT_FOUND, "en_US-joe-medium"),
         (dict(text="Hello.", speed=4.5), grpc.StatusCode.INVALID_ARGUMENT, "0.25 to 4.0"),
         (dict(text="Hello.", speed=0.1), grpc.StatusCode.INVALID_ARGUMENT, "0.25 to 4.0"),
-        (dict(text="Hello.", encoding=9), grpc.StatusCode.INVALID_ARGUMENT, "encoding"),
+        (dict(text="Hello.", encoding=42), grpc.StatusCode.INVALID_ARGUMENT, "encoding"),
         (dict(text="Hello.", sample_rate_hz=1000), grpc.StatusCode.INVALID_ARGUMENT, "sample_rate_hz"),
     ],
     ids=["empty", "whitespace", "no-words", "too-long", "unknown-voice", "too-fast", "too-slow", "bad-encoding", "bad-rate"],

@@ -64,8 +64,9 @@ def test_text_checks_state_the_limit_and_count_the_text_as_sent() -> None:
 
 def test_sentence_request_checks_model_version_and_voice() -> None:
     base = dict(
-        phoneme_ids=[1, 2], voice="v", speaker_id=0, speed=1.0, start_frame=0, slice_ms=0.0,
-        expected_model_version="m1", worker_voice="v", worker_model_version="m1", num_speakers=1,
+        utterance_id="u", sentence_index=0, phoneme_ids=[1, 2], voice="v", speaker_id=0, speed=1.0, noise_scale=0.667,
+        noise_w=0.8, start_frame=0, slice_ms=0.0, dtype=0, expected_model_version="m1", worker_voice="v",
+        worker_model_version="m1", num_speakers=1, vocabulary_size=256,
     )  # fmt: skip
     check_sentence_request(**base)
     with pytest.raises(ModelVersionMismatchError):

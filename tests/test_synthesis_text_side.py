@@ -2,30 +2,39 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from libs.synthesis.text_side import TextSide
+from libs.synthesis.text_side import TextLimits, TextSide
 from libs.text.errors import EmptyTextError
+from libs.text.phonemizer_pool import PhonemizerPool
 from libs.voice.registry import default_registry
 
 TEXT = "First, a sentence of some length. Then a second one follows it. And a third ends the text."
 
 
-def _text_side() -> TextSide:
-    return TextSide(ThreadPoolExecutor(1), max_text_chars=5000)
+@pytest.fixture()
+async def pool() -> AsyncIterator[PhonemizerPool]:
+    running = PhonemizerPool(1, call_timeout_s=30.0)
+    await running.start()
+    yield running
+    await running.close()
 
 
-async def test_first_sentence_comes_before_the_rest_is_phonemised() -> None:
-    text_side = _text_side()
+async def test_first_sentence_comes_before_the_rest_is_phonemised(pool: PhonemizerPool) -> None:
+    text_side = TextSide(ThreadPoolExecutor(1), 5000, TextLimits(), pool)
     voice = default_registry().default
     frontend = text_side.frontend(voice)
-    whole = frontend.sentences(TEXT)
     phonemised: list[str] = []
-    chunk_sentences = frontend.chunk_sentences
-    frontend.chunk_sentences = lambda chunk: phonemised.append(chunk) or chunk_sentences(chunk)  # type: ignore[method-assign]
+    sentences_of = pool.sentences
 
+    async def recording(spec, chunk, continues=False):  # type: ignore[no-untyped-def]
+        phonemised.append(chunk)
+        return await sentences_of(spec, chunk, continues)
+
+    pool.sentences = recording  # type: ignore[method-assign]
     chunks = frontend.chunks(TEXT)
     assert len(chunks) == 3
     sentences = await text_side.sentences(voice, TEXT)
@@ -34,12 +43,15 @@ async def test_first_sentence_comes_before_the_rest_is_phonemised() -> None:
     assert phonemised == chunks[:1]
     rest = [sentence async for sentence in sentences]
     assert phonemised == chunks
-    assert [s.phoneme_ids for s in [first, *rest]] == [s.phoneme_ids for s in whole]  # same as all at once
+    assert [s.phoneme_ids for s in [first, *rest]] == [s.phoneme_ids for s in frontend.sentences(TEXT)]  # same as all at once
 
 
 async def test_text_without_words_fails_once_every_chunk_is_seen() -> None:
-    text_side = _text_side()
+    text_side = TextSide(ThreadPoolExecutor(1), max_text_chars=5000)  # its own pool, started on first use
     voice = default_registry().default
-    sentences = await text_side.sentences(voice, "♪♪♪ ♪♪♪")  # normalised and cut: not empty yet
-    with pytest.raises(EmptyTextError, match="no words"):
-        [sentence async for sentence in sentences]
+    try:
+        sentences = await text_side.sentences(voice, "♪♪♪ ♪♪♪")  # normalised and cut: not empty yet
+        with pytest.raises(EmptyTextError, match="no words"):
+            [sentence async for sentence in sentences]
+    finally:
+        await text_side.close()

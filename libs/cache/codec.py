@@ -23,7 +23,9 @@ float32 samples:
     sample_count     uint32
     crc32            uint32   (of everything after the header)
 
-All little-endian. A value that fails any check is treated as a miss, never as audio.
+All little-endian. A value that fails any check is treated as a miss, never as audio: besides sizes
+and checksums, every mel value and sample must be finite, and a head's rate and length plausible (a
+CRC only catches accidents; a cache key, libs.cache.sealing, is what stops a forged value).
 """
 
 from __future__ import annotations
@@ -36,12 +38,16 @@ from typing import Final, Sequence
 import numpy as np
 
 from libs.cache.keys import FORMAT_VERSION
+from libs.cache.settings import MAX_HEAD_MS
 
 _MEL_MAGIC: Final = b"TMEL"
 _HEAD_MAGIC: Final = b"THED"
 _DTYPE_FLOAT16: Final = 1
 _MEL_HEADER: Final = struct.Struct("<4sHBBHHIII")
 _HEAD_HEADER: Final = struct.Struct("<4sHHIII")
+MIN_HEAD_RATE_HZ: Final = 8000
+MAX_HEAD_RATE_HZ: Final = 192000
+"""Rates a vocoder could have made a head at; anything else is not a head."""
 
 
 class CacheFormatError(ValueError):
@@ -102,6 +108,8 @@ def decode_mel(value: bytes) -> CachedMel:
         raise CacheFormatError("checksum mismatch")
     alignment = np.frombuffer(body[: alignment_count * 4], dtype="<i4")
     frames = np.frombuffer(body[alignment_count * 4 :], dtype="<f2").reshape(frame_count, n_mels)
+    if not np.isfinite(frames).all():
+        raise CacheFormatError("mel holds values that are not finite")
     return CachedMel(mel=frames.T.astype(np.float32), phoneme_frames=tuple(int(x) for x in alignment))
 
 
@@ -120,6 +128,10 @@ def decode_head(value: bytes) -> AudioHead:
     magic, version, version_length, sample_rate_hz, sample_count, checksum = _HEAD_HEADER.unpack_from(value)
     if magic != _HEAD_MAGIC or version != FORMAT_VERSION:
         raise CacheFormatError(f"not a version-{FORMAT_VERSION} audio head (magic {magic!r}, version {version})")
+    if not MIN_HEAD_RATE_HZ <= sample_rate_hz <= MAX_HEAD_RATE_HZ:
+        raise CacheFormatError(f"head rate {sample_rate_hz} Hz is outside {MIN_HEAD_RATE_HZ}-{MAX_HEAD_RATE_HZ} Hz")
+    if sample_count > sample_rate_hz * MAX_HEAD_MS / 1000.0:
+        raise CacheFormatError(f"head of {sample_count} samples is longer than {MAX_HEAD_MS:g} ms")
     body = memoryview(value)[_HEAD_HEADER.size :]
     if len(body) != version_length + 4 * sample_count:
         raise CacheFormatError(f"head body is {len(body)} bytes; the header promises {version_length + 4 * sample_count}")
@@ -130,4 +142,6 @@ def decode_head(value: bytes) -> AudioHead:
     except UnicodeDecodeError as error:
         raise CacheFormatError(f"head model version is not UTF-8: {error}") from None
     samples = np.frombuffer(body[version_length:], dtype="<f4").astype(np.float32)
+    if not np.isfinite(samples).all():
+        raise CacheFormatError("head holds samples that are not finite")
     return AudioHead(model_version, int(sample_rate_hz), samples)

@@ -4,6 +4,10 @@ Every Redis problem (down, slow, full, a corrupt value) becomes a miss: the requ
 and the outcome is counted, never raised. Calls use short socket timeouts and no client retries,
 and a circuit breaker skips Redis entirely for a while after repeated failures. Every lookup and
 write is a span (`tts.cache.lookup`, `tts.cache.write`), so a trace shows what Redis cost.
+
+With a cache key (`--cache-key-file`) every value is sealed on its way in and opened on its way out
+(libs.cache.sealing), right around the value layout (libs.cache.codec): a value that does not open
+is a miss, so Redis holds nothing the gateway trusts without checking.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
+from pathlib import Path
 from typing import Callable, Final, Sequence, TypeVar
 
 import numpy as np
@@ -22,7 +27,9 @@ from redis.exceptions import RedisError
 from libs.cache.circuit_breaker import BreakerConfig, CircuitBreaker
 from libs.cache.codec import AudioHead, CacheFormatError, CachedMel, decode_head, decode_mel, encode_head, encode_mel
 from libs.cache.keys import head_key
-from libs.cache.settings import CacheSettings
+from libs.cache.sealing import KeyRing, SealError
+from libs.cache.settings import CacheSettings, redacted_url
+from libs.settings.files import SettingFileError
 from libs.telemetry.tracing import ATTR_CACHE_HIT, SPAN_CACHE_LOOKUP, SPAN_CACHE_WRITE, step_span
 
 _log = logging.getLogger(__name__)
@@ -37,6 +44,9 @@ OUTCOME_ERROR: Final = "error"
 """Redis failed or timed out; the lookup counted as a miss."""
 OUTCOME_CORRUPT: Final = "corrupt"
 """A value failed its header or checksum checks; counted as a miss."""
+OUTCOME_UNAUTHENTIC: Final = "unauthentic"
+"""With a cache key: a value that is not sealed by one of this gateway's keys for the Redis key it
+sits under (written by someone else, altered, copied from another key); counted as a miss."""
 OUTCOME_SKIPPED: Final = "skipped"
 """The breaker is open, so Redis was not asked."""
 OUTCOME_WRITTEN: Final = "written"
@@ -44,11 +54,26 @@ OUTCOME_WRITE_ERROR: Final = "write_error"
 OUTCOME_HEAD_HIT: Final = "head_hit"
 """A mel hit came with the sentence's audio head (counted on top of the hit)."""
 OUTCOME_HEAD_WRITTEN: Final = "head_written"
+OUTCOME_DELETED: Final = "deleted"
+"""An entry (or just its head) was removed because it did not suit the model reading it."""
 
 
 
 def _ignore(outcome: str) -> None:
     """The default outcome hook: does nothing."""
+
+
+def _password(path: str) -> str | None:
+    """The Redis password in the file at `path` (surrounding whitespace dropped), or None without a path."""
+    if not path:
+        return None
+    try:
+        password = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as error:
+        raise SettingFileError(f"--redis-password-file {path}: cannot read it ({getattr(error, 'strerror', None) or error})") from None
+    if not password:
+        raise SettingFileError(f"--redis-password-file {path} is empty")
+    return password
 
 
 class MelCache:
@@ -63,8 +88,10 @@ class MelCache:
         breaker: CircuitBreaker | None = None,
         on_outcome: CacheOutcomeHook = _ignore,
         head_ms: float = 0.0,
+        keyring: KeyRing | None = None,
     ) -> None:
-        """`head_ms` > 0 also keeps that much of each sentence's first audio (its audio head, libs.cache.codec)."""
+        """`head_ms` > 0 also keeps that much of each sentence's first audio (its audio head, libs.cache.codec).
+        With `keyring` every value is sealed (libs.cache.sealing) and only values it opens are used."""
         if head_ms < 0:
             raise ValueError(f"head_ms must be >= 0, got {head_ms}")
         self._client = client
@@ -73,22 +100,37 @@ class MelCache:
         self._timeout_s = timeout_s
         self._breaker = breaker or CircuitBreaker(BreakerConfig())
         self._on_outcome = on_outcome
+        self._keyring = keyring
 
     @classmethod
     def from_settings(cls, settings: CacheSettings, on_outcome: CacheOutcomeHook = _ignore) -> "MelCache":
-        """A cache on the Redis `settings` name; with the cache switched off, one that always misses."""
+        """A cache on the Redis `settings` name; with the cache switched off, one that always misses.
+
+        Reads the key file and the password file now: SettingFileError if either cannot be used.
+        """
         timeout_s = settings.timeout_ms / 1000.0
         client = None
+        keyring = KeyRing.from_file(settings.key_file) if settings.key_file and settings.enabled else None
         if settings.enabled:
             client = aioredis.Redis.from_url(
                 settings.redis_url,
+                password=_password(settings.redis_password_file),
                 socket_timeout=timeout_s,
                 socket_connect_timeout=timeout_s,
                 # No client-side retries: a miss is cheaper than a retry storm on a sick Redis.
                 retry=Retry(NoBackoff(), 0),
                 health_check_interval=30,
             )
-        return cls(client, ttl_s=settings.ttl_s, timeout_s=timeout_s, on_outcome=on_outcome, head_ms=settings.audio_head_ms)
+            sealing = f"values sealed with key {keyring.current_id}" if keyring else "values stored plain (no --cache-key-file)"
+            _log.info("mel cache at %s, %s", redacted_url(settings.redis_url), sealing)
+        return cls(
+            client, ttl_s=settings.ttl_s, timeout_s=timeout_s, on_outcome=on_outcome, head_ms=settings.audio_head_ms, keyring=keyring
+        )
+
+    @property
+    def sealed(self) -> bool:
+        """Whether values are encrypted and authenticated (a cache key is configured)."""
+        return self._keyring is not None
 
     @property
     def enabled(self) -> bool:
@@ -130,14 +172,22 @@ class MelCache:
         if cached is None:
             return None
         self._on_outcome(OUTCOME_HIT)
-        head = None if head_value is None else self._decoded(decode_head, head_value, "audio head", key)
+        head = None if head_value is None else self._decoded(decode_head, head_value, "audio head", head_key(key))
         if head is None:
             return cached
         self._on_outcome(OUTCOME_HEAD_HIT)
         return replace(cached, head=head)
 
     def _decoded(self, decode: Callable[[bytes], _Value], value: bytes, what: str, key: str) -> _Value | None:
-        """`decode(value)`, or None (logged and counted as corrupt) when the value fails its checks."""
+        """`decode(value)` of the value stored at `key`, opened first when sealed; None (logged and
+        counted as unauthentic or corrupt) when it fails its checks."""
+        if self._keyring is not None:
+            try:
+                value = self._keyring.unseal(key, value)
+            except SealError as error:
+                _log.warning("ignoring %s of %s: %s", what, key, error)
+                self._on_outcome(OUTCOME_UNAUTHENTIC)
+                return None
         try:
             return decode(value)
         except CacheFormatError as error:
@@ -150,7 +200,7 @@ class MelCache:
         if self._client is None or not self._breaker.allow():
             return False
         with step_span(SPAN_CACHE_WRITE, {"tts.cache.frames": int(mel.shape[-1])}) as span:
-            stored = await self._set(key, encode_mel(mel, phoneme_frames), OUTCOME_WRITTEN)
+            stored = await self._set(key, self._sealed(key, encode_mel(mel, phoneme_frames)), OUTCOME_WRITTEN)
             span.set_attribute("tts.cache.stored", stored)
             return stored
 
@@ -158,7 +208,11 @@ class MelCache:
         """Store the audio head of the sentence whose mel key is `key`, with the TTL; returns whether Redis took it."""
         if self._client is None or self.head_ms <= 0 or not self._breaker.allow():
             return False
-        return await self._set(head_key(key), encode_head(head), OUTCOME_HEAD_WRITTEN)
+        return await self._set(head_key(key), self._sealed(head_key(key), encode_head(head)), OUTCOME_HEAD_WRITTEN)
+
+    def _sealed(self, key: str, plain: bytes) -> bytes:
+        """The value to store at `key`: `plain`, sealed when a cache key is configured."""
+        return plain if self._keyring is None else self._keyring.seal(key, plain)
 
     async def _set(self, key: str, value: bytes, outcome: str) -> bool:
         assert self._client is not None
@@ -170,6 +224,22 @@ class MelCache:
             return False
         self._breaker.record_success()
         self._on_outcome(outcome)
+        return True
+
+    async def delete(self, key: str, *, head_only: bool = False) -> bool:
+        """Remove the entry at `key`, its mel and its audio head (only the head with `head_only`), e.g.
+        one that does not suit the model reading it; returns whether Redis took the command."""
+        if self._client is None or not self._breaker.allow():
+            return False
+        keys = [head_key(key)] if head_only else [key, head_key(key)]
+        try:
+            async with asyncio.timeout(self._timeout_s * 2):
+                await self._client.delete(*keys)
+        except (RedisError, OSError, TimeoutError) as error:
+            self._fail(OUTCOME_WRITE_ERROR, "delete", error)
+            return False
+        self._breaker.record_success()
+        self._on_outcome(OUTCOME_DELETED)
         return True
 
     async def close(self) -> None:

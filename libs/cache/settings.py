@@ -1,9 +1,10 @@
-"""Where the mel cache lives and how long it keeps a sentence."""
+"""Where the mel cache lives, how long it keeps a sentence, and the keys that seal its values."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Final
+from urllib.parse import urlsplit, urlunsplit
 
 from libs.settings.fields import setting
 
@@ -38,8 +39,32 @@ class CacheSettings:
         DEFAULT_HEAD_MS, env="TTS_AUDIO_HEAD_MS", unit="ms", minimum=0, maximum=MAX_HEAD_MS,
         doc="first audio of each cached sentence kept next to its mel, so a hit speaks at once (0: mel only)",
     )  # fmt: skip
+    key_file: str = setting(
+        "", env="TTS_CACHE_KEY_FILE", flag="--cache-key-file",
+        doc="file of AES-256 keys (KEY_ID:BASE64 lines, the first seals) that encrypt and authenticate every cached value (empty: stored plain)",
+    )  # fmt: skip
+    redis_password_file: str = setting(
+        "", env="TTS_REDIS_PASSWORD_FILE", doc="file holding the Redis password, for a --redis-url without one (empty: none)"
+    )
+
+    def __post_init__(self) -> None:
+        if self.redis_password_file and urlsplit(self.redis_url).password:
+            raise ValueError("--redis-url already has a password: give it there or in --redis-password-file, not both")
 
     @property
     def enabled(self) -> bool:
         """Whether a Redis is configured at all."""
         return self.redis_url.strip().lower() not in DISABLED_URLS
+
+
+def redacted_url(url: str) -> str:
+    """`url` with its password (if any) replaced by "***": the only form of a Redis URL that may be logged."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    port = f":{parts.port}" if parts.port else ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))

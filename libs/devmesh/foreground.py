@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
+import grpc
+
 from libs.devmesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from libs.devmesh.launcher import service_command, stop_processes, wait_until_serving
 
@@ -36,6 +38,8 @@ class ServiceSpec:
     """Command-line flags."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra environment variables."""
+    credentials: grpc.ChannelCredentials | None = None
+    """What its health check needs on a TLS port (a worker with mutual TLS); None: plaintext."""
 
 
 def run_foreground(specs: Sequence[ServiceSpec], cwd: Path, env: Mapping[str, str], ready_message: str,
@@ -61,7 +65,8 @@ def run_foreground(specs: Sequence[ServiceSpec], cwd: Path, env: Mapping[str, st
         for spec in specs:
             while not stop_requested:  # wait in 1 s steps so Ctrl-C during start-up is honoured
                 try:
-                    wait_until_serving(f"127.0.0.1:{spec.port}", processes[spec.name], min(deadline, time.monotonic() + 1.0))
+                    step_deadline = min(deadline, time.monotonic() + 1.0)
+                    wait_until_serving(f"127.0.0.1:{spec.port}", processes[spec.name], step_deadline, credentials=spec.credentials)
                     break
                 except TimeoutError:
                     if time.monotonic() > deadline:
@@ -85,15 +90,16 @@ def run_foreground(specs: Sequence[ServiceSpec], cwd: Path, env: Mapping[str, st
 
 
 @contextmanager
-def redis_unless_configured(port: int) -> Iterator[dict[str, str]]:
+def redis_unless_configured(port: int, password: str = "") -> Iterator[dict[str, str]]:
     """The environment the services need for their cache: REDIS_URL as given, or else an embedded
-    Redis started on `port` for the duration of the block."""
+    Redis started on `port` (asking for `password`, when given) for the duration of the block."""
     if os.environ.get("REDIS_URL"):
         yield {}
         return
-    redis = EmbeddedRedis(EmbeddedRedisConfig(port=port)).start()
-    print(f"[run] redis at {redis.url} (maxmemory {redis.config.maxmemory_mb} MiB, allkeys-lru)", flush=True)
+    redis = EmbeddedRedis(EmbeddedRedisConfig(port=port, password=password)).start()
+    print(f"[run] redis at {redis.display_url} (maxmemory {redis.config.maxmemory_mb} MiB, allkeys-lru)", flush=True)
     try:
-        yield {"REDIS_URL": redis.url}
+        yield {"REDIS_URL": redis.url}  # in the environment, not on a command line `ps` shows
     finally:
         redis.stop()
+

@@ -16,9 +16,19 @@ def service_command(service: str, args: Sequence[str] = ()) -> list[str]:
     return [sys.executable, "-m", f"services.{service}", *args]
 
 
-def wait_until_serving(address: str, process: subprocess.Popen[bytes], deadline: float, poll_s: float = 0.2) -> None:
-    """Poll grpc.health.v1 at `address` until SERVING; RuntimeError if the process dies, TimeoutError past `deadline`."""
-    with grpc.insecure_channel(address) as channel:
+def wait_until_serving(
+    address: str,
+    process: subprocess.Popen[bytes],
+    deadline: float,
+    poll_s: float = 0.2,
+    credentials: grpc.ChannelCredentials | None = None,
+) -> None:
+    """Poll grpc.health.v1 at `address` until SERVING; RuntimeError if the process dies, TimeoutError past `deadline`.
+
+    `credentials` for a TLS port (a worker with mutual TLS wants the gateway's certificate); None: plaintext.
+    """
+    channel = grpc.insecure_channel(address) if credentials is None else grpc.secure_channel(address, credentials)
+    with channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while True:
             if process.poll() is not None:

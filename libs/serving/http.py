@@ -30,6 +30,9 @@ class HttpSettings:
         DEFAULT_MAX_BODY_BYTES, env="TTS_HTTP_MAX_BODY_BYTES", unit="bytes", minimum=1024,
         doc="largest HTTP request body accepted; larger ones get 413",
     )  # fmt: skip
+    web_dir: str = setting(
+        "", env="TTS_WEB_DIR", doc="folder of the web page served at / (empty: web/dist of this checkout, when it exists; none: no page)"
+    )
 
 
 class HttpListener:

@@ -10,9 +10,11 @@ up from OTEL_* env vars, flushed on exit) and the event loop.
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import logging
 import signal
+import socket
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Coroutine, Final, Mapping, Sequence, TypeVar
@@ -21,9 +23,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from libs.serving.tls import probe_server, server_credentials
 from libs.settings.fields import setting
+from libs.settings.files import SettingFileError
 from libs.telemetry.process import register_process_metrics
 from libs.telemetry.tracing import server_interceptor, setup_tracing, shutdown_tracing
+from libs.wire.limits import MAX_GATEWAY_REQUEST_BYTES, MAX_RESPONSE_BYTES, MAX_SENTENCE_REQUEST_BYTES, MAX_WORKER_MESSAGE_BYTES
 
 _log = logging.getLogger(__name__)
 _Settings = TypeVar("_Settings")
@@ -31,6 +36,17 @@ _Settings = TypeVar("_Settings")
 DEFAULT_PORTS: Final[Mapping[str, int]] = {"gateway": 50051, "acoustic": 50052, "vocoder": 50053}
 DEFAULT_METRICS_PORTS: Final[Mapping[str, int]] = {"gateway": 9101, "acoustic": 9102, "vocoder": 9103}
 DEFAULT_ZONE: Final = "local"
+# What a port takes in one message: the gateway's clients send a request of a few KB, the gateway
+# sends an acoustic worker a sentence's phoneme ids and a vocoder mel slices (libs.wire.limits).
+DEFAULT_MAX_RECEIVE_MESSAGE_BYTES: Final[Mapping[str, int]] = {
+    "gateway": MAX_GATEWAY_REQUEST_BYTES,
+    "acoustic": MAX_SENTENCE_REQUEST_BYTES,
+    "vocoder": MAX_WORKER_MESSAGE_BYTES,
+}
+# HTTP/2 asks for at least 100 streams per connection (RFC 9113, 6.5.2). A gateway carries every
+# stream it has on a worker (one per utterance, up to its --max-streams) and its health Watch over
+# one connection, so a worker allows four times the gateway's default.
+DEFAULT_MAX_CONCURRENT_STREAMS: Final[Mapping[str, int]] = {"gateway": 100, "acoustic": 1024, "vocoder": 1024}
 
 
 @dataclass(frozen=True)
@@ -47,22 +63,93 @@ class ServerSettings:
     shutdown_grace_s: float = setting(
         5.0, env="TTS_SHUTDOWN_GRACE_S", doc="time in-flight streams get to finish after SIGTERM", unit="s", minimum=0
     )
+    tls_cert: str = setting(
+        "", env="TTS_TLS_CERT", doc="PEM certificate (chain) of the gRPC port; with --tls-key it serves TLS only (empty: plaintext)"
+    )
+    tls_key: str = setting("", env="TTS_TLS_KEY", doc="PEM private key of --tls-cert")
+    tls_client_ca: str = setting(
+        "", env="TTS_TLS_CLIENT_CA", doc="PEM CA whose client certificates the gRPC port requires (mutual TLS; empty: none asked)"
+    )
+    health_port: int = setting(
+        0, env="TTS_HEALTH_PORT", unit="TCP port", minimum=0, maximum=65535,
+        doc="plaintext port serving only grpc.health.v1, for probes that cannot speak TLS (0: none)",
+    )  # fmt: skip
 
-MAX_MESSAGE_BYTES: Final = 16 * 1024 * 1024
-SERVER_OPTIONS: Final = (
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    # Rotate connections now and then so new replicas behind a load balancer get traffic.
-    ("grpc.max_connection_age_ms", 5 * 60 * 1000),
-    ("grpc.max_connection_age_grace_ms", 60 * 1000),
+    max_receive_message_bytes: int = setting(
+        MAX_WORKER_MESSAGE_BYTES, env="TTS_MAX_RECEIVE_MESSAGE_BYTES", unit="bytes", minimum=1024,
+        by_service=DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
+        doc="largest message the gRPC port takes; a bigger one is refused with RESOURCE_EXHAUSTED before it is read",
+    )  # fmt: skip
+    max_concurrent_streams: int = setting(
+        100, env="TTS_MAX_CONCURRENT_STREAMS", unit="count", minimum=1, by_service=DEFAULT_MAX_CONCURRENT_STREAMS,
+        doc="streams one client connection may have open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); more wait in the client",
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("--tls-cert and --tls-key go together: give both (TLS) or neither (plaintext)")
+        if self.tls_client_ca and not self.tls_cert:
+            raise ValueError("--tls-client-ca needs --tls-cert and --tls-key: client certificates are asked only over TLS")
+
+
+# Keepalive, the one agreement between every server and every channel of the mesh: a server takes a
+# client's ping as often as every MIN_PING_INTERVAL_MS, even with no call or no data in flight (the
+# gateway's health Watches are silent for hours), and a channel never pings more often (the
+# gateway's --keepalive-time-ms has it as its minimum). A ping sooner is a strike, and the third
+# strike closes the connection with GOAWAY too_many_pings, failing every stream on it. gRPC ignores
+# option names it does not know, so these are spelt as gRPC core reads them.
+MIN_PING_INTERVAL_MS: Final = 10_000
+SERVER_KEEPALIVE_OPTIONS: Final = (
+    ("grpc.http2.min_ping_interval_without_data_ms", MIN_PING_INTERVAL_MS),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_ping_strikes", 2),
+    # The server's own pings find dead client connections (it needs no permission to send them).
     ("grpc.keepalive_time_ms", 30 * 1000),
-    ("grpc.http2.min_recv_ping_interval_without_data_ms", 10 * 1000),
 )
 CHANNEL_OPTIONS: Final = (
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_WORKER_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_WORKER_MESSAGE_BYTES),
     ("grpc.keepalive_time_ms", 30 * 1000),
 )
+
+
+def server_options(settings: ServerSettings) -> list[tuple[str, int]]:
+    """gRPC arguments of a service's server: message sizes, streams per connection, the port, keepalive."""
+    return [
+        ("grpc.max_receive_message_length", settings.max_receive_message_bytes),
+        ("grpc.max_send_message_length", MAX_RESPONSE_BYTES),
+        ("grpc.max_concurrent_streams", settings.max_concurrent_streams),
+        # gRPC sets SO_REUSEPORT by default: a second worker started on a taken port would bind
+        # anyway and silently take half of the connections. Without it the bind fails.
+        ("grpc.so_reuseport", 0),
+        # Rotate connections now and then so new replicas behind a load balancer get traffic.
+        ("grpc.max_connection_age_ms", 5 * 60 * 1000),
+        ("grpc.max_connection_age_grace_ms", 60 * 1000),
+        *SERVER_KEEPALIVE_OPTIONS,
+    ]
+
+
+class PortUnavailableError(OSError):
+    """A port the service must listen on is taken by another process (or cannot be bound)."""
+
+
+def _port_taken(host: str, port: int) -> bool:
+    """Whether another process listens on `host`:`port` (False for port 0, or a host that does not resolve)."""
+    if port == 0:
+        return False
+    try:
+        addresses = socket.getaddrinfo(host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return False  # gRPC's bind reports it
+    for family, kind, protocol, _, address in addresses:
+        with socket.socket(family, kind, protocol) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds: TIME_WAIT is no obstacle
+            try:
+                probe.bind(address)
+            except OSError as error:
+                if error.errno == errno.EADDRINUSE:
+                    return True
+    return False
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -79,6 +166,11 @@ def run_service(service: str, settings: _Settings, zone: str, serve: Callable[[_
     provider = setup_tracing(service, zone)
     try:
         asyncio.run(serve(settings))
+    except SettingFileError as error:  # a key or certificate file that cannot be used: say which, no traceback
+        raise SystemExit(f"{service}: {error}") from None
+    except PortUnavailableError as error:  # one line that says which port and what to do, no traceback
+        _log.error("%s", error)
+        raise SystemExit(1) from None
     finally:
         shutdown_tracing(provider)  # flush the last spans
     return 0
@@ -104,9 +196,20 @@ class ServiceRuntime:
     `registry` gets the process metrics (RSS, and GPU memory once CUDA is in use) added to it.
     """
 
-    def __init__(self, settings: ServerSettings, service_names: Sequence[str], registry: CollectorRegistry) -> None:
+    def __init__(
+        self,
+        settings: ServerSettings,
+        service_names: Sequence[str],
+        registry: CollectorRegistry,
+        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    ) -> None:
+        """`interceptors` run inside the tracing one, in order (the gateway's API-key check)."""
         self.settings = settings
-        self.server = grpc.aio.server(options=list(SERVER_OPTIONS), interceptors=[server_interceptor()])
+        # Read before anything starts, so a bad certificate stops the service at once.
+        self._credentials = (
+            server_credentials(settings.tls_cert, settings.tls_key, settings.tls_client_ca) if settings.tls_cert else None
+        )
+        self.server = grpc.aio.server(options=server_options(settings), interceptors=[server_interceptor(), *interceptors])
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         # "" is the whole server; clients and Kubernetes probes may ask either.
@@ -114,19 +217,46 @@ class ServiceRuntime:
         self._registry = registry
         register_process_metrics(registry)
         self._stop = asyncio.Event()
+        self._probe_server: grpc.aio.Server | None = None
         self.port = 0
 
     async def start(self) -> int:
         """Bind, start serving (health NOT_SERVING) and the /metrics endpoint; returns the bound gRPC port."""
         await self.set_serving(False)
-        self.port = self.server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
+        address = f"{self.settings.host}:{self.settings.port}"
+        try:
+            if _port_taken(self.settings.host, self.settings.port):  # before gRPC, whose own report is C++ log noise
+                self.port = 0
+            elif self._credentials is None:
+                self.port = self.server.add_insecure_port(address)
+            else:
+                self.port = self.server.add_secure_port(address, self._credentials)
+        except RuntimeError:  # "Failed to bind to address"
+            self.port = 0
         if self.port == 0:
-            raise OSError(f"could not bind gRPC port {self.settings.host}:{self.settings.port}")
+            await self.server.stop(None)  # else its finaliser runs after the loop has closed
+            raise PortUnavailableError(
+                f"cannot listen on gRPC port {address}: another process listens there (or it is not an address of "
+                "this host); stop that process or choose another --port (TTS_PORT)"
+            )
         await self.server.start()
+        if self.settings.health_port:
+            self._probe_server = await probe_server(self.health, self.settings.host, self.settings.health_port)
         if self.settings.metrics_port:
-            start_http_server(self.settings.metrics_port, registry=self._registry)
+            try:
+                start_http_server(self.settings.metrics_port, registry=self._registry)
+            except OSError as error:
+                await self.server.stop(None)
+                if self._probe_server is not None:
+                    await self._probe_server.stop(None)
+                taken = "another process listens there" if error.errno == errno.EADDRINUSE else error.strerror
+                raise PortUnavailableError(
+                    f"cannot serve /metrics on port {self.settings.metrics_port}: {taken}; stop that process or choose "
+                    "another --metrics-port (TTS_METRICS_PORT; 0 switches /metrics off)"
+                ) from None
         self._install_signal_handlers()
-        _log.info("listening on port %d (zone %s)", self.port, self.settings.zone)
+        security = "plaintext" if self._credentials is None else "mutual TLS" if self.settings.tls_client_ca else "TLS"
+        _log.info("listening on port %d, %s (zone %s)", self.port, security, self.settings.zone)
         return self.port
 
     async def set_serving(self, serving: bool) -> None:
@@ -148,6 +278,8 @@ class ServiceRuntime:
         await self.set_serving(False)
         await self.health.enter_graceful_shutdown()
         await self.server.stop(self.settings.shutdown_grace_s)
+        if self._probe_server is not None:
+            await self._probe_server.stop(0)
         _log.info("stopped")
 
     def _install_signal_handlers(self) -> None:

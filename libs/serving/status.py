@@ -7,19 +7,30 @@ Servicers never pick status codes themselves: they raise (or let through) domain
 from __future__ import annotations
 
 import logging
+from typing import Final
 
 import grpc
 
 from libs.text.errors import TextError
 from libs.voice.batching import Overloaded
 from libs.voice.registry import UnknownVoiceError
-from libs.wire.errors import DownstreamError, InvalidRequestError, ModelVersionMismatchError, NoWorkerError
+from libs.wire.errors import DownstreamError, InvalidRequestError, ModelVersionMismatchError, NoWorkerError, shortened
 
 _log = logging.getLogger(__name__)
 
 
+MAX_MESSAGE_CHARS: Final = 1024
+"""Longest status message sent: the messages say what to fix in a line or two, and one that carries
+more (a worker's, relayed) is cut rather than sent whole."""
+
+
 def grpc_status_for(error: BaseException) -> tuple[grpc.StatusCode, str]:
     """The status code and message a client gets for `error`."""
+    code, message = _status_for(error)
+    return code, shortened(message, MAX_MESSAGE_CHARS)
+
+
+def _status_for(error: BaseException) -> tuple[grpc.StatusCode, str]:
     if isinstance(error, (InvalidRequestError, TextError)):
         return grpc.StatusCode.INVALID_ARGUMENT, str(error)
     if isinstance(error, UnknownVoiceError):

@@ -14,12 +14,15 @@ from libs.text.frontend import DEFAULT_MAX_TEXT_CHARS
 from libs.voice.checks import MAX_SPEED, MIN_SPEED
 from libs.voice.registry import Voice, VoiceRegistry
 from libs.wire.errors import InvalidRequestError
+from libs.wire.limits import MAX_ID_CHARS
 
-MAX_REQUEST_ID_CHARS: Final = 128
+MAX_REQUEST_ID_CHARS: Final = MAX_ID_CHARS  # it becomes the utterance id the workers check
 # A CPU gateway process relays ~25 slices/s per stream; a few hundred streams keep it well below
 # one core, and beyond that queueing in the gateway only adds latency the client would rather
 # spend retrying another gateway.
 DEFAULT_MAX_STREAMS: Final = 256
+# A quarter of the gateway: one client (an address; behind a NAT, many people) cannot take it all.
+DEFAULT_MAX_STREAMS_PER_CLIENT: Final = 64
 MIN_OUTPUT_SAMPLE_RATE_HZ: Final = 8000
 MAX_OUTPUT_SAMPLE_RATE_HZ: Final = 48000
 
@@ -35,6 +38,10 @@ class RequestLimits:
     max_streams: int = setting(
         DEFAULT_MAX_STREAMS, env="TTS_GATEWAY_MAX_STREAMS", unit="count", minimum=1,
         doc="client streams a gateway serves at once; more are refused at once with RESOURCE_EXHAUSTED",
+    )  # fmt: skip
+    max_streams_per_client: int = setting(
+        DEFAULT_MAX_STREAMS_PER_CLIENT, env="TTS_MAX_STREAMS_PER_CLIENT", unit="count", minimum=0,
+        doc="streams one client address may have open at a gateway; more are refused with RESOURCE_EXHAUSTED (0: no limit)",
     )  # fmt: skip
 
 
@@ -106,7 +113,7 @@ def resolve_options(
             f"speaker_id {speaker_id} does not exist in voice {chosen.name!r}; use 0 to {chosen.num_speakers - 1}"
         )
     if len(request_id) > MAX_REQUEST_ID_CHARS:
-        raise InvalidRequestError(f"request_id is longer than {MAX_REQUEST_ID_CHARS} characters")
+        raise InvalidRequestError(f"request_id is {len(request_id)} characters long; use at most {MAX_REQUEST_ID_CHARS}")
     return SynthesisOptions(
         voice=chosen,
         speed=float(speed),

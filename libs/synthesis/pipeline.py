@@ -10,6 +10,12 @@ Two concurrent parts share the work, so audio flows as soon as it exists:
 The producer may run `lookahead_sentences` ahead of the reader, so sentence k+1's acoustic work
 overlaps sentence k's vocoding, without synthesising the whole text before the first audio.
 
+Every buffer is bounded, so a client that stops reading stops the pipeline instead of filling the
+gateway's memory: the reader hands at most `OUTPUT_PIECES` pieces ahead of the client; once they
+wait, it stops reading the vocoder, whose gRPC flow control stops the vocoder, which stops reading
+mel, which blocks the producer (and the lookahead holds it back anyway). The worker streams count
+only the time the gateway spends waiting for a worker as that worker's silence.
+
 Both worker streams are resumable (libs.upstream): a worker that dies, hangs or refuses is replaced
 mid-utterance and the client hears no seam. A cache hit needs no acoustic worker at all: the model
 version of the cache key comes from what the workers reported earlier.
@@ -18,9 +24,11 @@ version of the cache key comes from what the workers reported earlier.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Coroutine, Final
 
+import grpc
 import numpy as np
 
 from libs.audio.slicing import DEFAULT_SLICE_MS
@@ -31,16 +39,23 @@ from libs.cache.mel_cache import MelCache
 from libs.cache.single_flight import SingleFlight
 from libs.pb.tts.acoustic.v1 import acoustic_pb2
 from libs.pb.tts.common.v1 import mel_pb2
+from libs.synthesis.cache_checks import head_problem, mel_problem
 from libs.text.frontend import Sentence
 from libs.upstream.acoustic_stream import ResumableAcousticStream, sentence_request
 from libs.upstream.calls import Deadline
 from libs.upstream.pool import WorkerPool
 from libs.upstream.vocoder_stream import ResumableVocoderStream, Samples
 from libs.voice.inputs import SynthesisInputs, SynthesisParams
-from libs.wire.errors import NoWorkerError
-from libs.wire.mel_slices import cut_whole_mel, frames_of, to_message
+from libs.wire.errors import DownstreamError, InvalidRequestError, NoWorkerError
+from libs.wire.limits import MAX_PHONEME_IDS
+from libs.wire.mel_slices import MelFormatError, cut_whole_mel, frames_of, to_message
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_LOOKAHEAD_SENTENCES: Final = 2
+OUTPUT_PIECES: Final = 4
+"""Pieces the reader may have ready that the client has not taken yet (each is one vocoding step,
+at most ~130 KiB); a client that reads keeps the queue near empty."""
 # The cache keeps float16 mel; asking the acoustic worker for float16 too means the vocoder gets the
 # very same numbers on a miss and on a hit, so a cached sentence sounds bit-identical to a fresh one.
 WIRE_MEL_DTYPE: Final = mel_pb2.MEL_DTYPE_FLOAT16
@@ -110,6 +125,8 @@ class UtterancePipeline:
         self._lookups: dict[int, asyncio.Future[tuple[str, AudioHead | None] | None]] = {}
         self._sentence_count: int | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        self._room = asyncio.Semaphore(OUTPUT_PIECES)
+        """Pieces that may still be queued for the client; `run` gives one back when the client takes one."""
 
     async def run(self, sentences: AsyncIterator[Sentence]) -> AsyncIterator[SentencePiece]:
         """The samples of `sentences`, as soon as each piece exists."""
@@ -119,6 +136,7 @@ class UtterancePipeline:
             raise NoWorkerError("no acoustic worker has reported its model yet; retry shortly")
         acoustic = ResumableAcousticStream(self._pool, self._deadline)
         vocoder = ResumableVocoderStream(self._pool, self._deadline, info.hop_length)
+        # Pieces are bounded by `_room`; an error or the end always gets in, however full it is.
         output: asyncio.Queue[Any] = asyncio.Queue()
         producer = asyncio.create_task(self._guard(self._produce(sentences, info, acoustic, vocoder), output))
         reader = asyncio.create_task(self._guard(self._read(vocoder, info, output), output))
@@ -127,6 +145,7 @@ class UtterancePipeline:
                 if isinstance(item, BaseException):
                     raise item
                 yield item
+                self._room.release()  # the client has taken the piece
         finally:
             # Client gone, failed, or finished: cancel downstream streams so workers stop at once.
             for task in (producer, reader):
@@ -170,12 +189,19 @@ class UtterancePipeline:
         self, index: int, sentence: Sentence, info: acoustic_pb2.ModelInfo, acoustic: ResumableAcousticStream
     ) -> AsyncIterator[list[mel_pb2.MelSlice]]:
         """The sentence's mel slices, a chunk at a time (a cached sentence is one chunk)."""
+        if len(sentence.phoneme_ids) > MAX_PHONEME_IDS:
+            raise InvalidRequestError(
+                f"sentence {index + 1} has {len(sentence.phoneme_ids)} phoneme ids; one sentence may have at most "
+                f"{MAX_PHONEME_IDS}: put sentence breaks into the text"
+            )
         inputs = SynthesisInputs(info.model_version, self._voice, sentence.phoneme_ids, self._params)
         key = cache_key(inputs)
         phonemes = "".join(sentence.phonemes)
         cached = await self._cache.get(key)
         if cached is None and self._flights.in_flight(key):
             cached = await self._flights.wait(key)  # another request is synthesising this sentence now
+        if cached is not None:
+            cached = await self._usable(key, cached, len(sentence.phoneme_ids), info)
         if cached is not None:
             self._meta[index] = SentenceMeta(sentence.text, phonemes, cached.frame_count, cached.phoneme_frames)
             self._lookup(index).set_result((key, cached.head))
@@ -202,11 +228,35 @@ class UtterancePipeline:
                     first = slices[0]
                     alignment = tuple(first.alignment.phoneme_frames)
                     self._meta[index] = SentenceMeta(sentence.text, phonemes, first.sentence_frame_count, alignment)
-                frames.extend(frames_of(mel_slice) for mel_slice in slices)
+                try:
+                    frames.extend(frames_of(mel_slice) for mel_slice in slices)
+                except MelFormatError as error:  # the worker's fault, not the client's
+                    raise DownstreamError(grpc.StatusCode.INTERNAL, f"acoustic worker sent a malformed slice: {error}") from None
                 yield slices
             mel = np.concatenate(frames, axis=1)
             flight.publish(CachedMel(mel=mel, phoneme_frames=alignment))
             flight.hold_until(self._spawn(self._cache.put(key, mel, alignment)))
+
+    async def _usable(self, key: str, cached: CachedMel, phoneme_count: int, info: acoustic_pb2.ModelInfo) -> CachedMel | None:
+        """`cached` if this voice's models can use it (its head dropped when only that is unusable);
+        None, with the entry deleted, when its mel is not this sentence's for this model."""
+        problem = mel_problem(cached, n_mels=info.n_mels, phoneme_count=phoneme_count)
+        if problem is not None:
+            _log.warning("deleting cache entry %s and synthesising it again: %s", key, problem)
+            await self._cache.delete(key)
+            return None
+        head = cached.head
+        if head is None:
+            return cached
+        problem = head_problem(
+            head, sample_rate_hz=info.sample_rate_hz, head_ms=self._cache.head_ms, frame_count=cached.frame_count,
+            hop_length=info.hop_length,
+        )  # fmt: skip
+        if problem is None:
+            return cached
+        _log.warning("deleting the audio head of cache entry %s: %s", key, problem)
+        await self._cache.delete(key, head_only=True)
+        return replace(cached, head=None)
 
     def _lookup(self, index: int) -> asyncio.Future[tuple[str, AudioHead | None] | None]:
         lookup = self._lookups.get(index)
@@ -263,6 +313,7 @@ class UtterancePipeline:
                     self._spawn(self._cache.put_head(write_key, head))
             if piece.is_last:
                 self._lookahead.release()
+            await self._room.acquire()  # a client that does not read stops the reading here
             output.put_nowait(
                 SentencePiece(
                     piece.sentence_index,

@@ -22,7 +22,7 @@ from libs.synthesis.output import AudioChunk, AudioOutput
 from libs.synthesis.pipeline import UtterancePipeline
 from libs.synthesis.text_side import TextSide
 from libs.text.frontend import Sentence
-from libs.upstream.metrics import SHED_GATEWAY_FULL
+from libs.upstream.metrics import SHED_CLIENT_LIMIT, SHED_GATEWAY_FULL
 from libs.upstream.pool import WorkerPool
 from libs.voice.inputs import SynthesisParams
 from libs.wire.errors import DownstreamError
@@ -31,32 +31,40 @@ from libs.wire.errors import DownstreamError
 class Synthesizer:
     """Speaks texts with the workers of `pool`, through the mel cache."""
 
-    def __init__(self, *, pool: WorkerPool, cache: MelCache, text_side: TextSide, max_streams: int) -> None:
+    def __init__(
+        self, *, pool: WorkerPool, cache: MelCache, text_side: TextSide, max_streams: int, max_streams_per_client: int = 0
+    ) -> None:
+        """At most `max_streams` streams at once, and `max_streams_per_client` (0: no limit) of one
+        named client (a caller that names none, "", has no limit of its own)."""
         self._pool = pool
         self._cache = cache
         self.text_side = text_side
         self._max_streams = max_streams
+        self._max_streams_per_client = max_streams_per_client
         self._open_streams = 0
+        self._client_streams: dict[str, int] = {}  # only clients with a stream open: bounded by the streams
         self._flights: SingleFlight[CachedMel] = SingleFlight()
 
-    async def synthesize(self, text: str, options: SynthesisOptions, timeout_s: float | None) -> AsyncIterator[AudioChunk]:
+    async def synthesize(
+        self, text: str, options: SynthesisOptions, timeout_s: float | None, client: str = ""
+    ) -> AsyncIterator[AudioChunk]:
         """The audio of `text`. Raises at once for text that cannot be spoken; the returned iterator
-        yields chunks as they are produced."""
+        yields chunks as they are produced. `client` names the caller, for its stream limit."""
         sentences = await self.text_side.sentences(options.voice, text)
-        return self.speak(sentences, options, timeout_s)
+        return self.speak(sentences, options, timeout_s, client)
 
     def synthesize_incremental(
-        self, pieces: AsyncIterator[str], options: SynthesisOptions, timeout_s: float | None
+        self, pieces: AsyncIterator[str], options: SynthesisOptions, timeout_s: float | None, client: str = ""
     ) -> AsyncIterator[AudioChunk]:
         """The audio of text that arrives in `pieces` (joined as sent): each sentence is spoken as
         soon as it is complete, the rest when the pieces end."""
-        return self.speak(self.text_side.incremental_sentences(options.voice, pieces), options, timeout_s)
+        return self.speak(self.text_side.incremental_sentences(options.voice, pieces), options, timeout_s, client)
 
     async def speak(
-        self, sentences: AsyncIterator[Sentence], options: SynthesisOptions, timeout_s: float | None
+        self, sentences: AsyncIterator[Sentence], options: SynthesisOptions, timeout_s: float | None, client: str = ""
     ) -> AsyncIterator[AudioChunk]:
         """The audio of sentences already phonemised (by `text_side`, or a caller that cut a long text itself)."""
-        with self._admitted():
+        with self._admitted(client):
             voice = options.voice
             pipeline = UtterancePipeline(
                 pool=self._pool,
@@ -79,16 +87,28 @@ class Synthesizer:
                 yield AudioChunk(tail, last.sentence_index, last.audio_offset_s + last.audio_duration_s, 0.0, False, None)
 
     @contextmanager
-    def _admitted(self) -> Iterator[None]:
-        """Count one client stream for the block, or shed it with RESOURCE_EXHAUSTED when the gateway is full."""
+    def _admitted(self, client: str) -> Iterator[None]:
+        """Count one stream of `client` for the block, or shed it with RESOURCE_EXHAUSTED when the
+        gateway is full or the client has its limit of streams open."""
         if self._open_streams >= self._max_streams:
             self._pool.metrics.shed(SHED_GATEWAY_FULL)
             raise DownstreamError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"the gateway is serving its limit of {self._max_streams} streams; retry with backoff",
             )
+        held = self._client_streams.get(client, 0)
+        if client and self._max_streams_per_client and held >= self._max_streams_per_client:
+            self._pool.metrics.shed(SHED_CLIENT_LIMIT)
+            raise DownstreamError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"this client already has {held} streams open here, its limit; finish or cancel one before starting another",
+            )
         self._open_streams += 1
+        self._client_streams[client] = held + 1
         try:
             yield
         finally:
             self._open_streams -= 1
+            left = self._client_streams.pop(client) - 1
+            if left:
+                self._client_streams[client] = left

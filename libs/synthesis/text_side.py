@@ -1,10 +1,20 @@
-"""Text to sentences for any voice, on the gateway's one text thread.
+"""Text to sentences for any voice: normalised and cut on the gateway's text thread, phonemised in
+the child processes of a `PhonemizerPool`, with bounds on what a client's text may cost.
 
-espeak-ng runs as one global instance and is not thread-safe, so every call into a voice's
-`TextFrontend` happens on `executor` (one thread). A whole text is normalised, checked and cut into
-sentence chunks in one trip, which also phonemises the first chunk: bad text fails before any
-audio, and first audio does not wait for espeak-ng to get through the rest. Later chunks are
-phonemised when the pipeline asks for their sentences.
+- espeak-ng never runs in the gateway process: a text that crashes it fails only its own request
+  (INVALID_ARGUMENT), and every other stream goes on (libs.text.phonemizer_pool).
+- Normalising and cutting are linear in the text and run on the text thread (whole texts and
+  streamed chunks) or, for each streamed piece, as one bounded step on the event loop (the
+  splitter resumes where the previous piece left it).
+- A whole text is normalised, checked and cut into chunks, and the first chunk is phonemised before
+  `sentences` returns, so bad text fails before any audio and first audio does not wait for the
+  rest; later chunks are phonemised when the pipeline asks for their sentences.
+- A streamed text is spoken sentence by sentence as it completes. It never holds more than
+  `max_pending_text_chars` without a sentence end, nor waits longer than `sentence_wait_s` for one:
+  past either it speaks what it has, up to the best break (libs.text.sentences.best_break). A
+  stream that sends nothing for `stream_idle_timeout_s` while the gateway waits for text ends with
+  INVALID_ARGUMENT (see `StreamIdleError`).
+- No sentence is longer than `max_sentence_ids` phoneme ids (libs.text.long_sentences).
 """
 
 from __future__ import annotations
@@ -12,100 +22,300 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from concurrent.futures import Executor
-from typing import AsyncIterator, Callable, TypeVar
+from dataclasses import dataclass
+from typing import AsyncIterator, Callable, Final, TypeVar
 
+from libs.settings.fields import setting
 from libs.telemetry import tracing
 from libs.text.errors import EmptyTextError
-from libs.text.frontend import NO_WORDS, Sentence, TextFrontend
-from libs.text.sentences import IncrementalSentenceSplitter
+from libs.text.long_words import DEFAULT_MAX_WORD_CHARS
+from libs.text.frontend import DEFAULT_MAX_PHONEME_IDS, NO_WORDS, Sentence, TextFrontend
+from libs.text.phonemizer_pool import FrontendSpec, PhonemizerPool
+from libs.text.sentences import DEFAULT_MAX_CHUNK_CHARS, IncrementalSentenceSplitter, is_cut_short
 from libs.voice.registry import Voice
 from libs.wire.errors import InvalidRequestError
 
 _Result = TypeVar("_Result")
 
+# Two processes on a two-core machine: espeak-ng takes a few milliseconds per sentence, so two keep
+# up with far more streams than the workers can speak, and a crash leaves one serving.
+DEFAULT_TEXT_PROCESSES: Final = 2
+# espeak-ng reads a 1,000-character chunk in well under a second even on a loaded machine; ten
+# seconds only catches a process that hangs.
+DEFAULT_TEXT_PROCESS_TIMEOUT_S: Final = 10.0
+# A language model pauses between tokens for well under a second; two seconds without the end of
+# a sentence means it stalled, and the listener would rather hear what has arrived.
+DEFAULT_SENTENCE_WAIT_S: Final = 2.0
+DEFAULT_STREAM_IDLE_TIMEOUT_S: Final = 30.0
+WARM_UP_TEXT: Final = "Ready."
+
+
+@dataclass(frozen=True)
+class TextLimits:
+    """How the gateway reads text: the processes that run espeak-ng, and what one text may cost."""
+
+    text_processes: int = setting(
+        DEFAULT_TEXT_PROCESSES, env="TTS_TEXT_PROCESSES", unit="count", minimum=1, maximum=64,
+        doc="child processes that run espeak-ng; a text that crashes one fails only its own request",
+    )  # fmt: skip
+    text_process_timeout_s: float = setting(
+        DEFAULT_TEXT_PROCESS_TIMEOUT_S, env="TTS_TEXT_PROCESS_TIMEOUT_S", unit="s", minimum=0.1, maximum=600,
+        doc="longest espeak-ng may take on one chunk of text before its process is replaced and the request fails",
+    )  # fmt: skip
+    max_sentence_ids: int = setting(
+        DEFAULT_MAX_PHONEME_IDS, env="TTS_MAX_SENTENCE_IDS", unit="phoneme ids", minimum=64, maximum=20_000,
+        doc="most phoneme ids in one model call; a longer sentence is spoken as several, cut at a clause, a conjunction or a space",
+    )  # fmt: skip
+    max_word_chars: int = setting(
+        DEFAULT_MAX_WORD_CHARS, env="TTS_MAX_WORD_CHARS", unit="characters", minimum=16, maximum=5_000,
+        doc="longest word handed to espeak-ng; a longer one is broken with a space (espeak-ng 1.52 crashes on some past ~130)",
+    )  # fmt: skip
+    max_pending_text_chars: int = setting(
+        DEFAULT_MAX_CHUNK_CHARS, env="TTS_MAX_PENDING_TEXT_CHARS", unit="characters", minimum=50, maximum=5_000,
+        doc="longest text held without a sentence end (streamed or whole); past it the text is spoken up to its best break",
+    )  # fmt: skip
+    sentence_wait_s: float = setting(
+        DEFAULT_SENTENCE_WAIT_S, env="TTS_SENTENCE_WAIT_S", unit="s", minimum=0.05, maximum=600,
+        doc="longest streamed text waits for its sentence to end; then what has arrived is spoken up to its best break",
+    )  # fmt: skip
+    stream_idle_timeout_s: float = setting(
+        DEFAULT_STREAM_IDLE_TIMEOUT_S, env="TTS_STREAM_IDLE_TIMEOUT_S", unit="s", minimum=1, maximum=3600,
+        doc="time a StreamingSynthesize stream may send nothing while the gateway waits for its text; then it ends with INVALID_ARGUMENT",
+    )  # fmt: skip
+
+
+class StreamIdleError(InvalidRequestError):
+    """A stream sent no text for `stream_idle_timeout_s` while the gateway waited for it.
+
+    INVALID_ARGUMENT rather than DEADLINE_EXCEEDED: the deadline is the client's own and has not
+    passed; the stream broke the protocol by staying open with nothing to say, and retrying it as it
+    is would only stall again. The message says how long the gateway waited and what to do.
+    """
+
+    def __init__(self, idle_s: float) -> None:
+        super().__init__(
+            f"no text arrived for {idle_s:g} s; a StreamingSynthesize stream must keep sending text, "
+            "and half-close as soon as it has sent the last of it"
+        )
+
 
 class TextSide:
     """Sentences of phonemes and ids from text, for every voice of the registry."""
 
-    def __init__(self, executor: Executor, max_text_chars: int) -> None:
+    def __init__(
+        self, executor: Executor, max_text_chars: int, limits: TextLimits = TextLimits(), pool: PhonemizerPool | None = None
+    ) -> None:
+        """`pool` None: a pool of `limits.text_processes` of its own, started on first use."""
         self._executor = executor
+        self._pool = pool if pool is not None else PhonemizerPool(limits.text_processes, limits.text_process_timeout_s)
         self.max_text_chars = max_text_chars
+        self.limits = limits
         self._frontends: dict[str, TextFrontend] = {}
+        self._specs: dict[str, FrontendSpec] = {}
 
     def frontend(self, voice: Voice) -> TextFrontend:
-        """The frontend of `voice`, built on first use (call on the text thread)."""
+        """The frontend of `voice` that normalises and cuts its text here (its espeak-ng half runs in
+        the pool's processes)."""
         frontend = self._frontends.get(voice.name)
         if frontend is None:
-            frontend = TextFrontend(voice.phoneme_id_map(), espeak_voice=voice.espeak_voice, max_text_chars=self.max_text_chars)
+            frontend = TextFrontend(
+                voice.phoneme_id_map(),
+                espeak_voice=voice.espeak_voice,
+                max_text_chars=self.max_text_chars,
+                max_chunk_chars=self.limits.max_pending_text_chars,
+                max_phoneme_ids=self.limits.max_sentence_ids,
+                max_word_chars=self.limits.max_word_chars,
+            )
             self._frontends[voice.name] = frontend
         return frontend
 
+    def spec(self, voice: Voice) -> FrontendSpec:
+        """What the pool's processes need to build `voice`'s frontend."""
+        spec = self._specs.get(voice.name)
+        if spec is None:
+            frontend = self.frontend(voice)
+            spec = FrontendSpec(
+                voice=voice.name,
+                phoneme_id_map=frontend.phoneme_id_map,
+                espeak_voice=frontend.espeak_voice,
+                max_phoneme_ids=frontend.max_phoneme_ids,
+                max_word_chars=frontend.max_word_chars,
+            )
+            self._specs[voice.name] = spec
+        return spec
+
+    async def close(self) -> None:
+        """Stop the pool's processes."""
+        await self._pool.close()
+
     async def warm_up(self, voice: Voice) -> None:
-        """Load espeak-ng and `voice`'s phoneme map before the first request needs them."""
-        await self._in_text_thread(lambda: self.frontend(voice).sentences("Ready."))
+        """Load espeak-ng and `voice`'s frontend in every process of the pool before the first request."""
+        await self._pool.on_every_child(self.spec(voice), WARM_UP_TEXT)
 
     async def sentences(self, voice: Voice, text: str) -> AsyncIterator[Sentence]:
         """The sentences of `text`, each phonemised when it is asked for.
 
-        Raises, before returning, for text that cannot be spoken (empty, too long); a text whose
-        every chunk turns out to have no words raises EmptyTextError from the iterator.
+        Raises, before returning, for text that cannot be spoken (empty, too long, crashing
+        espeak-ng); a text whose every chunk turns out to have no words raises EmptyTextError from
+        the iterator.
         """
-        first, later = await self._in_text_thread(self._first_sentences_and_later_chunks, voice, text)
-        return self._chunk_sentences(voice, first, later)
+        chunks = await self._in_text_thread(self._chunks, voice, text)
+        first = await self._phonemise(voice, chunks[0], continues=len(chunks) > 1 and is_cut_short(chunks[0]))
+        return self._chunk_sentences(voice, first, chunks)
 
     async def incremental_sentences(self, voice: Voice, pieces: AsyncIterator[str]) -> AsyncIterator[Sentence]:
         """Sentences of text that arrives in `pieces`, each as soon as it is complete; the rest when
-        the pieces end. A sentence counts as complete once the first character after it arrives."""
-        splitter = IncrementalSentenceSplitter()
-        async for piece in pieces:
-            if len(piece) > self.max_text_chars:
-                raise InvalidRequestError(
-                    f"a text piece is {len(piece)} characters long; the limit is {self.max_text_chars} per piece"
-                )
-            for chunk in splitter.feed(piece):
-                for sentence in await self._streamed_chunk_sentences(voice, chunk):
+        the pieces end. A sentence counts as complete once the first character after it arrives, or
+        when the text is held too long (see the module docstring)."""
+        splitter = IncrementalSentenceSplitter(self.limits.max_pending_text_chars)
+        clocks = _StreamClocks(self.limits)
+        reader = _PieceReader(pieces)
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                asked_s = loop.time()
+                try:
+                    piece = await reader.next(clocks.timeout_s(asked_s))
+                except asyncio.TimeoutError:
+                    clocks.waited(loop.time() - asked_s)
+                    if clocks.overdue(loop.time()):
+                        chunk = splitter.cut_pending()  # None: one word so far, which may go on
+                        clocks.holding(chunk is not None and bool(splitter.pending_text.strip()), loop.time(), True)
+                        if chunk is not None:
+                            for sentence in await self._streamed_chunk_sentences(voice, chunk, is_cut_short(chunk)):
+                                yield sentence
+                    elif clocks.idle:
+                        raise StreamIdleError(self.limits.stream_idle_timeout_s) from None
+                    continue
+                clocks.heard()
+                if piece is None:
+                    break
+                if len(piece) > self.max_text_chars:
+                    raise InvalidRequestError(
+                        f"a text piece is {len(piece)} characters long; the limit is {self.max_text_chars} per piece"
+                    )
+                chunks = splitter.feed(piece)  # one bounded step: linear in the piece
+                clocks.holding(bool(splitter.pending_text.strip()), loop.time(), bool(chunks))
+                for chunk in chunks:
+                    for sentence in await self._streamed_chunk_sentences(voice, chunk, is_cut_short(chunk)):
+                        yield sentence
+            chunks = splitter.flush()
+            for index, chunk in enumerate(chunks):
+                continues = index < len(chunks) - 1 and is_cut_short(chunk)
+                for sentence in await self._streamed_chunk_sentences(voice, chunk, continues):
                     yield sentence
-        for chunk in splitter.flush():
-            for sentence in await self._streamed_chunk_sentences(voice, chunk):
-                yield sentence
+        finally:
+            reader.close()
 
     def _chunks(self, voice: Voice, text: str) -> list[str]:
         """`text` normalised, checked and cut into sentence chunks (on the text thread)."""
         with tracing.step_span(tracing.SPAN_NORMALISE, {"tts.text_chars": len(text)}):
             return self.frontend(voice).chunks(text)
 
-    def _phonemise(self, voice: Voice, chunk: str) -> list[Sentence]:
-        """The sentences of one chunk (on the text thread)."""
+    async def _phonemise(self, voice: Voice, chunk: str, continues: bool) -> list[Sentence]:
+        """The sentences of one chunk, from a process of the pool."""
         with tracing.step_span(tracing.SPAN_PHONEMISE, {tracing.ATTR_VOICE: voice.name}) as span:
-            sentences = self.frontend(voice).chunk_sentences(chunk)
+            sentences = await self._pool.sentences(self.spec(voice), chunk, continues)
             span.set_attribute("tts.sentences", len(sentences))
         return sentences
 
-    def _first_sentences_and_later_chunks(self, voice: Voice, text: str) -> tuple[list[Sentence], list[str]]:
-        first, *later = self._chunks(voice, text)
-        return self._phonemise(voice, first), later
-
-    async def _chunk_sentences(self, voice: Voice, first: list[Sentence], later: list[str]) -> AsyncIterator[Sentence]:
+    async def _chunk_sentences(self, voice: Voice, first: list[Sentence], chunks: list[str]) -> AsyncIterator[Sentence]:
         spoken = 0
         for sentence in first:
             spoken += 1
             yield sentence
-        for chunk in later:
-            for sentence in await self._in_text_thread(self._phonemise, voice, chunk):
+        for index in range(1, len(chunks)):
+            continues = index < len(chunks) - 1 and is_cut_short(chunks[index])
+            for sentence in await self._phonemise(voice, chunks[index], continues):
                 spoken += 1
                 yield sentence
         if not spoken:
             raise EmptyTextError(NO_WORDS)
 
-    async def _streamed_chunk_sentences(self, voice: Voice, chunk: str) -> list[Sentence]:
-        """A streamed chunk's sentences; a chunk with nothing to say (spaces, punctuation) has none."""
+    async def _streamed_chunk_sentences(self, voice: Voice, chunk: str, continues: bool) -> list[Sentence]:
+        """A streamed chunk's sentences; a chunk with nothing to say (spaces, punctuation) has none.
+        With `continues` the text goes on after the chunk (see `TextFrontend.chunk_sentences`)."""
         try:
-            chunks = await self._in_text_thread(self._chunks, voice, chunk)
+            parts = await self._in_text_thread(self._chunks, voice, chunk)
         except EmptyTextError:
             return []
-        return [sentence for part in chunks for sentence in await self._in_text_thread(self._phonemise, voice, part)]
+        sentences: list[Sentence] = []
+        for index, part in enumerate(parts):
+            last = index == len(parts) - 1
+            sentences.extend(await self._phonemise(voice, part, continues if last else is_cut_short(part)))
+        return sentences
 
     async def _in_text_thread(self, function: Callable[..., _Result], *args: object) -> _Result:
         # Run in a copy of this request's context, so the spans join its trace.
         context = contextvars.copy_context()
         return await asyncio.get_running_loop().run_in_executor(self._executor, context.run, function, *args)
+
+
+class _StreamClocks:
+    """A stream's two clocks: how long the client has sent nothing while the text side waited for
+    it (time spent making audio does not count), and since when the text held has waited for the
+    end of its sentence."""
+
+    def __init__(self, limits: TextLimits) -> None:
+        self._limits = limits
+        self._idle_left_s = limits.stream_idle_timeout_s
+        self._waiting_since: float | None = None
+
+    def timeout_s(self, now: float) -> float:
+        """How long to wait for the next piece before one of the clocks runs out."""
+        if self._waiting_since is None:
+            return self._idle_left_s
+        return max(0.0, min(self._idle_left_s, self._waiting_since + self._limits.sentence_wait_s - now))
+
+    def waited(self, seconds: float) -> None:
+        self._idle_left_s -= seconds
+
+    def heard(self) -> None:
+        self._idle_left_s = self._limits.stream_idle_timeout_s
+
+    def holding(self, text_held: bool, now: float, new_sentence: bool) -> None:
+        """After the text held changed: whether it has words, and whether its sentence is a new one."""
+        if not text_held:
+            self._waiting_since = None
+        elif new_sentence or self._waiting_since is None:
+            self._waiting_since = now
+
+    def overdue(self, now: float) -> bool:
+        """Whether the text held has waited `sentence_wait_s` for its sentence to end."""
+        return self._waiting_since is not None and now >= self._waiting_since + self._limits.sentence_wait_s
+
+    @property
+    def idle(self) -> bool:
+        """Whether the client has been silent for `stream_idle_timeout_s`."""
+        return self._idle_left_s <= 0
+
+
+class _PieceReader:
+    """The client's text pieces, read by a task of their own: waiting for the next one can then time
+    out without ending the stream they come from (cancelling an async generator's `__anext__` would
+    close it). It reads one piece ahead at most, so a fast client is held back by gRPC's flow
+    control, not buffered here."""
+
+    def __init__(self, pieces: AsyncIterator[str]) -> None:
+        self._queue: asyncio.Queue[str | None | BaseException] = asyncio.Queue(maxsize=1)
+        self._task = asyncio.get_running_loop().create_task(self._read(pieces))
+
+    async def _read(self, pieces: AsyncIterator[str]) -> None:
+        try:
+            async for piece in pieces:
+                await self._queue.put(piece)
+        except Exception as error:  # a malformed message: handed to the reader to raise
+            await self._queue.put(error)
+            return
+        await self._queue.put(None)
+
+    async def next(self, timeout_s: float) -> str | None:
+        """The next piece, None at the end of the pieces; asyncio.TimeoutError after `timeout_s`."""
+        item = await asyncio.wait_for(self._queue.get(), timeout_s)
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        """Stop reading (the stream is over for this side)."""
+        self._task.cancel()

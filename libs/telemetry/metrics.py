@@ -8,7 +8,8 @@ Metrics fed from elsewhere come in through plain callbacks, so the code that pro
 needs no Prometheus import:
 - `WorkerMetrics.observe_batch` is the dynamic batcher's `on_batch(BatchStats)` callback;
 - `GatewayMetrics.track_endpoints(statuses)` reads the routing health tables at scrape time;
-- `GatewayMetrics.cache_outcome` is the mel cache's `on_outcome(outcome)` hook.
+- `GatewayMetrics.cache_outcome` is the mel cache's `on_outcome(outcome)` hook;
+- `GatewayMetrics.auth_refused` is the API-key gate's `on_refused(reason)` hook (libs.serving.auth).
 The gateway's routing counters (retries, resumes, ejections, spills, shed streams) are fed by the
 routing event hooks in libs/upstream/metrics.py, on the same registry.
 """
@@ -191,15 +192,26 @@ class GatewayMetrics:
         )
         self.cache_operations_total = Counter(
             "tts_gateway_cache_operations_total",
-            "Mel cache operations by outcome (hit, miss, error, corrupt, skipped, written, write_error; "
+            "Mel cache operations by outcome (hit, miss, error, corrupt, unauthentic, skipped, written, write_error; "
             "head_hit and head_written count the audio heads kept with the mel).",
             ["outcome"],
+            registry=self.registry,
+        )
+        self.auth_refusals_total = Counter(
+            "tts_gateway_auth_refusals_total",
+            "Client calls refused at the door for their API key, by reason (missing_key, malformed_header, "
+            "unknown_key, rate_limited, stream_limit).",
+            ["reason"],
             registry=self.registry,
         )
 
     def cache_outcome(self, outcome: str) -> None:
         """The mel cache's `on_outcome` hook."""
         self.cache_operations_total.labels(outcome=outcome).inc()
+
+    def auth_refused(self, reason: str) -> None:
+        """The API-key gate's `on_refused` hook."""
+        self.auth_refusals_total.labels(reason=reason).inc()
 
     def track_endpoints(self, statuses: Callable[[], Iterable[EndpointStatusLike]]) -> None:
         """Serve `tts_gateway_healthy_endpoints{kind,zone}` from `statuses()` at every scrape.

@@ -30,7 +30,7 @@ import inspect
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Final, Iterator, Mapping, Sequence
+from typing import Any, Callable, Final, Iterator, Mapping, Sequence
 
 import grpc
 import grpc.aio
@@ -303,10 +303,18 @@ class TracingServerInterceptor(grpc.aio.ServerInterceptor):
 
         if inspect.isasyncgenfunction(behavior):
 
-            async def traced_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            async def traced_stream(request: Any, context: grpc.aio.ServicerContext) -> None:
+                # The handler's responses are written here, not by gRPC: a generator gRPC drives is
+                # left suspended at a `yield` when its client goes away during a send, and is closed
+                # later from another task (whose Context cannot undo the span's), while its cleanup
+                # (cancelling the worker calls behind it) waits. Here it is closed at once, in this task.
                 with server_span(context):
-                    async for response in behavior(request, context):
-                        yield response
+                    responses = behavior(request, context)
+                    try:
+                        async for response in responses:
+                            await _send(context, response)
+                    finally:
+                        await responses.aclose()
 
             return traced_stream
 
@@ -317,13 +325,35 @@ class TracingServerInterceptor(grpc.aio.ServerInterceptor):
         return traced_call
 
 
+SEND_FAILURE_GRACE_S: Final = 0.1
+"""How long a handler whose send failed waits for gRPC to report the client gone (and cancel it)."""
+
+
+async def _send(context: grpc.aio.ServicerContext, response: Any) -> None:
+    """Write one response. A send fails when the client has gone (it cancelled, or its connection
+    dropped) a moment before gRPC says so and cancels the handler: waiting for that moment ends the
+    call as the cancel it is, instead of an error gRPC logs with a traceback."""
+    try:
+        await context.write(response)
+    except Exception:
+        await asyncio.sleep(SEND_FAILURE_GRACE_S)
+        raise
+
+
 def _restore(request_token: contextvars.Token[Span | None], otel_token: object) -> None:
-    # A response generator finalised from another task cannot reset its context; the span still ends.
+    """Undo the span's context, unless this runs in another Context than the one that set it.
+
+    A response generator that gRPC leaves suspended at a `yield` (the client cancelled while a send
+    was pending) is closed later by the event loop's finaliser, in a task of its own and a Context of
+    its own: its tokens cannot be reset there, and OpenTelemetry's `detach` would log that as an
+    ERROR with a traceback. Both tokens come from one Context, so the request span's tells for both;
+    the foreign Context dies with its task, and the span still ends.
+    """
     try:
         _REQUEST_SPAN.reset(request_token)
-    except ValueError:
-        pass
-    otel_context.detach(otel_token)  # type: ignore[arg-type]  # logs, never raises, on a foreign token
+    except ValueError:  # "created in a different Context"
+        return
+    otel_context.detach(otel_token)  # type: ignore[arg-type]
 
 
 def _context_code(context: grpc.aio.ServicerContext) -> grpc.StatusCode | None:

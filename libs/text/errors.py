@@ -33,3 +33,25 @@ class InvalidTextError(TextError):
     def __init__(self, byte_offset: int, reason: str) -> None:
         self.byte_offset = byte_offset
         super().__init__(f"text is not valid UTF-8 at byte offset {byte_offset} ({reason}); send UTF-8 encoded text")
+
+
+class PhonemizerCrashError(TextError):
+    """espeak-ng crashed on the text (the gateway survives it: espeak-ng runs in child processes)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "espeak-ng, which reads the text, crashed on part of it. This is an espeak-ng defect with a "
+            "few unusual inputs, such as very long runs of letters joined by apostrophes or repeated "
+            "suffixes; rewrite or remove such words (or split them with spaces) and send the text again."
+        )
+
+
+class PhonemizerTimeoutError(TextError):
+    """espeak-ng did not finish part of the text in time and was stopped."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        super().__init__(
+            f"espeak-ng, which reads the text, did not finish part of it within {timeout_s:g} s and was "
+            "stopped. Remove long runs of unusual characters or symbols, or send shorter texts."
+        )

@@ -18,6 +18,10 @@ Two more details make the output equal piper's:
 
 espeak-ng keeps all of its state in process globals and is not thread-safe; `EspeakEngine` holds a
 lock for every call and there is exactly one engine per process (`espeak_engine()`).
+
+espeak-ng 1.52 also aborts the process on some words (libs.text.long_words); `clauses` breaks
+such words first, and the gateway runs espeak-ng only in child processes
+(libs.text.phonemizer_pool), so whatever else crashes it costs one request, not the gateway.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from pathlib import Path
 from typing import Final
 
 import espeakng_loader
+
+from libs.text.long_words import DEFAULT_MAX_WORD_CHARS, break_long_words
 
 # Values from espeak-ng's speak_lib.h / translate.h (1.52.0).
 _AUDIO_OUTPUT_SYNCHRONOUS: Final = 2
@@ -260,13 +266,18 @@ class EspeakEngine:
             raise EspeakError(f"cannot locate espeak-ng's clause terminator (candidates: {candidates})")
         return candidates.pop()
 
-    def clauses(self, text: str, voice: str = DEFAULT_ESPEAK_VOICE) -> list[EspeakClause]:
+    def clauses(
+        self, text: str, voice: str = DEFAULT_ESPEAK_VOICE, max_word_chars: int = DEFAULT_MAX_WORD_CHARS
+    ) -> list[EspeakClause]:
         """Every clause of `text` with its phonemes, piper terminator and position in `text`.
 
         NUL characters (which end a C string) and lone surrogates (which have no UTF-8 form) are
-        replaced by spaces; everything else goes to espeak-ng unchanged.
+        replaced by spaces, and so is a character of every word longer than `max_word_chars`
+        (`break_long_words`); everything else goes to espeak-ng unchanged. Each replacement keeps
+        the length, so the clauses' positions are positions in `text`.
         """
         safe_text = "".join(" " if ch == "\0" or "\ud800" <= ch <= "\udfff" else ch for ch in text)
+        safe_text = break_long_words(safe_text, max_word_chars)
         encoded_text = safe_text.encode("utf-8")
         with self._lock:
             self._set_voice(voice)

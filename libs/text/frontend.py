@@ -7,23 +7,30 @@ Steps: normalise (libs.text.normalize), check the length, cut into sentence chun
 result equals phonemising the whole text at once, and a sentence gets the same ids on its own as
 inside a longer text (what makes the per-sentence mel cache hit).
 
-One deliberate difference from Piper: a sentence with no phonemes at all (a lone closing quote,
-a paragraph of symbols espeak-ng does not read) is dropped; Piper would synthesise "^ _ $" for it.
+Deliberate differences from Piper, none of which touches ordinary text:
+- a sentence with no phonemes at all (a lone closing quote, a paragraph of symbols espeak-ng does
+  not read) is dropped; Piper would synthesise "^ _ $" for it;
+- a word longer than `max_word_chars` is broken before espeak-ng sees it
+  (libs.text.long_words: espeak-ng 1.52 crashes on some such words);
+- a sentence over `max_phoneme_ids` ids is cut into several (libs.text.long_sentences), and a
+  chunk cut short (the text goes on after it) ends as if a comma followed it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
 from libs.text.errors import EmptyTextError, InvalidTextError, TextError, TextTooLongError
 from libs.text.espeak import DEFAULT_ESPEAK_VOICE
+from libs.text.long_sentences import IdBudget, cut_sentence, with_continuation
+from libs.text.long_words import DEFAULT_MAX_WORD_CHARS
 from libs.text.normalize import check_not_empty, check_text_length, decode_utf8, normalize_text
 from libs.text.phoneme_ids import load_espeak_voice, load_phoneme_id_map, phonemes_to_ids
-from libs.text.phonemize import phonemize_sentences
-from libs.text.sentences import DEFAULT_MAX_CHUNK_CHARS, split_sentences
+from libs.text.phonemize import PhonemizedSentence, phonemize_sentences
+from libs.text.sentences import DEFAULT_MAX_CHUNK_CHARS, is_cut_short, split_sentences
 
 _CLOSERS: Final = frozenset("\"')]}>`")
 
@@ -32,8 +39,13 @@ _CLOSERS: Final = frozenset("\"')]}>`")
 # Text-to-Speech: 5,000 bytes); longer texts belong in several requests or a sentence stream,
 # where the client hears audio long before a long request would finish.
 DEFAULT_MAX_TEXT_CHARS: Final = 5_000
+# The acoustic model's cost grows with the square of a sentence's ids (libs.text.long_sentences):
+# 400 ids (~200 characters of English, longer than nearly every written sentence) plan in ~125 ms
+# on one core with +10 MB, where 2,000 take 1.3 s and +240 MB.
+DEFAULT_MAX_PHONEME_IDS: Final = 400
 
 __all__ = [
+    "DEFAULT_MAX_PHONEME_IDS",
     "DEFAULT_MAX_TEXT_CHARS",
     "EmptyTextError",
     "InvalidTextError",
@@ -84,13 +96,21 @@ class TextFrontend:
         espeak_voice: str = DEFAULT_ESPEAK_VOICE,
         max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
         max_chunk_chars: int = DEFAULT_MAX_CHUNK_CHARS,
+        max_phoneme_ids: int | None = None,
+        max_word_chars: int = DEFAULT_MAX_WORD_CHARS,
     ) -> None:
-        if max_text_chars < 1 or max_chunk_chars < 1:
-            raise ValueError("max_text_chars and max_chunk_chars must be positive")
+        """`max_phoneme_ids` None (the default) keeps every sentence whole: Piper's sentences, for
+        offline tools and the tests that compare with Piper. A server passes its limit (the
+        gateway's default is DEFAULT_MAX_PHONEME_IDS)."""
+        if max_text_chars < 1 or max_chunk_chars < 1 or max_word_chars < 1:
+            raise ValueError("max_text_chars, max_chunk_chars and max_word_chars must be positive")
         self.phoneme_id_map = {phoneme: tuple(ids) for phoneme, ids in phoneme_id_map.items()}
         self.espeak_voice = espeak_voice
         self.max_text_chars = max_text_chars
         self.max_chunk_chars = max_chunk_chars
+        self.max_phoneme_ids = max_phoneme_ids
+        self.max_word_chars = max_word_chars
+        self._budget = IdBudget(self.phoneme_id_map, max_phoneme_ids) if max_phoneme_ids is not None else None
 
     @classmethod
     def from_voice_config(cls, config_path: Path | str, max_text_chars: int = DEFAULT_MAX_TEXT_CHARS) -> TextFrontend:
@@ -102,7 +122,12 @@ class TextFrontend:
 
         Raises TextTooLongError past `max_text_chars` and EmptyTextError when there is nothing to say.
         """
-        sentences = [sentence for chunk in self.chunks(text) for sentence in self.chunk_sentences(chunk)]
+        chunks = self.chunks(text)
+        sentences = [
+            sentence
+            for index, chunk in enumerate(chunks)
+            for sentence in self.chunk_sentences(chunk, continues=index < len(chunks) - 1 and is_cut_short(chunk))
+        ]
         if not sentences:
             raise EmptyTextError(NO_WORDS)
         return sentences
@@ -121,15 +146,53 @@ class TextFrontend:
         check_not_empty(normalized)
         return split_sentences(normalized, self.max_chunk_chars)
 
-    def chunk_sentences(self, chunk: str) -> list[Sentence]:
-        """The sentences of one chunk from `chunks` (none when espeak-ng finds no words in it)."""
-        spoken = [sentence for sentence in phonemize_sentences(chunk, self.espeak_voice) if sentence.phonemes]
-        starts = [0] + [_sentence_start(chunk, sentence.text_start) for sentence in spoken[1:]] + [len(chunk)]
-        return [
-            Sentence(
-                text=chunk[starts[index] : starts[index + 1]].strip(),
-                phonemes=phonemized.phonemes,
-                phoneme_ids=tuple(phonemes_to_ids(phonemized.phonemes, self.phoneme_id_map)),
-            )
-            for index, phonemized in enumerate(spoken)
+    def chunk_sentences(self, chunk: str, continues: bool = False) -> list[Sentence]:
+        """The sentences of one chunk from `chunks` (none when espeak-ng finds no words in it).
+
+        With `continues` (the text goes on after the chunk, which `is_cut_short`: a cut at the
+        chunk limit, or streamed text spoken before its sentence ended) the last sentence ends as if
+        a comma followed it, so its voice stays up instead of falling as at a full stop.
+        """
+        spoken = [
+            sentence
+            for sentence in phonemize_sentences(chunk, self.espeak_voice, self.max_word_chars)
+            if sentence.phonemes
         ]
+        if continues and spoken:
+            spoken[-1] = _continued(spoken[-1])
+        starts = [0] + [_sentence_start(chunk, sentence.text_start) for sentence in spoken[1:]] + [len(chunk)]
+        sentences: list[Sentence] = []
+        for index, phonemized in enumerate(spoken):
+            if self._budget is None:
+                pieces = [(starts[index], phonemized.phonemes)]
+            else:
+                cut = cut_sentence(chunk, phonemized, self._budget, self._phonemes_alone)
+                pieces = [(starts[index], cut[0].phonemes)] + [(piece.text_start, piece.phonemes) for piece in cut[1:]]
+            ends = [start for start, _ in pieces[1:]] + [starts[index + 1]]
+            sentences.extend(
+                Sentence(
+                    text=chunk[start:end].strip(),
+                    phonemes=phonemes,
+                    phoneme_ids=tuple(phonemes_to_ids(phonemes, self.phoneme_id_map)),
+                )
+                for (start, phonemes), end in zip(pieces, ends)
+            )
+        return sentences
+
+    def _phonemes_alone(self, text: str) -> list[str]:
+        """The phonemes of a part of a sentence, phonemised on its own."""
+        return [
+            phoneme
+            for sentence in phonemize_sentences(text, self.espeak_voice, self.max_word_chars)
+            for phoneme in sentence.phonemes
+        ]
+
+
+def _continued(sentence: PhonemizedSentence) -> PhonemizedSentence:
+    """`sentence` ending as if a comma followed it."""
+    phonemes = with_continuation(sentence.phonemes)
+    if len(phonemes) == len(sentence.phonemes) or not sentence.clauses:
+        return sentence
+    *head, last = sentence.clauses
+    last = replace(last, phonemes=with_continuation(last.phonemes))
+    return replace(sentence, phonemes=phonemes, clauses=(*head, last))

@@ -19,6 +19,8 @@ SHED_WORKERS_SATURATED: Final = "workers_saturated"
 """Every worker that could take the stream refused it with RESOURCE_EXHAUSTED."""
 SHED_RETRY_BUDGET: Final = "retry_budget"
 """A worker refused and the retry budget had no token for another attempt."""
+SHED_CLIENT_LIMIT: Final = "client_limit"
+"""The client (its address) already has its maximum of streams open at this gateway."""
 
 
 class RoutingMetrics:

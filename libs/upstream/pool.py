@@ -17,7 +17,7 @@ import grpc
 from opentelemetry.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 
-from libs.upstream.settings import UpstreamSettings, channel_options
+from libs.upstream.settings import UpstreamSettings, channel_credentials, channel_options
 from libs.routing.attempts import Attempts
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
 from libs.pb.tts.vocoder.v1 import vocoder_pb2_grpc
@@ -64,12 +64,9 @@ class WorkerPool:
         self.metrics.retry_budget_tokens.set_function(self.budget.tokens)
         acoustic, vocoder = settings.acoustic, settings.vocoder
         endpoints = {"acoustic": list(acoustic), "vocoder": list(vocoder)}
-        self._channels = {
-            endpoint: grpc.aio.insecure_channel(
-                endpoint.address, options=channel_options(settings), interceptors=client_interceptors()
-            )
-            for endpoint in [*acoustic, *vocoder]
-        }
+        # One set of credentials for every channel: the health Watch, GetModelInfo and the streams all share them.
+        credentials = channel_credentials(settings)
+        self._channels = {endpoint: self._channel(endpoint, credentials) for endpoint in [*acoustic, *vocoder]}
         self._tables: dict[str, HealthTable] = {}
         self._pickers: dict[str, Picker] = {}
         self._policies: dict[str, RetryPolicy] = {}
@@ -88,6 +85,12 @@ class WorkerPool:
         self._info_tasks: dict[Endpoint, asyncio.Task[None]] = {}
         self.changed = asyncio.Event()
         """Set (and cleared) whenever health or a model version changes, for whoever waits on readiness."""
+
+    def _channel(self, endpoint: Endpoint, credentials: grpc.ChannelCredentials | None) -> grpc.aio.Channel:
+        options, interceptors = channel_options(self.settings), client_interceptors()
+        if credentials is None:
+            return grpc.aio.insecure_channel(endpoint.address, options=options, interceptors=interceptors)
+        return grpc.aio.secure_channel(endpoint.address, credentials, options=options, interceptors=interceptors)
 
     def start(self) -> None:
         """Start watching every endpoint's health (call on the running event loop)."""

@@ -103,14 +103,19 @@ class ResumableCall(ABC):
         self.model_version = await accepted(self._call, self._timeout_s)
 
     async def _read(self) -> Any:
-        """The call's next message (or grpc.aio.EOF); WorkerSilent once the worker owes an answer
-        for longer than the attempt timeout."""
+        """The call's next message (or grpc.aio.EOF); WorkerSilent once the worker has owed an answer
+        for longer than the attempt timeout while this read waited for it."""
         assert self._reader is not None
-        return await self._reader.read(self._silent_too_long, check_every_s=self._timeout_s / 4)
+        reading_since_s = time.monotonic()
+        return await self._reader.read(lambda: self._silent_too_long(reading_since_s), check_every_s=self._timeout_s / 4)
 
-    def _silent_too_long(self) -> bool:
+    def _silent_too_long(self, reading_since_s: float) -> bool:
+        """Whether the worker owes an answer and has been silent past the attempt timeout since
+        `reading_since_s`. Time before the read began is not the worker's silence: the gateway was
+        not reading (its own client was not, and flow control held the worker back), and whatever
+        the worker sent meanwhile waits to be read."""
         owed_since_s = self._owed_since_s
-        return owed_since_s is not None and time.monotonic() - owed_since_s > self._timeout_s
+        return owed_since_s is not None and time.monotonic() - max(owed_since_s, reading_since_s) > self._timeout_s
 
     async def _recover(self, error: BaseException) -> None:
         """After `error` broke the call: drop it, and wait out the backoff before a retry or resume

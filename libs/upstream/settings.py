@@ -1,6 +1,7 @@
 """Which workers a gateway talks to and how its connections to them behave.
 
-`channel_options` is the only place that turns these settings into gRPC channel arguments.
+`channel_options` is the only place that turns these settings into gRPC channel arguments, and
+`channel_credentials` into the channels' TLS credentials.
 """
 
 from __future__ import annotations
@@ -9,8 +10,12 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Final
 
+import grpc
+
 from libs.routing.endpoints import Endpoint, parse_endpoint
-from libs.serving.server import CHANNEL_OPTIONS, DEFAULT_PORTS, DEFAULT_ZONE
+from libs.serving import tls
+from libs.serving.server import CHANNEL_OPTIONS, DEFAULT_PORTS, DEFAULT_ZONE, MIN_PING_INTERVAL_MS
+from libs.serving.tls import PemFile
 from libs.settings.fields import setting
 
 # A healthy worker answers a pending request within tens of milliseconds (one chunk); a saturated
@@ -18,8 +23,9 @@ from libs.settings.fields import setting
 # worker owes an answer means it is hung, and still leaves room for two more attempts inside a
 # typical 30 s client deadline.
 DEFAULT_ATTEMPT_TIMEOUT_S: Final = 5.0
-# Keepalive at 20 s stays above the workers' 10 s minimum ping interval (faster pings earn a
-# GOAWAY) and, with a 5 s ack timeout, drops a dead connection that sends no RST in under 30 s.
+# Keepalive at 20 s stays well above the servers' minimum ping interval (MIN_PING_INTERVAL_MS, the
+# setting's minimum; faster pings earn a GOAWAY) and, with a 5 s ack timeout, drops a dead
+# connection that sends no RST in under 30 s.
 DEFAULT_KEEPALIVE_TIME_MS: Final = 20_000
 DEFAULT_KEEPALIVE_TIMEOUT_MS: Final = 5_000
 # gRPC's default reconnect backoff grows to 120 s: a worker restarted after a crash loop would sit
@@ -54,8 +60,8 @@ class UpstreamSettings:
         doc="longest silence from a worker that owes an answer before the attempt is abandoned",
     )  # fmt: skip
     keepalive_time_ms: int = setting(
-        DEFAULT_KEEPALIVE_TIME_MS, env="TTS_KEEPALIVE_TIME_MS", unit="ms", minimum=1,
-        doc="interval of HTTP/2 keepalive pings on worker connections",
+        DEFAULT_KEEPALIVE_TIME_MS, env="TTS_KEEPALIVE_TIME_MS", unit="ms", minimum=MIN_PING_INTERVAL_MS,
+        doc="interval of HTTP/2 keepalive pings on worker connections (10 s at least: workers answer faster pings with GOAWAY)",
     )  # fmt: skip
     keepalive_timeout_ms: int = setting(
         DEFAULT_KEEPALIVE_TIMEOUT_MS, env="TTS_KEEPALIVE_TIMEOUT_MS", unit="ms", minimum=1,
@@ -73,8 +79,24 @@ class UpstreamSettings:
         DEFAULT_CONNECT_TIMEOUT_MS, env="TTS_CONNECT_TIMEOUT_MS", unit="ms", minimum=1,
         doc="shortest time one connection attempt may take before it is abandoned",
     )  # fmt: skip
+    tls_ca: str = setting(
+        "", env="TTS_UPSTREAM_CA", flag="--upstream-ca",
+        doc="PEM CA the workers' certificates must come from; set, worker connections use TLS (empty: plaintext)",
+    )  # fmt: skip
+    tls_cert: str = setting(
+        "", env="TTS_UPSTREAM_CERT", flag="--upstream-cert", doc="PEM client certificate the gateway shows its workers (mutual TLS)"
+    )
+    tls_key: str = setting("", env="TTS_UPSTREAM_KEY", flag="--upstream-key", doc="PEM private key of --upstream-cert")
+    tls_server_name: str = setting(
+        "", env="TTS_UPSTREAM_SERVER_NAME", flag="--upstream-server-name",
+        doc="name every worker certificate is checked against instead of the endpoint's host (empty: the host)",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("--upstream-cert and --upstream-key go together: give both or neither")
+        if (self.tls_cert or self.tls_server_name) and not self.tls_ca:
+            raise ValueError("--upstream-cert and --upstream-server-name need --upstream-ca: the workers are verified against it")
         for kind, endpoints in (("acoustic", self.acoustic), ("vocoder", self.vocoder)):
             if not endpoints:
                 raise ValueError(f"the gateway needs at least one --{kind} endpoint")
@@ -83,7 +105,7 @@ class UpstreamSettings:
                 raise ValueError(f"a --{kind} address is listed twice ({', '.join(addresses)}); list each worker once")
 
 
-def channel_options(settings: UpstreamSettings) -> list[tuple[str, int]]:
+def channel_options(settings: UpstreamSettings) -> list[tuple[str, int | str]]:
     """gRPC arguments of the gateway's worker channels: message sizes, keepalive, fast reconnects."""
     options = dict(CHANNEL_OPTIONS)
     options.update(
@@ -99,4 +121,20 @@ def channel_options(settings: UpstreamSettings) -> list[tuple[str, int]]:
             "grpc.enable_retries": 0,
         }
     )
+    if settings.tls_server_name:
+        options["grpc.ssl_target_name_override"] = settings.tls_server_name
     return list(options.items())
+
+
+def channel_credentials(settings: UpstreamSettings) -> grpc.ChannelCredentials | None:
+    """TLS credentials of the worker channels (mutual with a client certificate), or None for plaintext.
+
+    A worker's certificate must name the host of its endpoint (an IP address SAN for 127.0.0.1, a
+    DNS SAN for a Kubernetes Service name) or `--upstream-server-name`.
+    """
+    if not settings.tls_ca:
+        return None
+    ca = PemFile(settings.tls_ca, "--upstream-ca")
+    if not settings.tls_cert:
+        return tls.channel_credentials(ca)
+    return tls.channel_credentials(ca, PemFile(settings.tls_cert, "--upstream-cert"), PemFile(settings.tls_key, "--upstream-key"))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Final
+from typing import Any, AsyncIterator, Final, Iterator, Sequence
 
 import grpc
 import numpy as np
@@ -26,6 +26,7 @@ from libs.upstream.calls import CALL_ERRORS, Deadline, StreamEnded, WorkerSilent
 from libs.upstream.pool import WorkerPool
 from libs.upstream.resumable import ResumableCall
 from libs.wire.errors import DownstreamError
+from libs.wire.limits import MAX_FRAMES_PER_MESSAGE
 
 # A vocoder answers a step once its frames have arrived: at most 128 frames, plus the 21 its output
 # lags the mel. Past this many unanswered frames (with a wide margin) it owes samples even before
@@ -79,8 +80,8 @@ class ResumableVocoderStream(ResumableCall):
         self._delivered_elsewhere: dict[int, int] = {}  # sentence -> samples the client got from elsewhere
 
     async def send(self, slices: list[mel_pb2.MelSlice]) -> None:
-        """Vocode `slices` (consecutive, of one sentence, in order), in one message; they are kept for
-        priming a reopened stream."""
+        """Vocode `slices` (consecutive, of one sentence, in order), in one message (several for more
+        than MAX_FRAMES_PER_MESSAGE frames); they are kept for priming a reopened stream."""
         if not slices:
             return
         async with self._lock:
@@ -95,7 +96,8 @@ class ResumableVocoderStream(ResumableCall):
                 self._owed_since_s = time.monotonic()
             if self._call is not None:
                 try:
-                    await self._call.write(vocoder_pb2.VocodeRequest(slices=slices))
+                    for message in _requests(slices, context_only=False):
+                        await self._call.write(message)
                 except CALL_ERRORS:
                     pass  # the reader sees the broken call and reopens it with these slices included
 
@@ -219,7 +221,20 @@ class ResumableVocoderStream(ResumableCall):
             context = [s for s in sentence.slices if position == 0 and s.first_frame + s.frame_count <= client_frame]
             rest = sentence.slices[len(context) :]
             for slices, context_only in ((context, True), (rest, False)):
-                if slices:
-                    await call.write(vocoder_pb2.VocodeRequest(slices=slices, context_only=context_only))
+                for message in _requests(slices, context_only):
+                    await call.write(message)
         if self._writing_done:
             await call.done_writing()
+
+
+def _requests(slices: Sequence[mel_pb2.MelSlice], context_only: bool) -> Iterator[vocoder_pb2.VocodeRequest]:
+    """`slices` in as few VocodeRequests as keep each within MAX_FRAMES_PER_MESSAGE frames (the
+    vocoder's message limit is sized for that); a slice is never cut."""
+    start, frames = 0, 0
+    for end, mel_slice in enumerate(slices):
+        if frames and frames + mel_slice.frame_count > MAX_FRAMES_PER_MESSAGE:
+            yield vocoder_pb2.VocodeRequest(slices=slices[start:end], context_only=context_only)
+            start, frames = end, 0
+        frames += mel_slice.frame_count
+    if start < len(slices):
+        yield vocoder_pb2.VocodeRequest(slices=slices[start:], context_only=context_only)

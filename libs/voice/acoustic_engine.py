@@ -4,7 +4,8 @@ The text encoder and durations run once per sentence and draw all of the sentenc
 front from its seed; the mel then comes in growing chunks: the flow and the mel head over each
 chunk plus their receptive field of latent context, trimmed back. On a CPU the text encoder (and,
 for a single-speaker voice, the stochastic duration predictor, in the same graph) runs in
-onnxruntime (`libs.models.onnx_encoder`), in float32 whatever the precision setting.
+onnxruntime (`libs.models.onnx_encoder`), in float32 whatever the precision setting; in float32 the
+flow and mel head's steps do too (`libs.models.onnx_stream`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 from libs.models.commons import sequence_mask
 from libs.models.mel_bridge import MelHead, load_mel_head
 from libs.models.onnx_encoder import OnnxFrontEnd, OnnxTextEncoder, onnx_durations_supported, onnx_encoder_supported
+from libs.models.onnx_stream import STEP_KINDS, OnnxStreamNetwork
 from libs.models.streaming import NO_END, StepInput, StepOutput, StreamNetwork, output_lag
 from libs.models.vits import (
     EncoderOutput,
@@ -34,9 +36,13 @@ from libs.voice.batching import padding_groups
 from libs.voice.inputs import SynthesisInputs, SynthesisParams
 from libs.voice.chunking import ACOUSTIC_SCHEDULE, ChunkSchedule, context_window
 from libs.voice.precision import resolve_precision
-from libs.voice.runtime import BatchedEngine, EngineSettings, ModelRuntime, run_stream_steps
+from libs.voice.runtime import BatchedEngine, EngineSettings, ModelRuntime, run_stream_steps, stream_version_parts
 
 ENCODER_BACKENDS: Final = ("onnxruntime", "torch")
+# With the default schedule a sentence has a later step (neither its first nor its last) only past
+# 32 + 38 + 1024 frames (12.7 s): those stay in torch, which saves a graph's copy of the flow's
+# weights (25-55 MB of memory) for a rare step.
+ONNX_STEP_KINDS: Final = tuple(kind for kind in STEP_KINDS if kind.first or kind.last)
 
 
 @dataclass
@@ -147,6 +153,7 @@ class AcousticEngine(BatchedEngine):
         self._front_end, self._onnx_encoder = self._load_onnx_graphs()
         # A convolutional flow and the mel head stream: each step computes only new frames.
         self._network: StreamNetwork | None = None
+        self._onnx: OnnxStreamNetwork | None = None
         self.lag_frames = 0
         """Frames the streamed mel lags behind the prior samples fed (the first step's extra input)."""
         if self.flow_context_frames is not None:
@@ -154,6 +161,12 @@ class AcousticEngine(BatchedEngine):
             probe_g = torch.zeros(acoustic.config.gin_channels, 1) if self.num_speakers > 1 else None
             self.lag_frames = output_lag(self._network, acoustic.config.inter_channels, self.device, probe_g)
             self._network.first_step_width = schedule.chunk_frames(0) + self.lag_frames
+            if self.num_speakers <= 1:  # the step graphs take no speaker input
+                channels = acoustic.config.inter_channels
+                self._onnx = self._runtime.onnx_network(self._network, "flow-head", channels, self.lag_frames + 1, ONNX_STEP_KINDS)
+        self.stream_backend = "torch" if self._onnx is None else "onnxruntime"
+        """Where a sentence's flow + mel head steps run (`EngineSettings.stream_backend`; a
+        multi-speaker voice's stay in torch)."""
     
     def _load_onnx_graphs(self) -> tuple[OnnxFrontEnd | None, OnnxTextEncoder | None]:
         """(front end, encoder): the onnxruntime graph the text side runs in, or neither for "torch"."""
@@ -190,6 +203,8 @@ class AcousticEngine(BatchedEngine):
             assets.file_digest(assets.mel_head_path),
             f"precision={resolve_precision(settings.precision, settings.device)}",
             encoder_version_part(voice.acoustic.config, backend),
+            # Only a single-speaker voice's steps have graphs (they take no speaker input).
+            *(stream_version_parts(settings) if voice.acoustic.config.n_speakers <= 1 else []),
         ]
         version = model_version_of(assets.name, parts)
         return cls(
@@ -307,7 +322,7 @@ class AcousticEngine(BatchedEngine):
     def _step_batch(self, jobs: Sequence[StepInput]) -> list[StepOutput]:
         """Several sentences' steps; steps of similar sizes run as one padded call."""
         assert self._network is not None
-        return run_stream_steps(self._network, jobs, self._runtime, self.lag_frames + 1)
+        return run_stream_steps(self._network, jobs, self._runtime, self.lag_frames + 1, self._onnx)
 
     def _window_job(self, plan: SentencePlan, start: int, end: int, total: int) -> _MelWindowJob:
         context = (self.flow_context_frames or total) + self.head_context_frames
@@ -338,13 +353,16 @@ class AcousticEngine(BatchedEngine):
         return mels
 
     def warm_up(self) -> None:
-        """Run one short sentence, and a long sentence's first step, so the first real request pays no
-        first-call costs (onnxruntime's, and the packing of the first step's kernels, included)."""
+        """Run one short sentence, and a long sentence's first and last steps, so the first real
+        request pays no first-call costs (onnxruntime's, and the packing of the first step's kernels,
+        included)."""
         ids = [1, 0, 20, 0, 59, 0, 24, 0, 27, 0, 2]
         plan = self.plan(ids, SynthesisParams(), seed=0)
         for _ in self.mel_chunks(plan):
             pass
         if self._network is not None and self._network.first_step_width is not None:
-            prior = torch.zeros(self.acoustic.config.inter_channels, self._network.first_step_width, device=self.device)
+            first, last = self._network.first_step_width, 8
+            prior = torch.zeros(self.acoustic.config.inter_channels, first + last, device=self.device)
             g = None if plan.g is None else plan.g[0]
-            self._runtime.run(StepInput(prior, start=0, low=0, high=NO_END, state=None, g=g))
+            head = self._runtime.run(StepInput(prior[:, :first], start=0, low=0, high=NO_END, state=None, g=g))
+            self._runtime.run(StepInput(prior[:, first:], start=first, low=0, high=first + last, state=head.state, g=g))

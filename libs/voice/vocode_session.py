@@ -8,16 +8,22 @@ drop anything the client already has.
 
 Taking a slice (`accept`) is bookkeeping; vocoding (`step`) is model work, one step at a time, so a
 server answers after every step even when one message brings a whole sentence.
+
+A worker trusts no caller: `StreamSlices` checks every slice of a stream (its utterance, sentence
+and frame numbers, its bands and values) before any of it reaches a session, so a bad one is an
+InvalidRequestError that says what to fix, never a crash or a model fed garbage.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
 from libs.wire.errors import InvalidRequestError
+from libs.wire.limits import MAX_ID_CHARS, MAX_SENTENCE_FRAMES
+from libs.wire.mel_slices import checked_frames
 
 
 class VocoderStreamLike(Protocol):
@@ -76,7 +82,8 @@ class SentenceSession:
             raise InvalidRequestError(f"sentence {self.sentence_index} already ended with is_last")
         if first_frame != self._next_frame:
             raise InvalidRequestError(
-                f"sentence {self.sentence_index}: slice starts at frame {first_frame}, expected {self._next_frame} (no gaps)"
+                f"sentence {self.sentence_index}: slice starts at frame {first_frame}, expected {self._next_frame} "
+                "(no gaps, no overlaps)"
             )
         if context_only and self._stream is not None:
             raise InvalidRequestError("context-only slices must come before the first slice to emit")
@@ -117,3 +124,87 @@ class SentenceSession:
         block = SampleBlock(first_sample=self._next_sample, samples=samples, is_last=is_last)
         self._next_sample += len(samples)
         return block
+
+
+class StreamSlices:
+    """One Vocode stream's slices, each checked, then handed to its sentence's session.
+
+    Sentences of one utterance come in increasing order, each one whole before the next begins.
+    Every slice of a sentence names the same total frame count (at most MAX_SENTENCE_FRAMES), lies
+    inside it, and the one that reaches its end is marked is_last. Context-only slices lie inside
+    the sentence too, which bounds how much context a resume may send.
+    """
+
+    def __init__(self, n_mels: int, hop_length: int, open_stream: OpenStream) -> None:
+        self._n_mels = n_mels
+        self._hop_length = hop_length
+        self._open_stream = open_stream
+        self._utterance_id: str | None = None
+        self._frame_count = 0  # of the current sentence
+        self.session: SentenceSession | None = None
+        """The sentence being vocoded (None before the first slice)."""
+
+    @property
+    def unfinished(self) -> SentenceSession | None:
+        """The session of a sentence that has not ended, if any (a stream must not end inside one)."""
+        session = self.session
+        return session if session is not None and not session.finished else None
+
+    def accept(self, mel_slice: Any, context_only: bool) -> SentenceSession:
+        """Check `mel_slice` (a MelSlice) and give it to its sentence's session; returns that session."""
+        self._check_utterance(mel_slice.utterance_id)
+        session = self.session
+        new_sentence = session is None or mel_slice.sentence_index != session.sentence_index
+        if new_sentence:
+            self._check_new_sentence(mel_slice)
+        frames = checked_frames(mel_slice, self._n_mels)
+        self._check_frames(mel_slice, frame_count=mel_slice.sentence_frame_count if new_sentence else self._frame_count)
+        if new_sentence:
+            session = SentenceSession(mel_slice.sentence_index, mel_slice.first_frame, self._hop_length, self._open_stream)
+        assert session is not None
+        session.check_slice(mel_slice.first_frame, context_only)
+        session.accept(mel_slice.first_frame, frames, context_only, mel_slice.is_last)
+        self.session, self._frame_count = session, mel_slice.sentence_frame_count
+        return session
+
+    def _check_utterance(self, utterance_id: str) -> None:
+        if self._utterance_id is None:
+            if len(utterance_id) > MAX_ID_CHARS:
+                raise InvalidRequestError(f"utterance_id is {len(utterance_id)} characters long; use at most {MAX_ID_CHARS}")
+            self._utterance_id = utterance_id
+        elif utterance_id != self._utterance_id:
+            raise InvalidRequestError("every slice of a stream must carry the utterance_id of its first slice")
+
+    def _check_new_sentence(self, mel_slice: Any) -> None:
+        session, index = self.session, mel_slice.sentence_index
+        if session is not None and not session.finished:
+            raise InvalidRequestError(f"sentence {session.sentence_index} ended without a slice marked is_last")
+        if index < 0:
+            raise InvalidRequestError(f"sentence_index {index} is negative; sentences count from 0")
+        if session is not None and index < session.sentence_index:
+            raise InvalidRequestError(
+                f"sentence {index} came after sentence {session.sentence_index}; send sentences in increasing order"
+            )
+        if not 1 <= mel_slice.sentence_frame_count <= MAX_SENTENCE_FRAMES:
+            raise InvalidRequestError(
+                f"sentence_frame_count {mel_slice.sentence_frame_count} is outside 1..{MAX_SENTENCE_FRAMES}"
+            )
+
+    def _check_frames(self, mel_slice: Any, frame_count: int) -> None:
+        """The slice's place in its sentence: inside it, with is_last exactly on the sentence's last frame."""
+        index = mel_slice.sentence_index
+        if mel_slice.sentence_frame_count != frame_count:
+            raise InvalidRequestError(
+                f"sentence {index}: slice says the sentence has {mel_slice.sentence_frame_count} frames; "
+                f"its first slice said {frame_count}"
+            )
+        if mel_slice.slice_index < 0 or mel_slice.first_frame < 0:
+            raise InvalidRequestError(f"sentence {index}: slice_index and first_frame must not be negative")
+        end = mel_slice.first_frame + mel_slice.frame_count
+        if end > frame_count:
+            raise InvalidRequestError(f"sentence {index}: slice ends at frame {end}, past the sentence's {frame_count} frames")
+        if mel_slice.is_last != (end == frame_count):
+            raise InvalidRequestError(
+                f"sentence {index}: the slice that ends at frame {frame_count} (the sentence's last) and only that "
+                f"one is marked is_last; this one ends at frame {end} with is_last={mel_slice.is_last}"
+            )

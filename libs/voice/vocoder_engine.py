@@ -2,7 +2,8 @@
 
 `VocoderStream` vocodes each step of the schedule as soon as its frames are there, on top of the
 layer tails the previous steps left (no context is ever recomputed), and returns the samples that
-became exact: all but the network's lag, which the sentence's end flushes out.
+became exact: all but the network's lag, which the sentence's end flushes out. In float32 on a CPU
+a stream's steps run in onnxruntime (`libs.models.onnx_stream`), the same steps on the same tails.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from libs.voice.assets import VoiceAssets, default_voice_assets
 from libs.voice.batching import padding_groups
 from libs.voice.chunking import LAST_STEP_BUCKET_FRAMES, VOCODER_SCHEDULE, ChunkSchedule
 from libs.voice.precision import resolve_precision
-from libs.voice.runtime import BatchedEngine, EngineSettings, ModelRuntime, run_stream_steps
+from libs.voice.runtime import BatchedEngine, EngineSettings, ModelRuntime, run_stream_steps, stream_version_parts
 
 
 class VocoderEngine(BatchedEngine):
@@ -61,6 +62,13 @@ class VocoderEngine(BatchedEngine):
         self.lag_frames = -(-output_lag(self._network, n_mels, self.device) // hop_length)
         """Frames the streamed output lags behind the mel pushed (the last step lets them out)."""
         self._network.first_step_width = schedule.chunk_frames(0)
+        self._onnx = self._runtime.onnx_network(self._network, "vocoder", n_mels, self.lag_frames + 1)
+        self.stream_backend = "torch" if self._onnx is None else "onnxruntime"
+        """Where a stream's steps run when it runs alone (`EngineSettings.stream_backend`)."""
+        # torch pads a stream's last step to a width it has seen before (see LAST_STEP_BUCKET_FRAMES);
+        # onnxruntime sets nothing up per width, so there the last step is exactly what is left.
+        self.last_step_bucket_frames = LAST_STEP_BUCKET_FRAMES if self._onnx is None else 1
+        """A stream's last step is padded to a multiple of this many frames."""
 
     @classmethod
     def load(
@@ -76,6 +84,7 @@ class VocoderEngine(BatchedEngine):
         # Like the acoustic side's, the version names the arithmetic: audio heads and resumes are
         # shared only between vocoders whose samples agree bit for bit.
         digests = [voice.onnx_sha256, assets.file_digest(assets.mel_adapter_path), _precision_part(settings, device)]
+        digests += stream_version_parts(settings, device)
         if assets.decoder_path is not None:
             digests.append(assets.file_digest(assets.decoder_path))
         return cls(
@@ -104,7 +113,9 @@ class VocoderEngine(BatchedEngine):
             weights.update(name.encode() + tensor.detach().cpu().contiguous().numpy().tobytes())
         return cls(
             MelVocoder(None, generator),
-            model_version=model_version_of("hifigan", [weights.hexdigest(), _precision_part(settings, device)]),
+            model_version=model_version_of(
+                "hifigan", [weights.hexdigest(), _precision_part(settings, device), *stream_version_parts(settings, device)]
+            ),
             sample_rate_hz=sample_rate_hz,
             hop_length=generator.config.hop_length,
             n_mels=generator.config.in_channels,
@@ -148,7 +159,7 @@ class VocoderEngine(BatchedEngine):
 
     def _step_batch(self, jobs: Sequence[StepInput]) -> list[StepOutput]:
         """Several streams' steps; streams of similar step sizes run as one padded call."""
-        return run_stream_steps(self._network, jobs, self._runtime, self.lag_frames + 1)
+        return run_stream_steps(self._network, jobs, self._runtime, self.lag_frames + 1, self._onnx)
 
     def resume_origin_frame(self, emit_from_frame: int) -> int:
         """First frame to prime a resumed stream with so that it is bit-identical to the stream it
@@ -163,13 +174,15 @@ class VocoderEngine(BatchedEngine):
         return VocoderStream(self, origin_frame, origin_frame if emit_from_frame is None else emit_from_frame)
 
     def warm_up(self) -> None:
-        """Vocode a short stretch of silence-like mel, whole and streamed, so the first real request
-        pays no first-call costs (the packing of the first step's kernels included)."""
-        silence = np.full((self.n_mels, 32), -5.0, dtype=np.float32)
-        self.vocode(silence)
-        stream = self.open_stream()
-        stream.push(np.concatenate([silence] * 3, axis=1))
-        stream.finish()
+        """Vocode a short stretch of silence-like mel, whole and streamed through every kind of
+        step, so the first real request pays no first-call costs (the packing of the first step's
+        kernels, and each onnxruntime graph's first run, included)."""
+        silence = np.full((self.n_mels, 3 * 32 + 8), -5.0, dtype=np.float32)
+        self.vocode(silence[:, :32])
+        for frames in (silence.shape[1], 8):  # a first, a later and a last step; a one-step sentence
+            stream = self.open_stream()
+            stream.push(silence[:, :frames])
+            stream.finish()
 
 
 @dataclass
@@ -285,8 +298,8 @@ class VocoderStream:
         if total is not None:
             # Past the end every frame is edge padding (masked to zeros), so a last step may be
             # wider: a width seen before reuses the CPU's compiled convolutions (a new one costs
-            # ~20 ms to set up, more than vocoding 40 frames), and last steps vary in length.
-            bucket = LAST_STEP_BUCKET_FRAMES
+            # ~20 ms to set up in torch, more than vocoding 40 frames), and last steps vary in length.
+            bucket = self.engine.last_step_bucket_frames
             frames = np.pad(frames, ((0, 0), (0, -frames.shape[1] % bucket)))
         job = StepInput(torch.from_numpy(np.ascontiguousarray(frames)), start, self.origin_frame, NO_END if total is None else total, self._state)
         output = self.engine.vocode_step(job)

@@ -6,6 +6,8 @@ status in one place, `libs.serving.status`.
 
 from __future__ import annotations
 
+from typing import Final
+
 import grpc
 
 
@@ -31,3 +33,22 @@ class DownstreamError(MeshError):
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+MAX_ECHO_CHARS: Final = 64
+"""Most characters of a client's value an error message repeats."""
+
+
+def echo(value: str, limit: int = MAX_ECHO_CHARS) -> str:
+    """`value` quoted for an error message: whole when short, else its first `limit` characters, an
+    ellipsis and its length, so that no message carries unbounded client input."""
+    return repr(value) if len(value) <= limit else f"{value[:limit]!r}{_cut(len(value))}"
+
+
+def shortened(text: str, limit: int) -> str:
+    """`text` whole when it has at most `limit` characters, else its first `limit`, an ellipsis and its length."""
+    return text if len(text) <= limit else f"{text[:limit]}{_cut(len(text))}"
+
+
+def _cut(length: int) -> str:
+    return f"… ({length} characters)"

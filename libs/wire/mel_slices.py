@@ -13,12 +13,14 @@ import numpy as np
 
 from libs.audio.slicing import DEFAULT_SLICE_MS, slice_bounds
 from libs.pb.tts.common.v1 import mel_pb2
+from libs.wire.errors import InvalidRequestError
+from libs.wire.limits import MAX_SLICE_FRAMES, MEL_VALUE_LIMIT
 
 _WIRE_DTYPES: Final = {mel_pb2.MEL_DTYPE_FLOAT32: np.dtype("<f4"), mel_pb2.MEL_DTYPE_FLOAT16: np.dtype("<f2")}
 
 
-class MelFormatError(ValueError):
-    """A MelSlice whose sizes or dtype do not add up."""
+class MelFormatError(InvalidRequestError, ValueError):
+    """A MelSlice whose sizes, dtype or values do not add up (the sender's fault: INVALID_ARGUMENT)."""
 
 
 @dataclass(frozen=True)
@@ -141,4 +143,22 @@ def frames_of(message: mel_pb2.MelSlice) -> np.ndarray:
         )
     values = np.frombuffer(message.frames, dtype=wire).reshape(message.frame_count, message.n_mels)
     return values.T.astype(np.float32)
+
+
+def checked_frames(message: mel_pb2.MelSlice, n_mels: int) -> np.ndarray:
+    """The frames of a slice from an untrusted sender, as float32 [n_mels, frame_count]; MelFormatError
+    unless they are `n_mels` bands of 1 to MAX_SLICE_FRAMES frames of finite log-mel values."""
+    if message.n_mels != n_mels:
+        raise MelFormatError(f"mel slice has {message.n_mels} bands; this model takes {n_mels}")
+    if not 1 <= message.frame_count <= MAX_SLICE_FRAMES:
+        raise MelFormatError(f"mel slice has frame_count {message.frame_count}; a slice holds 1 to {MAX_SLICE_FRAMES} frames")
+    frames = frames_of(message)
+    if not np.isfinite(frames).all():
+        raise MelFormatError(f"mel slice {message.slice_index} holds NaN or infinite values; send finite log-mel")
+    peak = float(np.abs(frames).max())
+    if peak > MEL_VALUE_LIMIT:
+        raise MelFormatError(
+            f"mel slice {message.slice_index} holds a value of magnitude {peak:g}; log-mel values lie within ±{MEL_VALUE_LIMIT:g}"
+        )
+    return frames
 

@@ -4,19 +4,24 @@ protobuf rejects a `string` field that is not valid UTF-8 when it parses a messa
 answer such a request with a generic error. The gateway decodes requests itself: a message that
 fails to parse becomes an `UndecodableRequest` carrying a precise reason (which field, which byte),
 and the servicer answers it with INVALID_ARGUMENT like any other bad input.
+
+Finding the bad field must stay cheap whatever the client sent (the decoder runs on the event
+loop): the message is parsed again, natively, as its "bytes twin" (the same message with every
+`string` field declared `bytes`, which protobuf does not check), and only the fields the schema
+knows are looked at, however many unknown ones the request carries.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable, Iterator, TypeVar
 
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.descriptor import Descriptor, FieldDescriptor, FileDescriptor
 from google.protobuf.message import DecodeError, Message
 
 M = TypeVar("M", bound=Message)
-
-_VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
 
 
 @dataclass(frozen=True)
@@ -42,66 +47,76 @@ def request_decoder(message_type: type[M]) -> Callable[[bytes], M | UndecodableR
 def describe_decode_failure(descriptor: Descriptor, data: bytes) -> str:
     """Explain why `data` is not a valid `descriptor` message, naming the first bad string field if any."""
     try:
-        problem = _first_invalid_string(descriptor, data, prefix="")
-    except ValueError:
-        problem = None
+        twin = _bytes_twin(descriptor).FromString(data)
+    except DecodeError:
+        twin = None  # not even the wire format holds
+    problem = None if twin is None else _first_invalid_string(descriptor, twin, prefix="")
     if problem:
         return problem
     return f"the request is not a valid {descriptor.full_name} message"
 
 
-def _first_invalid_string(descriptor: Descriptor, data: bytes, prefix: str) -> str | None:
-    for number, wire_type, value in _iter_fields(data):
-        field = descriptor.fields_by_number.get(number)
-        if field is None or wire_type != _LENGTH_DELIMITED:
-            continue
+def _first_invalid_string(descriptor: Descriptor, twin: Message, prefix: str) -> str | None:
+    """The first string field (in schema order, nested messages included) of `twin` that is not UTF-8."""
+    for twin_field, value in twin.ListFields():
+        field = descriptor.fields_by_number[twin_field.number]
         name = prefix + field.name
-        if field.type == FieldDescriptor.TYPE_STRING:
-            try:
-                bytes(value).decode("utf-8")
-            except UnicodeDecodeError as error:
-                return (
-                    f"field `{name}` is not valid UTF-8: byte 0x{value[error.start]:02x} at byte offset {error.start}; "
-                    "send text encoded as UTF-8"
-                )
-        elif field.type == FieldDescriptor.TYPE_MESSAGE:
-            nested = _first_invalid_string(field.message_type, bytes(value), prefix=name + ".")
-            if nested:
-                return nested
+        for item in _values(field, value):
+            if field.type == FieldDescriptor.TYPE_STRING:
+                problem = _utf8_problem(name, item)
+            elif field.type == FieldDescriptor.TYPE_MESSAGE:
+                problem = _first_invalid_string(field.message_type, item, prefix=name + ".")
+            else:
+                problem = None
+            if problem:
+                return problem
     return None
 
 
-def _iter_fields(data: bytes) -> Iterator[tuple[int, int, bytes]]:
-    """(field number, wire type, raw value) of each top-level field; ValueError on malformed wire data."""
-    position = 0
-    while position < len(data):
-        key, position = _read_varint(data, position)
-        number, wire_type = key >> 3, key & 7
-        if wire_type == _VARINT:
-            _, end = _read_varint(data, position)
-        elif wire_type == _FIXED64:
-            end = position + 8
-        elif wire_type == _FIXED32:
-            end = position + 4
-        elif wire_type == _LENGTH_DELIMITED:
-            length, position = _read_varint(data, position)
-            end = position + length
-        else:
-            raise ValueError(f"unsupported wire type {wire_type}")
-        if end > len(data):
-            raise ValueError("truncated field")
-        yield number, wire_type, data[position:end]
-        position = end
+def _values(field: FieldDescriptor, value: object) -> Iterator[object]:
+    """The values a field holds: one for a singular field, each of a repeated one (a map's entries
+    as messages of its entry type are not reached: no request of ours has a map)."""
+    if field.is_repeated:
+        yield from value  # type: ignore[attr-defined]
+    else:
+        yield value
 
 
-def _read_varint(data: bytes, position: int) -> tuple[int, int]:
-    value = 0
-    for shift in range(0, 64, 7):
-        if position >= len(data):
-            raise ValueError("truncated varint")
-        byte = data[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, position
-    raise ValueError("varint longer than 10 bytes")
+def _utf8_problem(name: str, raw: object) -> str | None:
+    try:
+        bytes(raw).decode("utf-8")  # type: ignore[call-overload]
+    except UnicodeDecodeError as error:
+        return (
+            f"field `{name}` is not valid UTF-8: byte 0x{error.object[error.start]:02x} at byte offset {error.start}; "
+            "send text encoded as UTF-8"
+        )
+    return None
+
+
+@lru_cache(maxsize=None)
+def _bytes_twin(descriptor: Descriptor) -> type[Message]:
+    """The message class of `descriptor` with every string field (its file's and its imports') as bytes."""
+    pool = descriptor_pool.DescriptorPool()
+    for file in _with_imports(descriptor.file):
+        proto = descriptor_pb2.FileDescriptorProto()
+        file.CopyToProto(proto)
+        for message in proto.message_type:
+            _strings_to_bytes(message)
+        pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(descriptor.full_name))
+
+
+def _with_imports(file: FileDescriptor) -> list[FileDescriptor]:
+    """`file` after everything it imports, each once."""
+    ordered: list[FileDescriptor] = []
+    for dependency in file.dependencies:
+        ordered.extend(found for found in _with_imports(dependency) if found not in ordered)
+    return [*ordered, file]
+
+
+def _strings_to_bytes(message: descriptor_pb2.DescriptorProto) -> None:
+    for field in message.field:
+        if field.type == descriptor_pb2.FieldDescriptorProto.TYPE_STRING:
+            field.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
+    for nested in message.nested_type:
+        _strings_to_bytes(nested)

@@ -11,11 +11,11 @@ import grpc
 
 from libs.audio.slicing import DEFAULT_SLICE_MS
 from libs.serving.admission import Admission
+from libs.serving.memory import RELEASER
 from libs.serving.status import abort_for
-from libs.wire.errors import InvalidRequestError
 from libs.wire.mel_slices import SliceCutter, to_message
 from libs.serving.server import StreamTracker
-from libs.voice.checks import check_sentence_request
+from libs.voice.checks import SentenceOrder, check_sentence_frames, check_sentence_request
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.telemetry import tracing
@@ -55,11 +55,13 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
     ) -> AsyncIterator[mel_pb2.MelSlices]:
         engine = await self._ready_engine(context)
         await self._admission.admit(context, engine)  # RESOURCE_EXHAUSTED when out of room
+        context.add_done_callback(RELEASER.call_done)  # a long sentence's memory goes back once the stream ends
         async with self._tracker.track(context):
+            order = SentenceOrder()
             async for request in request_iterator:
                 self._sentences_in_progress += 1
                 try:
-                    async for message in self._sentence(engine, request):
+                    async for message in self._sentence(engine, request, order):
                         yield message
                 except (asyncio.CancelledError, grpc.aio.AbortError):
                     raise
@@ -68,21 +70,30 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
                 finally:
                     self._sentences_in_progress -= 1
 
-    async def _sentence(self, engine: Any, request: acoustic_pb2.SentenceRequest) -> AsyncIterator[mel_pb2.MelSlices]:
+    async def _sentence(
+        self, engine: Any, request: acoustic_pb2.SentenceRequest, order: SentenceOrder
+    ) -> AsyncIterator[mel_pb2.MelSlices]:
         from libs.voice.engine import SynthesisParams  # torch-heavy: imported only inside the worker
 
         check_sentence_request(
+            utterance_id=request.utterance_id,
+            sentence_index=request.sentence_index,
             phoneme_ids=request.phoneme_ids,
             voice=request.voice,
             speaker_id=request.speaker_id,
             speed=request.speed,
+            noise_scale=request.noise_scale,
+            noise_w=request.noise_w,
             start_frame=request.start_frame,
             slice_ms=request.slice_ms,
+            dtype=request.dtype,
             expected_model_version=request.expected_model_version,
             worker_voice=self._voice_name,
             worker_model_version=engine.model_version,
             num_speakers=engine.num_speakers,
+            vocabulary_size=engine.acoustic.config.n_vocab,
         )
+        order.check(request.utterance_id, request.sentence_index)
         dtype = request.dtype or mel_pb2.MEL_DTYPE_FLOAT32
         params = SynthesisParams(
             speaker_id=request.speaker_id,
@@ -105,8 +116,7 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
             span=tracing.SPAN_ACOUSTIC_PLAN,
             span_attributes={tracing.ATTR_SENTENCE_INDEX: request.sentence_index, tracing.ATTR_PHONEME_COUNT: len(phoneme_ids)},
         )
-        if request.start_frame >= plan.frame_count:
-            raise InvalidRequestError(f"start_frame {request.start_frame} is past the sentence's {plan.frame_count} frames")
+        check_sentence_frames(request.sentence_index, plan.frame_count, request.start_frame, engine.hop_length / engine.sample_rate_hz)
         cutter = SliceCutter(
             plan.frame_count, engine.hop_length, engine.sample_rate_hz, request.slice_ms or DEFAULT_SLICE_MS, request.start_frame
         )

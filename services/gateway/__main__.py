@@ -5,21 +5,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
 from libs.serving.auth import ApiKeyGate, ApiKeyInterceptor
+from libs.serving.http_auth import ApiKeyAsgi
 from libs.serving.server import ServiceRuntime, freeze_startup_heap, run_service
 from libs.telemetry.metrics import GatewayMetrics
 from libs.cache.mel_cache import MelCache
 from libs.voice.registry import default_registry
 from libs.synthesis.synthesizer import Synthesizer
 from libs.synthesis.text_side import TextSide
+from libs.text.phonemizer_pool import PhonemizerPool
 from libs.serving.http import HttpListener
 from services.gateway.http_api import SpeechApi
 from services.gateway.servicer import SERVICE_NAME, TextToSpeechServicer, add_to_server
 from services.settings import GatewaySettings, load_gateway_settings
 from libs.upstream.pool import KINDS, WorkerPool
-from libs.upstream.settings import channel_credentials
 
 _log = logging.getLogger(__name__)
 
@@ -39,13 +41,10 @@ async def serve(settings: GatewaySettings) -> None:
     """Run the gateway until SIGTERM/SIGINT."""
     metrics = GatewayMetrics()
     registry = default_registry()
-    try:  # key, password and certificate files are read now: a bad one stops the gateway with its flag named
-        cache = MelCache.from_settings(settings.cache, on_outcome=metrics.cache_outcome)
-        gate = ApiKeyGate.from_settings(settings.auth, on_refused=metrics.auth_refused)
-        runtime = ServiceRuntime(settings.server, [SERVICE_NAME], metrics.registry, [ApiKeyInterceptor(gate)] if gate else [])
-        channel_credentials(settings.upstream)
-    except ValueError as error:  # KeyFileError, CacheSettingsError, KeysFileError, TlsFileError
-        raise SystemExit(f"gateway: {error}") from None
+    cache = MelCache.from_settings(settings.cache, on_outcome=metrics.cache_outcome)
+    # Key, certificate and password files are read here, before any port opens.
+    gate = ApiKeyGate.from_settings(settings.auth, on_refused=metrics.auth_refused)
+    runtime = ServiceRuntime(settings.server, [SERVICE_NAME], metrics.registry, [ApiKeyInterceptor(gate)] if gate else [])
     # The pool's routing counters (retries, resumes, ejections, ...) go on the same /metrics registry.
     pool = WorkerPool(
         settings.upstream,
@@ -56,20 +55,29 @@ async def serve(settings: GatewaySettings) -> None:
         registry=metrics.registry,
     )
     metrics.track_endpoints(lambda: [status for kind in KINDS for status in pool.table(kind).statuses()])
-    # One thread: phonemising a request takes milliseconds, and espeak-ng runs as one global instance.
+    # Text is normalised and cut on one thread; espeak-ng runs in child processes, where a text that
+    # crashes it cannot take the gateway down.
     text_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="text")
-    text_side = TextSide(text_executor, settings.limits.max_text_chars)
-    synthesizer = Synthesizer(pool=pool, cache=cache, text_side=text_side, max_streams=settings.limits.max_streams)
+    phonemizers = PhonemizerPool(settings.text.text_processes, settings.text.text_process_timeout_s)
+    text_side = TextSide(text_executor, settings.limits.max_text_chars, settings.text, phonemizers)
+    synthesizer = Synthesizer(
+        pool=pool, cache=cache, text_side=text_side, max_streams=settings.limits.max_streams,
+        max_streams_per_client=settings.limits.max_streams_per_client,
+    )  # fmt: skip
     servicer = TextToSpeechServicer(registry=registry, synthesizer=synthesizer, metrics=metrics)
     add_to_server(servicer, runtime.server)
     http = None
     if settings.http.http_port:
-        api = SpeechApi(synthesizer, registry, metrics, settings.http.http_max_body_bytes)
-        http = HttpListener(api.app(), settings.server.host, settings.http.http_port)
+        api = SpeechApi(synthesizer, registry, metrics, settings.http.http_max_body_bytes, _web_dir(settings.http.web_dir))
+        # The same API keys as the gRPC door, on the Authorization header of every API call (/v1/...);
+        # the web page's static files are public, its calls to the API carry a key like any other.
+        app = ApiKeyAsgi(api.app(), gate, guarded_prefixes=("/v1/",)) if gate else api.app()
+        http = HttpListener(app, settings.server.host, settings.http.http_port)
     await runtime.start()
     if http is not None:
         await http.start()
-    await text_side.warm_up(registry.default)  # espeak-ng and the phoneme map, before taking traffic
+    await phonemizers.start()
+    await text_side.warm_up(registry.default)  # every text process loads espeak-ng and the voice before SERVING
     freeze_startup_heap()
     pool.start()
     readiness = asyncio.create_task(_track_readiness(runtime, pool))
@@ -80,7 +88,16 @@ async def serve(settings: GatewaySettings) -> None:
     await runtime.shutdown()
     await pool.close()
     await cache.close()
+    await phonemizers.close()
     text_executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _web_dir(configured: str) -> Path | None:
+    """The web page's folder: the configured one, or the built page of this checkout."""
+    if configured == "none":
+        return None
+    folder = Path(configured) if configured else Path(__file__).resolve().parents[2] / "web" / "dist"
+    return folder if (folder / "index.html").is_file() else None
 
 
 def main() -> int:

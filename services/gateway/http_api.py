@@ -14,6 +14,7 @@ import base64
 import json
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, AsyncIterator, Final, Mapping
 
 import grpc
@@ -21,7 +22,8 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
 
 from libs.encoding.encoders import encoding_of
 from libs.pb.tts.v1 import tts_pb2
@@ -112,22 +114,26 @@ class SpeechRequest:
 class SpeechApi:
     """The routes of the HTTP door over one synthesizer."""
 
-    def __init__(self, synthesizer: Synthesizer, registry: VoiceRegistry, metrics: GatewayMetrics, max_body_bytes: int) -> None:
+    def __init__(
+        self, synthesizer: Synthesizer, registry: VoiceRegistry, metrics: GatewayMetrics, max_body_bytes: int, web_dir: Path | None = None
+    ) -> None:
         self._synthesizer = synthesizer
         self._registry = registry
         self._metrics = metrics
         self._max_body_bytes = max_body_bytes
+        self._web_dir = web_dir
 
     def app(self) -> Starlette:
-        """The ASGI application."""
-        return Starlette(
-            routes=[
-                Route("/v1/audio/speech", self.speech, methods=["POST"]),
-                Route("/v1/models", self.models, methods=["GET"]),
-                Route("/v1/models/{model_id}", self.model, methods=["GET"]),
-                Route("/v1/audio/voices", self.voices, methods=["GET"]),
-            ]
-        )
+        """The ASGI application: the API, and the web page at `/` when there is one."""
+        routes: list[Route | Mount] = [
+            Route("/v1/audio/speech", self.speech, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/models/{model_id}", self.model, methods=["GET"]),
+            Route("/v1/audio/voices", self.voices, methods=["GET"]),
+        ]
+        if self._web_dir is not None:
+            routes.append(Mount("/", StaticFiles(directory=self._web_dir, html=True), name="page"))
+        return Starlette(routes=routes)
 
     async def speech(self, request: Request) -> Response:
         meter = RequestMeter(self._metrics, METHOD)

@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator
 import grpc
 
 from libs.pb.tts.v1 import tts_pb2
+from libs.serving.memory import RELEASER
 from libs.serving.status import abort_for, grpc_status_for
 from libs.synthesis.options import SynthesisOptions, resolve_options
 from libs.synthesis.output import AudioChunk
@@ -40,7 +41,7 @@ class TextToSpeechServicer:
         async with self._call("Synthesize", context) as call:
             request = _checked(request)
             options = self._options(request)
-            chunks = await self._synthesizer.synthesize(request.text, options, context.time_remaining())
+            chunks = await self._synthesizer.synthesize(request.text, options, context.time_remaining(), client_of(context))
             call.voice(options.voice.name)
             async for chunk in chunks:
                 response = _response(chunk, options)
@@ -61,7 +62,9 @@ class TextToSpeechServicer:
                 raise InvalidRequestError("the first StreamingSynthesizeRequest must carry `config`")
             options = self._options(first.config)
             call.voice(options.voice.name)
-            chunks = self._synthesizer.synthesize_incremental(_text_pieces(request_iterator), options, context.time_remaining())
+            chunks = self._synthesizer.synthesize_incremental(
+                _text_pieces(request_iterator), options, context.time_remaining(), client_of(context)
+            )
             async for chunk in chunks:
                 response = _response(chunk, options)
                 call.sent(response)
@@ -103,6 +106,16 @@ class TextToSpeechServicer:
 
     def _call(self, method: str, context: grpc.aio.ServicerContext) -> "_CallScope":
         return _CallScope(self._metrics, method, context)
+
+
+def client_of(context: grpc.aio.ServicerContext) -> str:
+    """The caller's address without its port ("ipv4:10.0.0.7"), so all of one host's connections
+    count as one client; "" when gRPC does not say."""
+    peer = context.peer() or ""
+    kind, _, address = peer.partition(":")
+    if kind in ("ipv4", "ipv6") and ":" in address:
+        return f"{kind}:{address.rsplit(':', 1)[0]}"
+    return peer
 
 
 async def _text_pieces(request_iterator: AsyncIterator[Any]) -> AsyncIterator[str]:
@@ -175,13 +188,15 @@ class _CallScope:
 
     async def __aexit__(self, exc_type: Any, error: BaseException | None, traceback: Any) -> bool:
         self._metrics.inflight_streams.dec()
+        RELEASER.stream_ended()  # what the call held (audio, mel, a slow client's backlog) goes back soon
         if error is None:
             self._metrics.requests_total.labels(method=self._method, code="OK").inc()
             if self._last_audio_s is not None:
                 self._metrics.synthesis_seconds.labels(method=self._method).observe(self._last_audio_s - self._started_s)
             return False
-        if isinstance(error, (asyncio.CancelledError, grpc.aio.AbortError)):
-            code = "CANCELLED" if isinstance(error, asyncio.CancelledError) else _name(self._context.code())
+        if isinstance(error, (asyncio.CancelledError, GeneratorExit, grpc.aio.AbortError)):
+            # GeneratorExit: the client went away while a response was being sent, and the stream was closed.
+            code = _name(self._context.code()) if isinstance(error, grpc.aio.AbortError) else "CANCELLED"
             self._metrics.requests_total.labels(method=self._method, code=code).inc()
             return False
         if not isinstance(error, Exception):

@@ -11,11 +11,10 @@ import grpc
 import numpy as np
 
 from libs.serving.admission import Admission
+from libs.serving.memory import RELEASER
 from libs.serving.status import abort_for
-from libs.wire.errors import InvalidRequestError
-from libs.wire.mel_slices import frames_of
 from libs.serving.server import StreamTracker
-from libs.voice.vocode_session import SentenceSession
+from libs.voice.vocode_session import StreamSlices
 from libs.pb.tts.vocoder.v1 import vocoder_pb2, vocoder_pb2_grpc
 from libs.telemetry.inference import InferenceRunner
 from libs.telemetry.metrics import STAGE_CHUNK, VocoderMetrics
@@ -38,13 +37,14 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
     ) -> AsyncIterator[vocoder_pb2.VocodeResponse]:
         engine = await self._ready_engine(context)
         await self._admission.admit(context, engine)  # RESOURCE_EXHAUSTED when out of room
+        context.add_done_callback(RELEASER.call_done)  # a long sentence's memory goes back once the stream ends
         async with self._tracker.track(context):
-            session: SentenceSession | None = None
+            stream = StreamSlices(engine.n_mels, engine.hop_length, engine.open_stream)
             async for request in request_iterator:
                 received_s = time.perf_counter()
                 for mel_slice in request.slices:
                     try:
-                        session = self._accept(engine, session, mel_slice, request.context_only)
+                        session = stream.accept(mel_slice, request.context_only)
                     except Exception as error:  # every failure goes through the one status table
                         await abort_for(context, error)
                         return
@@ -74,28 +74,15 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
                             sample_rate_hz=engine.sample_rate_hz,
                             is_last=block.is_last,
                         )
-            if session is not None and not session.finished:
+            unfinished = stream.unfinished
+            if unfinished is not None:
                 # A cancelling gateway's stream also just ends here, a moment before the call is marked
                 # cancelled; give that moment, so only a real protocol error is answered as one.
                 await asyncio.sleep(CANCEL_GRACE_S)
                 await context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT, f"stream ended inside sentence {session.sentence_index} (no is_last)"
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"stream ended inside sentence {unfinished.sentence_index}; end each sentence with a slice marked is_last",
                 )
-
-    def _accept(
-        self, engine: Any, session: SentenceSession | None, mel_slice: Any, context_only: bool
-    ) -> SentenceSession:
-        """Check `mel_slice` and hand it to its sentence's session (a new one for a new sentence)."""
-        if session is None or session.finished or mel_slice.sentence_index != session.sentence_index:
-            if session is not None and not session.finished:
-                raise InvalidRequestError(f"sentence {session.sentence_index} ended without a slice marked is_last")
-            session = SentenceSession(mel_slice.sentence_index, mel_slice.first_frame, engine.hop_length, engine.open_stream)
-        session.check_slice(mel_slice.first_frame, context_only)
-        frames = frames_of(mel_slice)
-        if frames.shape[0] != engine.n_mels:
-            raise InvalidRequestError(f"mel slice has {frames.shape[0]} bands; this vocoder takes {engine.n_mels}")
-        session.accept(mel_slice.first_frame, frames, context_only, mel_slice.is_last)
-        return session
 
     def install(self, engine: Any) -> None:
         """Serve with `engine` from now on (the model has loaded and warmed up)."""

@@ -1,4 +1,9 @@
-"""Start Redis and the three services as real processes on free loopback ports; stop them cleanly."""
+"""Start Redis and the three services as real processes on free loopback ports; stop them cleanly.
+
+Secured by default as `make run` is (libs.devmesh.local_secrets, made in the log folder): mutual
+TLS between the gateway and the workers, a Redis with a password, sealed cache values. The
+gateway's public port is plaintext.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +15,12 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from libs.devmesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from libs.devmesh.launcher import service_command, stop_processes, wait_until_serving
+from libs.devmesh.local_secrets import LocalSecrets, ensure_local_secrets
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_START_TIMEOUT_S = 240.0  # model loading and warm-up on two shared cores
@@ -58,6 +65,10 @@ class Mesh:
 
     http_port: int = 0
     """The gateway's HTTP API port (a free one, chosen at start)."""
+    secure: bool = True
+    """Mutual TLS to the workers, a Redis password and sealed cache values (False: all plaintext)."""
+    secrets: LocalSecrets | None = None
+    """The secrets in use (made at start when `secure`)."""
 
     @property
     def gateway_address(self) -> str:
@@ -70,18 +81,21 @@ class Mesh:
 
     def start(self, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> "Mesh":
         """Start everything and wait until each service reports SERVING."""
-        self.redis = EmbeddedRedis(EmbeddedRedisConfig(port=free_port(), maxmemory_mb=64)).start()
+        self.secrets = ensure_local_secrets(self.log_dir / "secrets") if self.secure else None
+        password = self.secrets.redis_password if self.secrets else ""
+        self.redis = EmbeddedRedis(EmbeddedRedisConfig(port=free_port(), maxmemory_mb=64, password=password)).start()
         try:
-            acoustic = self._spawn("acoustic", [])
-            vocoder = self._spawn("vocoder", [])
+            acoustic = self._spawn("acoustic", self.secrets.service_args("acoustic") if self.secrets else [])
+            vocoder = self._spawn("vocoder", self.secrets.service_args("vocoder") if self.secrets else [])
             self.http_port = free_port()
             self._spawn(
                 "gateway",
                 [
                     "--acoustic", f"{self.zone}={acoustic.address}",
                     "--vocoder", f"{self.zone}={vocoder.address}",
-                    "--redis-url", self.redis.url,
+                    "--redis-url", f"redis://127.0.0.1:{self.redis.config.port}/0",
                     "--http-port", str(self.http_port),
+                    *self.gateway_secret_args(),
                 ],
             )  # fmt: skip
             deadline = time.monotonic() + timeout_s
@@ -91,6 +105,19 @@ class Mesh:
             self.stop()
             raise
         return self
+
+    def gateway_secret_args(self) -> list[str]:
+        """A gateway's flags for this mesh's secrets: worker TLS, cache key, Redis password file."""
+        if self.secrets is None:
+            return []
+        return [*self.secrets.service_args("gateway"), "--redis-password-file", str(self.secrets.redis_password_file)]
+
+    def worker_channel(self, name: str) -> grpc.Channel:
+        """A channel to worker `name` as the gateway dials it (with its client certificate when secure)."""
+        address = self.services[name].address
+        if self.secrets is None:
+            return grpc.insecure_channel(address)
+        return grpc.secure_channel(address, self.secrets.tls.client_credentials())
 
     def stop(self) -> None:
         """SIGTERM every service (then SIGKILL after 15 s) and stop Redis."""
@@ -135,7 +162,8 @@ class Mesh:
         return service
 
     def _wait_serving(self, service: ServiceProcess, deadline: float) -> None:
+        credentials = self.secrets.health_credentials(service.name) if self.secrets else None
         try:
-            wait_until_serving(service.address, service.process, deadline)
+            wait_until_serving(service.address, service.process, deadline, credentials=credentials)
         except (RuntimeError, TimeoutError) as error:
             raise RuntimeError(f"{service.name}: {error}\n{service.log_tail()}") from None

@@ -53,6 +53,7 @@ class ToyAcousticEngine:
     num_speakers = 1
     queue_depth = 0
     batcher = None
+    acoustic = SimpleNamespace(config=SimpleNamespace(n_vocab=256))  # the phoneme ids the servicer accepts
 
     def __init__(self, chunk_delay_s: float = 0.02) -> None:
         self.chunk_delay_s = chunk_delay_s

@@ -9,6 +9,11 @@ of workers and starts gateways with whatever routing settings it needs.
 Workers run unbatched in float32 (`EXACT_WORKER_ENV`): dynamic batching changes float rounding
 (~1e-7) with what else is in a batch, and the fault tests compare audio sample for sample; float32
 makes the comparison the same on every CPU (bf16 resume is exact too: tests/test_resume_exact_bf16.py).
+
+The mesh is plaintext unless given `tls`: fault tests put stand-in workers (plaintext gRPC servers)
+next to the real ones, and their proxies only pass bytes, so TLS would change nothing they measure.
+With `tls` (a MeshTls, libs.devmesh.certs) workers serve mutual TLS and gateways dial them with the
+gateway's certificate, as `make run` does.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import grpc
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
+from libs.devmesh.certs import MeshTls
 from libs.devmesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from libs.devmesh.launcher import service_command, stop_processes, wait_until_serving
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
@@ -122,6 +128,8 @@ class ZoneMesh:
     workers: dict[str, ServiceProcess] = field(default_factory=dict)
     proxies: dict[str, ThreadedFaultProxy] = field(default_factory=dict)
     gateways: dict[str, ServiceProcess] = field(default_factory=dict)
+    tls: MeshTls | None = None
+    """Mutual TLS between gateways and workers (None: plaintext)."""
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> "ZoneMesh":
         """Start Redis and every worker; wait until all are SERVING."""
@@ -184,6 +192,7 @@ class ZoneMesh:
         acoustic = acoustic if acoustic is not None else [self.spec("acoustic", z) for z in self.zones]
         vocoder = vocoder if vocoder is not None else [self.spec("vocoder", z) for z in self.zones]
         args = ["--redis-url", self.redis_url if redis_url is None else redis_url, "--http-port", "0"]
+        args += self.tls.gateway_args() if self.tls else []
         for spec in acoustic:
             args += ["--acoustic", spec]
         for spec in vocoder:
@@ -262,13 +271,13 @@ class ZoneMesh:
     def model_info(self) -> acoustic_pb2.ModelInfo:
         """What the first zone's acoustic worker reports about its model."""
         worker = self.workers[worker_name("acoustic", self.zones[0])]
-        with grpc.insecure_channel(worker.address) as channel:
+        with self._worker_channel(worker.address) as channel:
             return acoustic_pb2_grpc.AcousticStub(channel).GetModelInfo(acoustic_pb2.GetModelInfoRequest(), timeout=10)
 
     def _spawn_worker(self, kind: str, zone: str, port: int, metrics_port: int | None = None) -> ServiceProcess:
         name = worker_name(kind, zone)
         env = {**EXACT_WORKER_ENV, **self.worker_env.get(name, {})}
-        worker = self._spawn(name, kind, zone, port, [], env, metrics_port)
+        worker = self._spawn(name, kind, zone, port, self.tls.worker_args() if self.tls else [], env, metrics_port)
         self.workers[name] = worker
         if name not in self.proxies:
             proxy = ThreadedFaultProxy(f"127.0.0.1:{port}")
@@ -301,9 +310,13 @@ class ZoneMesh:
             process = subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         return ServiceProcess(name, port, metrics_port, log_path, process)
 
+    def _worker_channel(self, address: str) -> grpc.Channel:
+        return grpc.secure_channel(address, self.tls.client_credentials()) if self.tls else grpc.insecure_channel(address)
+
     def _wait_serving(self, service: ServiceProcess, deadline: float) -> None:
+        credentials = self.tls.client_credentials() if self.tls and service in self.workers.values() else None
         try:
-            wait_until_serving(service.address, service.process, deadline)
+            wait_until_serving(service.address, service.process, deadline, credentials=credentials)
         except (RuntimeError, TimeoutError) as error:
             raise RuntimeError(f"{service.name}: {error}\n{service.log_tail()}") from None
 

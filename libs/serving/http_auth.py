@@ -1,0 +1,62 @@
+"""The API-key gate (libs.serving.auth) in front of an HTTP door (any ASGI app).
+
+Every request to a path under `guarded_prefixes` (by default all) needs `Authorization: Bearer <key>`. A refused request gets
+401 (with `WWW-Authenticate: Bearer`) or 429 (with `Retry-After` in whole seconds) and a JSON body
+in the shape HTTP speech APIs use, `{"error": {"message", "type", "param", "code"}}`, with the
+refusal's reason as `code`. A POST holds one of its key's streams until its response has been sent.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Awaitable, Callable, Final, Sequence
+
+from libs.serving.auth import ApiKeyGate, Refusal
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_AUTHORIZATION: Final = b"authorization"
+
+
+class ApiKeyAsgi:
+    """`app` behind the gate."""
+
+    def __init__(self, app: AsgiApp, gate: ApiKeyGate, guarded_prefixes: Sequence[str] = ("/",)) -> None:
+        self._app = app
+        self._gate = gate
+        self._guarded_prefixes = tuple(guarded_prefixes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not str(scope.get("path", "")).startswith(self._guarded_prefixes):
+            await self._app(scope, receive, send)
+            return
+        authorization = None
+        for name, value in scope.get("headers", ()):
+            if name.lower() == _AUTHORIZATION:
+                authorization = value.decode("latin-1")
+                break
+        try:
+            grant = self._gate.admit(authorization, stream=scope.get("method") == "POST")
+        except Refusal as refusal:
+            await _refuse(send, refusal)
+            return
+        try:
+            await self._app(scope, receive, send)
+        finally:
+            grant.release()
+
+
+async def _refuse(send: Send, refusal: Refusal) -> None:
+    if refusal.unauthenticated:
+        status, kind, extra = 401, "authentication_error", [(b"www-authenticate", b"Bearer")]
+    else:
+        retry_after_s = max(1, math.ceil(refusal.retry_after_s or 0.0))
+        status, kind, extra = 429, "rate_limit_error", [(b"retry-after", str(retry_after_s).encode())]
+    body = json.dumps({"error": {"message": str(refusal), "type": kind, "param": None, "code": refusal.reason}}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *extra]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

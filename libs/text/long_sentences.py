@@ -1,0 +1,216 @@
+"""Cutting a sentence that is too long for one model call into sentences of its own.
+
+The acoustic model's text encoder attends over the whole sentence, so its time and memory grow with
+the square of the phoneme ids: measured on one core, 400 ids take 125 ms and +10 MB, 2,000 ids
+1.3 s and +240 MB, 8,000 ids (1,000 characters of mixed scripts, which espeak-ng spells out letter
+by letter) 28 s and +4.1 GB. And first audio waits for the whole first sentence. So a sentence over
+`max_ids` ids becomes several, each with its own `^ ... $`:
+
+1. At espeak-ng's clause boundaries (after ", ; :", a dash): the pieces' phonemes are exactly the
+   sentence's, and the pause is the one the punctuation asks for anyway.
+2. A clause that is too long by itself (unpunctuated text, e.g. speech recognition output) is cut
+   in its text, just before a conjunction ("and", "because", "which", ...) where there is one near
+   the even split, else at a space, else (a script without spaces) between characters. Each part
+   is phonemised alone and every part but the last ends as if a comma were written there: a short
+   breath with the voice held up, which is how a reader breaks a run-on sentence, where ending
+   the part as it is would drop the voice as at a full stop.
+3. The units are grouped into the fewest sentences that fit, as evenly as possible; any slack
+   goes to the first, so first audio comes sooner.
+
+Pieces are plain sentences: cached, resumed and reported like any other.
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from libs.text.phoneme_ids import BOS, EOS, PAD
+from libs.text.phonemize import PhonemizedSentence
+from libs.text.sentences import best_break
+
+CONTINUATION: Final = (",", " ")
+"""Phonemes that end a part of a cut clause: what Piper writes for a comma."""
+_PUNCTUATION_PHONEMES: Final = frozenset(",;:.?!")
+_PART_FILL: Final = 0.8
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A part of a sentence that fits one model call."""
+
+    text_start: int
+    """Index (in characters, in the phonemised text) where the part starts."""
+    phonemes: tuple[str, ...]
+    """Its phonemes."""
+
+
+class IdBudget:
+    """How many model input ids phonemes take with one voice's phoneme-id map."""
+
+    def __init__(self, phoneme_id_map: Mapping[str, Sequence[int]], max_ids: int) -> None:
+        pad = len(phoneme_id_map[PAD])
+        self._weights = {phoneme: len(ids) + pad for phoneme, ids in phoneme_id_map.items()}
+        overhead = len(phoneme_id_map[BOS]) + pad + len(phoneme_id_map[EOS])
+        self.max_ids = max_ids
+        self.budget = max_ids - overhead
+        """Ids a sentence's phonemes may take (the ids of `^ _` and `$` aside)."""
+        if self.budget < 2 * self.weight(CONTINUATION) + 2:
+            raise ValueError(f"max_ids {max_ids} leaves no room for phonemes")
+
+    def weight(self, phonemes: Sequence[str]) -> int:
+        """Ids that `phonemes` take in a sentence (unknown phonemes take none, as Piper skips them)."""
+        weights = self._weights
+        return sum(weights.get(phoneme, 0) for phoneme in phonemes)
+
+
+def ends_with_punctuation(phonemes: Sequence[str]) -> bool:
+    """Whether the last phoneme that is not a space is a punctuation mark."""
+    for phoneme in reversed(phonemes):
+        if phoneme != " ":
+            return phoneme in _PUNCTUATION_PHONEMES
+    return False
+
+
+def with_continuation(phonemes: Sequence[str]) -> tuple[str, ...]:
+    """`phonemes` ending as if a comma followed them (unchanged when they end with punctuation)."""
+    if ends_with_punctuation(phonemes):
+        return tuple(phonemes)
+    return (*phonemes, *CONTINUATION)
+
+
+def cut_sentence(
+    text: str, sentence: PhonemizedSentence, budget: IdBudget, phonemize_text: Callable[[str], list[str]]
+) -> list[Piece]:
+    """`sentence` (of `text`) as pieces that each fit `budget`; one piece when it fits already.
+
+    `phonemize_text` phonemises a part of a clause alone (all its sentences' phonemes joined).
+    """
+    if budget.weight(sentence.phonemes) <= budget.budget:
+        return [Piece(sentence.text_start, sentence.phonemes)]
+    units: list[Piece] = []
+    for clause in sentence.clauses:
+        if budget.weight(clause.phonemes) <= budget.budget:
+            units.append(Piece(clause.text_start, clause.phonemes))
+        else:
+            units.extend(_cut_clause(text, clause.text_start, clause.text_end, clause.phonemes, budget, phonemize_text))
+    if not units:
+        units = _chop_phonemes(sentence.text_start, sentence.phonemes, budget)
+    return _grouped(units, budget)
+
+
+def _cut_clause(
+    text: str,
+    start: int,
+    end: int,
+    phonemes: Sequence[str],
+    budget: IdBudget,
+    phonemize_text: Callable[[str], list[str]],
+    continues: bool = False,
+) -> list[Piece]:
+    """A clause's text cut into parts that each fit, each phonemised alone (see the module
+    docstring); with `continues` the last part ends as if a comma followed it too."""
+    room = budget.budget - budget.weight(CONTINUATION)
+    # Parts are cut by characters, whose phonemes vary; aiming below the limit makes a part that
+    # comes out too long (and is cut again, into two small ones) rare.
+    parts = min(end - start, math.ceil(budget.weight(phonemes) / (room * _PART_FILL)))
+    if parts < 2:
+        return _chop_phonemes(start, phonemes, budget)
+    bounds = [start]
+    for part in range(1, parts):
+        if bounds[-1] + 1 >= end:
+            break
+        target = start + (end - start) * part // parts
+        reach = (end - start) // (4 * parts)  # within a quarter of a part of the even split
+        low, high = max(bounds[-1] + 1, target - reach), min(end - 1, target + reach)
+        cut = best_break(text, low, high, target, floor=start) if low <= high else None
+        bounds.append(cut if cut is not None else _character_cut(text, max(target, bounds[-1] + 1), end))
+    bounds.append(end)
+    spans = list(zip(bounds, bounds[1:]))
+    pieces: list[Piece] = []
+    for index, (part_start, part_end) in enumerate(spans):
+        last = index == len(spans) - 1
+        part_phonemes: Sequence[str] = phonemize_text(text[part_start:part_end])
+        if continues or not last:
+            part_phonemes = with_continuation(part_phonemes)
+        if budget.weight(part_phonemes) <= budget.budget:
+            pieces.append(Piece(part_start, tuple(part_phonemes)))
+        elif part_end - part_start < end - start:
+            pieces.extend(
+                _cut_clause(text, part_start, part_end, part_phonemes, budget, phonemize_text, continues or not last)
+            )
+        else:
+            pieces.extend(_chop_phonemes(part_start, part_phonemes, budget))
+    return [piece for piece in pieces if piece.phonemes]
+
+
+def _character_cut(text: str, index: int, end: int) -> int:
+    """A cut between characters at or after `index`, not before a combining mark or joiner."""
+    while index < end - 1 and (unicodedata.category(text[index]).startswith("M") or text[index] == "\u200d"):
+        index += 1
+    return index
+
+
+def _chop_phonemes(text_start: int, phonemes: Sequence[str], budget: IdBudget) -> list[Piece]:
+    """Last resort for text that cannot be cut further (one character espeak-ng reads at length):
+    its phonemes in parts that fit, cut after a word where possible."""
+    room = budget.budget - budget.weight(CONTINUATION)
+    pieces: list[Piece] = []
+    current: list[str] = []
+    last_space = -1
+    for phoneme in phonemes:
+        current.append(phoneme)
+        if phoneme == " ":
+            last_space = len(current)
+        if budget.weight(current) > room:
+            cut = last_space if 0 < last_space < len(current) else len(current) - 1
+            pieces.append(Piece(text_start, with_continuation(current[:cut])))
+            current, last_space = current[cut:], -1
+    if current:
+        pieces.append(Piece(text_start, tuple(current)))
+    return pieces
+
+
+def _grouped(units: list[Piece], budget: IdBudget) -> list[Piece]:
+    """Consecutive units joined into the fewest pieces that fit, the largest as small as possible;
+    filled from the end, so any slack is in the first piece. A piece that ends where espeak-ng broke
+    an unpunctuated clause (it does at ~800 bytes) ends as if a comma followed; each unit's weight
+    holds room for that comma, so every piece still fits."""
+    extra = budget.weight(CONTINUATION)
+    weights = [budget.weight(unit.phonemes) + (0 if ends_with_punctuation(unit.phonemes) else extra) for unit in units]
+    weights[-1] = budget.weight(units[-1].phonemes)  # the sentence's own end is kept as it is
+    limit = budget.budget
+    count = _pieces_needed(weights, limit)
+    low, high = max(max(weights), math.ceil(sum(weights) / count)), limit
+    while low < high:  # the smallest largest piece that still needs no more pieces
+        middle = (low + high) // 2
+        if _pieces_needed(weights, middle) <= count:
+            high = middle
+        else:
+            low = middle + 1
+    groups: list[list[Piece]] = []
+    total = 0
+    for unit, weight in zip(reversed(units), reversed(weights)):
+        if not groups or total + weight > low:
+            groups.append([])
+            total = 0
+        groups[-1].append(unit)
+        total += weight
+    groups.reverse()
+    pieces = []
+    for number, group in enumerate(groups):
+        phonemes = tuple(phoneme for unit in reversed(group) for phoneme in unit.phonemes)
+        pieces.append(Piece(group[-1].text_start, phonemes if number == len(groups) - 1 else with_continuation(phonemes)))
+    return pieces
+
+
+def _pieces_needed(weights: Sequence[int], limit: int) -> int:
+    count, total = 1, 0
+    for weight in weights:
+        if total + weight > limit:
+            count, total = count + 1, 0
+        total += weight
+    return count

@@ -1,0 +1,89 @@
+"""`python -m libs.text.phonemizer_child`: one process of the phonemiser pool (libs.text.phonemizer_pool).
+
+espeak-ng is native code that reads the client's text, and some texts crash it; here it crashes
+this process and not the gateway. The process imports only the text frontend (no torch, no gRPC),
+reads one request per line on stdin and answers one line on stdout, both JSON:
+
+- request: {"id": n, "voice": name, "frontend": {...}, "chunk": text, "continues": bool}; "frontend"
+  (`FrontendSpec.to_json`) comes with the first request for a voice, and the process keeps that
+  voice's `TextFrontend` for the requests after it;
+- answer: {"id": n, "sentences": [[text, phonemes, [ids]], ...]} or {"id": n, "error": message}.
+
+On start it loads espeak-ng and writes {"ready": pid}. It ends when stdin closes, and with the
+gateway: it asks the kernel for SIGKILL when its parent dies, and ignores SIGINT and SIGTERM, which
+a terminal or a process manager sends to the whole group while the gateway drains its streams.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+from typing import Any, BinaryIO
+
+from libs.text.espeak import espeak_engine
+from libs.text.frontend import TextFrontend
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: stdin closing still ends the process
+        pass
+
+
+def _answer(request: dict[str, Any], frontends: dict[str, TextFrontend]) -> dict[str, Any]:
+    voice = request["voice"]
+    spec = request.get("frontend")
+    if spec is not None:
+        frontends[voice] = TextFrontend(
+            {phoneme: tuple(ids) for phoneme, ids in spec["phoneme_id_map"].items()},
+            espeak_voice=spec["espeak_voice"],
+            max_phoneme_ids=spec["max_phoneme_ids"],
+            max_word_chars=spec["max_word_chars"],
+        )
+    frontend = frontends.get(voice)
+    if frontend is None:
+        return {"id": request["id"], "error": f"no frontend for voice {voice!r} in this process"}
+    sentences = frontend.chunk_sentences(request["chunk"], continues=bool(request.get("continues")))
+    return {
+        "id": request["id"],
+        "sentences": [[sentence.text, "".join(sentence.phonemes), list(sentence.phoneme_ids)] for sentence in sentences],
+    }
+
+
+def serve(requests: BinaryIO, answers: BinaryIO) -> None:
+    """Answer requests until `requests` ends."""
+    frontends: dict[str, TextFrontend] = {}
+    for line in requests:
+        request: dict[str, Any] = {}
+        try:
+            request = json.loads(line)
+            answer = _answer(request, frontends)
+        except Exception as error:  # a bug or a malformed line: say so, and keep serving
+            answer = {"id": request.get("id"), "error": f"{type(error).__name__}: {error}"}
+        answers.write(json.dumps(answer).encode("ascii") + b"\n")
+        answers.flush()
+
+
+def main() -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _die_with_parent()
+    # The answers go to a copy of stdout; stdout itself becomes stderr, so nothing espeak-ng or a
+    # library prints can corrupt them.
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    espeak_engine()  # load espeak-ng and its data before saying ready
+    answers.write(json.dumps({"ready": os.getpid()}).encode() + b"\n")
+    answers.flush()
+    serve(sys.stdin.buffer, answers)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

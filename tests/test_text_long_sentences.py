@@ -1,0 +1,89 @@
+"""A sentence longer than one model call may be is spoken as several: cut at clauses first (the same
+phonemes), then before conjunctions or at spaces (each part ending as before a comma), evenly."""
+
+from __future__ import annotations
+
+import pytest
+
+from libs.text.frontend import Sentence, TextFrontend
+from libs.text.long_sentences import CONTINUATION
+from libs.text.sentences import CONJUNCTIONS
+from libs.voice.registry import default_registry
+
+MAX_IDS = 400
+# Speech recognition output: no punctuation at all, 990 characters (about 2,100 ids).
+UNPUNCTUATED = (
+    "so i was thinking that we could go to the store and pick up some things for dinner tonight because "
+    "the fridge is empty and i really do not want to order takeout again "
+) * 6
+UNPUNCTUATED = UNPUNCTUATED[: UNPUNCTUATED.rindex(" ", 0, 990)]
+CLAUSES = (", ".join(["the first clause of a long list of things to say"] * 12) + ".").capitalize()
+MIXED_SCRIPTS = "😀 مرحبا 你好 привет ש Hello " * 40
+NO_SPACES = "你好世界" * 100
+
+
+@pytest.fixture(scope="module")
+def capped() -> TextFrontend:
+    voice = default_registry().default
+    return TextFrontend(voice.phoneme_id_map(), voice.espeak_voice, max_phoneme_ids=MAX_IDS)
+
+
+@pytest.fixture(scope="module")
+def whole() -> TextFrontend:
+    voice = default_registry().default
+    return TextFrontend(voice.phoneme_id_map(), voice.espeak_voice)
+
+
+@pytest.mark.parametrize("text", [UNPUNCTUATED, CLAUSES, MIXED_SCRIPTS, NO_SPACES, "a" * 4000])
+def test_every_sentence_fits_one_model_call(capped: TextFrontend, whole: TextFrontend, text: str) -> None:
+    sentences = capped.sentences(text)
+    assert max(len(sentence.phoneme_ids) for sentence in whole.sentences(text)) > MAX_IDS  # it needed cutting
+    assert all(len(sentence.phoneme_ids) <= MAX_IDS for sentence in sentences)
+    assert all(sentence.phoneme_ids[0] == 1 and sentence.phoneme_ids[-1] == 2 for sentence in sentences)  # ^ ... $ each
+
+
+def test_a_sentence_with_clauses_is_cut_between_them_keeping_every_phoneme(capped: TextFrontend, whole: TextFrontend) -> None:
+    (uncut,) = whole.sentences(CLAUSES)
+    pieces = capped.sentences(CLAUSES)
+    assert len(pieces) == 4  # 1,201 ids: the fewest pieces of at most 400
+    assert [phoneme for piece in pieces for phoneme in piece.phonemes] == list(uncut.phonemes)
+    assert all(piece.phonemes[-2:] == (",", " ") for piece in pieces[:-1])
+    assert max(len(piece.phoneme_ids) for piece in pieces) - min(len(piece.phoneme_ids) for piece in pieces) <= 30
+
+
+def test_unpunctuated_text_is_cut_before_conjunctions_into_even_parts(capped: TextFrontend) -> None:
+    pieces = capped.sentences(UNPUNCTUATED)
+    sizes = [len(piece.phoneme_ids) for piece in pieces]
+    assert 6 <= len(pieces) <= 8, sizes  # 2,100 ids: at least 6 calls of 400
+    assert min(sizes) >= MAX_IDS // 2, sizes
+    # Where a conjunction is near the even split, the cut is before it (here one part has none near).
+    starts = [piece.text.split()[0] for piece in pieces[1:]]
+    assert sum(start in CONJUNCTIONS for start in starts) >= len(starts) - 1, starts
+    # Each part but the last ends as before a comma (a breath, the voice held up), not a full stop.
+    assert all(piece.phonemes[-2:] == CONTINUATION for piece in pieces[:-1])
+
+
+def test_the_parts_cover_the_sentence_text(capped: TextFrontend) -> None:
+    for text in (UNPUNCTUATED, CLAUSES, MIXED_SCRIPTS):
+        assert " ".join(piece.text for piece in capped.sentences(text)).split() == text.split()
+
+
+def test_a_long_sentence_gives_the_same_parts_alone_and_inside_a_paragraph(capped: TextFrontend) -> None:
+    """Each part is cached as a sentence; it must get the same key wherever the sentence appears."""
+    alone = capped.sentences(CLAUSES)
+    in_paragraph = capped.sentences(f"It starts here. {CLAUSES} And it ends here.")
+    assert in_paragraph[1:-1] == alone
+
+
+def test_a_chunk_that_the_text_goes_on_after_ends_as_before_a_comma(capped: TextFrontend, whole: TextFrontend) -> None:
+    (plain,) = whole.chunk_sentences("the answer to your question is")
+    (held,) = capped.chunk_sentences("the answer to your question is", continues=True)
+    assert held.phonemes == (*plain.phonemes, *CONTINUATION)
+    (punctuated,) = capped.chunk_sentences("the answer, ", continues=True)
+    assert punctuated.phonemes[-2:] == (",", " ") and punctuated.phonemes.count(",") == 1
+
+
+def test_ordinary_sentences_are_not_touched(capped: TextFrontend, whole: TextFrontend) -> None:
+    text = "The quick brown fox jumps over the lazy dog. Dr. Smith agrees, doesn't he? Yes!"
+    assert capped.sentences(text) == whole.sentences(text)
+    assert all(isinstance(sentence, Sentence) for sentence in capped.sentences(text))
