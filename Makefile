@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TEXT ?= Hello! This is the text to speech mesh speaking.
 OUT ?= hello.wav
 
-.PHONY: run run-zones certs say test proto docs venv voice bench bench-quality bench-faults bench-doors k8s-validate image
+.PHONY: run run-zones certs say test proto docs venv voice bench bench-load bench-quality bench-faults bench-doors k8s-validate image
 
 # The virtualenv, created only when missing. torch comes first and pinned: any other spec would
 # download gigabytes of CUDA wheels.
@@ -30,6 +30,11 @@ run-zones: $(PY)
 # TTS_CACHE_DIR or ~/.cache/tts-mesh, in devmesh/tls); restart a running mesh to use them.
 certs: $(PY)
 	$(PY) -m libs.devmesh.certs --renew
+
+# Rebuild the web page's committed bundle (web/dist): types generated from protos/ with protoc-gen-es,
+# then bundled with esbuild. Needs Node.js and npm; the page itself is served from web/dist.
+web:
+	cd web && npm ci --no-audit --no-fund && npm run generate && npm run typecheck && npm run build
 
 # Speak TEXT through the running gateway into OUT (the format follows its extension: .wav, .opus, .mp3, ...).
 say: $(PY)
@@ -55,6 +60,11 @@ voice: $(PY)
 # Time to first audio, throughput, batch sweep and memory, side by side with piper-tts (one table).
 bench: $(PY)
 	$(PY) -m bench.speed --out bench/results.md
+
+# Many listeners at once: first audio, playback stalls and refusals at 1 to 48 concurrent cold streams, side by
+# side with a pool of piper-tts workers, and the largest count served in real time (one table).
+bench-load: $(PY)
+	$(PY) -m bench.load_table --out bench/load.md
 
 # DNSMOS of our full path, copy synthesis and piper-tts on held-out sentences (one table).
 bench-quality: $(PY)

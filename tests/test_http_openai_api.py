@@ -110,3 +110,29 @@ def test_models_and_voices_are_listed(client: openai.OpenAI, mesh: Mesh) -> None
 def test_a_body_over_the_limit_is_refused_before_it_is_read(mesh: Mesh) -> None:
     response = httpx.post(f"{mesh.http_url}/v1/audio/speech", content=io.BytesIO(b"{" + b" " * 200_000 + b"}").read(), timeout=30)
     assert response.status_code == 413
+
+
+def test_captioned_speech_gives_the_audio_and_the_word_times_of_grpc(mesh: Mesh) -> None:
+    body = {"model": "tts-1", "voice": "alloy", "input": "Captions, timed by word. Twice over.", "response_format": "wav"}
+    answer = httpx.post(f"{mesh.http_url}/v1/audio/speech/captioned", json=body, timeout=120)
+    assert answer.status_code == 200, answer.text
+    captioned = answer.json()
+    assert captioned["content_type"] == "audio/wav"
+    assert base64.b64decode(captioned["audio"])[:4] == b"RIFF"
+    with grpc.insecure_channel(mesh.gateway_address) as channel:
+        request = tts_pb2.SynthesizeRequest(text=body["input"], encoding=tts_pb2.WAV)
+        responses = list(tts_pb2_grpc.TextToSpeechStub(channel).Synthesize(request, timeout=120))
+    grpc_words = [(w.text, round(w.start_s, 4), round(w.end_s, 4)) for r in responses if r.HasField("sentence") for w in r.sentence.words]
+    assert [(w["word"], w["start"], w["end"]) for w in captioned["words"]] == grpc_words
+    assert [s["text"] for s in captioned["sentences"]] == ["Captions, timed by word.", "Twice over."]
+
+    vtt = httpx.post(f"{mesh.http_url}/v1/audio/speech/captioned", json={**body, "caption_format": "vtt"}, timeout=120)
+    assert vtt.status_code == 200 and vtt.headers["content-type"].startswith("text/vtt")
+    lines = vtt.text.splitlines()
+    assert lines[0] == "WEBVTT"
+    cues = [line for line in lines if "-->" in line]
+    assert len(cues) == 2 and cues[0].startswith("00:00:00.000 --> ")
+    assert "<00:00:" in lines[lines.index(cues[0]) + 1] and "Captions" in lines[lines.index(cues[0]) + 1]
+
+    bad = httpx.post(f"{mesh.http_url}/v1/audio/speech/captioned", json={**body, "caption_format": "srt"}, timeout=30)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "caption_format"

@@ -5,15 +5,48 @@ Each sentence is resampled as a stream of its own (libs.audio.resample); the who
 through one encoder (libs.encoding). `audio_offset_s` and `audio_duration_s` count samples at the
 output rate, so concatenating the chunks' audio gives the utterance and every chunk knows where it
 sits.
+
+Word times come from the model's own durations: a word starts where the frames of the phoneme ids
+before it end, so they are exact to one mel frame at any speed and any output rate.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
+from typing import Sequence
 
 from libs.audio.resample import SentenceResampler
 from libs.encoding.encoders import encoder_for
 from libs.synthesis.pipeline import SentencePiece
+from libs.text.words import WordSpan
+
+
+@dataclass(frozen=True)
+class WordTime:
+    """A word as written and when it is spoken, in seconds on the output timeline."""
+
+    text: str
+    start_s: float
+    end_s: float
+
+
+def word_times(
+    words: Sequence[WordSpan], phoneme_frames: Sequence[int], frame_duration_s: float, offset_s: float
+) -> tuple[WordTime, ...]:
+    """When each word of a sentence that starts at `offset_s` is spoken (none without frames)."""
+    if not phoneme_frames:
+        return ()
+    frame_at = [0, *accumulate(phoneme_frames)]  # frames before each phoneme id
+    last = len(phoneme_frames)
+    return tuple(
+        WordTime(
+            word.text,
+            offset_s + frame_at[min(word.first_id, last)] * frame_duration_s,
+            offset_s + frame_at[min(word.end_id, last)] * frame_duration_s,
+        )
+        for word in words
+    )
 
 
 @dataclass(frozen=True)
@@ -34,6 +67,8 @@ class SentenceInfo:
     """Mel frames per phoneme id (empty unless alignment was asked for)."""
     frame_duration_s: float
     """Seconds per mel frame (0 unless alignment was asked for)."""
+    words: tuple[WordTime, ...] = ()
+    """Its words and when each is spoken."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +122,7 @@ class AudioOutput:
                 audio_duration_s=meta.frame_count * piece.frame_duration_s,
                 phoneme_frames=meta.phoneme_frames if self._include_alignment else (),
                 frame_duration_s=piece.frame_duration_s if self._include_alignment else 0.0,
+                words=word_times(meta.words, meta.phoneme_frames, piece.frame_duration_s, offset_s),
             )
         self._samples_out += len(samples)
         return AudioChunk(

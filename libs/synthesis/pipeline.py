@@ -41,8 +41,10 @@ from libs.pb.tts.acoustic.v1 import acoustic_pb2
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.synthesis.cache_checks import head_problem, mel_problem
 from libs.text.frontend import Sentence
+from libs.text.words import WordSpan
 from libs.upstream.acoustic_stream import ResumableAcousticStream, sentence_request
 from libs.upstream.calls import Deadline
+from libs.upstream.playback import PlaybackClock
 from libs.upstream.pool import WorkerPool
 from libs.upstream.vocoder_stream import ResumableVocoderStream, Samples
 from libs.voice.inputs import SynthesisInputs, SynthesisParams
@@ -74,6 +76,8 @@ class SentenceMeta:
     """Mel frames in the sentence."""
     phoneme_frames: tuple[int, ...]
     """Frames per phoneme id."""
+    words: tuple[WordSpan, ...] = ()
+    """Its written words with the phoneme ids that speak each."""
 
 
 @dataclass(frozen=True)
@@ -134,8 +138,10 @@ class UtterancePipeline:
         info = self._pool.model_info()
         if info is None:
             raise NoWorkerError("no acoustic worker has reported its model yet; retry shortly")
-        acoustic = ResumableAcousticStream(self._pool, self._deadline)
-        vocoder = ResumableVocoderStream(self._pool, self._deadline, info.hop_length)
+        # The listener's buffer, as the client is given audio: every worker request carries its slack.
+        clock = PlaybackClock(info.hop_length / info.sample_rate_hz)
+        acoustic = ResumableAcousticStream(self._pool, self._deadline, clock)
+        vocoder = ResumableVocoderStream(self._pool, self._deadline, info.hop_length, clock)
         # Pieces are bounded by `_room`; an error or the end always gets in, however full it is.
         output: asyncio.Queue[Any] = asyncio.Queue()
         producer = asyncio.create_task(self._guard(self._produce(sentences, info, acoustic, vocoder), output))
@@ -144,6 +150,7 @@ class UtterancePipeline:
             while (item := await output.get()) is not _DONE:
                 if isinstance(item, BaseException):
                     raise item
+                clock.delivered(len(item.samples) / item.sample_rate_hz)
                 yield item
                 self._room.release()  # the client has taken the piece
         finally:
@@ -203,7 +210,7 @@ class UtterancePipeline:
         if cached is not None:
             cached = await self._usable(key, cached, len(sentence.phoneme_ids), info)
         if cached is not None:
-            self._meta[index] = SentenceMeta(sentence.text, phonemes, cached.frame_count, cached.phoneme_frames)
+            self._meta[index] = SentenceMeta(sentence.text, phonemes, cached.frame_count, cached.phoneme_frames, sentence.words)
             self._lookup(index).set_result((key, cached.head))
             yield [
                 to_message(
@@ -227,7 +234,7 @@ class UtterancePipeline:
                 if not frames:
                     first = slices[0]
                     alignment = tuple(first.alignment.phoneme_frames)
-                    self._meta[index] = SentenceMeta(sentence.text, phonemes, first.sentence_frame_count, alignment)
+                    self._meta[index] = SentenceMeta(sentence.text, phonemes, first.sentence_frame_count, alignment, sentence.words)
                 try:
                     frames.extend(frames_of(mel_slice) for mel_slice in slices)
                 except MelFormatError as error:  # the worker's fault, not the client's

@@ -31,6 +31,7 @@ from libs.text.normalize import check_not_empty, check_text_length, decode_utf8,
 from libs.text.phoneme_ids import load_espeak_voice, load_phoneme_id_map, phonemes_to_ids
 from libs.text.phonemize import PhonemizedSentence, phonemize_sentences
 from libs.text.sentences import DEFAULT_MAX_CHUNK_CHARS, is_cut_short, split_sentences
+from libs.text.words import WordSpan, spoken_word_spans, word_spans
 
 _CLOSERS: Final = frozenset("\"')]}>`")
 
@@ -85,6 +86,8 @@ class Sentence:
     """espeak-ng IPA phonemes, one codepoint each, with the sentence's punctuation marks."""
     phoneme_ids: tuple[int, ...]
     """Model input ids: `^ _ p1 _ ... pn _ $` with the voice's phoneme-id map."""
+    words: tuple[WordSpan, ...] = ()
+    """Its written words, each with the phoneme ids that speak it (libs.text.words)."""
 
 
 class TextFrontend:
@@ -169,15 +172,20 @@ class TextFrontend:
                 cut = cut_sentence(chunk, phonemized, self._budget, self._phonemes_alone)
                 pieces = [(starts[index], cut[0].phonemes)] + [(piece.text_start, piece.phonemes) for piece in cut[1:]]
             ends = [start for start, _ in pieces[1:]] + [starts[index + 1]]
-            sentences.extend(
-                Sentence(
-                    text=chunk[start:end].strip(),
-                    phonemes=phonemes,
-                    phoneme_ids=tuple(phonemes_to_ids(phonemes, self.phoneme_id_map)),
-                )
-                for (start, phonemes), end in zip(pieces, ends)
-            )
+            sentences.extend(self._sentence(chunk[start:end].strip(), phonemes) for (start, phonemes), end in zip(pieces, ends))
         return sentences
+
+    def _sentence(self, text: str, phonemes: Sequence[str]) -> Sentence:
+        return Sentence(
+            text=text,
+            phonemes=tuple(phonemes),
+            phoneme_ids=tuple(phonemes_to_ids(phonemes, self.phoneme_id_map)),
+            words=word_spans(text, phonemes, self.phoneme_id_map, self._spoken_word_count),
+        )
+
+    def _spoken_word_count(self, word: str) -> int:
+        """How many words espeak-ng makes of `word` on its own ("23" is two)."""
+        return len(spoken_word_spans(self._phonemes_alone(word), self.phoneme_id_map))
 
     def _phonemes_alone(self, text: str) -> list[str]:
         """The phonemes of a part of a sentence, phonemised on its own."""

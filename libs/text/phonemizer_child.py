@@ -52,7 +52,15 @@ def _answer(request: dict[str, Any], frontends: dict[str, TextFrontend]) -> dict
     sentences = frontend.chunk_sentences(request["chunk"], continues=bool(request.get("continues")))
     return {
         "id": request["id"],
-        "sentences": [[sentence.text, "".join(sentence.phonemes), list(sentence.phoneme_ids)] for sentence in sentences],
+        "sentences": [
+            [
+                sentence.text,
+                "".join(sentence.phonemes),
+                list(sentence.phoneme_ids),
+                [[word.text, word.first_id, word.end_id] for word in sentence.words],
+            ]
+            for sentence in sentences
+        ],
     }
 
 

@@ -37,6 +37,7 @@ from typing import Any, Final
 
 from libs.text.errors import PhonemizerCrashError, PhonemizerTimeoutError
 from libs.text.frontend import Sentence
+from libs.text.words import WordSpan
 
 _log = logging.getLogger(__name__)
 
@@ -340,6 +341,25 @@ class PhonemizerPool:
         return child
 
 
+def _checked_words(items: object, id_count: int) -> tuple[WordSpan, ...]:
+    """A sentence's word spans, or ValueError for spans that are not in order inside its ids."""
+    if not isinstance(items, list):
+        raise ValueError("a sentence's words are not a list")
+    words: list[WordSpan] = []
+    previous_end = 0
+    for item in items:
+        if not (isinstance(item, list) and len(item) == 3):
+            raise ValueError("a word is not [text, first id, end id]")
+        text, first, end = item
+        if not (isinstance(text, str) and type(first) is int and type(end) is int):
+            raise ValueError("a word has fields of the wrong type")
+        if not previous_end <= first < end <= id_count:
+            raise ValueError("a word's ids are out of order or outside its sentence")
+        words.append(WordSpan(text, first, end))
+        previous_end = end
+    return tuple(words)
+
+
 def _checked_sentences(items: object, spec: FrontendSpec) -> list[Sentence]:
     """The sentences of an answer, or ValueError for anything a real frontend cannot have sent."""
     if not isinstance(items, list):
@@ -347,14 +367,14 @@ def _checked_sentences(items: object, spec: FrontendSpec) -> list[Sentence]:
     max_id = spec.max_id
     sentences = []
     for item in items:
-        if not (isinstance(item, list) and len(item) == 3):
-            raise ValueError("a sentence is not [text, phonemes, ids]")
-        text, phonemes, ids = item
+        if not (isinstance(item, list) and len(item) == 4):
+            raise ValueError("a sentence is not [text, phonemes, ids, words]")
+        text, phonemes, ids, words = item
         if not (isinstance(text, str) and isinstance(phonemes, str) and isinstance(ids, list) and ids):
             raise ValueError("a sentence has fields of the wrong type")
         if spec.max_phoneme_ids is not None and len(ids) > spec.max_phoneme_ids:
             raise ValueError(f"a sentence has {len(ids)} ids, past the limit of {spec.max_phoneme_ids}")
         if not all(type(value) is int and 0 <= value <= max_id for value in ids):
             raise ValueError("a sentence has an id outside the voice's map")
-        sentences.append(Sentence(text=text, phonemes=tuple(phonemes), phoneme_ids=tuple(ids)))
+        sentences.append(Sentence(text=text, phonemes=tuple(phonemes), phoneme_ids=tuple(ids), words=_checked_words(words, len(ids))))
     return sentences

@@ -6,6 +6,10 @@ errors through the same status table (libs.serving.status), as OpenAI-shaped JSO
 `{"error": {"message", "type", "param", "code"}}`. Audio streams as it is produced: the encoded
 bytes (`stream_format: "audio"`) or server-sent events (`"sse"`: `speech.audio.delta` with base64
 audio, then `speech.audio.done`).
+
+`POST /v1/audio/speech/captioned` takes the same body and answers when the audio is complete: JSON
+with the audio (base64) and each word's start and end in seconds, or, with `caption_format: "vtt"`,
+WebVTT captions (a cue per sentence, a timestamp tag before each word).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Final, Mapping
+from typing import Any, AsyncIterator, Final, Mapping, Sequence
 
 import grpc
 from sse_starlette.sse import EventSourceResponse
@@ -29,7 +33,7 @@ from libs.encoding.encoders import encoding_of
 from libs.pb.tts.v1 import tts_pb2
 from libs.serving.status import grpc_status_for
 from libs.synthesis.options import SynthesisOptions, resolve_options
-from libs.synthesis.output import AudioChunk
+from libs.synthesis.output import AudioChunk, SentenceInfo
 from libs.synthesis.synthesizer import Synthesizer
 from libs.telemetry.metrics import GatewayMetrics
 from libs.telemetry.request_meter import RequestMeter
@@ -38,6 +42,8 @@ from libs.voice.registry import VoiceRegistry
 _log = logging.getLogger(__name__)
 
 METHOD: Final = "POST /v1/audio/speech"
+CAPTIONED_METHOD: Final = "POST /v1/audio/speech/captioned"
+CAPTION_FORMATS: Final = ("json", "vtt")
 MODEL_ID: Final = "tts-mesh"
 MODEL_ALIASES: Final = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 """OpenAI's model names, accepted so existing tools work unchanged; they all mean this service's model."""
@@ -123,10 +129,12 @@ class SpeechApi:
         self._max_body_bytes = max_body_bytes
         self._web_dir = web_dir
 
-    def app(self) -> Starlette:
-        """The ASGI application: the API, and the web page at `/` when there is one."""
+    def app(self, extra_routes: Sequence[Route] = ()) -> Starlette:
+        """The ASGI application: the API (and `extra_routes`, e.g. the job routes), and the web page at `/` when there is one."""
         routes: list[Route | Mount] = [
+            *extra_routes,
             Route("/v1/audio/speech", self.speech, methods=["POST"]),
+            Route("/v1/audio/speech/captioned", self.captioned_speech, methods=["POST"]),
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/v1/models/{model_id}", self.model, methods=["GET"]),
             Route("/v1/audio/voices", self.voices, methods=["GET"]),
@@ -149,6 +157,50 @@ class SpeechApi:
         if parsed.stream_format == "sse":
             return EventSourceResponse(_events(chunks, meter), ping=15)
         return StreamingResponse(_audio(chunks, meter), media_type=media_type)
+
+    async def captioned_speech(self, request: Request) -> Response:
+        """The whole utterance with its word times: JSON (audio in base64) or WebVTT captions."""
+        meter = RequestMeter(self._metrics, CAPTIONED_METHOD)
+        try:
+            body = await self._body(request)
+            parsed = self._parse(body)
+            caption_format = _field(body, "caption_format", str, default="json")
+            if caption_format not in CAPTION_FORMATS:
+                raise HttpError(400, f"`caption_format` must be one of {', '.join(CAPTION_FORMATS)}", param="caption_format")
+            meter.voice(parsed.options.voice.name)
+            audio = bytearray()
+            sentences: list[SentenceInfo] = []
+            async for chunk in await self._synthesizer.synthesize(parsed.text, parsed.options, None):
+                meter.sent(chunk.audio_duration_s)
+                audio += chunk.audio
+                if chunk.sentence is not None:
+                    sentences.append(chunk.sentence)
+        except Exception as error:
+            refused = http_error_for(error)
+            meter.finished(refused.grpc_code.name)
+            return refused.response()
+        meter.finished("OK")
+        if caption_format == "vtt":
+            return Response(webvtt(sentences), media_type="text/vtt")
+        return JSONResponse(
+            {
+                "audio": base64.b64encode(bytes(audio)).decode("ascii"),
+                "content_type": encoding_of(parsed.options.encoding).mime_type,
+                "words": [
+                    {"word": word.text, "start": round(word.start_s, 4), "end": round(word.end_s, 4)}
+                    for sentence in sentences
+                    for word in sentence.words
+                ],
+                "sentences": [
+                    {
+                        "text": sentence.text,
+                        "start": round(sentence.audio_offset_s, 4),
+                        "end": round(sentence.audio_offset_s + sentence.audio_duration_s, 4),
+                    }
+                    for sentence in sentences
+                ],
+            }
+        )
 
     async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [_model(MODEL_ID), *(_model(alias) for alias in MODEL_ALIASES)]})
@@ -262,6 +314,27 @@ async def _events(chunks: AsyncIterator[AudioChunk], meter: RequestMeter) -> Asy
         yield {"data": json.dumps(error_event)}
     finally:
         meter.finished(code)
+
+
+def webvtt(sentences: list[SentenceInfo]) -> str:
+    """WebVTT captions: one cue per sentence, each word preceded by the timestamp it is spoken at."""
+    lines = ["WEBVTT", ""]
+    for sentence in sentences:
+        end_s = sentence.audio_offset_s + sentence.audio_duration_s
+        words = " ".join(f"<{_vtt_time(word.start_s)}>{_vtt_escape(word.text)}" for word in sentence.words)
+        lines += [f"{_vtt_time(sentence.audio_offset_s)} --> {_vtt_time(end_s)}", words or _vtt_escape(sentence.text), ""]
+    return "\n".join(lines)
+
+
+def _vtt_time(seconds: float) -> str:
+    milliseconds = round(seconds * 1000)
+    hours, milliseconds = divmod(milliseconds, 3_600_000)
+    minutes, milliseconds = divmod(milliseconds, 60_000)
+    return f"{hours:02d}:{minutes:02d}:{milliseconds // 1000:02d}.{milliseconds % 1000:03d}"
+
+
+def _vtt_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("-->", "--&gt;")
 
 
 def _field(body: dict[str, Any], name: str, kind: Any, *, required: bool = False, default: Any = None) -> Any:

@@ -146,6 +146,8 @@ def _response(chunk: AudioChunk, options: SynthesisOptions) -> tts_pb2.Synthesiz
         info.phonemes = sentence.phonemes
         info.audio_offset_s = sentence.audio_offset_s
         info.audio_duration_s = sentence.audio_duration_s
+        for word in sentence.words:
+            info.words.add(text=word.text, start_s=word.start_s, end_s=word.end_s)
         if options.include_alignment:
             info.phoneme_frames.extend(sentence.phoneme_frames)
             info.frame_duration_s = sentence.frame_duration_s

@@ -112,7 +112,7 @@ async function speak(): Promise<void> {
       state.samplesScheduled += samples.length;
       state.sampleRateHz = response.sampleRateHz;
       state.playedSpans.push([response.audioOffsetS, response.audioOffsetS + response.audioDurationS]);
-      highlightWhilePlaying(context, () => shift ?? 0, wordSpans, playEnd);
+      highlightWhilePlaying(context, () => shift ?? 0, wordSpans, () => playEnd);
     }
     state.done = true;
     statusLine.textContent += ` · ${(state.samplesScheduled / Math.max(state.sampleRateHz, 1)).toFixed(2)} s of audio`;
@@ -136,28 +136,36 @@ function addWords(sentence: SentenceInfo, spans: HTMLSpanElement[]): void {
   }
 }
 
-let highlighting = false;
+let highlighted: HTMLSpanElement[] | null = null; // the words an animation loop is lighting now
 
-function highlightWhilePlaying(context: AudioContext, shift: () => number, spans: HTMLSpanElement[], until: number): void {
-  highlighting = true;
+// One animation loop per utterance lights the word being spoken, until its last scheduled piece has
+// played or another utterance starts.
+function highlightWhilePlaying(context: AudioContext, shift: () => number, spans: HTMLSpanElement[], until: () => number): void {
+  if (highlighted === spans) {
+    return;
+  }
+  highlighted = spans;
+  let next = 0; // the first word not yet reached
   const step = (): void => {
     const now = context.currentTime - shift();
-    for (const span of spans) {
-      const speaking = Number(span.dataset.start) <= now && now < Number(span.dataset.end);
-      if (speaking && !span.classList.contains("speaking")) {
-        state.wordsShown.push(span.textContent ?? "");
-      }
-      span.classList.toggle("speaking", speaking);
+    // Every word reached since the last frame counts as shown, even one shorter than a frame.
+    while (next < spans.length && Number(spans[next].dataset.start) <= now) {
+      state.wordsShown.push(spans[next].textContent ?? "");
+      next += 1;
     }
-    if (context.currentTime < until + 0.1 || !state.done) {
+    for (const span of spans) {
+      span.classList.toggle("speaking", Number(span.dataset.start) <= now && now < Number(span.dataset.end));
+    }
+    if (highlighted !== spans) {
+      return; // another utterance took over
+    }
+    if (context.currentTime < until() + 0.1 || !state.done) {
       requestAnimationFrame(step);
     } else {
-      highlighting = false;
+      highlighted = null;
     }
   };
-  if (!highlighting) {
-    requestAnimationFrame(step);
-  }
+  requestAnimationFrame(step);
 }
 
 async function download(): Promise<void> {
