@@ -1,22 +1,28 @@
-"""`make run`: Redis and the three services in the foreground; Ctrl-C or SIGTERM stops them all.
+"""`make run`: Redis, the three services and the edge in the foreground; Ctrl-C or SIGTERM stops them all.
 
-    python -m scripts.run_mesh [--redis-port 6379]
+    python -m scripts.run_mesh [--redis-port 6379] [--edge-port 8080] [--no-edge]
 
-Each service runs with its defaults (gateway 50051, acoustic 50052, vocoder 50053, zone "local",
-metrics 9101-9103), secured with the local secrets made on first run (libs.devmesh.local_secrets):
-mutual TLS between the gateway and the workers, a Redis with a password, sealed cache values. The
-gateway's public port stays plaintext. With REDIS_URL set, that Redis is used and none is started.
+Each service runs with its defaults (gateway 50051 for gRPC and 8000 for HTTP, acoustic 50052,
+vocoder 50053, zone "local", metrics 9101-9103), secured with the local secrets made on first run
+(libs.devmesh.local_secrets): mutual TLS between the gateway and the workers, a Redis with a
+password, sealed cache values. The gateway's public ports stay plaintext. In front of it the edge
+(Envoy, libs.edge) listens on 8080: the web page at /, grpc-web for browsers, plain gRPC and the
+HTTP API, all on one port. With REDIS_URL set, that Redis is used and none is started.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
 from libs.devmesh.embedded_redis import DEFAULT_REDIS_PORT
 from libs.devmesh.foreground import ServiceSpec, redis_unless_configured, run_foreground
 from libs.devmesh.local_secrets import ensure_local_secrets
+from libs.edge.envoy import DEFAULT_ADMIN_PORT, DEFAULT_EDGE_PORT, EdgeSettings
+from libs.edge.process import EdgeProcess
+from libs.serving.http import DEFAULT_HTTP_PORT
 from libs.serving.server import DEFAULT_PORTS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -25,6 +31,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--redis-port", type=int, default=DEFAULT_REDIS_PORT, help="port of the embedded Redis")
+    parser.add_argument("--edge-port", type=int, default=DEFAULT_EDGE_PORT, help="the edge's one public port")
+    parser.add_argument("--no-edge", action="store_true", help="run without the edge (the gateway's own ports only)")
     args = parser.parse_args(argv)
     secrets = ensure_local_secrets()
     print(f"[run] mutual TLS between gateway and workers, sealed cache values; secrets in {secrets.tls.directory.parent}", flush=True)
@@ -32,9 +40,28 @@ def main(argv: list[str] | None = None) -> int:
         ServiceSpec(name, name, DEFAULT_PORTS[name], secrets.service_args(name), credentials=secrets.health_credentials(name))
         for name in ("acoustic", "vocoder", "gateway")
     ]
-    ready = f'[run] ready: gateway on 127.0.0.1:{DEFAULT_PORTS["gateway"]}. Try: make say TEXT="Hello."'
-    with redis_unless_configured(args.redis_port, secrets.redis_password) as env:
-        return run_foreground(specs, REPO_ROOT, env, ready)
+    ready = f'[run] ready: gateway on 127.0.0.1:{DEFAULT_PORTS["gateway"]}'
+    if not args.no_edge:
+        ready += f"; web page, grpc-web, gRPC and HTTP API through the edge at http://127.0.0.1:{args.edge_port}/"
+    ready += '. Try: make say TEXT="Hello."'
+    with contextlib.ExitStack() as stack:
+        env = stack.enter_context(redis_unless_configured(args.redis_port, secrets.redis_password))
+        companions = {}
+        if not args.no_edge:
+            edge = stack.enter_context(EdgeProcess(_edge_settings(args.edge_port)))
+            print(f"[run] edge (Envoy) on 127.0.0.1:{args.edge_port}, admin on 127.0.0.1:{edge.settings.admin_port}", flush=True)
+            companions["edge"] = edge.process
+        return run_foreground(specs, REPO_ROOT, env, ready, companions=companions)
+
+
+def _edge_settings(port: int) -> EdgeSettings:
+    return EdgeSettings(
+        port=port,
+        admin_port=DEFAULT_ADMIN_PORT,
+        gateway_grpc_port=DEFAULT_PORTS["gateway"],
+        gateway_http_port=DEFAULT_HTTP_PORT,
+        cors_origins=(f"http://localhost:{port}", f"http://127.0.0.1:{port}"),
+    )
 
 
 if __name__ == "__main__":

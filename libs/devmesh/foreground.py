@@ -43,9 +43,11 @@ class ServiceSpec:
 
 
 def run_foreground(specs: Sequence[ServiceSpec], cwd: Path, env: Mapping[str, str], ready_message: str,
-                   start_timeout_s: float = DEFAULT_START_TIMEOUT_S) -> int:  # fmt: skip
+                   start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+                   companions: Mapping[str, subprocess.Popen[bytes]] | None = None) -> int:  # fmt: skip
     """Start `specs` in order, wait until each is SERVING, print `ready_message`, supervise until a
-    signal or a child's exit; returns the exit status for the launcher."""
+    signal or a child's exit; returns the exit status for the launcher. `companions` are processes
+    started by the caller (the edge) whose exit also stops the mesh; the caller stops them."""
     stop_requested = False
 
     def request_stop(signum: int, frame: object) -> None:
@@ -74,7 +76,7 @@ def run_foreground(specs: Sequence[ServiceSpec], cwd: Path, env: Mapping[str, st
         if not stop_requested:
             print(ready_message, flush=True)
         while not stop_requested:
-            for name, process in processes.items():
+            for name, process in {**processes, **(companions or {})}.items():
                 if process.poll() is not None:
                     print(f"[run] {name} exited with code {process.returncode}; stopping the rest", flush=True)
                     return 1
