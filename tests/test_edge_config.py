@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import subprocess
 
-from libs.edge.envoy import K8S_RENDERING, EdgeSettings, edge_settings_for_k8s, render_yaml
+import dataclasses
+
+from libs.edge.envoy import K8S_PROD_RENDERING, K8S_RENDERING, EdgeSettings, edge_settings_for_k8s, render_yaml
 from libs.edge.process import envoy_binary
 
 
-def test_the_kubernetes_rendering_is_up_to_date() -> None:
-    assert K8S_RENDERING.read_text(encoding="utf-8") == render_yaml(edge_settings_for_k8s()), (
-        "k8s/base/edge/envoy.yaml is stale: run python -m libs.edge.envoy --target k8s"
-    )
+def test_the_kubernetes_renderings_are_up_to_date() -> None:
+    for path, prod in ((K8S_RENDERING, False), (K8S_PROD_RENDERING, True)):
+        assert path.read_text(encoding="utf-8") == render_yaml(edge_settings_for_k8s(prod)), (
+            f"{path} is stale: run python -m libs.edge.envoy --target k8s"
+        )
 
 
 def test_envoy_accepts_every_rendering(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -26,6 +29,8 @@ def test_envoy_accepts_every_rendering(tmp_path) -> None:  # type: ignore[no-unt
         "local": EdgeSettings(),
         "k8s": edge_settings_for_k8s(),
         "tls": EdgeSettings(tls_cert=str(cert), tls_key=str(key)),
+        # prod's, with this test's files where the pod mounts its Secrets
+        "k8s-prod": dataclasses.replace(edge_settings_for_k8s(prod=True), tls_cert=str(cert), tls_key=str(key), upstream_tls_ca=str(cert)),
     }.items():
         config = tmp_path / f"{name}.yaml"
         config.write_text(render_yaml(settings), encoding="utf-8")

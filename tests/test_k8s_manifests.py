@@ -12,8 +12,10 @@ import math
 from typing import Any
 
 import pytest
+import yaml
 
 from services.settings import SERVICES, known_env, load_gateway_settings, load_worker_settings
+from libs.edge.envoy import edge_settings_for_k8s, render_yaml
 from scripts.k8s_validate import KUBERNETES_VERSION, main, overlays, render, validate
 from tests.test_telemetry_dashboard import load_catalog
 
@@ -124,6 +126,8 @@ def test_container_probe_and_service_ports_are_the_ports_the_services_listen_on(
         server = settings.server
         ports = {port["name"]: port["containerPort"] for port in container["ports"]}
         expected = {"grpc": server.port, "metrics": server.metrics_port}
+        if service == "gateway":
+            expected["http"] = settings.http.http_port  # the HTTP API, reached through the edge
         if server.health_port:
             expected["health"] = server.health_port
         assert ports == expected
@@ -197,20 +201,25 @@ def test_workers_autoscale_on_in_flight_streams_with_cpu_fallback_and_90s_scale_
 
 
 def test_only_the_gateway_reaches_workers_and_redis(rendered) -> None:
-    _, resources = rendered
+    overlay, resources = rendered
     policies = _by_kind(resources, "NetworkPolicy")
     assert policies["default-deny-ingress"]["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
     gateway_only = [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "gateway"}}}]
     assert [rule["from"] for rule in policies["workers-from-gateway"]["spec"]["ingress"]] == [gateway_only]
     assert [rule["from"] for rule in policies["redis-from-gateway"]["spec"]["ingress"]] == [gateway_only]
-    # The only rule without a source is the gateway's gRPC port.
+    # The only rules without a source are the edge's port and, outside prod, the gateway's gRPC port.
     open_rules = [
         (policy["spec"]["podSelector"], rule["ports"])
         for policy in policies.values()
         for rule in policy["spec"].get("ingress", [])
         if "from" not in rule
     ]
-    assert open_rules == [({"matchLabels": {"app.kubernetes.io/name": "gateway"}}, [{"protocol": "TCP", "port": 50051}])]
+    edge = ({"matchLabels": {"app.kubernetes.io/name": "edge"}}, [{"protocol": "TCP", "port": 8080}])
+    direct = ({"matchLabels": {"app.kubernetes.io/name": "gateway"}}, [{"protocol": "TCP", "port": 50051}])
+    assert open_rules == ([edge] if overlay == "prod" else [edge, direct])
+    # Besides, the edge reaches the gateway's gRPC and HTTP ports.
+    edge_only = [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "edge"}}}]
+    assert [rule["from"] for rule in policies["gateway-from-edge"]["spec"]["ingress"]] == [edge_only]
 
 
 def test_redis_evicts_least_recently_used_within_a_memory_cap(rendered) -> None:
@@ -301,10 +310,13 @@ def test_egress_is_denied_but_for_what_each_service_calls(rendered) -> None:
         (dns, {("UDP", 53), ("TCP", 53)}), (otlp, {("TCP", 4317)}),
     ]  # fmt: skip
     assert allowed("workers-egress") == [(dns, {("UDP", 53), ("TCP", 53)}), (otlp, {("TCP", 4317)})]
+    gateway = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "gateway"}}}
+    assert allowed("edge") == [(gateway, {("TCP", 50051), ("TCP", 8000)}), (dns, {("UDP", 53), ("TCP", 53)})]
     # Redis, and any pod not named above, sends nothing anywhere.
     egress_policies = [policy for policy in policies.values() if "Egress" in policy["spec"]["policyTypes"]]
-    selected = [policy["spec"]["podSelector"] for policy in egress_policies]
-    assert selected == [{}, {"matchLabels": {"app.kubernetes.io/name": "gateway"}}, workers["podSelector"]]
+    selected = sorted(str(policy["spec"]["podSelector"]) for policy in egress_policies)
+    expected = [{}, {"matchLabels": {"app.kubernetes.io/name": "edge"}}, gateway["podSelector"], workers["podSelector"]]
+    assert selected == sorted(str(selector) for selector in expected)
     assert not any("ipBlock" in peer for policy in egress_policies for rule in policy["spec"].get("egress", []) for peer in rule["to"])
 
 
@@ -318,8 +330,20 @@ def test_prod_gateway_serves_tls_asks_for_api_keys_seals_its_cache_and_dials_wor
     container = _container(gateway)
     settings = load_settings("gateway", container["args"][1:], _environment(container, config_maps))
     assert settings.server.tls_cert and settings.server.tls_key and not settings.server.tls_client_ca
-    public = certificates[_mounted_secret(gateway, settings.server.tls_cert)]
-    assert public["spec"]["issuerRef"]["kind"] == "ClusterIssuer" and "server auth" in public["spec"]["usages"]
+    # Only the edge is public: it shows the public certificate, and dials the gateway over TLS,
+    # checking the gateway's certificate (for the name it dials) against the mesh CA.
+    services = _by_kind(resources, "Service")
+    assert services["edge"]["spec"]["type"] == "LoadBalancer" and services["edge"]["spec"]["ports"][0]["port"] == 443
+    assert services["gateway"]["spec"]["type"] == "ClusterIP"
+    edge = _by_kind(resources, "Deployment")["edge"]
+    edge_envoy = yaml.safe_load(next(m for name, m in config_maps.items() if name.startswith("edge-envoy"))["data"]["envoy.yaml"])
+    settings_edge = edge_settings_for_k8s(prod=True)
+    assert edge_envoy == yaml.safe_load(render_yaml(settings_edge))
+    edge_public = certificates[_mounted_secret(edge, settings_edge.tls_cert)]
+    assert edge_public["spec"]["issuerRef"]["kind"] == "ClusterIssuer" and "server auth" in edge_public["spec"]["usages"]
+    assert _mounted_secret(edge, settings_edge.upstream_tls_ca) == "tts-mesh-ca"
+    internal = certificates[_mounted_secret(gateway, settings.server.tls_cert)]
+    assert internal["spec"]["issuerRef"]["name"] == "tts-mesh-ca" and settings_edge.gateway_host in internal["spec"]["dnsNames"]
     assert settings.auth.enabled and _mounted_secret(gateway, settings.auth.api_keys_file) == "tts-api-keys"
     assert settings.cache.key_file and _mounted_secret(gateway, settings.cache.key_file) == "tts-cache-key"
     assert _mounted_secret(gateway, settings.cache.redis_password_file) == "tts-redis-auth"

@@ -10,7 +10,8 @@ CORS answers the configured origins; TLS is terminated here when a certificate i
 logs go to standard output; the admin interface listens on localhost only.
 
 `envoy_config(settings)` is the whole bootstrap as a dict; `python -m libs.edge.envoy --target k8s`
-writes the Kubernetes rendering (k8s/base/edge/envoy.yaml), which a test keeps in step.
+writes the Kubernetes renderings (k8s/base/edge/envoy.yaml; the prod overlay's, with TLS on both
+sides, in k8s/overlays/prod/edge/envoy.yaml), which a test keeps in step.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ HEALTH_PATH: Final = "/healthz"
 """Answered by the edge itself, for load balancers and Kubernetes probes."""
 STREAM_IDLE_TIMEOUT_S: Final = 300
 """A speech stream may go quiet while a long sentence is synthesised; five minutes bounds a dead one."""
-K8S_RENDERING: Final = Path(__file__).resolve().parents[2] / "k8s" / "base" / "edge" / "envoy.yaml"
+K8S_DIR: Final = Path(__file__).resolve().parents[2] / "k8s"
+K8S_RENDERING: Final = K8S_DIR / "base" / "edge" / "envoy.yaml"
+K8S_PROD_RENDERING: Final = K8S_DIR / "overlays" / "prod" / "edge" / "envoy.yaml"
 
 
 @dataclass(frozen=True)
@@ -58,12 +61,19 @@ class EdgeSettings:
     """PEM CA that the gateway's gRPC certificate must come from (empty: plaintext to the gateway)."""
 
 
-def edge_settings_for_k8s() -> EdgeSettings:
-    """The edge as the Kubernetes base runs it: the gateway Service by name, TLS material mounted."""
+def edge_settings_for_k8s(prod: bool = False) -> EdgeSettings:
+    """The edge as Kubernetes runs it: the gateway Service by name. In the prod overlay it terminates
+    the public TLS (the Secret tts-edge-public-tls) and dials the gateway over TLS, trusting the mesh
+    CA that issued the gateway's certificate (k8s/overlays/prod/certificates.yaml)."""
+    if not prod:
+        return EdgeSettings(gateway_host="gateway", cors_origins=("https://tts.example.com",), resolve_by_dns=True)
     return EdgeSettings(
         gateway_host="gateway",
         cors_origins=("https://tts.example.com",),
         resolve_by_dns=True,
+        tls_cert="/etc/edge/public-tls/tls.crt",
+        tls_key="/etc/edge/public-tls/tls.key",
+        upstream_tls_ca="/etc/edge/mesh-ca/ca.crt",
     )
 
 
@@ -161,17 +171,18 @@ def _cluster(name: str, settings: EdgeSettings, port: int, http2: bool) -> dict[
                 "explicit_http_config": {"http2_protocol_options": {}},
             }
         }
-        if settings.upstream_tls_ca:
-            cluster["transport_socket"] = {
-                "name": "envoy.transport_sockets.tls",
-                "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
-                    "common_tls_context": {
-                        "alpn_protocols": ["h2"],
-                        "validation_context": {"trusted_ca": {"filename": settings.upstream_tls_ca}},
-                    },
+    if settings.upstream_tls_ca:  # the gateway's gRPC and HTTP ports both speak TLS then
+        cluster["transport_socket"] = {
+            "name": "envoy.transport_sockets.tls",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+                "sni": settings.gateway_host,
+                "common_tls_context": {
+                    "alpn_protocols": ["h2"] if http2 else ["http/1.1"],
+                    "validation_context": {"trusted_ca": {"filename": settings.upstream_tls_ca}},
                 },
-            }
+            },
+        }
     return cluster
 
 
@@ -193,14 +204,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.target == "stdout":
         sys.stdout.write(render_yaml(EdgeSettings()))
         return 0
-    rendered = render_yaml(edge_settings_for_k8s())
-    if args.check:
-        current = K8S_RENDERING.read_text(encoding="utf-8") if K8S_RENDERING.exists() else ""
-        print("up to date" if current == rendered else f"{K8S_RENDERING} is stale: run python -m libs.edge.envoy --target k8s")
-        return 0 if current == rendered else 1
-    K8S_RENDERING.parent.mkdir(parents=True, exist_ok=True)
-    K8S_RENDERING.write_text(rendered, encoding="utf-8")
-    return 0
+    stale = 0
+    for path, prod in ((K8S_RENDERING, False), (K8S_PROD_RENDERING, True)):
+        rendered = render_yaml(edge_settings_for_k8s(prod))
+        if args.check:
+            current = path.read_text(encoding="utf-8") if path.exists() else ""
+            print("up to date" if current == rendered else f"{path} is stale: run python -m libs.edge.envoy --target k8s")
+            stale += current != rendered
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(rendered, encoding="utf-8")
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":
