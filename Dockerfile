@@ -3,7 +3,10 @@
 #   docker run tts-mesh:dev services.gateway --acoustic local=acoustic:50052 --vocoder local=vocoder:50053
 #   docker run tts-mesh:dev services.acoustic
 #   docker run tts-mesh:dev services.vocoder
-# Build with `make image` (docker build -t tts-mesh:dev .).
+# Two targets, built by `make image`:
+#   runtime (the default, last stage): CPU-only torch, every service    -> tts-mesh
+#   gpu: torch with its CUDA libraries, for the workers on GPU nodes    -> tts-mesh-gpu
+#     docker run --gpus all tts-mesh-gpu:dev services.acoustic --device cuda
 
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 
@@ -22,17 +25,50 @@ COPY pyproject.toml ./
 RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > requirements.txt \
  && pip install --extra-index-url https://download.pytorch.org/whl/cpu -r requirements.txt
 
-# --- runtime: the venv, the source, a warmed voice cache, a non-root user ---------------------
-FROM ${PYTHON_IMAGE} AS runtime
+# --- deps-gpu: the same list, torch from PyPI: its Linux wheel is the CUDA build, with the CUDA
+# runtime, cuDNN and NCCL as pip packages (the node's NVIDIA driver comes in through the container
+# toolkit), so the base image needs no CUDA of its own. On a GPU the acoustic text side runs in
+# torch on the device too (libs/voice/acoustic_engine.py), so onnxruntime stays the CPU build.
+FROM ${PYTHON_IMAGE} AS deps-gpu
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+WORKDIR /build
+COPY pyproject.toml ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > requirements.txt \
+ && pip install -r requirements.txt
+
+# --- app: the source, a non-root user, the entrypoint; each target adds its venv -------------
+FROM ${PYTHON_IMAGE} AS app
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     TTS_CACHE_DIR=/opt/tts-mesh/cache
 RUN groupadd --system --gid 10001 tts \
  && useradd --system --uid 10001 --gid tts --home-dir /home/tts --create-home tts
-COPY --from=deps /opt/venv /opt/venv
 WORKDIR /app
 COPY . .
+# gRPC: gateway 50051, acoustic 50052, vocoder 50053. Prometheus /metrics: 9101, 9102, 9103.
+EXPOSE 50051 50052 50053 9101 9102 9103 8000
+# Python is PID 1: the services install their own SIGTERM handler (health NOT_SERVING, then drain).
+ENTRYPOINT ["python", "-m"]
+CMD ["services.gateway"]
+
+# --- gpu: the CUDA venv and a warmed voice cache (the same warm-up as runtime's, below) --------
+FROM app AS gpu
+COPY --from=deps-gpu /opt/venv /opt/venv
+RUN python -c "from libs.voice.assets import default_voice_assets; from libs.models.onnx_encoder import OnnxFrontEnd; OnnxFrontEnd.load(default_voice_assets().piper_models().acoustic)" \
+ && python -c "from libs.voice.engine import AcousticEngine, EngineSettings, VocoderEngine; AcousticEngine.load_default(settings=EngineSettings(precision='fp32')); VocoderEngine.load_default(settings=EngineSettings(precision='fp32'))" \
+ && chmod -R a+rX /opt/tts-mesh
+USER 10001:10001
+# Workers on this image use the GPU and batch concurrent streams into one step by default.
+ENV TTS_DEVICE=cuda \
+    TTS_MAX_BATCH=8
+
+# --- runtime (default target): the CPU venv, a warmed voice cache, a non-root user ------------
+FROM app AS runtime
+COPY --from=deps /opt/venv /opt/venv
 # Convert the default Piper voice to torch weights and export its text side (encoder + duration
 # predictor, one graph) for onnxruntime once, at build time, so a pod's start-up only reads the files
 # (the root filesystem is read-only at run time). All are keyed by what they are made from (the ONNX
@@ -42,8 +78,3 @@ RUN python -c "from libs.voice.assets import default_voice_assets; from libs.mod
  && python -c "from libs.voice.engine import AcousticEngine, EngineSettings, VocoderEngine; AcousticEngine.load_default(settings=EngineSettings(precision='fp32')); VocoderEngine.load_default(settings=EngineSettings(precision='fp32'))" \
  && chmod -R a+rX /opt/tts-mesh
 USER 10001:10001
-# gRPC: gateway 50051, acoustic 50052, vocoder 50053. Prometheus /metrics: 9101, 9102, 9103.
-EXPOSE 50051 50052 50053 9101 9102 9103 8000
-# Python is PID 1: the services install their own SIGTERM handler (health NOT_SERVING, then drain).
-ENTRYPOINT ["python", "-m"]
-CMD ["services.gateway"]

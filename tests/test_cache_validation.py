@@ -6,13 +6,13 @@ fresh synthesis gives. Real Redis, the real pipeline and servicers, small engine
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from types import SimpleNamespace
 from typing import Any, AsyncIterator
 
 import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
+from libs.text.frontend import Sentence
 from libs.cache.codec import AudioHead
 from libs.cache.keys import cache_key
 from libs.cache.mel_cache import MelCache
@@ -37,7 +37,7 @@ _TEXT_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="text")
 
 async def _sentences() -> AsyncIterator[Any]:
     for index, ids in enumerate(SENTENCE_IDS):
-        yield SimpleNamespace(text=f"Sentence {index}.", phonemes=["x"], phoneme_ids=tuple(ids))
+        yield Sentence(text=f"Sentence {index}.", phonemes=("x",), phoneme_ids=tuple(ids))
 
 
 class _Gateway:

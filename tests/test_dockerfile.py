@@ -21,7 +21,7 @@ import pytest
 
 from libs.serving.http import DEFAULT_HTTP_PORT
 from libs.serving.server import DEFAULT_METRICS_PORTS, DEFAULT_PORTS
-from services.settings import SERVICES
+from services.settings import SERVICES, load_worker_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
@@ -135,3 +135,43 @@ def test_dockerignore_keeps_the_runtime_tree_and_drops_local_state() -> None:
     ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines() if line.strip() and not line.startswith("#")}
     assert {".git", ".venv", "tests"} <= ignored
     assert not ignored & {"libs", "services", "assets", "protos", "pyproject.toml"}
+
+
+def _stages() -> dict[str, list[tuple[str, str]]]:
+    """Each named stage's instructions (FROM ... AS name)."""
+    stages: dict[str, list[tuple[str, str]]] = {}
+    current: list[tuple[str, str]] = []
+    for keyword, arguments in instructions():
+        if keyword == "FROM":
+            current = []
+            stages[arguments.split()[-1]] = current
+        current.append((keyword, arguments))
+    return stages
+
+
+def _env_of(stage: list[tuple[str, str]]) -> dict[str, str]:
+    return dict(pair.split("=", 1) for keyword, arguments in stage if keyword == "ENV" for pair in shlex.split(arguments) if "=" in pair)
+
+
+def test_the_gpu_target_is_the_cpu_image_with_cuda_torch_gpu_workers_and_batching_on() -> None:
+    stages = _stages()
+    assert list(stages)[-1] == "runtime", "the default target (last stage) must stay the CPU image"
+    gpu, runtime = stages["gpu"], stages["runtime"]
+    assert gpu[0] == ("FROM", "app AS gpu") and runtime[0] == ("FROM", "app AS runtime")
+    # The CUDA venv: torch from PyPI (the CUDA build), never from the CPU index.
+    install = next(arguments for keyword, arguments in stages["deps-gpu"] if keyword == "RUN" and "pip install" in arguments)
+    assert "-r requirements.txt" in install and "whl/cpu" not in install
+    assert ("COPY", "--from=deps-gpu /opt/venv /opt/venv") in gpu and ("COPY", "--from=deps /opt/venv /opt/venv") in runtime
+    # Both warm the same voice cache at build time and run as the same non-root user.
+    assert [a for k, a in gpu if k in ("RUN", "USER")] == [a for k, a in runtime if k in ("RUN", "USER")]
+    environ = _env_of(gpu)
+    worker = load_worker_settings("vocoder", [], environ).worker
+    assert worker.device == "cuda" and worker.max_batch > 1
+
+
+def test_make_image_builds_both_targets_under_the_names_the_manifests_use() -> None:
+    recipe = (ROOT / "Makefile").read_text().split("\nimage:", 1)[1].split("\n\n", 1)[0]
+    builds = re.findall(r"docker build --target (\S+) -t (\S+?):\S+ \.", recipe)
+    assert builds == [("runtime", "tts-mesh"), ("gpu", "tts-mesh-gpu")]
+    prod = (ROOT / "k8s" / "overlays" / "prod" / "kustomization.yaml").read_text()
+    assert "- name: tts-mesh\n" in prod and "- name: tts-mesh-gpu\n" in prod

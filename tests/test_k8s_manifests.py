@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from typing import Any
 
 import pytest
@@ -26,7 +27,7 @@ def load_settings(service: str, argv: list[str], environ: dict[str, str]) -> Any
     """The settings `service` starts with from these args and this environment (SystemExit if it would not start)."""
     return load_gateway_settings(argv, environ) if service == "gateway" else load_worker_settings(service, argv, environ)
 ZONE_LABEL = "topology.kubernetes.io/zone"
-DOWNWARD_ZONE = "zone-test"  # stands for the zone label the downward API would read
+DOWNWARD_ZONE = "zone-a"  # stands for the zone label the downward API would read (one of the prod zones)
 
 
 @pytest.fixture(scope="module", params=OVERLAY_NAMES)
@@ -40,9 +41,13 @@ def _by_kind(resources: list[dict[str, Any]], kind: str) -> dict[str, dict[str, 
 
 
 def _container(deployment: dict[str, Any]) -> dict[str, Any]:
+    """The deployment's main container (named as the deployment; sidecars such as an exporter aside)."""
     containers = deployment["spec"]["template"]["spec"]["containers"]
-    assert len(containers) == 1
-    return containers[0]
+    if len(containers) == 1:
+        return containers[0]
+    named = [container for container in containers if container["name"] == deployment["metadata"]["name"]]
+    assert len(named) == 1
+    return named[0]
 
 
 def _cpu_cores(quantity: str) -> int:
@@ -102,7 +107,7 @@ def test_args_and_env_are_flags_the_services_accept(rendered) -> None:
     config_maps = _by_kind(resources, "ConfigMap")
     for service, deployment in _service_deployments(resources).items():
         container = _container(deployment)
-        assert container["image"].split("/")[-1].startswith("tts-mesh:")
+        assert re.match(r"^tts-mesh(-gpu)?[:@]", container["image"].split("/")[-1]), container["image"]
         module, *argv = container["args"]
         assert module == f"services.{service}"
         environ = _environment(container, config_maps)
@@ -164,8 +169,11 @@ def test_gateway_worker_endpoints_resolve_to_services_of_that_kind_and_zone(rend
         zones_seen.add(endpoint.zone)
     expected_zones = {"local"} if name == "dev" else {"zone-a", "zone-b", "zone-c"}
     assert zones_seen == expected_zones
-    # The gateway's Redis is the Redis Service of this overlay.
-    assert settings.cache.redis_url == f"redis://redis:{services['redis']['spec']['ports'][0]['port']}/0"
+    # The gateway's Redis is a Redis Service of this overlay (in prod its own zone's, "{zone}").
+    host = "redis" if name == "dev" else "redis-{zone}"
+    for zone in expected_zones:
+        port = services[host.replace("{zone}", zone)]["spec"]["ports"][0]["port"]
+        assert settings.cache.url_for_zone(zone) == f"redis://{host.replace('{zone}', zone)}:{port}/0"
 
 
 def test_pods_spread_over_zones_and_shut_down_gracefully(rendered) -> None:
@@ -290,8 +298,14 @@ def test_every_secret_a_pod_uses_is_in_the_overlay_or_made_by_cert_manager(rende
 
 
 def test_egress_is_denied_but_for_what_each_service_calls(rendered) -> None:
-    _, resources = rendered
+    overlay, resources = rendered
     policies = _by_kind(resources, "NetworkPolicy")
+    if overlay == "prod":
+        # EndpointSlice discovery: the gateway, and only it, may reach the API server's HTTPS ports.
+        apiserver = policies.pop("gateway-to-apiserver")["spec"]
+        assert apiserver["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "gateway"}}
+        assert [[set(peer) for peer in rule["to"]] for rule in apiserver["egress"]] == [[{"ipBlock"}]]
+        assert {(port["protocol"], port["port"]) for port in apiserver["egress"][0]["ports"]} == {("TCP", 443), ("TCP", 6443)}
     assert policies["default-deny-egress"]["spec"] == {"podSelector": {}, "policyTypes": ["Egress"]}
     dns = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}  # fmt: skip

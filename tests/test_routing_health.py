@@ -168,7 +168,7 @@ def test_broken_event_hook_does_not_break_the_table() -> None:
 def test_unknown_endpoint_is_a_clear_error() -> None:
     table, _, _ = _serving_table()
     with pytest.raises(KeyError, match="not in this health table"):
-        table.record_failure(Endpoint("zone-c", "c0:1", "acoustic"))
+        table.stream_started(Endpoint("zone-c", "c0:1", "acoustic"))
 
 
 def test_stream_counts_are_exact_under_threads() -> None:
@@ -201,3 +201,38 @@ def test_stream_counts_are_exact_under_threads() -> None:
 def test_health_config_rejects_nonsense(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         HealthConfig(**kwargs)
+
+
+def test_draining_endpoint_takes_no_new_stream_and_is_forgotten_once_its_streams_end() -> None:
+    table, _, _ = _serving_table()
+    table.stream_started(A0)
+    table.drain(A0)
+    status = table.status(A0)
+    assert status.draining and not status.available and status.outstanding_streams == 1
+    assert table.remove_drained() == []  # its stream is still running
+    table.stream_finished(A0)
+    assert table.remove_drained() == [A0]
+    assert not table.tracks(A0) and not table.is_available(A0)
+    assert table.record_failure(A0) is False  # a late failure report of a forgotten worker is ignored
+    assert [status.endpoint for status in table.statuses("acoustic")] == [A1, B0]
+
+
+def test_added_endpoint_waits_for_its_health_and_a_returning_one_stops_draining() -> None:
+    table, _, _ = _serving_table()
+    new = Endpoint("zone-a", "a2:1", "acoustic")
+    assert table.add(new) is True
+    assert not table.is_available(new)  # UNKNOWN until its Watch says SERVING
+    table.set_serving(new, Serving.SERVING)
+    assert table.is_available(new)
+    table.drain(A1)
+    assert table.add(A1) is False
+    assert table.is_available(A1)
+
+
+def test_draining_endpoints_do_not_count_towards_the_ejection_cap() -> None:
+    config = HealthConfig(consecutive_failures=1, base_ejection_s=2.0, max_ejection_s=5.0, max_ejected_ratio=0.5)
+    table, _, _ = _serving_table(config, endpoints=(A0, A1, B0))
+    table.drain(B0)
+    # Two live acoustic endpoints: half of them is one, so the second failure may not eject.
+    assert _fail(table, A0, 1) == [True]
+    assert _fail(table, A1, 1) == [False]

@@ -12,7 +12,8 @@ import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from libs.routing.endpoints import Endpoint
-from libs.routing.health import HealthTable, HealthWatcher, Serving, WatchConfig
+from libs.routing.health import HealthTable, Serving
+from libs.routing.watcher import HealthWatcher, WatchConfig
 from tests.faults.proxy import FaultProxy
 
 SERVING = health_pb2.HealthCheckResponse.SERVING

@@ -1,7 +1,10 @@
 """Where a sentence lives in Redis: its mel under a hash of its synthesis inputs, its audio head
 next to it.
 
-Both keys of a sentence derive from one digest, so they can be read together in one round trip.
+Both keys of a sentence derive from one digest, written as a Redis Cluster hash tag
+(`tts:mel:v1:{<digest>}`, `tts:head:v1:{<digest>}`): only the part in braces picks the slot, so a
+sentence's two keys always share a slot and are still read together in one MGET on a cluster (and
+on managed Redis that refuses cross-slot commands); different sentences spread over every slot.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ HEAD_KEY_PREFIX: Final = f"tts:head:v{FORMAT_VERSION}:"
 
 
 def cache_key(inputs: SynthesisInputs) -> str:
-    """The key of a sentence's mel: a hash of exactly what its audio is a function of."""
-    return KEY_PREFIX + hashlib.sha256(inputs.digest_bytes()).hexdigest()
+    """The key of a sentence's mel: a hash of exactly what its audio is a function of, as a hash tag."""
+    return KEY_PREFIX + "{" + hashlib.sha256(inputs.digest_bytes()).hexdigest() + "}"
 
 
 def head_key(mel_key: str) -> str:

@@ -20,9 +20,10 @@ from typing import Callable, Final, Sequence, TypeVar
 
 import numpy as np
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from libs.cache.circuit_breaker import BreakerConfig, CircuitBreaker
 from libs.cache.codec import AudioHead, CacheFormatError, CachedMel, decode_head, decode_mel, encode_head, encode_mel
@@ -34,6 +35,10 @@ from libs.telemetry.tracing import ATTR_CACHE_HIT, SPAN_CACHE_LOOKUP, SPAN_CACHE
 
 _log = logging.getLogger(__name__)
 _Value = TypeVar("_Value")
+
+REDIS_FAILURES: Final = (RedisError, RedisClusterException, OSError, TimeoutError)
+"""Everything a Redis (or Redis Cluster) call can fail with; each one is a miss, never raised.
+(A cluster client that reaches no node raises RedisClusterException, which is no RedisError.)"""
 
 CacheOutcomeHook = Callable[[str], None]
 """Called with one of the OUTCOME_* words after every cache operation (for metrics)."""
@@ -76,6 +81,26 @@ def _password(path: str) -> str | None:
     return password
 
 
+def redis_client(url: str, settings: CacheSettings, timeout_s: float) -> aioredis.Redis | RedisCluster:
+    """The asyncio client of the cache's Redis (a cluster client with `redis_cluster`): short socket
+    timeouts, no client-side retries (a miss is cheaper than a retry storm on a sick Redis), TLS
+    checked against `redis_ca_file` for rediss://, the password from its file."""
+    options: dict[str, object] = {
+        "password": _password(settings.redis_password_file),
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+        "health_check_interval": 30,
+    }
+    if settings.redis_ca_file and url.startswith("rediss://"):
+        options["ssl_ca_certs"] = settings.redis_ca_file
+    if options["password"] is None:
+        del options["password"]  # a password in the URL stays in force
+    if settings.redis_cluster:
+        # One try per command: a slot that moved is still followed (the client refreshes its map on MOVED).
+        return RedisCluster.from_url(url, retry=Retry(NoBackoff(), 0), **options)  # type: ignore[arg-type]
+    return aioredis.Redis.from_url(url, retry=Retry(NoBackoff(), 0), **options)  # type: ignore[arg-type]
+
+
 class MelCache:
     """Get and put sentence mels by key; never raises for Redis trouble."""
 
@@ -103,8 +128,9 @@ class MelCache:
         self._keyring = keyring
 
     @classmethod
-    def from_settings(cls, settings: CacheSettings, on_outcome: CacheOutcomeHook = _ignore) -> "MelCache":
-        """A cache on the Redis `settings` name; with the cache switched off, one that always misses.
+    def from_settings(cls, settings: CacheSettings, on_outcome: CacheOutcomeHook = _ignore, zone: str = "") -> "MelCache":
+        """A cache on the Redis `settings` name (its "{zone}" being `zone`); with the cache switched
+        off, one that always misses.
 
         Reads the key file and the password file now: SettingFileError if either cannot be used.
         """
@@ -112,17 +138,11 @@ class MelCache:
         client = None
         keyring = KeyRing.from_file(settings.key_file) if settings.key_file and settings.enabled else None
         if settings.enabled:
-            client = aioredis.Redis.from_url(
-                settings.redis_url,
-                password=_password(settings.redis_password_file),
-                socket_timeout=timeout_s,
-                socket_connect_timeout=timeout_s,
-                # No client-side retries: a miss is cheaper than a retry storm on a sick Redis.
-                retry=Retry(NoBackoff(), 0),
-                health_check_interval=30,
-            )
+            url = settings.url_for_zone(zone)
+            client = redis_client(url, settings, timeout_s)
             sealing = f"values sealed with key {keyring.current_id}" if keyring else "values stored plain (no --cache-key-file)"
-            _log.info("mel cache at %s, %s", redacted_url(settings.redis_url), sealing)
+            kind = "Redis Cluster" if settings.redis_cluster else "Redis"
+            _log.info("mel cache on %s at %s, %s", kind, redacted_url(url), sealing)
         return cls(
             client, ttl_s=settings.ttl_s, timeout_s=timeout_s, on_outcome=on_outcome, head_ms=settings.audio_head_ms, keyring=keyring
         )
@@ -161,7 +181,7 @@ class MelCache:
                     value, head_value = await self._client.mget([key, head_key(key)])
                 else:
                     value = await self._client.get(key)
-        except (RedisError, OSError, TimeoutError) as error:
+        except REDIS_FAILURES as error:
             self._fail(OUTCOME_ERROR, "get", error)
             return None
         self._breaker.record_success()
@@ -219,7 +239,7 @@ class MelCache:
         try:
             async with asyncio.timeout(self._timeout_s * 2):
                 await self._client.set(key, value, ex=self._ttl_s)
-        except (RedisError, OSError, TimeoutError) as error:
+        except REDIS_FAILURES as error:
             self._fail(OUTCOME_WRITE_ERROR, "set", error)
             return False
         self._breaker.record_success()
@@ -235,7 +255,7 @@ class MelCache:
         try:
             async with asyncio.timeout(self._timeout_s * 2):
                 await self._client.delete(*keys)
-        except (RedisError, OSError, TimeoutError) as error:
+        except REDIS_FAILURES as error:
             self._fail(OUTCOME_WRITE_ERROR, "delete", error)
             return False
         self._breaker.record_success()

@@ -28,8 +28,18 @@ class CacheSettings:
     """The gateway's mel cache."""
 
     redis_url: str = setting(
-        DEFAULT_REDIS_URL, env="REDIS_URL", flag="--redis-url", doc='Redis of the mel cache ("none" switches the cache off)'
-    )
+        DEFAULT_REDIS_URL, env="REDIS_URL", flag="--redis-url",
+        doc='Redis of the mel cache: redis:// or rediss:// (TLS), user in the URL for an ACL user, "{zone}" replaced by '
+        "the gateway's zone (a Redis per zone); \"none\" switches the cache off",
+    )  # fmt: skip
+    redis_cluster: bool = setting(
+        False, env="TTS_REDIS_CLUSTER", flag="--redis-cluster",
+        doc="--redis-url names a node of a Redis Cluster (the client follows the cluster's slots)",
+    )  # fmt: skip
+    redis_ca_file: str = setting(
+        "", env="TTS_REDIS_CA", flag="--redis-ca",
+        doc="PEM CA that a rediss:// server's certificate must come from (empty: the system's CAs)",
+    )  # fmt: skip
     ttl_s: int = setting(DEFAULT_TTL_S, env="TTS_CACHE_TTL_S", flag="--cache-ttl-s", unit="s", minimum=1, doc="lifetime of a cached sentence")
     timeout_ms: int = setting(
         DEFAULT_TIMEOUT_MS, env="TTS_CACHE_TIMEOUT_MS", flag="--cache-timeout-ms", unit="ms", minimum=1,
@@ -55,6 +65,10 @@ class CacheSettings:
     def enabled(self) -> bool:
         """Whether a Redis is configured at all."""
         return self.redis_url.strip().lower() not in DISABLED_URLS
+
+    def url_for_zone(self, zone: str) -> str:
+        """`redis_url` with "{zone}" replaced by `zone`: each zone's gateways use their own zone's Redis."""
+        return self.redis_url.replace("{zone}", zone)
 
 
 def redacted_url(url: str) -> str:

@@ -1,30 +1,24 @@
-"""Per-endpoint health: grpc.health.v1 state, outstanding streams, and passive outlier ejection.
+"""Per-endpoint health: grpc.health.v1 state, outstanding streams, draining, and passive outlier ejection.
 
-`HealthTable` is pure state (inject a clock; no network). `HealthWatcher` keeps the table's
-serving state fresh from `grpc.health.v1.Health/Watch` streams over the gateway's channels.
+`HealthTable` is pure state (inject a clock; no network). `libs.routing.watcher.HealthWatcher`
+keeps the table's serving state fresh from `grpc.health.v1.Health/Watch` streams.
 """
 
 from __future__ import annotations
 
-import asyncio
 import enum
-import logging
 import math
-import random
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Final, Iterable, Mapping
+from typing import Callable, Final, Iterable
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from libs.routing import events
 from libs.routing.endpoints import Endpoint
 from libs.routing.events import EventHook, ignore_event
 from libs.settings.fields import setting
-
-_log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 """Monotonic seconds; `time.monotonic` in production, a fake in tests."""
@@ -111,7 +105,10 @@ class EndpointStatus:
     ejected_until_s: float | None
     """Clock time when the current ejection ends, or None when not ejected."""
     available: bool
-    """Whether the picker may choose it now: healthy enough and not ejected."""
+    """Whether the picker may choose it now: healthy enough, not ejected and not draining."""
+    draining: bool = False
+    """Whether discovery says the worker is going away (terminating, or gone from its name): it takes
+    no new streams and finishes the ones it has."""
 
 
 class _State:
@@ -124,6 +121,7 @@ class _State:
         self.ejection_count = 0
         self.ejected_until_s: float | None = None
         self.last_ejection_end_s: float | None = None
+        self.draining = False
 
 
 class HealthTable:
@@ -152,10 +150,36 @@ class HealthTable:
         """Every endpoint the table tracks, in insertion order."""
         return tuple(self._states)
 
+    def add(self, endpoint: Endpoint) -> bool:
+        """Track a newly discovered endpoint (health UNKNOWN until its Watch answers); a draining one
+        that came back takes streams again. True if the endpoint was not tracked before."""
+        with self._lock:
+            state = self._states.get(endpoint)
+            if state is not None:
+                state.draining = False
+                return False
+            self._states[endpoint] = _State()
+            return True
+
+    def drain(self, endpoint: Endpoint) -> None:
+        """Stop giving the endpoint new streams; the ones it has go on until they finish."""
+        with self._lock:
+            self._state(endpoint).draining = True
+
+    def remove_drained(self) -> list[Endpoint]:
+        """Forget every draining endpoint that has no outstanding stream left; returns them."""
+        with self._lock:
+            gone = [endpoint for endpoint, state in self._states.items() if state.draining and state.outstanding_streams == 0]
+            for endpoint in gone:
+                del self._states[endpoint]
+        return gone
+
     def set_serving(self, endpoint: Endpoint, serving: Serving) -> None:
         """Record the endpoint's grpc.health.v1 state (from a Watch, or UNKNOWN when the Watch is down)."""
         with self._lock:
-            state = self._state(endpoint)
+            state = self._states.get(endpoint)
+            if state is None:  # removed while its Watch was still delivering
+                return
             changed = state.serving is not serving
             state.serving = serving
         if changed:
@@ -177,7 +201,9 @@ class HealthTable:
     def record_success(self, endpoint: Endpoint) -> None:
         """An attempt on the endpoint succeeded: its consecutive failure count starts again from zero."""
         with self._lock:
-            self._state(endpoint).consecutive_failures = 0
+            state = self._states.get(endpoint)
+            if state is not None:  # None: drained and forgotten since the attempt ended
+                state.consecutive_failures = 0
 
     def record_failure(self, endpoint: Endpoint) -> bool:
         """An attempt failed because of the endpoint (see ENDPOINT_FAILURE_CODES); True if this ejected it."""
@@ -185,7 +211,9 @@ class HealthTable:
         with self._lock:
             now = self._clock()
             self._expire_ejections(now, pending)
-            state = self._state(endpoint)
+            state = self._states.get(endpoint)
+            if state is None:  # drained and forgotten since the attempt ended: nothing left to eject
+                return False
             state.consecutive_failures += 1
             ejected = False
             if state.ejected_until_s is None and state.consecutive_failures >= self._config.consecutive_failures:
@@ -221,8 +249,16 @@ class HealthTable:
         return views
 
     def is_available(self, endpoint: Endpoint) -> bool:
-        """Whether the endpoint may take a new stream now."""
+        """Whether the endpoint may take a new stream now (False for one the table no longer tracks)."""
+        with self._lock:
+            if endpoint not in self._states:
+                return False
         return self.status(endpoint).available
+
+    def tracks(self, endpoint: Endpoint) -> bool:
+        """Whether the endpoint is in the table (discovered, or draining and not yet forgotten)."""
+        with self._lock:
+            return endpoint in self._states
 
     def _state(self, endpoint: Endpoint) -> _State:
         try:
@@ -239,11 +275,12 @@ class HealthTable:
             consecutive_failures=state.consecutive_failures,
             ejection_count=state.ejection_count,
             ejected_until_s=state.ejected_until_s,
-            available=healthy and state.ejected_until_s is None,
+            available=healthy and state.ejected_until_s is None and not state.draining,
+            draining=state.draining,
         )
 
     def _may_eject(self, kind: str) -> bool:
-        same_kind = [state for endpoint, state in self._states.items() if endpoint.kind == kind]
+        same_kind = [state for endpoint, state in self._states.items() if endpoint.kind == kind and not state.draining]
         ejected = sum(1 for state in same_kind if state.ejected_until_s is not None)
         allowed = max(1, math.floor(self._config.max_ejected_ratio * len(same_kind)))
         return ejected < allowed
@@ -272,109 +309,3 @@ class HealthTable:
         # Hooks run outside the lock, so a hook that reads the table cannot deadlock.
         for kind, zone, reason in pending:
             events.emit(self._on_event, kind, zone, reason)
-
-
-DEFAULT_WATCH_RECONNECT_BASE_S: Final = 0.2
-DEFAULT_WATCH_RECONNECT_MAX_S: Final = 5.0
-
-_SERVING_FROM_PROTO: Final = {
-    health_pb2.HealthCheckResponse.SERVING: Serving.SERVING,
-    health_pb2.HealthCheckResponse.NOT_SERVING: Serving.NOT_SERVING,
-}
-
-
-@dataclass(frozen=True)
-class WatchConfig:
-    """How the gateway watches its workers' grpc.health.v1 state."""
-
-    service_name: str = ""
-    """Health service name to watch; "" is the whole server."""
-    reconnect_base_s: float = DEFAULT_WATCH_RECONNECT_BASE_S
-    """Backoff base after a failed Watch; the n-th failure in a row waits uniform(0, min(max, base*2^n))."""
-    reconnect_max_s: float = DEFAULT_WATCH_RECONNECT_MAX_S
-    """Backoff cap between Watch attempts."""
-
-
-class HealthWatcher:
-    """Runs one grpc.health.v1 Watch per endpoint and writes what it hears into a HealthTable.
-
-    The watcher borrows the channels: the gateway owns them and stops the watcher before closing
-    them. A Watch that breaks after it had delivered a status is reopened after a short pause
-    without touching the state, so a routine connection recycle (GOAWAY, max connection age) does
-    not flap the endpoint. If reopening fails, the endpoint is set to UNKNOWN and the Watch is
-    retried with full-jitter backoff. A hung connection is not detected here; passive ejection and
-    channel keepalive cover that. The channel's own reconnect backoff (grpc.initial_reconnect_backoff_ms,
-    1 s by default) also bounds how soon a restarted worker is seen again.
-    """
-
-    def __init__(
-        self,
-        table: HealthTable,
-        channels: Mapping[Endpoint, grpc.aio.Channel],
-        config: WatchConfig = WatchConfig(),
-        rng: random.Random | None = None,
-        on_event: EventHook = ignore_event,
-    ) -> None:
-        self._table = table
-        self._channels = dict(channels)
-        self._config = config
-        self._rng = rng if rng is not None else random.Random()
-        self._on_event = on_event
-        self._tasks: list[asyncio.Task[None]] = []
-
-    def start(self) -> None:
-        """Start one Watch task per endpoint on the running event loop."""
-        if self._tasks:
-            raise RuntimeError("HealthWatcher already started")
-        for endpoint, channel in self._channels.items():
-            task = asyncio.get_running_loop().create_task(self._watch_forever(endpoint, channel), name=f"health-watch {endpoint}")
-            self._tasks.append(task)
-
-    async def stop(self) -> None:
-        """Cancel every Watch and wait for the tasks to end."""
-        tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def __aenter__(self) -> HealthWatcher:
-        self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
-
-    async def _watch_forever(self, endpoint: Endpoint, channel: grpc.aio.Channel) -> None:
-        stub = health_pb2_grpc.HealthStub(channel)
-        request = health_pb2.HealthCheckRequest(service=self._config.service_name)
-        failures_in_a_row = 0
-        while True:
-            call = stub.Watch(request)
-            delivered = False
-            code = grpc.StatusCode.OK
-            try:
-                async for response in call:
-                    delivered = True
-                    self._table.set_serving(endpoint, _SERVING_FROM_PROTO.get(response.status, Serving.UNKNOWN))
-                # The server ended the stream cleanly (e.g. shutting down): treat it like a break.
-                code = grpc.StatusCode.UNAVAILABLE
-            except grpc.aio.AioRpcError as error:
-                code = error.code()
-            except Exception:  # e.g. a channel closed under us: keep watching with backoff, never die silently
-                _log.exception("health Watch on %s failed", endpoint)
-                code = grpc.StatusCode.UNKNOWN
-            finally:
-                call.cancel()
-            events.emit(self._on_event, events.WATCH_BROKEN, endpoint.zone, code.name.lower())
-            if code is grpc.StatusCode.UNIMPLEMENTED and failures_in_a_row == 0:
-                _log.warning("%s has no grpc.health.v1 service; it stays unroutable", endpoint)
-            if delivered:
-                # Keep the last state and reopen soon; the short pause stops a server that
-                # answers and hangs up in a loop from turning this into a busy loop.
-                failures_in_a_row = 0
-                await asyncio.sleep(self._rng.uniform(0.0, self._config.reconnect_base_s))
-                continue
-            self._table.set_serving(endpoint, Serving.UNKNOWN)
-            ceiling_s = min(self._config.reconnect_max_s, self._config.reconnect_base_s * 2.0**failures_in_a_row)
-            failures_in_a_row = min(failures_in_a_row + 1, 32)  # keeps 2**n finite
-            await asyncio.sleep(self._rng.uniform(0.0, ceiling_s))

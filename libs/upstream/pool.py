@@ -1,6 +1,9 @@
 """The gateway's view of its workers: channels, health, load, ejection, retry budget and model versions.
 
-Health comes from one grpc.health.v1 Watch per endpoint (`HealthWatcher`); each attempt is chosen
+Every configured `ZONE=NAME:PORT` stands for all the pods behind NAME (libs.routing.discovery:
+DNS re-resolution, or Kubernetes EndpointSlices). The pool keeps one channel and one health Watch
+per pod, adds a pod as soon as discovery lists it, and drains one that goes away: no new streams,
+its own finish, then its channel closes. Health comes from one grpc.health.v1 Watch per endpoint (`HealthWatcher`); each attempt is chosen
 by `Attempts` (libs.routing.attempts) over a per-kind `HealthTable` and `Picker`, so the local
 zone is preferred and failures eject. The acoustic model version (part of every cache key) is read
 once per endpoint each time it turns SERVING and kept, so a cache hit needs no acoustic worker.
@@ -11,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import Final
+from dataclasses import dataclass
+from typing import Callable, Final
 
 import grpc
 from opentelemetry.trace import TracerProvider
@@ -22,8 +26,10 @@ from libs.routing.attempts import Attempts
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
 from libs.pb.tts.vocoder.v1 import vocoder_pb2_grpc
 from libs.routing import events
+from libs.routing.discovery import DiscoverySource, DnsDiscovery, Publish, Resolver, Snapshot, is_ip_literal, system_resolver
 from libs.routing.endpoints import Endpoint
-from libs.routing.health import HealthConfig, HealthTable, HealthWatcher, Serving, WatchConfig
+from libs.routing.health import EndpointStatus, HealthConfig, HealthTable, Serving
+from libs.routing.watcher import HealthWatcher, WatchConfig
 from libs.routing.picker import Picker, PickerConfig
 from libs.routing.retry import RetryBudget, RetryBudgetConfig, RetryConfig, RetryPolicy
 from libs.telemetry.tracing import client_interceptors
@@ -37,6 +43,16 @@ MODEL_INFO_RETRY_S: Final = 1.0
 # Watch reconnects back off to at most this, so a restarted worker is routable again within ~2 s
 # (the channel's own reconnect backoff is capped likewise in libs.upstream.settings).
 WATCH_RECONNECT_MAX_S: Final = 2.0
+DRAIN_CHECK_S: Final = 1.0
+"""How often drained endpoints (no stream left) are looked for, to close their channels."""
+
+
+@dataclass(frozen=True)
+class UnroutableTarget:
+    """A configured `ZONE=NAME:PORT` as an endpoint status that is never available."""
+
+    endpoint: Endpoint
+    available: bool = False
 
 
 class WorkerPool:
@@ -53,7 +69,10 @@ class WorkerPool:
         registry: CollectorRegistry | None = None,
         rng: random.Random | None = None,
         tracer_provider: TracerProvider | None = None,
+        resolver: Resolver = system_resolver,
+        discovery: Callable[[tuple[Endpoint, ...], Publish], DiscoverySource] | None = None,
     ) -> None:
+        """`resolver` answers DNS discovery; `discovery(targets, publish)` builds another source (tests)."""
         self.settings = settings
         self.tracer_provider = tracer_provider
         """Where retry and resume spans go (None: the process's global tracer provider)."""
@@ -62,49 +81,135 @@ class WorkerPool:
         rng = rng or random.Random()
         self.budget = RetryBudget(retry_budget)
         self.metrics.retry_budget_tokens.set_function(self.budget.tokens)
-        acoustic, vocoder = settings.acoustic, settings.vocoder
-        endpoints = {"acoustic": list(acoustic), "vocoder": list(vocoder)}
         # One set of credentials for every channel: the health Watch, GetModelInfo and the streams all share them.
-        credentials = channel_credentials(settings)
-        self._channels = {endpoint: self._channel(endpoint, credentials) for endpoint in [*acoustic, *vocoder]}
+        self._credentials = channel_credentials(settings)
+        self._channels: dict[Endpoint, grpc.aio.Channel] = {}
         self._tables: dict[str, HealthTable] = {}
         self._pickers: dict[str, Picker] = {}
         self._policies: dict[str, RetryPolicy] = {}
-        self._watchers: list[HealthWatcher] = []
+        self._watchers: dict[str, HealthWatcher] = {}
+        picker_config = PickerConfig(local_zone=local_zone, strategy=settings.pick_strategy)  # type: ignore[arg-type]
         for kind in KINDS:
             hook = self.metrics.hook_for(kind, also=self._on_event_of(kind))
-            table = HealthTable(endpoints[kind], ejection, on_event=hook)
+            table = HealthTable((), ejection, on_event=hook)
             self._tables[kind] = table
-            self._pickers[kind] = Picker(table, PickerConfig(local_zone=local_zone), rng=rng, on_event=hook)
+            self._pickers[kind] = Picker(table, picker_config, rng=rng, on_event=hook)
             self._policies[kind] = RetryPolicy(retry, budget=self.budget, rng=rng, on_event=hook)
-            channels = {endpoint: self._channels[endpoint] for endpoint in endpoints[kind]}
-            self._watchers.append(HealthWatcher(table, channels, WatchConfig(reconnect_max_s=WATCH_RECONNECT_MAX_S), rng, hook))
+            self._watchers[kind] = HealthWatcher(table, {}, WatchConfig(reconnect_max_s=WATCH_RECONNECT_MAX_S), rng, hook)
         self._model_info: dict[Endpoint, acoustic_pb2.ModelInfo] = {}
         self._info_fresh: set[Endpoint] = set()
         self._last_info: acoustic_pb2.ModelInfo | None = None
         self._info_tasks: dict[Endpoint, asyncio.Task[None]] = {}
         self.changed = asyncio.Event()
         """Set (and cleared) whenever health or a model version changes, for whoever waits on readiness."""
+        self.targets: tuple[Endpoint, ...] = (*settings.acoustic, *settings.vocoder)
+        """The configured `ZONE=NAME:PORT` entries, each standing for every pod behind NAME."""
+        self._snapshots: dict[Endpoint, Snapshot] = {}
+        for target in self.targets:
+            if is_ip_literal(target.host):  # nothing to resolve: routable as soon as its Watch answers
+                self._snapshots[target] = Snapshot(live=frozenset({target}))
+        self._apply()
+        source: DiscoverySource
+        if discovery is not None:
+            source = discovery(self.targets, self._on_snapshot)
+        elif settings.discovery == "kubernetes":
+            from libs.routing.kubernetes import EndpointSliceDiscovery  # lightkube is imported only where it is used
 
-    def _channel(self, endpoint: Endpoint, credentials: grpc.ChannelCredentials | None) -> grpc.aio.Channel:
+            source = EndpointSliceDiscovery(self.targets, self._on_snapshot, settings.discovery_namespace)
+        else:
+            source = DnsDiscovery(self.targets, self._on_snapshot, settings.discovery_interval_s, resolver)
+        self._discovery: DiscoverySource = source
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _channel(self, endpoint: Endpoint, server_name: str) -> grpc.aio.Channel:
         options, interceptors = channel_options(self.settings), client_interceptors()
-        if credentials is None:
+        if self._credentials is None:
             return grpc.aio.insecure_channel(endpoint.address, options=options, interceptors=interceptors)
-        return grpc.aio.secure_channel(endpoint.address, credentials, options=options, interceptors=interceptors)
+        if not self.settings.tls_server_name and server_name != endpoint.host:
+            # A pod is dialled by its address; its certificate names the Service it was found behind.
+            options = [*options, ("grpc.ssl_target_name_override", server_name)]
+        return grpc.aio.secure_channel(endpoint.address, self._credentials, options=options, interceptors=interceptors)
 
     def start(self) -> None:
-        """Start watching every endpoint's health (call on the running event loop)."""
-        for watcher in self._watchers:
+        """Start discovery and every endpoint's health Watch (call on the running event loop)."""
+        for watcher in self._watchers.values():
             watcher.start()
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._discovery.run(), name="worker-discovery"),
+            loop.create_task(self._reap_forever(), name="worker-drain"),
+        ]
+        for task in self._tasks:
+            task.add_done_callback(_log_if_failed)
 
     async def close(self) -> None:
-        """Stop watching and close every channel."""
-        for watcher in self._watchers:
+        """Stop discovery and watching, and close every channel."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for watcher in self._watchers.values():
             await watcher.stop()
         for task in self._info_tasks.values():
             task.cancel()
         await asyncio.gather(*self._info_tasks.values(), return_exceptions=True)
         await asyncio.gather(*(channel.close() for channel in self._channels.values()), return_exceptions=True)
+
+    def _on_snapshot(self, target: Endpoint, snapshot: Snapshot) -> None:
+        """Discovery's `publish`: remember `target`'s pods and bring the tables in line."""
+        self._snapshots[target] = snapshot
+        self._apply()
+
+    def _apply(self) -> None:
+        """Add every live pod not tracked yet (channel and Watch), drain every pod no target lists live."""
+        live: dict[Endpoint, str] = {}
+        for target, snapshot in self._snapshots.items():
+            for endpoint in snapshot.live:
+                live.setdefault(endpoint, target.host)
+        for endpoint, server_name in live.items():
+            table = self._tables[endpoint.kind]
+            if table.add(endpoint):
+                channel = self._channel(endpoint, server_name)
+                self._channels[endpoint] = channel
+                self._watchers[endpoint.kind].watch(endpoint, channel)
+                _log.info("worker %s added", endpoint)
+        for kind in KINDS:
+            for status in self._tables[kind].statuses():
+                if status.endpoint not in live and not status.draining:
+                    self._tables[kind].drain(status.endpoint)
+                    _log.info("worker %s draining (%d streams left)", status.endpoint, status.outstanding_streams)
+        self.changed.set()
+        self.changed.clear()
+
+    async def reap(self) -> list[Endpoint]:
+        """Forget drained endpoints (no stream left): stop their Watch and close their channel."""
+        gone: list[Endpoint] = []
+        closing: list[tuple[asyncio.Task[None] | None, grpc.aio.Channel | None]] = []
+        for kind in KINDS:
+            for endpoint in self._tables[kind].remove_drained():
+                # Everything about the endpoint goes before the first await, so a pod that discovery
+                # lists again meanwhile starts afresh instead of losing its new channel here.
+                info_task = self._info_tasks.pop(endpoint, None)
+                if info_task is not None:
+                    info_task.cancel()
+                self._model_info.pop(endpoint, None)
+                self._info_fresh.discard(endpoint)
+                closing.append((self._watchers[kind].forget(endpoint), self._channels.pop(endpoint, None)))
+                _log.info("worker %s drained and forgotten", endpoint)
+                gone.append(endpoint)
+        for watch_task, channel in closing:
+            if watch_task is not None:
+                await asyncio.gather(watch_task, return_exceptions=True)
+            if channel is not None:
+                await channel.close()
+        return gone
+
+    async def _reap_forever(self) -> None:
+        while True:
+            await asyncio.sleep(DRAIN_CHECK_S)
+            try:
+                await self.reap()
+            except Exception:  # never let a close error stop draining
+                _log.exception("closing drained worker channels failed")
 
     @property
     def ready(self) -> bool:
@@ -114,6 +219,13 @@ class WorkerPool:
             status.available and status.endpoint in self._info_fresh for status in self._tables["acoustic"].statuses()
         )
         return vocoders and acoustics
+
+    def endpoint_statuses(self) -> list[EndpointStatus | UnroutableTarget]:
+        """Every pod's status, and an unroutable stand-in for each configured target, so a zone whose
+        pods are all gone still counts 0 routable workers (`tts_gateway_healthy_endpoints`) instead of
+        vanishing from the metric."""
+        targets = [UnroutableTarget(target) for target in self.targets]
+        return [*targets, *(status for kind in KINDS for status in self._tables[kind].statuses())]
 
     def table(self, kind: str) -> HealthTable:
         """The health table of `kind` endpoints."""
@@ -174,7 +286,7 @@ class WorkerPool:
 
     async def _read_model_info(self, endpoint: Endpoint) -> None:
         table = self._tables["acoustic"]
-        while table.status(endpoint).serving is Serving.SERVING:
+        while table.tracks(endpoint) and table.status(endpoint).serving is Serving.SERVING:
             try:
                 info = await self.acoustic_stub(endpoint).GetModelInfo(
                     acoustic_pb2.GetModelInfoRequest(), timeout=MODEL_INFO_TIMEOUT_S
@@ -183,6 +295,8 @@ class WorkerPool:
                 _log.warning("GetModelInfo on %s failed (%s); asking again", endpoint, error.code().name)
                 await asyncio.sleep(MODEL_INFO_RETRY_S)
                 continue
+            if not table.tracks(endpoint):  # drained and forgotten while it answered
+                return
             self._model_info[endpoint] = info
             self._info_fresh.add(endpoint)
             self._last_info = info
@@ -190,3 +304,9 @@ class WorkerPool:
             self.changed.set()
             self.changed.clear()
             return
+
+
+def _log_if_failed(task: asyncio.Task[None]) -> None:
+    """A discovery or drain task must run as long as the pool: say loudly if one died."""
+    if not task.cancelled() and task.exception() is not None:
+        _log.error("%s stopped: %r; the worker list is no longer kept fresh", task.get_name(), task.exception())

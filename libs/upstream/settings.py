@@ -12,7 +12,9 @@ from typing import Final
 
 import grpc
 
+from libs.routing.discovery import DEFAULT_DISCOVERY_INTERVAL_S, DISCOVERY_MODES
 from libs.routing.endpoints import Endpoint, parse_endpoint
+from libs.routing.picker import PICK_STRATEGIES
 from libs.serving import tls
 from libs.serving.server import CHANNEL_OPTIONS, DEFAULT_PORTS, DEFAULT_ZONE, MIN_PING_INTERVAL_MS
 from libs.serving.tls import PemFile
@@ -54,6 +56,23 @@ class UpstreamSettings:
         (parse_endpoint(f"{DEFAULT_ZONE}=127.0.0.1:{DEFAULT_PORTS['vocoder']}", "vocoder"),),
         env="TTS_VOCODER", doc=f"a vocoder worker ({_ENDPOINT_FORMAT})", parse=partial(parse_endpoint, kind="vocoder"),
         repeatable=True, show=_spec,
+    )  # fmt: skip
+    discovery: str = setting(
+        "dns", env="TTS_DISCOVERY", choices=DISCOVERY_MODES,
+        doc="how each worker NAME becomes pods: dns (re-resolve it, every address is a worker) or kubernetes "
+        "(watch the EndpointSlices of the Service NAME, with each pod's zone and ready/terminating state)",
+    )  # fmt: skip
+    discovery_interval_s: float = setting(
+        DEFAULT_DISCOVERY_INTERVAL_S, env="TTS_DISCOVERY_INTERVAL_S", unit="s", minimum=0.05,
+        doc="how often each worker name is resolved again (dns discovery)",
+    )  # fmt: skip
+    discovery_namespace: str = setting(
+        "", env="TTS_DISCOVERY_NAMESPACE",
+        doc="namespace of the worker Services (kubernetes discovery; empty: the gateway's own)",
+    )  # fmt: skip
+    pick_strategy: str = setting(
+        "least_outstanding", env="TTS_PICK_STRATEGY", choices=PICK_STRATEGIES,
+        doc="how a stream's worker is chosen within a zone: least_outstanding (fewest streams from this gateway) or power_of_two",
     )  # fmt: skip
     attempt_timeout_s: float = setting(
         DEFAULT_ATTEMPT_TIMEOUT_S, env="TTS_ATTEMPT_TIMEOUT_S", unit="s", minimum=0.001,
@@ -103,6 +122,22 @@ class UpstreamSettings:
             addresses = [endpoint.address for endpoint in endpoints]
             if len(set(addresses)) != len(addresses):
                 raise ValueError(f"a --{kind} address is listed twice ({', '.join(addresses)}); list each worker once")
+
+
+def check_local_zone(settings: UpstreamSettings, zone: str) -> None:
+    """Refuse a gateway whose zone is none of its workers' zones when those span several zones.
+
+    In a multi-zone deployment an unknown zone means the zone never reached the gateway (on
+    Kubernetes: the node's topology label was not copied onto the pod), and the gateway would treat
+    every worker as remote.
+    """
+    zones = sorted({endpoint.zone for endpoint in (*settings.acoustic, *settings.vocoder)})
+    if len(zones) > 1 and zone not in zones:
+        raise ValueError(
+            f"this gateway's zone {zone!r} is none of its workers' zones ({', '.join(zones)}): set --zone (TTS_ZONE) to "
+            "the zone it runs in; on Kubernetes the pod must carry the label topology.kubernetes.io/zone "
+            "(k8s/README.md, \"The pod's zone\")"
+        )
 
 
 def channel_options(settings: UpstreamSettings) -> list[tuple[str, int | str]]:
