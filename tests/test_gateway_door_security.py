@@ -10,6 +10,7 @@ file reloaded without a restart; the HTTP door asking for the same keys.
 from __future__ import annotations
 
 import queue
+import ssl
 import subprocess
 import threading
 import time
@@ -240,15 +241,25 @@ def test_keys_added_to_or_removed_from_the_file_apply_without_a_restart(door: Do
     assert door.gateway.process.poll() is None
 
 
-def test_the_http_door_asks_for_the_same_keys(door: Door) -> None:
-    url = f"http://127.0.0.1:{door.http_port}/v1/models"
+def test_the_http_door_speaks_tls_with_the_public_certificate_and_no_plaintext(door: Door) -> None:
+    url = f"https://127.0.0.1:{door.http_port}/v1/models"
+    with httpx.Client(timeout=30, verify=ssl.create_default_context(cafile=str(door.public.ca))) as client:
+        assert client.get(url, headers={"Authorization": f"Bearer {door.keys['calm']}"}).status_code == 200
     with httpx.Client(timeout=30) as client:
+        with pytest.raises(httpx.HTTPError):
+            client.get(f"http://127.0.0.1:{door.http_port}/v1/models")
+    assert f"HTTP API listening on port {door.http_port}, TLS" in door.gateway.log_path.read_text(errors="replace")
+
+
+def test_the_http_door_asks_for_the_same_keys(door: Door) -> None:
+    url = f"https://127.0.0.1:{door.http_port}/v1/models"
+    with httpx.Client(timeout=30, verify=ssl.create_default_context(cafile=str(door.public.ca))) as client:
         anonymous = client.get(url)
         assert anonymous.status_code == 401 and anonymous.headers["www-authenticate"] == "Bearer"
         assert anonymous.json()["error"]["type"] == "authentication_error"
         assert client.get(url, headers={"Authorization": f"Bearer {door.keys['calm']}"}).status_code == 200
         # Only the API asks: the web page's static files (or the 404 where none is built) are public.
-        assert client.get(f"http://127.0.0.1:{door.http_port}/").status_code in (200, 404)
+        assert client.get(f"https://127.0.0.1:{door.http_port}/").status_code in (200, 404)
         statuses = [client.get(url, headers={"Authorization": f"Bearer {door.keys['http-hammer']}"}) for _ in range(5)]
     limited = [response for response in statuses if response.status_code == 429]
     assert len(limited) >= 3

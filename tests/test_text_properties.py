@@ -96,8 +96,16 @@ def harness() -> Iterator[_Harness]:
         running.close()
 
 
+_VOCABULARY = frozenset(i for ids in default_registry().default.phoneme_id_map().values() for i in ids)
+
+
 def _within_caps(sentences: list[Sentence]) -> bool:
-    return all(2 < len(s.phoneme_ids) <= MAX_IDS and s.phoneme_ids[0] == 1 and s.phoneme_ids[-1] == 2 for s in sentences)
+    """Each sentence within the id cap, framed by the start and end markers, every id in the voice's vocabulary
+    (what the acoustic worker checks: an id outside it would be refused as INVALID_ARGUMENT)."""
+    return all(
+        2 < len(s.phoneme_ids) <= MAX_IDS and s.phoneme_ids[0] == 1 and s.phoneme_ids[-1] == 2 and _VOCABULARY.issuperset(s.phoneme_ids)
+        for s in sentences
+    )
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

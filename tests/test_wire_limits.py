@@ -8,6 +8,7 @@ import time
 
 import grpc
 import numpy as np
+import pytest
 
 from libs.pb.tts.acoustic.v1 import acoustic_pb2
 from libs.pb.tts.common.v1 import mel_pb2
@@ -31,6 +32,7 @@ from libs.wire.limits import (
 )
 from libs.wire.mel_slices import cut_whole_mel, to_message
 from libs.wire.request_decoding import UndecodableRequest, request_decoder
+from services.settings import load_gateway_settings
 
 N_MELS, HOP, RATE_HZ = 80, 256, 22050
 WIDEST = "\U0001f600"  # four bytes of UTF-8: the most a character can take
@@ -159,3 +161,10 @@ def test_a_status_message_is_bounded_whatever_it_relays() -> None:
     code, message = grpc_status_for(DownstreamError(grpc.StatusCode.INVALID_ARGUMENT, "w" * 100_000))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert len(message) < 1100 and message.endswith("… (100000 characters)")
+
+
+def test_no_setting_asks_the_text_side_for_sentences_a_worker_would_refuse() -> None:
+    longest = load_gateway_settings([], {"TTS_MAX_SENTENCE_IDS": str(MAX_PHONEME_IDS)})
+    assert longest.text.max_sentence_ids == MAX_PHONEME_IDS
+    with pytest.raises(SystemExit, match=rf"--max-sentence-ids \(TTS_MAX_SENTENCE_IDS\) must be at most {MAX_PHONEME_IDS}"):
+        load_gateway_settings(["--max-sentence-ids", str(MAX_PHONEME_IDS + 1)], {})

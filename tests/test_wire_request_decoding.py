@@ -35,3 +35,13 @@ def test_garbage_bytes_get_a_generic_reason() -> None:
     decoded = request_decoder(tts_pb2.SynthesizeRequest)(b"\x0a\x7f\x01")
     assert isinstance(decoded, UndecodableRequest)
     assert decoded.reason == "the request is not a valid tts.v1.SynthesizeRequest message"
+
+
+def test_invalid_utf8_in_a_map_key_is_found_and_every_request_type_still_decodes() -> None:
+    # A map's key must stay a string in protobuf, so the decoder reads map entries as plain messages.
+    entry = _length_delimited(1, b"\xffword") + _length_delimited(2, b"w3rd")
+    decoded = request_decoder(tts_pb2.SynthesizeRequest)(_length_delimited(1, b"Hi.") + _length_delimited(9, entry))
+    assert isinstance(decoded, UndecodableRequest)
+    assert decoded.reason.startswith("field `lexicon.key` is not valid UTF-8: byte 0xff at byte offset 0")
+    for message_type in (tts_pb2.SynthesizeRequest, tts_pb2.StreamingSynthesizeRequest, tts_pb2.ListVoicesRequest):
+        assert isinstance(request_decoder(message_type)(b"\x00"), UndecodableRequest)

@@ -96,6 +96,9 @@ def _listener(settings: EdgeSettings) -> dict[str, Any]:
         "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
         "stat_prefix": "edge",
         "codec_type": "AUTO",  # HTTP/1.1 for browsers and curl, HTTP/2 (h2c or TLS) for gRPC
+        # The edge is the outermost proxy: it appends its caller's address to x-forwarded-for, which
+        # the gateway reads for per-client limits when the edge is in --trusted-proxies.
+        "use_remote_address": True,
         "stream_idle_timeout": f"{STREAM_IDLE_TIMEOUT_S}s",
         "route_config": {"name": "edge", "virtual_hosts": [_virtual_host(settings)]},
         "http_filters": [

@@ -25,6 +25,7 @@ sleep between operators (in the running mesh, paragraph first sentences: 25 agai
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import logging
@@ -194,6 +195,22 @@ def _cache_path(stem: str, key: str, cache_dir: str | Path | None) -> Path:
     return folder / f"{stem}-{key[:32]}.v{ENCODER_CACHE_FORMAT_VERSION}.onnx"
 
 
+@functools.cache
+def arena_shrinking_run() -> Any:
+    """onnxruntime run options that hand the CPU arena's unused memory back when the call ends.
+
+    An arena keeps what its largest call needed: one sentence of 4,000 phoneme ids left a worker's
+    front end at 1,299 MiB instead of 523 MiB for good. With these options the same call ends at
+    535 MiB, and a call of 100 ids takes as long as before (15 ms), so every call of the text side
+    uses them; the streamed steps use them after their wide steps only (`SHRINK_FROM_FRAMES`).
+    """
+    import onnxruntime
+
+    options = onnxruntime.RunOptions()
+    options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+    return options
+
+
 def cpu_session(model: str | Path | bytes, threads: int = 1) -> Any:
     """An onnxruntime session on `threads` CPU threads that spin only while a call runs.
 
@@ -262,7 +279,8 @@ class OnnxTextEncoder(_CachedGraph):
             raise ValueError(f"the onnxruntime encoder takes one sentence at a time, got a batch of {phoneme_ids.size(0)}")
         tokens = phoneme_ids.size(1)
         feeds = {INPUT_NAME: phoneme_ids.to(torch.long).numpy()}
-        hidden, m_p, logs_p = (torch.from_numpy(output) for output in self._session(wide).run(list(OUTPUT_NAMES), feeds))
+        outputs = self._session(wide).run(list(OUTPUT_NAMES), feeds, arena_shrinking_run())
+        hidden, m_p, logs_p = (torch.from_numpy(output) for output in outputs)
         x_mask = torch.ones(1, 1, tokens)
         lengths = torch.full((1,), tokens, dtype=torch.long)
         return EncoderOutput(hidden, m_p, logs_p, x_mask, lengths, None)
@@ -295,7 +313,8 @@ class OnnxFrontEnd(_CachedGraph):
             FRONT_END_INPUT_NAMES[0]: phoneme_ids.to(torch.long).numpy(),
             FRONT_END_INPUT_NAMES[1]: noise.to(torch.float32).contiguous().numpy(),
         }
-        m_p, logs_p, logw = (torch.from_numpy(output) for output in self._session(wide).run(list(FRONT_END_OUTPUT_NAMES), feeds))
+        outputs = self._session(wide).run(list(FRONT_END_OUTPUT_NAMES), feeds, arena_shrinking_run())
+        m_p, logs_p, logw = (torch.from_numpy(output) for output in outputs)
         return m_p, logs_p, logw
 
 

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from libs.models import streaming
-from libs.models.onnx_encoder import ONNX_OPSET, export_graph, load_cached_session
+from libs.models.onnx_encoder import ONNX_OPSET, arena_shrinking_run, export_graph, load_cached_session
 from libs.models.piper_import import default_cache_dir
 from libs.models.streaming import NO_END, StepInput, StepOutput, StreamNetwork, output_geometry, stream_step, traced_step
 
@@ -156,10 +156,16 @@ class OnnxStreamNetwork:
     def step(self, item: StepInput) -> StepOutput:
         """`item`'s step (one that `accepts`), as `libs.models.streaming.stream_step` gives it to round-off."""
         kind = step_kind(item)
-        outputs = self._sessions[kind].run(None, _feeds(item))
+        wide = int(item.frames.shape[1]) >= SHRINK_FROM_FRAMES
+        outputs = self._sessions[kind].run(None, _feeds(item), arena_shrinking_run() if wide else None)
         first_position = item.start * self.scale - (0 if kind.first else self.lag)
         return StepOutput(torch.from_numpy(outputs[0][0]), first_position, [torch.from_numpy(tail) for tail in outputs[1:]])
 
+
+SHRINK_FROM_FRAMES: Final = 256
+"""A step this wide or wider hands the shared arena's unused memory back when it ends (a cached
+sentence or a late chunk brings up to 1,024 frames, which a 3-frame step never needs again); the
+narrow steps of a stream's steady state reuse what the arena holds, without allocating anew."""
 
 _arena_lock = threading.Lock()
 _arena_registered = False

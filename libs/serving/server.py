@@ -23,6 +23,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from libs.serving.decoding import RequestDecodingInterceptor
 from libs.serving.tls import probe_server, server_credentials
 from libs.settings.fields import setting
 from libs.settings.files import SettingFileError
@@ -113,6 +114,15 @@ CHANNEL_OPTIONS: Final = (
 )
 
 
+MAX_CONNECTION_AGE_MS: Final = 5 * 60 * 1000
+MAX_CONNECTION_AGE_GRACE_MS: Final = 60 * 60 * 1000
+"""How long calls in flight on a rotated connection may go on. A listener who reads at real time
+holds a stream as long as its speech lasts (5,000 characters are about 5 minutes; a streamed text
+has no end), and the gateway's worker calls last as long as the utterance: with a grace of one
+minute, every stream older than six minutes was cut (a resume on a one-worker mesh then failed with
+"no other worker is available")."""
+
+
 def server_options(settings: ServerSettings) -> list[tuple[str, int]]:
     """gRPC arguments of a service's server: message sizes, streams per connection, the port, keepalive."""
     return [
@@ -122,9 +132,10 @@ def server_options(settings: ServerSettings) -> list[tuple[str, int]]:
         # gRPC sets SO_REUSEPORT by default: a second worker started on a taken port would bind
         # anyway and silently take half of the connections. Without it the bind fails.
         ("grpc.so_reuseport", 0),
-        # Rotate connections now and then so new replicas behind a load balancer get traffic.
-        ("grpc.max_connection_age_ms", 5 * 60 * 1000),
-        ("grpc.max_connection_age_grace_ms", 60 * 1000),
+        # Rotate connections now and then so new replicas behind a load balancer get traffic: new
+        # calls move to a new connection, while the calls in flight on the old one keep going.
+        ("grpc.max_connection_age_ms", MAX_CONNECTION_AGE_MS),
+        ("grpc.max_connection_age_grace_ms", MAX_CONNECTION_AGE_GRACE_MS),
         *SERVER_KEEPALIVE_OPTIONS,
     ]
 
@@ -209,7 +220,9 @@ class ServiceRuntime:
         self._credentials = (
             server_credentials(settings.tls_cert, settings.tls_key, settings.tls_client_ca) if settings.tls_cert else None
         )
-        self.server = grpc.aio.server(options=server_options(settings), interceptors=[server_interceptor(), *interceptors])
+        self.server = grpc.aio.server(
+            options=server_options(settings), interceptors=[server_interceptor(), RequestDecodingInterceptor(), *interceptors]
+        )
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         # "" is the whole server; clients and Kubernetes probes may ask either.
@@ -241,7 +254,7 @@ class ServiceRuntime:
             )
         await self.server.start()
         if self.settings.health_port:
-            self._probe_server = await probe_server(self.health, self.settings.host, self.settings.health_port)
+            await self._start_probe_server()
         if self.settings.metrics_port:
             try:
                 start_http_server(self.settings.metrics_port, registry=self._registry)
@@ -258,6 +271,19 @@ class ServiceRuntime:
         security = "plaintext" if self._credentials is None else "mutual TLS" if self.settings.tls_client_ca else "TLS"
         _log.info("listening on port %d, %s (zone %s)", self.port, security, self.settings.zone)
         return self.port
+
+    async def _start_probe_server(self) -> None:
+        host, port = self.settings.host, self.settings.health_port
+        try:
+            if _port_taken(host, port):  # before gRPC, whose own report is C++ log noise
+                raise OSError(errno.EADDRINUSE, "in use")
+            self._probe_server = await probe_server(self.health, host, port)
+        except OSError:
+            await self.server.stop(None)
+            raise PortUnavailableError(
+                f"cannot listen on health port {host}:{port}: another process listens there (or it is not an address of "
+                "this host); stop that process or choose another --health-port (TTS_HEALTH_PORT)"
+            ) from None
 
     async def set_serving(self, serving: bool) -> None:
         """Report SERVING or NOT_SERVING for the server and every service it hosts."""

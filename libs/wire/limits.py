@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Final
 
-MAX_PHONEME_IDS: Final = 4_096
+MAX_PHONEME_IDS: Final = 2_048
 """Phoneme ids in one sentence. The text encoder attends over all of them, so time and memory grow
-with their square: on one core 2,000 ids plan in 1.2 s holding +255 MB, 4,096 in 5.6 s holding
-+940 MB. The gateway's text side cuts sentences far shorter (libs.text.long_sentences); a
+with their square: on one core 2,000 ids plan in 1.2 s holding +255 MB; 4,096 (the bound before)
+took 5.6 s and held +940 MB, which took an acoustic worker to 1.58 GiB (`make bench-hostile`). The
+gateway's text side cuts sentences far shorter (libs.text.long_sentences, 400 by default); a
 1,000-character chunk of prose uncut is about 2,000 ids."""
 MAX_SENTENCE_FRAMES: Final = 65_536
 """Mel frames in one sentence: 12.7 minutes at 22,050 Hz and a hop of 256. A 1,000-character chunk
@@ -39,7 +40,7 @@ MAX_GATEWAY_REQUEST_BYTES: Final = 32 * 1024
 """A client's request: 5,000 characters are at most 20,000 bytes of UTF-8, and the other fields
 (voice, a request id of 128 characters) a few hundred more."""
 MAX_SENTENCE_REQUEST_BYTES: Final = 16 * 1024
-"""A SentenceRequest: `MAX_PHONEME_IDS` ids of up to two bytes each (8 KiB) and a few short strings."""
+"""A SentenceRequest: `MAX_PHONEME_IDS` ids of up to two bytes each (4 KiB) and a few short strings."""
 MAX_WORKER_MESSAGE_BYTES: Final = 1024 * 1024
 """Any other message between the gateway and a worker: the gateway's VocodeRequest of
 `MAX_FRAMES_PER_MESSAGE` float16 frames with a sentence's alignment and the longest utterance id on

@@ -119,4 +119,7 @@ def _strings_to_bytes(message: descriptor_pb2.DescriptorProto) -> None:
         if field.type == descriptor_pb2.FieldDescriptorProto.TYPE_STRING:
             field.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
     for nested in message.nested_type:
+        # A map's entries travel as repeated messages of this nested type; a map key may not be
+        # bytes, so the twin reads them as plain messages, which have the same wire format.
+        nested.options.ClearField("map_entry")
         _strings_to_bytes(nested)

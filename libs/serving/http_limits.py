@@ -1,0 +1,69 @@
+"""A cap on the requests one client may have open at once at an HTTP door (any ASGI app).
+
+The gRPC door limits the streams of one client address (`--max-streams-per-client`); this is the
+same limit at the HTTP door, with its own count. A request counts from its first byte until its
+response has been sent in full (a streamed speech response holds its slot while it plays), so a
+client that opens many requests and reads none cannot take the whole gateway. One past the limit
+is answered at once with 429, `Retry-After: 1` and a JSON body in the shape HTTP speech APIs use.
+The client is the peer's address without its port, or behind a trusted proxy the address it
+forwarded for, as at the gRPC door (libs.serving.clients).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Awaitable, Callable, Final
+
+from libs.serving.clients import FORWARDED_FOR, ClientIdentity
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+RETRY_AFTER_S: Final = 1
+
+
+class ClientRequestLimit:
+    """`app` serving at most `max_per_client` requests of one client address at once (0: no limit)."""
+
+    def __init__(self, app: AsgiApp, max_per_client: int, clients: ClientIdentity | None = None) -> None:
+        self._app = app
+        self._max_per_client = max_per_client
+        self._clients = clients or ClientIdentity()
+        self._open: dict[str, int] = {}
+
+    def open_requests(self, client: str) -> int:
+        """Requests of `client` being served now."""
+        return self._open.get(client, 0)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        peer = scope.get("client")
+        if scope["type"] != "http" or not self._max_per_client or not peer:
+            await self._app(scope, receive, send)
+            return
+        forwarded = next((value.decode("latin-1") for key, value in scope.get("headers", ()) if key == FORWARDED_FOR.encode()), None)
+        client = self._clients.client(str(peer[0]), forwarded)
+        held = self._open.get(client, 0)
+        if held >= self._max_per_client:
+            await _refuse(send, held)
+            return
+        self._open[client] = held + 1
+        try:
+            await self._app(scope, receive, send)
+        finally:
+            left = self._open.pop(client) - 1
+            if left:
+                self._open[client] = left
+
+
+async def _refuse(send: Send, held: int) -> None:
+    message = f"this client already has {held} requests open here, its limit; finish or cancel one before starting another"
+    body = json.dumps({"error": {"message": message, "type": "rate_limit_error", "param": None, "code": "client_limit"}}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"retry-after", str(RETRY_AFTER_S).encode()),
+    ]
+    await send({"type": "http.response.start", "status": 429, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
