@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
+from libs.jobs.metrics import JobMetrics
+from libs.prewarm.warmer import prewarm_sentences_counter
 from libs.telemetry.metrics import AcousticMetrics, GatewayMetrics, VocoderMetrics
 from libs.telemetry.process import register_process_metrics
 from libs.upstream.metrics import RoutingMetrics
@@ -22,6 +24,8 @@ def registered(registry: CollectorRegistry) -> dict[str, str]:
 def test_catalogue_matches_the_metrics_each_service_registers() -> None:
     gateway = GatewayMetrics()
     RoutingMetrics(gateway.registry)
+    JobMetrics(gateway.registry)  # with --job-runners, or jobs accepted
+    prewarm_sentences_counter(gateway.registry)  # with a hot-text list or promotion
     gateway.track_endpoints(list)
     services = [gateway.registry, AcousticMetrics().registry, VocoderMetrics().registry]
     exported: dict[str, str] = {}

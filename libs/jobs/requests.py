@@ -1,0 +1,69 @@
+"""What a front door does with a job request before it reaches the store: the text checked, the
+options resolved as for a stream (libs.synthesis.options), errors mapped to gRPC status codes."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import grpc
+
+from libs.jobs.audio import JobAudioUnavailableError
+from libs.jobs.store import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED, IdempotencyConflictError, JobNotFoundError, JobSpec
+from libs.pb.tts.v1 import jobs_pb2
+from libs.serving.status import grpc_status_for
+from libs.synthesis.options import resolve_options
+from libs.voice.registry import VoiceRegistry
+from libs.wire.errors import InvalidRequestError
+
+MAX_IDEMPOTENCY_KEY_CHARS: Final = 256
+DEFAULT_PAGE_SIZE: Final = 50
+MAX_PAGE_SIZE: Final = 1000
+STATE_VALUES: Final = {
+    QUEUED: jobs_pb2.JOB_STATE_QUEUED,
+    RUNNING: jobs_pb2.JOB_STATE_RUNNING,
+    SUCCEEDED: jobs_pb2.JOB_STATE_SUCCEEDED,
+    FAILED: jobs_pb2.JOB_STATE_FAILED,
+    CANCELLED: jobs_pb2.JOB_STATE_CANCELLED,
+}
+
+
+def job_spec(
+    registry: VoiceRegistry, *, voice: str, speed: float, encoding: int, sample_rate_hz: int, speaker_id: int
+) -> JobSpec:
+    """The job's options, checked exactly as a Synthesize request's are (InvalidRequestError, UnknownVoiceError)."""
+    options = resolve_options(
+        registry, voice=voice, speed=speed, encoding=encoding, sample_rate_hz=sample_rate_hz,
+        speaker_id=speaker_id, request_id="", include_alignment=False,
+    )  # fmt: skip
+    return JobSpec(options.voice.name, options.speed, options.encoding, options.sample_rate_hz, options.speaker_id)
+
+
+def check_job_text(text: str, max_chars: int) -> None:
+    """InvalidRequestError for a text no job can take (whether espeak-ng finds words in it shows when it runs)."""
+    if not text.strip():
+        raise InvalidRequestError("the text is empty; send the text to speak")
+    if len(text) > max_chars:
+        raise InvalidRequestError(f"the text is {len(text)} characters long; a job takes at most {max_chars}")
+
+
+def check_idempotency_key(key: str) -> None:
+    if len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
+        raise InvalidRequestError(f"the idempotency key is {len(key)} characters long; use at most {MAX_IDEMPOTENCY_KEY_CHARS}")
+
+
+def page_bounds(page_size: int, page_token: str) -> tuple[int, int]:
+    """(limit, offset) of a list request."""
+    if page_size < 0 or page_size > MAX_PAGE_SIZE:
+        raise InvalidRequestError(f"page_size {page_size} is out of range; use 1 to {MAX_PAGE_SIZE}, or 0 for {DEFAULT_PAGE_SIZE}")
+    if page_token and not page_token.isdigit():
+        raise InvalidRequestError("page_token is not one this service gave; send the next_page_token of the previous page")
+    return page_size or DEFAULT_PAGE_SIZE, int(page_token or 0)
+
+
+def job_status_for(error: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The status a client gets for `error`: job errors here, every other one through the one status table."""
+    if isinstance(error, JobNotFoundError):
+        return grpc.StatusCode.NOT_FOUND, str(error)
+    if isinstance(error, (IdempotencyConflictError, JobAudioUnavailableError)):
+        return grpc.StatusCode.FAILED_PRECONDITION, str(error)
+    return grpc_status_for(error)

@@ -1,0 +1,112 @@
+"""The gateway's work that no listener waits for: long-form jobs (their API, runners and queue
+metrics) and cache prewarming (hot texts, promotion). Built from the gateway's settings next to its
+live-stream parts, started after them and stopped before them (services.gateway.__main__)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import Executor
+from typing import Any
+
+import grpc
+from prometheus_client import CollectorRegistry
+from starlette.routing import Route
+
+from libs.cache.mel_cache import _password, redis_client
+from libs.cache.sealing import KeyRing
+from libs.jobs.metrics import JobMetrics
+from libs.jobs.runner import JobRunner
+from libs.jobs.store import JobStore
+from libs.prewarm.promotion import CountingTextSide, Promoter
+from libs.prewarm.warmer import CacheWarmer
+from libs.synthesis.synthesizer import Synthesizer
+from libs.synthesis.text_side import TextSide
+from libs.text.phonemizer_pool import PhonemizerPool
+from libs.upstream.pool import WorkerPool
+from libs.voice.registry import VoiceRegistry
+from services.gateway.jobs_http import JobsHttpApi
+from services.gateway.jobs_servicer import LongFormSynthesisServicer, add_to_server
+from services.settings import GatewaySettings
+
+_log = logging.getLogger(__name__)
+PREWARM_REDIS_TIMEOUT_S = 5.0
+
+
+class BackgroundWork:
+    """Jobs (the API whenever there is a Redis, runners when `--job-runners` > 0) and prewarming
+    (whenever the cache is on)."""
+
+    def __init__(self, jobs: JobStore | None, metrics_registry: CollectorRegistry) -> None:
+        self.jobs = jobs
+        self.job_metrics = JobMetrics(metrics_registry) if jobs is not None else None
+        self._servicer: LongFormSynthesisServicer | None = None
+        self._http: JobsHttpApi | None = None
+        self._runner: JobRunner | None = None
+        self._warmer: CacheWarmer | None = None
+        self._promoter: Promoter | None = None
+        self._prewarm_client: Any = None  # a Redis or RedisCluster client
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @classmethod
+    def from_settings(
+        cls, settings: GatewaySettings, synthesizer: Synthesizer, text_side: CountingTextSide, text_executor: Executor,
+        phonemizers: PhonemizerPool, registry: VoiceRegistry, pool: WorkerPool, metrics_registry: CollectorRegistry,
+    ) -> "BackgroundWork":  # fmt: skip
+        """`text_side` is the live streams' (its sentences are counted for promotion)."""
+        cache = settings.cache
+        zone = settings.server.zone
+        own_url = settings.jobs.jobs_redis_url.strip()
+        store = None
+        if own_url:
+            store = JobStore.from_url(own_url, settings.jobs.job_ttl_s)
+        elif cache.enabled and not cache.redis_cluster:
+            store = JobStore.from_url(cache.url_for_zone(zone), settings.jobs.job_ttl_s, _password(cache.redis_password_file), cache.redis_ca_file)
+        else:
+            _log.info("long-form jobs are off: give them a Redis that is not a cluster (--jobs-redis-url)")
+        work = cls(store, metrics_registry)
+        if store is not None and work.job_metrics is not None:
+            max_chars = settings.jobs.job_max_text_chars
+            work._servicer = LongFormSynthesisServicer(store=store, registry=registry, metrics=work.job_metrics, max_text_chars=max_chars)
+            work._http = JobsHttpApi(store, registry, work.job_metrics, max_chars)
+            if settings.jobs.job_runners:
+                # The same text processes and thread as streams; only the length limit is a job's.
+                job_text_side = TextSide(text_executor, max_chars, settings.text, phonemizers)
+                work._runner = JobRunner(store, synthesizer, job_text_side, registry, settings.jobs, work.job_metrics)
+        if cache.enabled:
+            client = redis_client(cache.url_for_zone(zone), cache, PREWARM_REDIS_TIMEOUT_S)
+            work._prewarm_client = client
+            prewarm = settings.prewarm
+            if prewarm.promote_after:
+                keyring = KeyRing.from_file(cache.key_file) if cache.key_file else None  # promoted texts sealed as the cache's values
+                work._promoter = Promoter(client, prewarm.promote_after, prewarm.promote_window_s, prewarm.promoted_keep_s, keyring)
+                text_side.listener = work._promoter.count
+            warm_text_side = TextSide(text_executor, settings.limits.max_text_chars, settings.text, phonemizers)
+            work._warmer = CacheWarmer(
+                prewarm, client, synthesizer, warm_text_side, registry, pool, settings.cache.ttl_s, work._promoter, metrics_registry
+            )
+        return work
+
+    def add_to_server(self, server: grpc.aio.Server) -> None:
+        if self._servicer is not None:
+            add_to_server(self._servicer, server)
+
+    def http_routes(self) -> list[Route]:
+        return self._http.routes() if self._http is not None else []
+
+    async def start(self) -> None:
+        if self.jobs is not None and self.job_metrics is not None:
+            self._tasks.append(asyncio.create_task(self.job_metrics.watch_queue(self.jobs)))
+        for part in (self._runner, self._promoter, self._warmer):
+            if part is not None:
+                self._tasks.append(asyncio.create_task(part.run()))
+
+    async def close(self) -> None:
+        """Stop everything (a job in hand stays claimed; another runner resumes it)."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.jobs is not None:
+            await self.jobs.close()
+        if self._prewarm_client is not None:
+            await self._prewarm_client.aclose()
