@@ -21,7 +21,7 @@ from typing import Callable, Final, Sequence, Union
 
 import grpc
 
-from bench.measure import OK, LoadSummary, RequestResult, format_summary, summarize
+from bench.measure import OK, LoadSummary, RequestResult, format_playback, format_summary, playback_stalls, summarize
 from bench.texts import TEXTS, unique_variants
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
 
@@ -127,6 +127,7 @@ async def synthesize_once(
     first_audio: float | None = None
     audio_bytes = 0
     audio_s = 0.0
+    arrivals: list[tuple[float, float]] = []  # (received, audio seconds): what a player would have had when
     status, error = OK, ""
     try:
         async for response in stub.Synthesize(request, timeout=timeout_s):
@@ -139,10 +140,13 @@ async def synthesize_once(
                 status, error = INVALID_RESPONSE, "audio arrived without a sample rate"
                 break
             # Per message, so a stream whose rate or encoding changed would still be counted right.
-            audio_s += audio_seconds(len(response.audio), response.sample_rate_hz, response.encoding)
+            message_s = audio_seconds(len(response.audio), response.sample_rate_hz, response.encoding)
+            arrivals.append((time.perf_counter(), message_s))
+            audio_s += message_s
     except grpc.aio.AioRpcError as rpc_error:
         status, error = rpc_error.code().name, rpc_error.details() or ""
     ended = time.perf_counter()
+    stall_s, longest_stall_s = playback_stalls(arrivals)
     return RequestResult(
         index=index,
         status=status,
@@ -153,6 +157,8 @@ async def synthesize_once(
         text_chars=len(request.text),
         started_s=started - run_start_s,
         error=error,
+        stall_s=stall_s,
+        longest_stall_s=longest_stall_s,
     )
 
 
@@ -220,6 +226,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--unique", action="store_true", help="make every sentence unique within this run, so the mel cache misses")
     parser.add_argument("--timeout-s", type=float, default=DEFAULT_REQUEST_TIMEOUT_S, help="deadline per request in seconds")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write every request's result as JSON here")
+    parser.add_argument("--per-stream", action="store_true", help="print each stream's first audio, stall and status")
     args = parser.parse_args(argv)
     if args.requests is None and args.duration_s is None:
         args.requests = 4 * args.concurrency
@@ -246,6 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     run = asyncio.run(run_load(config, texts))
     print(format_summary(run.summary))
+    print(format_playback(run.results, args.per_stream))
     for result in run.results:
         if not result.ok:
             print(f"request {result.index}: {result.status} {result.error}", file=sys.stderr)

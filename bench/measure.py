@@ -36,6 +36,11 @@ class RequestResult:
     """Start time relative to the start of the run (seconds)."""
     error: str = ""
     """The status details when the request failed."""
+    stall_s: float = 0.0
+    """Playback stall: how long a player that starts at the first audio waited with an empty buffer
+    before the stream's audio ended (seconds, summed over its stalls)."""
+    longest_stall_s: float = 0.0
+    """The longest single stall of that player (seconds)."""
 
     @property
     def ok(self) -> bool:
@@ -111,6 +116,28 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[lower] + (ordered[upper] - ordered[lower]) * (position - lower)
 
 
+def playback_stalls(arrivals: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """(total, longest) stall in seconds of a player fed `arrivals`, (time received, audio seconds) in order.
+
+    The player starts at the first audio, plays in real time, and pauses whenever its buffer is empty
+    until the next audio arrives; running out after the last audio is the end, not a stall.
+    """
+    total = longest = 0.0
+    dry_at: float | None = None
+    for received_s, audio_s in arrivals:
+        if audio_s <= 0:
+            continue
+        if dry_at is None:
+            dry_at = received_s
+        elif received_s > dry_at:
+            stall = received_s - dry_at
+            total += stall
+            longest = max(longest, stall)
+            dry_at = received_s
+        dry_at += audio_s
+    return total, longest
+
+
 def summarize(results: Sequence[RequestResult], wall_s: float) -> LoadSummary:
     """Overall numbers of a run whose requests took `wall_s` seconds from first start to last end."""
     succeeded = [result for result in results if result.ok]
@@ -144,6 +171,27 @@ def format_summary(summary: LoadSummary) -> str:
             f"total ms        p50 {ms(summary.total_s.p50)}  p95 {ms(summary.total_s.p95)}  p99 {ms(summary.total_s.p99)}",
         ]
     )
+
+
+STALL_BAR_S: Final = 0.1
+"""A stream whose player stalled longer than this in all counts as stalled."""
+
+
+def format_playback(results: Sequence[RequestResult], per_stream: bool = False) -> str:
+    """What the players heard: how many streams stalled past STALL_BAR_S and the worst stall; with
+    `per_stream`, one line per stream (first audio, total and longest stall, status)."""
+    served = [result for result in results if result.ok]
+    stalled = sum(result.stall_s > STALL_BAR_S for result in served)
+    worst = max((result.stall_s for result in served), default=0.0)
+    lines = [f"playback        {stalled} of {len(served)} streams stalled > {STALL_BAR_S * 1000:.0f} ms, worst {worst:.2f} s"]
+    if per_stream:
+        for result in results:
+            first = "-" if result.ttfa_s is None else f"{result.ttfa_s * 1000:.0f} ms"
+            lines.append(
+                f"stream {result.index:<5} first audio {first:>8}  stall {result.stall_s:.2f} s "
+                f"(longest {result.longest_stall_s:.2f} s)  {result.status}"
+            )
+    return "\n".join(lines)
 
 
 def peak_rss_bytes(pid: int | str = "self") -> int:

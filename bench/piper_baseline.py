@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Sequence
 
-from bench.measure import OK, LoadSummary, RequestResult, format_summary, peak_rss_bytes, summarize
+from bench.measure import OK, LoadSummary, RequestResult, format_summary, peak_rss_bytes, playback_stalls, summarize
 from bench.piper_worker import WARM_UP_TEXT, load_voice, speak_timed
 from bench.texts import TEXTS
 
@@ -75,7 +75,12 @@ class PiperRun:
     """Largest peak RSS of a worker process (bytes); 0 when piper ran in-process (the bench's own memory would count)."""
 
 
-def _result(index: int, text: str, submitted: float, first: float | None, ended: float, samples: int, rate: int, run_start: float) -> RequestResult:
+def _result(
+    index: int, text: str, submitted: float, first: float | None, ended: float, samples: int, rate: int, run_start: float,
+    chunks: Sequence[Sequence[float]] = (),
+) -> RequestResult:
+    """The request as the load generator would report it; `chunks` ((time ready, samples) each) give its stalls."""
+    stall_s, longest_stall_s = playback_stalls([(ready, count / rate) for ready, count in chunks])
     return RequestResult(
         index=index,
         status=OK,
@@ -85,6 +90,8 @@ def _result(index: int, text: str, submitted: float, first: float | None, ended:
         audio_bytes=2 * samples,  # what 16-bit PCM of the same audio would weigh, as the mesh sends it
         text_chars=len(text),
         started_s=submitted - run_start,
+        stall_s=stall_s,
+        longest_stall_s=longest_stall_s,
     )
 
 
@@ -254,7 +261,8 @@ class PiperPool:
             index = event["index"]
             first, ended = event["first_audio_at_s"], event["ended_at_s"]
             samples, rate = event["samples"], event["sample_rate_hz"]
-            results.append(_result(index, texts[index % len(texts)], submitted[index], first, ended, samples, rate, run_start))
+            text = texts[index % len(texts)]
+            results.append(_result(index, text, submitted[index], first, ended, samples, rate, run_start, event.get("chunks", ())))
             if next_index < requests:
                 submit()
             dispatch()

@@ -16,7 +16,8 @@ Requests (stdin):
 Events (stdout), the first one once the voice is loaded and warmed up:
 
     {"event": "ready", "pid": 1234}
-    {"event": "done", "index": 3, "first_audio_at_s": 12.3 or null, "ended_at_s": 12.9, "samples": 55296, "sample_rate_hz": 22050}
+    {"event": "done", "index": 3, "first_audio_at_s": 12.3 or null, "ended_at_s": 12.9, "samples": 55296, "sample_rate_hz": 22050,
+     "chunks": [[12.3, 30000], [12.7, 25296]]}   (each chunk: when it was ready, its samples)
     {"event": "modules", "names": ["abc", ...]}
 
 Times are `time.monotonic()`, whose clock (CLOCK_MONOTONIC on Linux) is the same in every process of
@@ -53,8 +54,11 @@ def load_voice(threads: int) -> Any:
     return PiperVoice(session=session, config=config)
 
 
-def speak_timed(voice: Any, text: str) -> tuple[float | None, int, int]:
-    """Synthesise `text`; returns (monotonic time of the first audio chunk or None, samples, sample rate)."""
+def speak_timed(voice: Any, text: str, chunks: list[tuple[float, int]] | None = None) -> tuple[float | None, int, int]:
+    """Synthesise `text`; returns (monotonic time of the first audio chunk or None, samples, sample rate).
+
+    `chunks`, when given, gets (monotonic time, samples) of every chunk (one per sentence) as it is ready.
+    """
     first_chunk_at: float | None = None
     samples = 0
     sample_rate_hz = int(voice.config.sample_rate)
@@ -63,6 +67,8 @@ def speak_timed(voice: Any, text: str) -> tuple[float | None, int, int]:
             first_chunk_at = time.monotonic()
         samples += len(chunk.audio_float_array)
         sample_rate_hz = chunk.sample_rate
+        if chunks is not None:
+            chunks.append((time.monotonic(), len(chunk.audio_float_array)))
     return first_chunk_at, samples, sample_rate_hz
 
 
@@ -79,7 +85,8 @@ def serve(threads: int, requests: TextIO, events: TextIO) -> None:
     for line in requests:
         request = json.loads(line)
         if request["op"] == "speak":
-            first, samples, rate = speak_timed(voice, request["text"])
+            chunks: list[tuple[float, int]] = []
+            first, samples, rate = speak_timed(voice, request["text"], chunks)
             _send(
                 events,
                 {
@@ -89,6 +96,7 @@ def serve(threads: int, requests: TextIO, events: TextIO) -> None:
                     "ended_at_s": time.monotonic(),
                     "samples": samples,
                     "sample_rate_hz": rate,
+                    "chunks": chunks,
                 },
             )
         elif request["op"] == "modules":

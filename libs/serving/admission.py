@@ -3,7 +3,10 @@
 A worker that takes a stream it cannot serve makes every stream on it slower and may run out of
 memory. It refuses at stream start instead, with RESOURCE_EXHAUSTED and a `grpc-retry-pushback-ms`
 hint, and the gateway reroutes. The limits: open streams, inference queue depth, process resident
-memory (CPU) and free GPU memory (CUDA devices). Each is a setting; 0 switches a limit off.
+memory (CPU) and free GPU memory (CUDA devices), and real-time capacity: a stream whose listener
+would push the demand (one audio second per second per open stream) past `--realtime-headroom` of
+the worker's measured capacity is refused, so the streams already admitted keep playing without
+gaps. Each is a setting; 0 switches a limit off.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Callable, Final
 
 import grpc
 
+from libs.serving.scheduling import RealtimeMeter
 from libs.settings.fields import setting
 from libs.wire.headers import MODEL_VERSION_METADATA_KEY, PUSHBACK_METADATA_KEY, STREAM_ACCEPTED_METADATA
 
@@ -32,6 +36,9 @@ DEFAULT_MAX_RSS_MB: Final = 0
 DEFAULT_MIN_FREE_GPU_MB: Final = 512
 # About one chunk's compute on a busy worker: long enough for a stream to finish or a queue to drain.
 DEFAULT_PUSHBACK_MS: Final = 200
+# Capacity is measured while busy and steps vary with sentence length: a tenth is kept in reserve so
+# the admitted streams' first steps and slow sentences still fit.
+DEFAULT_REALTIME_HEADROOM: Final = 0.9
 
 _MIB: Final = 1024 * 1024
 
@@ -55,6 +62,14 @@ class AdmissionSettings:
     min_free_gpu_mb: int = setting(
         DEFAULT_MIN_FREE_GPU_MB, env="TTS_MIN_FREE_GPU_MB", unit="MiB", minimum=0,
         doc="free memory of a CUDA device below which a worker refuses new streams (0: no limit)",
+    )  # fmt: skip
+    realtime_headroom: float = setting(
+        DEFAULT_REALTIME_HEADROOM, env="TTS_REALTIME_HEADROOM", unit="ratio", minimum=0, maximum=1,
+        doc="share of the real-time capacity (audio s per s) that open streams may demand before new ones are refused (0: no limit)",
+    )  # fmt: skip
+    realtime_capacity: float = setting(
+        0.0, env="TTS_REALTIME_CAPACITY", unit="audio s per s", minimum=0,
+        doc="the worker's real-time capacity, if known; 0 measures it while serving",
     )  # fmt: skip
     pushback_ms: int = setting(
         DEFAULT_PUSHBACK_MS, env="TTS_OVERLOAD_PUSHBACK_MS", unit="ms", minimum=0,
@@ -89,6 +104,7 @@ def refusal_reason(
     queue_depth: int,
     rss_mb: float,
     free_gpu_mb: float | None,
+    capacity_audio_s_per_s: float = 0.0,
 ) -> str | None:
     """Why a new stream must be refused given the worker's state, or None to admit it."""
     if settings.max_streams and open_streams >= settings.max_streams:
@@ -99,6 +115,15 @@ def refusal_reason(
         return f"process memory {rss_mb:.0f} MiB is above {settings.max_rss_mb} MiB"
     if settings.min_free_gpu_mb and free_gpu_mb is not None and free_gpu_mb < settings.min_free_gpu_mb:
         return f"free GPU memory {free_gpu_mb:.0f} MiB is below {settings.min_free_gpu_mb} MiB"
+    usable = capacity_audio_s_per_s * settings.realtime_headroom
+    # A worker serving no stream always takes one: refusing it could only leave the capacity estimate
+    # where a bad window (a loaded machine, work that made no audio) put it, with no stream to
+    # measure a better one.
+    if usable > 0 and open_streams > 0 and open_streams + 1 > usable:
+        return (
+            f"{open_streams + 1} streams would need {open_streams + 1} audio s per s; the worker makes "
+            f"{capacity_audio_s_per_s:.1f} and admits up to {settings.realtime_headroom:.0%} of that"
+        )
     return None
 
 
@@ -110,9 +135,12 @@ class Admission:
         settings: AdmissionSettings,
         rss_mb: Callable[[], float] = process_rss_mb,
         gpu_free_mb: Callable[[str], float | None] = free_gpu_mb,
+        meter: RealtimeMeter | None = None,
     ) -> None:
         self.settings = settings
         self.open_streams = 0
+        self.meter = meter
+        """Where the measured real-time capacity comes from (None: only a pinned `realtime_capacity` counts)."""
         self._rss_mb = rss_mb
         self._gpu_free_mb = gpu_free_mb
 
@@ -129,6 +157,7 @@ class Admission:
             queue_depth=int(getattr(engine, "queue_depth", 0)),
             rss_mb=self._rss_mb() if settings.max_rss_mb else 0.0,
             free_gpu_mb=self._gpu_free_mb(device) if settings.min_free_gpu_mb else None,
+            capacity_audio_s_per_s=self.capacity_audio_s_per_s,
         )
         if reason is not None:
             _log.warning("refusing a new stream: %s", reason)
@@ -142,6 +171,18 @@ class Admission:
         # Headers now tell the gateway the stream is accepted before it writes (see its `accepted`).
         model_version = str(getattr(engine, "model_version", ""))
         await context.send_initial_metadata((STREAM_ACCEPTED_METADATA, (MODEL_VERSION_METADATA_KEY, model_version)))
+
+    @property
+    def capacity_audio_s_per_s(self) -> float:
+        """Audio seconds per second this worker can make: the pinned setting, else the measured one (0: unknown)."""
+        if self.settings.realtime_capacity > 0:
+            return self.settings.realtime_capacity
+        return 0.0 if self.meter is None else self.meter.capacity_audio_s_per_s
+
+    @property
+    def demand_audio_s_per_s(self) -> float:
+        """Audio seconds per second the open streams need: one each, as each listener plays in real time."""
+        return float(self.open_streams)
 
     def _stream_done(self, _context: object) -> None:
         self.open_streams -= 1

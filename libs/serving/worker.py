@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Callable, Final, Mapping, Protocol
 
 import grpc
 from prometheus_client import CollectorRegistry
 
+from libs.serving.admission import Admission, AdmissionSettings
+from libs.serving.scheduling import DeadlineExecutor, RealtimeMeter
 from libs.serving.server import ServerSettings, ServiceRuntime, freeze_startup_heap
 from libs.settings.fields import setting
+from libs.telemetry.metrics import WorkerMetrics
 from libs.voice.precision import DEFAULT_PRECISION, PRECISIONS
 
 _log = logging.getLogger(__name__)
@@ -21,6 +24,8 @@ _log = logging.getLogger(__name__)
 # The vocoder is the heaviest step: two streams' steps side by side keep both cores busy whenever
 # the acoustic worker idles (8 streams of mixed texts on 2 cores: 23.6 audio s/s with one, 27.0 with two).
 DEFAULT_INFERENCE_THREADS: Final[Mapping[str, int]] = {"acoustic": 1, "vocoder": 2}
+SCHEDULING_ORDERS: Final = ("deadline", "arrival")
+"""How waiting model steps are ordered: earliest playback deadline first, or first come first served."""
 
 
 @dataclass(frozen=True)
@@ -43,20 +48,36 @@ class WorkerSettings:
         doc="threads running model steps of different streams side by side (raised to --max-batch: a batch forms only from steps in flight together)",
     )  # fmt: skip
 
+    scheduling: str = setting(
+        "deadline", env="TTS_SCHEDULING", choices=SCHEDULING_ORDERS,
+        doc="order of waiting model steps: deadline (the listener that runs dry first goes first) or arrival",
+    )  # fmt: skip
+
     @property
     def step_threads(self) -> int:
         """Inference threads actually run: at least `max_batch`, or no batch could ever fill."""
         return max(self.inference_threads, self.max_batch)
 
 
-def inference_executor(settings: WorkerSettings) -> ThreadPoolExecutor:
-    """The executor every engine call of a worker runs on.
+def inference_executor(settings: WorkerSettings) -> DeadlineExecutor:
+    """The executor every engine call of a worker runs on, earliest playback deadline first.
 
     With one thread (the default), streams take turns chunk by chunk and the model's own intra-op
     parallelism (--threads) uses the cores; more threads let several streams' steps run side by
-    side, which batching needs (a batch forms only from steps that are in flight together).
+    side, which batching needs (a batch forms only from steps that are in flight together, so on a
+    GPU the batches are made of the steps with the earliest deadlines).
     """
-    return ThreadPoolExecutor(max_workers=settings.step_threads, thread_name_prefix="inference")
+    return DeadlineExecutor(settings.step_threads, name="inference", by_deadline=settings.scheduling == "deadline")
+
+
+def realtime_admission(settings: AdmissionSettings, executor: DeadlineExecutor, metrics: WorkerMetrics) -> Admission:
+    """The worker's admission, with its real-time capacity measured on `executor`'s threads and
+    capacity, demand and load exported in `metrics`."""
+    meter = RealtimeMeter(threads=executor.threads)
+    executor.on_run = meter.ran
+    admission = Admission(settings, meter=meter)
+    metrics.track_realtime(lambda: admission.capacity_audio_s_per_s, lambda: admission.demand_audio_s_per_s)
+    return admission
 
 
 def engine_settings(settings: WorkerSettings, on_batch: Callable[..., None] | None = None) -> Any:
@@ -85,7 +106,7 @@ async def run_worker(
     settings: WorkerServiceSettingsLike,
     service_name: str,
     registry: CollectorRegistry,
-    executor: ThreadPoolExecutor,
+    executor: Executor,
     register: Callable[[grpc.aio.Server], None],
     load_engine: Callable[[], Any],
     install_engine: Callable[[Any], None],

@@ -9,11 +9,18 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from concurrent.futures import Executor
-from typing import Any, Callable, Mapping
+from concurrent.futures import Executor, Future
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from libs.telemetry.metrics import WorkerMetrics
 from libs.telemetry.tracing import step_span
+
+
+@runtime_checkable
+class DeadlineSubmitter(Protocol):
+    """An executor that runs queued calls earliest deadline first (libs.serving.scheduling.DeadlineExecutor)."""
+
+    def submit_by(self, deadline_s: float, fn: Callable[..., Any], /, *args: Any) -> Future: ...
 
 
 class InferenceRunner:
@@ -34,11 +41,14 @@ class InferenceRunner:
         span: str | None = None,
         span_attributes: Mapping[str, Any] | None = None,
         on_start: Callable[[float], None] | None = None,
+        deadline_s: float | None = None,
     ) -> Any:
         """`function(*args)` on the executor, as model step `stage`.
 
         `span` names a span around the step (child of the caller's current span); `on_start` is
         called on the executor thread with the `time.perf_counter()` at which the step starts.
+        `deadline_s` (`time.monotonic()`) orders the step among waiting ones on an executor that
+        schedules by deadline; None means "now".
         """
         submitted_s = time.perf_counter()
         context = contextvars.copy_context()
@@ -55,6 +65,8 @@ class InferenceRunner:
             finally:
                 self._metrics.observe_step(stage, started_s - submitted_s, time.perf_counter() - started_s, batched)
 
+        if deadline_s is not None and isinstance(self._executor, DeadlineSubmitter):
+            return await asyncio.wrap_future(self._executor.submit_by(deadline_s, timed))
         return await asyncio.get_running_loop().run_in_executor(self._executor, timed)
 
 

@@ -18,6 +18,7 @@ from libs.pb.tts.acoustic.v1 import acoustic_pb2
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.routing.endpoints import Endpoint
 from libs.upstream.calls import CALL_ERRORS, Deadline, StreamEnded
+from libs.upstream.playback import PlaybackClock
 from libs.upstream.pool import WorkerPool
 from libs.upstream.resumable import ResumableCall
 from libs.voice.inputs import SynthesisInputs
@@ -48,8 +49,10 @@ class ResumableAcousticStream(ResumableCall):
 
     kind = "acoustic"
 
-    def __init__(self, pool: WorkerPool, deadline: Deadline) -> None:
+    def __init__(self, pool: WorkerPool, deadline: Deadline, clock: PlaybackClock | None = None) -> None:
+        """`clock`, when given, is the listener's: each request then tells the worker its slack."""
         super().__init__(pool, deadline, pool.attempts(self.kind))
+        self._clock = clock
         self._sentence_index = 0
         self._next_frame = 0
 
@@ -65,6 +68,8 @@ class ResumableAcousticStream(ResumableCall):
                 resumed = acoustic_pb2.SentenceRequest()
                 resumed.CopyFrom(request)
                 resumed.start_frame = self._next_frame
+                if self._clock is not None:
+                    resumed.playback_slack_ms = self._clock.slack_ms(request.sentence_index, self._next_frame)
                 self._owed_since_s = time.monotonic()  # a sentence is pending: the worker owes its next chunk
                 await self._call.write(resumed)
                 while True:

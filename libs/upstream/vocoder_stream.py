@@ -23,6 +23,7 @@ from libs.pb.tts.common.v1 import mel_pb2
 from libs.pb.tts.vocoder.v1 import vocoder_pb2
 from libs.routing.endpoints import Endpoint
 from libs.upstream.calls import CALL_ERRORS, Deadline, StreamEnded, WorkerSilent
+from libs.upstream.playback import PlaybackClock
 from libs.upstream.pool import WorkerPool
 from libs.upstream.resumable import ResumableCall
 from libs.wire.errors import DownstreamError
@@ -69,9 +70,11 @@ class ResumableVocoderStream(ResumableCall):
 
     kind = "vocoder"
 
-    def __init__(self, pool: WorkerPool, deadline: Deadline, hop_length: int) -> None:
+    def __init__(self, pool: WorkerPool, deadline: Deadline, hop_length: int, clock: PlaybackClock | None = None) -> None:
+        """`clock`, when given, is the listener's: each request then tells the worker its slack."""
         super().__init__(pool, deadline, pool.attempts(self.kind))
         self._hop_length = hop_length
+        self._clock = clock
         self._sentences: dict[int, _SentenceMel] = {}  # insertion order is sentence order
         self._lock = asyncio.Lock()  # one writer at a time: the producer, or a reopen's priming
         self._writing_done = False
@@ -90,6 +93,8 @@ class ResumableVocoderStream(ResumableCall):
             sentence.slices.extend(slices)
             sentence.frames_sent = last.first_frame + last.frame_count
             sentence.complete = last.is_last
+            if self._clock is not None:
+                self._clock.note_sentence(last.sentence_index, last.sentence_frame_count)
             # Owed from now: a write into a hung worker can block on flow control, and the silence
             # must count against the attempt timeout while it does.
             if self._owed_since_s is None and self._owes():
@@ -97,7 +102,7 @@ class ResumableVocoderStream(ResumableCall):
             if self._call is not None:
                 try:
                     for message in _requests(slices, context_only=False):
-                        await self._call.write(message)
+                        await self._call.write(self._with_slack(message))
                 except CALL_ERRORS:
                     pass  # the reader sees the broken call and reopens it with these slices included
 
@@ -222,9 +227,17 @@ class ResumableVocoderStream(ResumableCall):
             rest = sentence.slices[len(context) :]
             for slices, context_only in ((context, True), (rest, False)):
                 for message in _requests(slices, context_only):
-                    await call.write(message)
+                    await call.write(self._with_slack(message))
         if self._writing_done:
             await call.done_writing()
+
+
+    def _with_slack(self, message: vocoder_pb2.VocodeRequest) -> vocoder_pb2.VocodeRequest:
+        """`message` with the time its listener can wait for it (none without a clock: "now")."""
+        if self._clock is not None:
+            first = message.slices[0]
+            message.playback_slack_ms = self._clock.vocoder_slack_ms(first.sentence_index, first.first_frame)
+        return message
 
 
 def _requests(slices: Sequence[mel_pb2.MelSlice], context_only: bool) -> Iterator[vocoder_pb2.VocodeRequest]:

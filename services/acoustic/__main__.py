@@ -6,9 +6,8 @@ import sys
 from typing import Callable
 
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
-from libs.serving.admission import Admission
 from libs.serving.server import run_service
-from libs.serving.worker import WorkerSettings, engine_settings, inference_executor, run_worker
+from libs.serving.worker import WorkerSettings, engine_settings, inference_executor, realtime_admission, run_worker
 from libs.telemetry.metrics import AcousticMetrics
 from libs.voice.registry import default_registry
 from services.acoustic.servicer import AcousticServicer
@@ -31,7 +30,7 @@ async def serve(settings: WorkerServiceSettings) -> None:
     """Run the acoustic worker until SIGTERM/SIGINT."""
     metrics = AcousticMetrics()
     executor = inference_executor(settings.worker)
-    servicer = AcousticServicer(default_registry().default.name, metrics, executor, Admission(settings.admission))
+    servicer = AcousticServicer(default_registry().default.name, metrics, executor, realtime_admission(settings.admission, executor, metrics))
     await run_worker(
         settings,
         SERVICE_NAME,

@@ -12,6 +12,7 @@ import grpc
 from libs.audio.slicing import DEFAULT_SLICE_MS
 from libs.serving.admission import Admission
 from libs.serving.memory import RELEASER
+from libs.serving.scheduling import VOCODER_LAG_FRAMES, PlaybackDeadline, stamped
 from libs.serving.status import abort_for
 from libs.wire.mel_slices import SliceCutter, to_message
 from libs.serving.server import StreamTracker
@@ -58,10 +59,12 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
         context.add_done_callback(RELEASER.call_done)  # a long sentence's memory goes back once the stream ends
         async with self._tracker.track(context):
             order = SentenceOrder()
-            async for request in request_iterator:
+            async for request, received_s in stamped(request_iterator):
                 self._sentences_in_progress += 1
+                first_audio = request.sentence_index == 0 and request.start_frame == 0
+                deadline = PlaybackDeadline.on_arrival(received_s, request.playback_slack_ms, first_audio)
                 try:
-                    async for message in self._sentence(engine, request, order):
+                    async for message in self._sentence(engine, request, order, deadline):
                         yield message
                 except (asyncio.CancelledError, grpc.aio.AbortError):
                     raise
@@ -71,8 +74,10 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
                     self._sentences_in_progress -= 1
 
     async def _sentence(
-        self, engine: Any, request: acoustic_pb2.SentenceRequest, order: SentenceOrder
+        self, engine: Any, request: acoustic_pb2.SentenceRequest, order: SentenceOrder, deadline: PlaybackDeadline
     ) -> AsyncIterator[mel_pb2.MelSlices]:
+        """The sentence's mel, a chunk per message; each step runs by `deadline`, which every chunk
+        moves on by the audio it makes."""
         from libs.voice.engine import SynthesisParams  # torch-heavy: imported only inside the worker
 
         check_sentence_request(
@@ -115,6 +120,7 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
             wide,
             span=tracing.SPAN_ACOUSTIC_PLAN,
             span_attributes={tracing.ATTR_SENTENCE_INDEX: request.sentence_index, tracing.ATTR_PHONEME_COUNT: len(phoneme_ids)},
+            deadline_s=deadline.at_s,
         )
         check_sentence_frames(request.sentence_index, plan.frame_count, request.start_frame, engine.hop_length / engine.sample_rate_hz)
         cutter = SliceCutter(
@@ -122,8 +128,15 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
         )
         chunks = engine.mel_chunks(plan, request.start_frame)
         alignment: list[int] | None = [int(frames) for frames in plan.phoneme_frames]
+        frame_s = engine.hop_length / engine.sample_rate_hz
+        meter = self._admission.meter
         # One chunk per executor call: a cancelled stream stops after the chunk in progress.
-        while (chunk := await self._inference.run(STAGE_CHUNK, next, chunks, None)) is not None:
+        lag_frames = VOCODER_LAG_FRAMES  # the next chunk is needed before the listener hears this one's end
+        while (chunk := await self._inference.run(STAGE_CHUNK, next, chunks, None, deadline_s=deadline.at_s)) is not None:
+            deadline.advance(max(0, chunk.shape[-1] - lag_frames) * frame_s)
+            lag_frames = max(0, lag_frames - chunk.shape[-1])
+            if meter is not None:
+                meter.produced(chunk.shape[-1] * frame_s)
             message = mel_pb2.MelSlices()
             for cut in cutter.push(chunk):
                 self._metrics.frames_total.inc(cut.frames.shape[1])
@@ -146,6 +159,8 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
 
     def install(self, engine: Any) -> None:
         """Serve with `engine` from now on (the model has loaded and warmed up)."""
+        if self._admission.meter is not None:
+            self._admission.meter.reset()  # loading and warming up is not serving
         self.engine = engine
 
     async def _ready_engine(self, context: grpc.aio.ServicerContext) -> Any:

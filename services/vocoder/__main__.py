@@ -6,9 +6,8 @@ import sys
 from typing import Callable
 
 from libs.pb.tts.vocoder.v1 import vocoder_pb2, vocoder_pb2_grpc
-from libs.serving.admission import Admission
 from libs.serving.server import run_service
-from libs.serving.worker import WorkerSettings, engine_settings, inference_executor, run_worker
+from libs.serving.worker import WorkerSettings, engine_settings, inference_executor, realtime_admission, run_worker
 from libs.telemetry.metrics import VocoderMetrics
 from services.settings import WorkerServiceSettings, load_worker_settings
 from services.vocoder.servicer import VocoderServicer
@@ -30,7 +29,7 @@ async def serve(settings: WorkerServiceSettings) -> None:
     """Run the vocoder worker until SIGTERM/SIGINT."""
     metrics = VocoderMetrics()
     executor = inference_executor(settings.worker)
-    servicer = VocoderServicer(metrics, executor, Admission(settings.admission))
+    servicer = VocoderServicer(metrics, executor, realtime_admission(settings.admission, executor, metrics))
     await run_worker(
         settings,
         SERVICE_NAME,

@@ -12,6 +12,7 @@ import numpy as np
 
 from libs.serving.admission import Admission
 from libs.serving.memory import RELEASER
+from libs.serving.scheduling import PlaybackDeadline, stamped
 from libs.serving.status import abort_for
 from libs.serving.server import StreamTracker
 from libs.voice.vocode_session import StreamSlices
@@ -40,8 +41,13 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
         context.add_done_callback(RELEASER.call_done)  # a long sentence's memory goes back once the stream ends
         async with self._tracker.track(context):
             stream = StreamSlices(engine.n_mels, engine.hop_length, engine.open_stream)
-            async for request in request_iterator:
+            meter = self._admission.meter
+            async for request, arrived_s in stamped(request_iterator):
                 received_s = time.perf_counter()
+                # Each step runs by its listener's need; each answer moves the need on by its audio.
+                opening = request.slices[0] if request.slices else None
+                first_audio = opening is not None and opening.sentence_index == 0 and opening.first_frame == 0
+                deadline = PlaybackDeadline.on_arrival(arrived_s, request.playback_slack_ms, first_audio and not request.context_only)
                 for mel_slice in request.slices:
                     try:
                         session = stream.accept(mel_slice, request.context_only)
@@ -57,6 +63,7 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
                                 on_start=lambda started_s, received_s=received_s: self._metrics.mel_queue_seconds.observe(
                                     started_s - received_s
                                 ),
+                                deadline_s=deadline.at_s,
                             )
                         except (asyncio.CancelledError, grpc.aio.AbortError):
                             raise
@@ -65,6 +72,10 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
                             return
                         if block is None:
                             continue
+                        audio_s = len(block.samples) / engine.sample_rate_hz
+                        deadline.advance(audio_s)
+                        if meter is not None:
+                            meter.produced(audio_s)
                         self._metrics.samples_total.inc(len(block.samples))
                         yield vocoder_pb2.VocodeResponse(
                             utterance_id=mel_slice.utterance_id,
@@ -86,6 +97,8 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
 
     def install(self, engine: Any) -> None:
         """Serve with `engine` from now on (the model has loaded and warmed up)."""
+        if self._admission.meter is not None:
+            self._admission.meter.reset()  # loading and warming up is not serving
         self.engine = engine
 
     async def _ready_engine(self, context: grpc.aio.ServicerContext) -> Any:

@@ -1,0 +1,76 @@
+"""The gateway's view of one listener: how much audio it holds, and so how long each piece of work may wait.
+
+A listener starts playing at its first audio and plays in real time; when its buffer runs dry it
+waits (a stall) and resumes with the next audio. The gateway cannot see the client's player, so it
+assumes exactly that. Every worker request then carries its slack: the time until the listener runs
+dry, plus the audio that will reach it before the request's own audio (docs/ARCHITECTURE.md,
+"Scheduling and admission").
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from libs.serving.scheduling import VOCODER_LAG_FRAMES
+
+
+class PlaybackClock:
+    """One utterance's listener, as audio is delivered to it (`time.monotonic()` seconds)."""
+
+    def __init__(self, frame_s: float, now: Callable[[], float] = time.monotonic) -> None:
+        self.frame_s = frame_s
+        """Seconds of audio per mel frame."""
+        self._now = now
+        self._asked_at_s = now()
+        """When the listener asked: its first audio was due then."""
+        self._dry_at_s: float | None = None
+        self._delivered_s = 0.0
+        self._sentence_frames: dict[int, int] = {}
+
+    @property
+    def delivered_s(self) -> float:
+        """Audio delivered to the client so far (seconds)."""
+        return self._delivered_s
+
+    @property
+    def started(self) -> bool:
+        """Whether the listener has had its first audio."""
+        return self._dry_at_s is not None
+
+    def delivered(self, audio_s: float) -> None:
+        """`audio_s` more seconds of audio went to the client now."""
+        now = self._now()
+        self._dry_at_s = max(now if self._dry_at_s is None else self._dry_at_s, now) + audio_s
+        self._delivered_s += audio_s
+
+    def buffered_s(self) -> float:
+        """Audio the listener holds now (seconds; 0 before its first audio or while it stalls)."""
+        return 0.0 if self._dry_at_s is None else max(0.0, self._dry_at_s - self._now())
+
+    def note_sentence(self, sentence_index: int, frame_count: int) -> None:
+        """Sentence `sentence_index` is `frame_count` mel frames long (known from its first slice)."""
+        self._sentence_frames[sentence_index] = frame_count
+
+    def position_s(self, sentence_index: int, frame: int = 0) -> float:
+        """Where `frame` of sentence `sentence_index` lies in the utterance's audio (seconds), from the
+        lengths of the sentences before it that are known."""
+        before = sum(frames for index, frames in self._sentence_frames.items() if index < sentence_index)
+        return (before + frame) * self.frame_s
+
+    def slack_s(self, position_s: float) -> float:
+        """How long the audio at `position_s` may take to reach the client before the listener stalls:
+        what it holds now plus the audio between what it was given and `position_s`. Negative when
+        overdue: a first audio is due when the listener asked, a dry listener's audio when it ran
+        dry, so every hop orders a late stream by how late it already is."""
+        due_s = self._asked_at_s if self._dry_at_s is None else self._dry_at_s
+        return due_s - self._now() + max(0.0, position_s - self._delivered_s)
+
+    def slack_ms(self, sentence_index: int, frame: int = 0) -> float:
+        """`slack_s` of `frame` of sentence `sentence_index`, in milliseconds, as the workers take it."""
+        return 1000.0 * self.slack_s(self.position_s(sentence_index, frame))
+
+    def vocoder_slack_ms(self, sentence_index: int, frame: int) -> float:
+        """The slack of mel slices from `frame` on: the vocoder's samples lag its mel, so they carry
+        the audio of frames VOCODER_LAG_FRAMES earlier."""
+        return self.slack_ms(sentence_index, max(0, frame - VOCODER_LAG_FRAMES))

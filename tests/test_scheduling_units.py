@@ -1,0 +1,229 @@
+"""Deadline scheduling, the listener's clock, the player's stalls and capacity admission, without a network."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from bench.measure import playback_stalls
+from libs.serving.admission import AdmissionSettings, refusal_reason
+from libs.serving.scheduling import FIRST_AUDIO_BUDGET_S, DeadlineExecutor, PlaybackDeadline, RealtimeMeter
+from libs.synthesis.lookahead import Lookahead
+from libs.upstream.playback import PlaybackClock
+
+
+def _run_order(by_deadline: bool, deadlines: list[float]) -> list[int]:
+    """Submit calls with `deadlines` while the only thread is busy; the order they ran in."""
+    executor = DeadlineExecutor(1, by_deadline=by_deadline)
+    gate = threading.Event()
+    ran: list[int] = []
+    try:
+        blocker = executor.submit(gate.wait)
+        futures = [executor.submit_by(deadline, ran.append, index) for index, deadline in enumerate(deadlines)]
+        gate.set()
+        blocker.result(5)
+        for future in futures:
+            future.result(5)
+    finally:
+        executor.shutdown()
+    return ran
+
+
+def test_the_waiting_call_with_the_earliest_deadline_runs_first() -> None:
+    now = time.monotonic()
+    assert _run_order(True, [now + 3.0, now + 1.0, now + 2.0, now + 1.0]) == [1, 3, 2, 0]
+
+
+def test_arrival_order_ignores_deadlines() -> None:
+    now = time.monotonic()
+    assert _run_order(False, [now + 3.0, now + 1.0, now + 2.0]) == [0, 1, 2]
+
+
+def test_a_call_cancelled_while_waiting_never_runs_and_others_do() -> None:
+    executor = DeadlineExecutor(1)
+    gate = threading.Event()
+    ran: list[str] = []
+    try:
+        blocker = executor.submit(gate.wait)
+        dropped = executor.submit_by(0.0, ran.append, "dropped")
+        kept = executor.submit_by(1.0, ran.append, "kept")
+        assert dropped.cancel()
+        gate.set()
+        blocker.result(5)
+        kept.result(5)
+    finally:
+        executor.shutdown()
+    assert ran == ["kept"]
+
+
+def test_an_error_reaches_its_caller_and_the_busy_time_is_reported() -> None:
+    busy: list[float] = []
+    executor = DeadlineExecutor(2, on_run=busy.append)
+    try:
+        with pytest.raises(ZeroDivisionError):
+            executor.submit(lambda: 1 / 0).result(5)
+        assert executor.submit(time.sleep, 0.05).result(5) is None
+    finally:
+        executor.shutdown()
+    assert len(busy) == 2 and busy[1] >= 0.05
+
+
+def test_busy_time_is_counted_before_the_caller_sees_the_result() -> None:
+    # A worker resets its meter when the model load (a long call) returns: that call's time must
+    # already be counted then, or it would land in the first measurement window.
+    busy: list[float] = []
+    executor = DeadlineExecutor(1, on_run=busy.append)
+    try:
+        gate = threading.Event()
+        executor.submit(gate.wait)
+        seen_when_done: list[int] = []
+        future = executor.submit(time.sleep, 0.01)
+        future.add_done_callback(lambda _: seen_when_done.append(len(busy)))
+        gate.set()
+        future.result(5)
+    finally:
+        executor.shutdown()
+    assert seen_when_done == [2]  # the gate's call and its own
+
+
+def test_a_request_deadline_moves_on_by_the_audio_each_step_makes() -> None:
+    deadline = PlaybackDeadline.on_arrival(100.0, 250.0)
+    assert deadline.at_s == pytest.approx(100.25)
+    deadline.advance(0.5)
+    assert deadline.at_s == pytest.approx(100.75)
+    assert PlaybackDeadline.on_arrival(100.0, -50.0).at_s == pytest.approx(99.95)  # overdue already
+
+
+def test_a_first_audio_may_wait_its_budget_but_what_follows_it_is_due_as_if_it_played_at_once() -> None:
+    first = PlaybackDeadline.on_arrival(100.0, 0.0, first_audio=True)
+    assert first.at_s == pytest.approx(100.0 + FIRST_AUDIO_BUDGET_S)
+    first.advance(0.128)
+    assert first.at_s == pytest.approx(100.128)  # the budget is gone once the first audio exists
+    later = PlaybackDeadline.on_arrival(100.0, 0.0)
+    assert later.at_s == 100.0  # a listener that ran dry gets no budget
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def test_the_listener_clock_counts_its_buffer_and_the_audio_queued_before_a_request() -> None:
+    now = FakeTime()
+    clock = PlaybackClock(frame_s=0.01, now=now)
+    # Before the first audio every request is wanted now, except what plays after earlier audio.
+    assert clock.slack_ms(0) == 0.0
+    now.now_s += 0.1  # a first audio not there yet is overdue by the listener's wait
+    assert clock.slack_ms(0) == pytest.approx(-100.0)
+    now.now_s -= 0.1
+    clock.note_sentence(0, 300)  # 3 s
+    assert clock.slack_ms(1) == pytest.approx(3000.0)
+    assert clock.slack_ms(0, 100) == pytest.approx(1000.0)
+    # Mel slices carry the audio of frames 21 earlier (the vocoder's lag).
+    assert clock.vocoder_slack_ms(0, 121) == pytest.approx(1000.0)
+    assert clock.vocoder_slack_ms(0, 10) == 0.0
+    clock.delivered(0.5)
+    now.now_s += 0.2
+    assert clock.buffered_s() == pytest.approx(0.3)
+    # Sentence 1 starts after 2.5 s more of sentence 0, and the listener holds 0.3 s.
+    assert clock.slack_ms(1) == pytest.approx(2800.0)
+    now.now_s += 1.0  # ran dry 0.7 s ago: a stall, the buffer is empty and its next audio overdue
+    assert clock.buffered_s() == 0.0
+    assert clock.slack_ms(0, 50) == pytest.approx(-700.0)
+    clock.delivered(0.4)
+    assert clock.buffered_s() == pytest.approx(0.4)  # playback resumes from the new audio
+
+
+def test_a_player_stalls_only_when_its_buffer_runs_dry_before_the_end() -> None:
+    # 1 s of audio at t=0, then 1 s at t=0.5 (in time), then 1 s at t=2.3 (0.3 s late), end.
+    assert playback_stalls([(0.0, 1.0), (0.5, 1.0), (2.3, 1.0)]) == pytest.approx((0.3, 0.3))
+    # Two stalls of 0.2 and 0.4 s.
+    assert playback_stalls([(10.0, 0.1), (10.3, 0.1), (10.8, 0.1)]) == pytest.approx((0.6, 0.4))
+    assert playback_stalls([(5.0, 2.0)]) == (0.0, 0.0)
+    assert playback_stalls([]) == (0.0, 0.0)
+
+
+def test_capacity_moves_half_way_to_each_window_of_busy_time() -> None:
+    meter = RealtimeMeter(threads=2, window_busy_s=1.0, weight=0.5)
+    meter.produced(20.0)
+    meter.ran(1.0)
+    assert meter.capacity_audio_s_per_s == pytest.approx(40.0)  # 20 audio s per busy s, 2 threads
+    meter.produced(10.0)
+    meter.ran(0.5)
+    assert meter.capacity_audio_s_per_s == pytest.approx(40.0)  # the window is not complete yet
+    meter.ran(0.5)
+    assert meter.capacity_audio_s_per_s == pytest.approx(30.0)  # half way to 20
+    meter.produced(40.0)
+    meter.ran(1.0)
+    assert meter.capacity_audio_s_per_s == pytest.approx(55.0)  # half way to 80
+    meter.reset()
+    meter.ran(5.0)  # busy without audio (a model loading) measures nothing
+    assert meter.capacity_audio_s_per_s == pytest.approx(55.0)
+
+
+def _reason(open_streams: int, capacity: float, headroom: float = 0.9) -> str | None:
+    settings = AdmissionSettings(max_streams=0, max_queue_depth=0, realtime_headroom=headroom)
+    return refusal_reason(
+        settings, open_streams=open_streams, queue_depth=0, rss_mb=0.0, free_gpu_mb=None, capacity_audio_s_per_s=capacity
+    )
+
+
+def test_a_stream_that_would_exceed_the_real_time_capacity_is_refused() -> None:
+    assert _reason(26, 30.0) is None  # 27 streams need 27 audio s per s; 90% of 30 is 27
+    reason = _reason(27, 30.0)
+    assert reason is not None and "28 streams" in reason and "30.0" in reason
+    assert _reason(100, 0.0) is None  # capacity unknown yet: only the other limits apply
+    assert _reason(100, 30.0, headroom=0.0) is None  # the limit switched off
+    # A worker with no stream open takes one whatever its estimate says, so a bad window cannot
+    # shut it for good; the next stream is judged by the estimate again.
+    assert _reason(0, 0.1) is None
+    assert _reason(1, 0.1) is not None
+
+
+async def test_the_gateway_runs_ahead_while_its_listener_has_little_audio_coming() -> None:
+    now = FakeTime()
+    clock = PlaybackClock(frame_s=0.01, now=now)
+    lookahead = Lookahead(clock, max_sentences=3, audio_ahead_s=5.0, min_sentences=1)
+    await asyncio.wait_for(lookahead.wait_turn(0), 1)
+    clock.note_sentence(0, 300)  # 3 s ahead of sentence 1: it may start while sentence 0 is vocoded
+    await asyncio.wait_for(lookahead.wait_turn(1), 1)
+    clock.note_sentence(1, 300)  # 6 s ahead of sentence 2: it waits
+    waiting = asyncio.ensure_future(lookahead.wait_turn(2))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    clock.delivered(2.0)  # 2 s delivered and 1 s played: 5 s ahead of sentence 2, still not under 5
+    now.now_s += 1.0
+    lookahead.sentence_vocoded()  # sentence 0 done: one in flight, but the buffer rules
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    now.now_s += 0.5  # 4.5 s ahead now: it starts without waiting for another sentence
+    await asyncio.wait_for(waiting, 1)
+    assert lookahead.vocoded == 1
+
+
+async def test_the_sentence_after_the_one_being_vocoded_always_starts() -> None:
+    clock = PlaybackClock(frame_s=0.01, now=FakeTime())
+    lookahead = Lookahead(clock, audio_ahead_s=1.0)
+    clock.note_sentence(0, 900)  # 9 s ahead of sentence 1, far past the 1 s: it starts anyway
+    await asyncio.wait_for(lookahead.wait_turn(1), 1)
+    waiting = asyncio.ensure_future(lookahead.wait_turn(2))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    waiting.cancel()
+
+
+async def test_the_gateway_never_has_more_sentences_in_flight_than_its_limit() -> None:
+    clock = PlaybackClock(frame_s=0.01, now=FakeTime())
+    lookahead = Lookahead(clock, max_sentences=2, audio_ahead_s=1000.0, min_sentences=1)
+    await asyncio.wait_for(lookahead.wait_turn(1), 1)
+    waiting = asyncio.ensure_future(lookahead.wait_turn(2))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    lookahead.sentence_vocoded()
+    await asyncio.wait_for(waiting, 1)
