@@ -30,9 +30,9 @@ async def test_first_sentence_comes_before_the_rest_is_phonemised(pool: Phonemiz
     phonemised: list[str] = []
     sentences_of = pool.sentences
 
-    async def recording(spec, chunk, continues=False):  # type: ignore[no-untyped-def]
+    async def recording(spec, chunk, continues=False, lexicon=None):  # type: ignore[no-untyped-def]
         phonemised.append(chunk)
-        return await sentences_of(spec, chunk, continues)
+        return await sentences_of(spec, chunk, continues, lexicon)
 
     pool.sentences = recording  # type: ignore[method-assign]
     chunks = frontend.chunks(TEXT)

@@ -135,16 +135,21 @@ def test_children_import_the_text_frontend_but_not_torch_or_grpc() -> None:
 
 
 def test_answers_that_no_frontend_can_send_are_refused(spec: FrontendSpec) -> None:
-    good = [["Hi.", "hˈaɪ.", [1, 0, 20, 0, 2]]]
-    assert _checked_sentences(good, spec)[0].phoneme_ids == (1, 0, 20, 0, 2)
+    good = [["Hi.", "hˈaɪ.", [1, 0, 20, 0, 2], [["Hi", 1, 4]]]]
+    (sentence,) = _checked_sentences(good, spec)
+    assert sentence.phoneme_ids == (1, 0, 20, 0, 2) and [(w.text, w.first_id, w.end_id) for w in sentence.words] == [("Hi", 1, 4)]
     for bad in (
         None,
-        [["Hi.", "hˈaɪ.", []]],
-        [["Hi.", "hˈaɪ.", [1, 0, spec.max_id + 1, 2]]],
-        [["Hi.", "hˈaɪ.", [1, -1, 2]]],
-        [["Hi.", "hˈaɪ.", [1, True, 2]]],
-        [["Hi.", "hˈaɪ.", [1] * 401]],
-        [["Hi.", 7, [1, 2]]],
+        [["Hi.", "hˈaɪ.", [1, 0, 20, 0, 2]]],  # no words
+        [["Hi.", "hˈaɪ.", [], []]],
+        [["Hi.", "hˈaɪ.", [1, 0, spec.max_id + 1, 2], []]],
+        [["Hi.", "hˈaɪ.", [1, -1, 2], []]],
+        [["Hi.", "hˈaɪ.", [1, True, 2], []]],
+        [["Hi.", "hˈaɪ.", [1] * 401, []]],
+        [["Hi.", 7, [1, 2], []]],
+        [["Hi.", "hˈaɪ.", [1, 0, 20, 0, 2], [["Hi", 1, 9]]]],  # a word past the sentence's ids
+        [["Hi.", "hˈaɪ.", [1, 0, 20, 0, 2], [["Hi", 2, 4], ["there", 1, 3]]]],  # words out of order
+        [["Hi.", "hˈaɪ.", [1, 0, 20, 0, 2], [["Hi", "1", 4]]]],
     ):
         with pytest.raises(ValueError):
             _checked_sentences(bad, spec)

@@ -1,1 +1,2 @@
-"""Text frontend: normalisation, sentence splitting, espeak-ng phonemes and phoneme ids."""
+"""Text frontend: normalisation, sentence splitting, reading (written forms, heteronyms, lexicons,
+inline phonemes, an SSML subset), espeak-ng phonemes and phoneme ids."""

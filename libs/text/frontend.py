@@ -1,8 +1,9 @@
 """The text frontend the gateway calls: text in, sentences of phonemes and model input ids out.
 
 Steps: normalise (libs.text.normalize), check the length, cut into sentence chunks
-(libs.text.sentences), phonemise each chunk with espeak-ng as piper-tts 1.8.0 does
-(libs.text.phonemize), and map phonemes to ids with the voice's phoneme-id map
+(libs.text.sentences), read each chunk (libs.text.reading: written forms, heteronyms, lexicons and
+inline phonemes; off by default, on in the gateway), phonemise it with espeak-ng as piper-tts 1.8.0
+does (libs.text.phonemize), and map phonemes to ids with the voice's phoneme-id map
 (libs.text.phoneme_ids). Chunks are cut only where espeak-ng ends a sentence anyway, so the
 result equals phonemising the whole text at once, and a sentence gets the same ids on its own as
 inside a longer text (what makes the per-sentence mel cache hit).
@@ -25,11 +26,13 @@ from typing import Final
 
 from libs.text.errors import EmptyTextError, InvalidTextError, TextError, TextTooLongError
 from libs.text.espeak import DEFAULT_ESPEAK_VOICE
-from libs.text.long_sentences import IdBudget, cut_sentence, with_continuation
+from libs.text.long_sentences import IdBudget, chop_phonemes, cut_sentence, with_continuation
 from libs.text.long_words import DEFAULT_MAX_WORD_CHARS
 from libs.text.normalize import check_not_empty, check_text_length, decode_utf8, normalize_text
 from libs.text.phoneme_ids import load_espeak_voice, load_phoneme_id_map, phonemes_to_ids
 from libs.text.phonemize import PhonemizedSentence, phonemize_sentences
+from libs.text.pronounce import PronunciationPlan, check_inline_phonemes
+from libs.text.reading import PIPER_READING, ReadingRules, expand, finish_sentence, prepare
 from libs.text.sentences import DEFAULT_MAX_CHUNK_CHARS, is_cut_short, split_sentences
 from libs.text.words import WordSpan, spoken_word_spans, word_spans
 
@@ -88,6 +91,16 @@ class Sentence:
     """Model input ids: `^ _ p1 _ ... pn _ $` with the voice's phoneme-id map."""
     words: tuple[WordSpan, ...] = ()
     """Its written words, each with the phoneme ids that speak it (libs.text.words)."""
+    rate: float = 1.0
+    """Speaking-rate multiple on top of the request's speed (SSML prosody rate)."""
+    pause_before_s: float = 0.0
+    """Silence before its speech (SSML breaks before a document's first words), in seconds."""
+    marks_before: tuple[tuple[str, float], ...] = ()
+    """SSML marks in that silence: (name, seconds into it)."""
+    pause_after_s: float = 0.0
+    """Silence after its speech (SSML breaks), in seconds."""
+    marks_after: tuple[tuple[str, float], ...] = ()
+    """SSML marks after its speech: (name, seconds into the silence after it)."""
 
 
 class TextFrontend:
@@ -101,10 +114,12 @@ class TextFrontend:
         max_chunk_chars: int = DEFAULT_MAX_CHUNK_CHARS,
         max_phoneme_ids: int | None = None,
         max_word_chars: int = DEFAULT_MAX_WORD_CHARS,
+        reading: ReadingRules = PIPER_READING,
     ) -> None:
         """`max_phoneme_ids` None (the default) keeps every sentence whole: Piper's sentences, for
         offline tools and the tests that compare with Piper. A server passes its limit (the
-        gateway's default is DEFAULT_MAX_PHONEME_IDS)."""
+        gateway's default is DEFAULT_MAX_PHONEME_IDS). `reading` (default: as Piper reads) says
+        whether written forms and heteronyms are read as a person reads them (libs.text.reading)."""
         if max_text_chars < 1 or max_chunk_chars < 1 or max_word_chars < 1:
             raise ValueError("max_text_chars, max_chunk_chars and max_word_chars must be positive")
         self.phoneme_id_map = {phoneme: tuple(ids) for phoneme, ids in phoneme_id_map.items()}
@@ -113,6 +128,7 @@ class TextFrontend:
         self.max_chunk_chars = max_chunk_chars
         self.max_phoneme_ids = max_phoneme_ids
         self.max_word_chars = max_word_chars
+        self.reading = reading
         self._budget = IdBudget(self.phoneme_id_map, max_phoneme_ids) if max_phoneme_ids is not None else None
 
     @classmethod
@@ -147,15 +163,25 @@ class TextFrontend:
         normalized = normalize_text(text)
         check_text_length(normalized, self.max_text_chars)
         check_not_empty(normalized)
+        check_inline_phonemes(normalized, self.phoneme_id_map)
         return split_sentences(normalized, self.max_chunk_chars)
 
-    def chunk_sentences(self, chunk: str, continues: bool = False) -> list[Sentence]:
+    def chunk_sentences(
+        self, chunk: str, continues: bool = False, lexicon: Mapping[str, tuple[str, ...]] | None = None
+    ) -> list[Sentence]:
         """The sentences of one chunk from `chunks` (none when espeak-ng finds no words in it).
 
         With `continues` (the text goes on after the chunk, which `is_cut_short`: a cut at the
         chunk limit, or streamed text spoken before its sentence ended) the last sentence ends as if
         a comma followed it, so its voice stays up instead of falling as at a full stop.
+
+        The chunk is read by `reading` first (libs.text.reading): written forms become words,
+        inline phonemes, `lexicon` words (lower-cased word -> phonemes) and heteronyms get their
+        chosen phonemes. A sentence's text is what is spoken (written forms as words); its word
+        spans keep the words as written, each over the ids of the words it is spoken as.
         """
+        plan = prepare(chunk, self.reading, lexicon)
+        chunk = plan.text
         spoken = [
             sentence
             for sentence in phonemize_sentences(chunk, self.espeak_voice, self.max_word_chars)
@@ -172,20 +198,33 @@ class TextFrontend:
                 cut = cut_sentence(chunk, phonemized, self._budget, self._phonemes_alone)
                 pieces = [(starts[index], cut[0].phonemes)] + [(piece.text_start, piece.phonemes) for piece in cut[1:]]
             ends = [start for start, _ in pieces[1:]] + [starts[index + 1]]
-            sentences.extend(self._sentence(chunk[start:end].strip(), phonemes) for (start, phonemes), end in zip(pieces, ends))
+            for (start, phonemes), end in zip(pieces, ends):
+                sentences.extend(self._finished(plan, chunk[start:end].strip(), phonemes, plan.written(start, end).strip()))
         return sentences
 
-    def _sentence(self, text: str, phonemes: Sequence[str]) -> Sentence:
+    def _finished(self, plan: PronunciationPlan, text: str, phonemes: Sequence[str], written: str) -> list[Sentence]:
+        """A sentence of the plan with its chosen phonemes in place; one they made longer than the id
+        budget (the cut weighed the placeholder) is chopped after a word."""
+        spoken_text, spoken = finish_sentence(plan, text, phonemes, self._phonemes_alone)
+        if self._budget is None or self._budget.weight(spoken) <= self._budget.budget:
+            return [self._sentence(spoken_text, spoken, written)]
+        *head, last = chop_phonemes(spoken, self._budget)
+        return [self._sentence("", part) for part in head] + [self._sentence(spoken_text, last, written)]
+
+    def _sentence(self, text: str, phonemes: Sequence[str], written: str | None = None) -> Sentence:
+        """A sentence spoken as `text` (its written forms as words); its word spans are of the words
+        as `written` ("$3.50" spans the ids of "three dollars fifty")."""
         return Sentence(
             text=text,
             phonemes=tuple(phonemes),
             phoneme_ids=tuple(phonemes_to_ids(phonemes, self.phoneme_id_map)),
-            words=word_spans(text, phonemes, self.phoneme_id_map, self._spoken_word_count),
+            words=word_spans(text if written is None else written, phonemes, self.phoneme_id_map, self._spoken_word_count),
         )
 
     def _spoken_word_count(self, word: str) -> int:
-        """How many words espeak-ng makes of `word` on its own ("23" is two)."""
-        return len(spoken_word_spans(self._phonemes_alone(word), self.phoneme_id_map))
+        """How many words espeak-ng makes of `word` on its own, read as the front end reads it
+        ("23" is one, "twenty-three"; "$3.50" is three)."""
+        return len(spoken_word_spans(self._phonemes_alone(expand(word, self.reading)), self.phoneme_id_map))
 
     def _phonemes_alone(self, text: str) -> list[str]:
         """The phonemes of a part of a sentence, phonemised on its own."""

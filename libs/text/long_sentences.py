@@ -174,6 +174,12 @@ def _chop_phonemes(text_start: int, phonemes: Sequence[str], budget: IdBudget) -
     return pieces
 
 
+def chop_phonemes(phonemes: Sequence[str], budget: IdBudget) -> list[tuple[str, ...]]:
+    """A sentence's phonemes in parts that fit `budget`, cut after a word where possible (for one
+    that grew past it after the cut, when chosen phonemes took a placeholder's place)."""
+    return [piece.phonemes for piece in _chop_phonemes(0, phonemes, budget)]
+
+
 def _grouped(units: list[Piece], budget: IdBudget) -> list[Piece]:
     """Consecutive units joined into the fewest pieces that fit, the largest as small as possible;
     filled from the end, so any slack is in the first piece. A piece that ends where espeak-ng broke

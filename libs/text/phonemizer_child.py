@@ -4,10 +4,12 @@ espeak-ng is native code that reads the client's text, and some texts crash it; 
 this process and not the gateway. The process imports only the text frontend (no torch, no gRPC),
 reads one request per line on stdin and answers one line on stdout, both JSON:
 
-- request: {"id": n, "voice": name, "frontend": {...}, "chunk": text, "continues": bool}; "frontend"
+- request: {"id": n, "voice": name, "frontend": {...}, "chunk": text, "continues": bool, "lexicon":
+  {word: ipa}} ("lexicon": the request's, checked by the gateway, over the server's file); "frontend"
   (`FrontendSpec.to_json`) comes with the first request for a voice, and the process keeps that
   voice's `TextFrontend` for the requests after it;
-- answer: {"id": n, "sentences": [[text, phonemes, [ids]], ...]} or {"id": n, "error": message}.
+- answer: {"id": n, "sentences": [[text, phonemes, [ids], [[word, first id, end id], ...]], ...]}
+  or {"id": n, "error": message}.
 
 On start it loads espeak-ng and writes {"ready": pid}. It ends when stdin closes, and with the
 gateway: it asks the kernel for SIGKILL when its parent dies, and ignores SIGINT and SIGTERM, which
@@ -25,8 +27,13 @@ from typing import Any, BinaryIO
 
 from libs.text.espeak import espeak_engine
 from libs.text.frontend import TextFrontend
+from libs.text.lexicon import LexiconFile
+from libs.text.pronounce import phoneme_symbols
+from libs.text.reading import ReadingRules
 
 _PR_SET_PDEATHSIG = 1
+# The server's lexicon file of each voice (the gateway checked it before starting this process).
+_LEXICON_FILES: dict[str, LexiconFile] = {}
 
 
 def _die_with_parent() -> None:
@@ -45,11 +52,22 @@ def _answer(request: dict[str, Any], frontends: dict[str, TextFrontend]) -> dict
             espeak_voice=spec["espeak_voice"],
             max_phoneme_ids=spec["max_phoneme_ids"],
             max_word_chars=spec["max_word_chars"],
+            reading=ReadingRules(
+                written_forms=bool(spec.get("read_written_forms")), heteronyms=bool(spec.get("read_heteronyms"))
+            ),
         )
+        _LEXICON_FILES.pop(voice, None)
+        if spec.get("lexicon_file"):
+            _LEXICON_FILES[voice] = LexiconFile(
+                spec["lexicon_file"], frontends[voice].phoneme_id_map, float(spec.get("lexicon_check_s", 2.0)), strict=False
+            )
     frontend = frontends.get(voice)
     if frontend is None:
         return {"id": request["id"], "error": f"no frontend for voice {voice!r} in this process"}
-    sentences = frontend.chunk_sentences(request["chunk"], continues=bool(request.get("continues")))
+    server_lexicon = _LEXICON_FILES.get(voice)
+    lexicon = dict(server_lexicon.entries()) if server_lexicon is not None else {}
+    lexicon.update({word: phoneme_symbols(ipa) for word, ipa in request.get("lexicon", {}).items()})
+    sentences = frontend.chunk_sentences(request["chunk"], continues=bool(request.get("continues")), lexicon=lexicon)
     return {
         "id": request["id"],
         "sentences": [

@@ -72,6 +72,14 @@ class FrontendSpec:
     """Most ids per sentence (TextFrontend's `max_phoneme_ids`)."""
     max_word_chars: int
     """Longest word handed to espeak-ng (TextFrontend's `max_word_chars`)."""
+    read_written_forms: bool = False
+    """Say written forms as words (libs.text.reading.ReadingRules)."""
+    read_heteronyms: bool = False
+    """Read heteronyms from their context (libs.text.reading.ReadingRules)."""
+    lexicon_file: str = ""
+    """The server's lexicon file (libs.text.lexicon; empty: none)."""
+    lexicon_check_s: float = 2.0
+    """How often a child looks whether the lexicon file changed (s)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -79,6 +87,10 @@ class FrontendSpec:
             "espeak_voice": self.espeak_voice,
             "max_phoneme_ids": self.max_phoneme_ids,
             "max_word_chars": self.max_word_chars,
+            "read_written_forms": self.read_written_forms,
+            "read_heteronyms": self.read_heteronyms,
+            "lexicon_file": self.lexicon_file,
+            "lexicon_check_s": self.lexicon_check_s,
         }
 
     @functools.cached_property
@@ -177,8 +189,11 @@ class PhonemizerPool:
         """Process ids of the children running now."""
         return sorted(child.pid for child in self._children if child.alive)
 
-    async def sentences(self, spec: FrontendSpec, chunk: str, continues: bool = False) -> list[Sentence]:
-        """The sentences of one chunk (`TextFrontend.chunk_sentences` in a child).
+    async def sentences(
+        self, spec: FrontendSpec, chunk: str, continues: bool = False, lexicon: Mapping[str, Sequence[str]] | None = None
+    ) -> list[Sentence]:
+        """The sentences of one chunk (`TextFrontend.chunk_sentences` in a child), with `lexicon`
+        (a request's, already checked against the voice) over the server's.
 
         Raises PhonemizerCrashError when the text crashed espeak-ng, PhonemizerTimeoutError when a
         child took longer than `call_timeout_s` on it, PhonemizerError for a fault of the pool.
@@ -187,6 +202,8 @@ class PhonemizerPool:
         request: dict[str, Any] = {"id": next(self._request_ids), "voice": spec.voice, "chunk": chunk, "continues": continues}
         if spec.voice not in child.voices:
             request["frontend"] = spec.to_json()
+        if lexicon:
+            request["lexicon"] = {word: "".join(phonemes) for word, phonemes in lexicon.items()}
         try:
             child.send(request)
             child.voices.add(spec.voice)

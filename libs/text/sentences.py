@@ -53,7 +53,7 @@ _ABBREVIATIONS: Final = frozenset(
     mr mrs ms mx dr prof sr jr st mt ft rev hon gen col lt sgt capt cmdr gov sen rep pres
     vs etc eg ie cf al approx dept est fig figs no nos vol vols pp ch sec inc ltd co corp bros
     jan feb mar apr jun jul aug sep sept oct nov dec mon tue tues wed thu thur thurs fri sat sun
-    am pm
+    am pm para paras rm apt art eq ste op tel pt ave blvd rd ln hwy univ misc govt intl appt
     """.split()
 )
 

@@ -1,0 +1,437 @@
+"""Written forms to the words a person says: "$3.50" -> "three dollars fifty", "Jan. 15th" ->
+"January fifteenth", "World War II" -> "World War two".
+
+One regular expression of alternatives scans the text once, left to right; each match is replaced
+by a function that looks at no more than a few words around it. Every alternative is bounded
+(digit runs, e-mail parts and URLs have length caps), so the cost is linear in the text and each
+written form grows into a bounded number of words (`MAX_EXPANSION`). Text the rules do not
+recognise is left as it is, for espeak-ng to read.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Final
+
+from libs.text.normalizer import numbers
+from libs.text.normalizer.addresses import email, phone, url
+from libs.text.normalizer.tables import (
+    ABBREVIATIONS,
+    BEFORE_NUMBER,
+    CURRENCIES,
+    MAGNITUDES,
+    MONTH_ABBREVIATIONS,
+    MONTHS,
+    REGNAL_NAMES,
+    ROMAN_CARDINAL_CONTEXT,
+    TITLES,
+    UNITS,
+    WEEKDAY_ABBREVIATIONS,
+)
+
+MAX_EXPANSION: Final = 12
+"""Most characters of words one written character can become (a 15-digit number is the worst case)."""
+
+_NUMBER: Final = r"(?:\d{1,3}(?:,\d{3}){1,5}(?:\.\d{1,12})?|\d{1,40}(?:\.\d{1,12})?)"
+_UNIT_NAMES: Final = "|".join(re.escape(unit) for unit in sorted(UNITS, key=len, reverse=True))
+_CURRENCY_SYMBOLS: Final = "|".join(re.escape(s) for s in sorted((c for c in CURRENCIES if not c.isalpha()), key=len, reverse=True))
+_CURRENCY_CODES: Final = "|".join(code for code in CURRENCIES if code.isalpha())
+_MAGNITUDE_NAMES: Final = "|".join(sorted(MAGNITUDES, key=len, reverse=True))
+_MONTH_NAMES: Final = "|".join(MONTHS + [f"{short}\\.?" for short in MONTH_ABBREVIATIONS])
+_WORD_ABBREVIATIONS: Final = "|".join(
+    re.escape(word)
+    for word in sorted(
+        {*TITLES, *ABBREVIATIONS, *BEFORE_NUMBER, *MONTH_ABBREVIATIONS, *WEEKDAY_ABBREVIATIONS, "St", "Dr"},
+        key=len,
+        reverse=True,
+    )
+)
+
+_PATTERN: Final = re.compile(
+    "|".join(
+        [
+            r"(?P<email>(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._+-]{0,63}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){1,6})",
+            r"(?P<url>\b(?:https?://|www\.)[^\s<>\"]{1,300}?)(?=[.,;:!?)\]]*(?:\s|$))",
+            r"(?P<phone>(?<![\w+])(?:\+?1[-. ])?(?:\(\d{3}\)\s?|\d{3}[-. ])\d{3}[-. ]\d{4}(?!\d)|(?<![\w-])\d{3}-\d{4}(?![\d-]))",
+            r"(?P<us_date>\b(?P<us_month>\d{1,2})/(?P<us_day>\d{1,2})/(?P<us_year>\d{4}|\d{2})\b)",
+            r"(?P<iso_date>\b(?P<iso_year>\d{4})-(?P<iso_month>\d{2})-(?P<iso_day>\d{2})\b)",
+            r"(?P<named_date>\b(?P<nd_month>" + _MONTH_NAMES + r")\s(?P<nd_day>\d{1,2})(?:st|nd|rd|th)?\b(?:,?\s(?P<nd_year>\d{4})\b)?)",
+            r"(?P<day_month>\b(?P<dm_day>\d{1,2})(?:st|nd|rd|th)?\s(?:of\s)?(?P<dm_month>" + _MONTH_NAMES + r")(?![\w])(?:,?\s(?P<dm_year>\d{4})\b)?)",
+            r"(?P<time>\b(?P<hour>\d{1,2}):(?P<minute>\d{2})(?::(?P<second>\d{2}))?(?!\d)(?:\s?(?P<ampm>[AaPp]\.?[Mm]\.?(?![\w])))?)",
+            r"(?P<clock>\b(?P<clock_hour>\d{1,2})\s?(?P<clock_ampm>[ap]\.m\.|[AP]M\b|[ap]m\b))",
+            r"(?P<money>(?<![\w$])(?P<money_symbol>" + _CURRENCY_SYMBOLS + r")\s?(?P<money_amount>" + _NUMBER + r")"
+            r"(?:\s?(?P<money_magnitude>" + _MAGNITUDE_NAMES + r")\b)?)",
+            r"(?P<coded_money>\b(?P<cm_code>" + _CURRENCY_CODES + r")\s?(?P<cm_amount>" + _NUMBER + r")"
+            r"(?:\s?(?P<cm_magnitude>" + _MAGNITUDE_NAMES + r")\b)?)",
+            r"(?P<money_code>(?<![\w.])(?P<mc_amount>" + _NUMBER + r")(?:\s?(?P<mc_magnitude>" + _MAGNITUDE_NAMES + r"))?"
+            r"\s(?P<mc_code>" + _CURRENCY_CODES + r")\b)",
+            r"(?P<decade>(?<![\w.])(?:'|\u2019)?(?P<decade_digits>\d{2}|1\d{3}|20\d{2})s\b)",
+            r"(?P<ordinal>(?<![\w.])(?P<ordinal_digits>\d{1,15})(?:st|nd|rd|th)\b)",
+            r"(?P<fraction>(?<![\w./])(?:(?P<whole>\d{1,6})\s)?(?P<numerator>\d{1,3})/(?P<denominator>\d{1,3})(?![\d/]))",
+            r"(?P<ratio>(?<![\w.:])(?P<ratio_a>\d{1,4}):(?P<ratio_b>\d{1,4})(?![\d:]))",
+            r"(?P<version>(?<![\w.])\d{1,4}(?:\.\d{1,4}){2,5}(?![\d]))",
+            r"(?P<measure>(?<![\w.])(?P<measure_sign>[-\u2212])?(?P<measure_amount>" + _NUMBER + r")"
+            r"(?:\s?(?P<measure_magnitude>thousand|million|billion))?\s?(?P<unit>" + _UNIT_NAMES + r")(?![\w/²³'\u2019]))",
+            r"(?P<percent>(?<![\w.])(?P<percent_sign>[-\u2212])?(?P<percent_amount>" + _NUMBER + r")\s?%)",
+            r"(?P<range_dash>(?<=\d)\s?[-\u2013\u2014]\s?(?=[$€£]?\d))",
+            r"(?P<number>(?:(?<=^)|(?<=[\s(\[\"'~]))(?P<number_sign>[-\u2212])?(?P<signed_amount>" + _NUMBER + r")(?![\w])"
+            r"|(?<![\w.,])(?P<amount>" + _NUMBER + r"|\.\d{1,12})(?![\w]))",
+            r"(?P<roman>\b(?P<roman_numeral>[IVXLCDM]{1,12})\b)",
+            r"(?P<abbreviation>(?<![\w.])(?P<abbreviation_word>" + _WORD_ABBREVIATIONS + r"|[A-Za-z](?:\.[A-Za-z]){1,3})(?P<abbreviation_dot>\.)?(?![\w]))",
+            r"(?P<ampersand>(?<=\s)&(?=\s))",
+            r"(?P<hash_number>#(?=\d))",
+        ]
+    )
+)
+
+_ROMAN_VALUES: Final = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100, "D": 500, "M": 1000}
+_VALID_ROMAN: Final = re.compile(r"M{0,3}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})")
+_YEAR_CUES: Final = frozenset(
+    "in since by from until till of year years circa during before after around between and to the early mid late "
+    "spring summer autumn fall winter christmas".split()
+)
+_RATIO_CUES: Final = frozenset("a an ratio odds scale mix mixed won lost beat score".split())
+_FRACTION_NAMES: Final = {2: ("half", "halves"), 4: ("quarter", "quarters")}
+_PREVIOUS_WORD: Final = re.compile(r"([A-Za-z]+)\W{0,3}$")
+_NEXT_WORD: Final = re.compile(r"\W{0,2}([A-Za-z]+)")
+_SENTENCE_GOES_ON: Final = re.compile(r"\s+[a-z0-9]")
+
+
+def expand_written_forms(text: str) -> str:
+    """`text` with every written form the rules know replaced by the words a person says."""
+    return _PATTERN.sub(_expand, text)
+
+
+def written_form_replacements(text: str) -> list[tuple[int, int, str]]:
+    """Each written form of `text` the rules change: (start, end, the words said), in order."""
+    replacements = []
+    for match in _PATTERN.finditer(text):
+        spoken = _expand(match)
+        if spoken != match.group():
+            replacements.append((match.start(), match.end(), spoken))
+    return replacements
+
+
+def _expand(match: re.Match[str]) -> str:
+    kind = match.lastgroup
+    assert kind is not None
+    return _EXPANDERS[kind](match)
+
+
+def _previous_word(match: re.Match[str]) -> str:
+    found = _PREVIOUS_WORD.search(match.string, max(0, match.start() - 24), match.start())
+    return found.group(1) if found else ""
+
+
+def _next_word(match: re.Match[str]) -> str:
+    found = _NEXT_WORD.match(match.string, match.end(), match.end() + 24)
+    return found.group(1) if found else ""
+
+
+def _ends_sentence(match: re.Match[str]) -> bool:
+    """True when the full stop that ends `match` also ends a sentence (end of text, or no lower-case word next)."""
+    return not _SENTENCE_GOES_ON.match(match.string, match.end(), match.end() + 4)
+
+
+def _date(month: int, day: int, year: str | None) -> str | None:
+    if not (1 <= month <= 12 and 1 <= day <= 31):
+        return None
+    words = f"{MONTHS[month - 1]} {numbers.ordinal(str(day))}"
+    if year:
+        words += f", {numbers.year(year)}"
+    return words
+
+
+def _us_date(match: re.Match[str]) -> str:
+    year = match.group("us_year")
+    if len(year) == 2:
+        year = ("20" if int(year) < 50 else "19") + year
+    spoken = _date(int(match.group("us_month")), int(match.group("us_day")), year)
+    if spoken is None:  # "25/12/2026": day first
+        spoken = _date(int(match.group("us_day")), int(match.group("us_month")), year)
+    return spoken if spoken is not None else match.group()
+
+
+def _iso_date(match: re.Match[str]) -> str:
+    spoken = _date(int(match.group("iso_month")), int(match.group("iso_day")), match.group("iso_year"))
+    return spoken if spoken is not None else match.group()
+
+
+def _month(name: str) -> str:
+    name = name.rstrip(".")
+    return MONTH_ABBREVIATIONS.get(name, name)
+
+
+def _named_date(match: re.Match[str]) -> str:
+    words = f"{_month(match.group('nd_month'))} {numbers.ordinal(match.group('nd_day'))}"
+    if match.group("nd_year"):
+        words += f", {numbers.year(match.group('nd_year'))}"
+    return words
+
+
+def _day_month(match: re.Match[str]) -> str:
+    words = f"the {numbers.ordinal(match.group('dm_day'))} of {_month(match.group('dm_month'))}"
+    if _previous_word(match).lower() == "the":
+        words = words[len("the ") :]
+    if match.group("dm_year"):
+        words += f", {numbers.year(match.group('dm_year'))}"
+    return words
+
+
+def _clock_words(hour: int, minute: int) -> str:
+    if minute == 0:
+        return f"{numbers.cardinal(str(hour))}"
+    if minute < 10:
+        return f"{numbers.cardinal(str(hour))} oh {numbers.cardinal(str(minute))}"
+    return f"{numbers.cardinal(str(hour))} {numbers.cardinal(str(minute))}"
+
+
+def _am_pm(match: re.Match[str], written: str) -> str:
+    """"a.m." or "p.m." as espeak-ng reads them well; the last full stop is left out when one
+    follows the match ("9am." must not become "a.m..")."""
+    words = "a.m." if written.lower().startswith("a") else "p.m."
+    return words[:-1] if match.string[match.end() : match.end() + 1] == "." else words
+
+
+def _time(match: re.Match[str]) -> str:
+    hour, minute = int(match.group("hour")), int(match.group("minute"))
+    if hour > 24 or minute > 59 or (not match.group("ampm") and _previous_word(match).lower() in _RATIO_CUES):
+        return _ratio_words(match.group("hour"), match.group("minute"))
+    ampm = match.group("ampm")
+    words = _clock_words(hour, minute)
+    if minute == 0 and not ampm:
+        words += " o'clock" if hour <= 12 else " hundred"
+    if match.group("second"):
+        words += f" and {numbers.cardinal(match.group('second'))} seconds"
+    if ampm:
+        words += " " + _am_pm(match, ampm)
+    return words
+
+
+def _clock(match: re.Match[str]) -> str:
+    return f"{numbers.cardinal(match.group('clock_hour'))} {_am_pm(match, match.group('clock_ampm'))}"
+
+
+def _money_words(symbol: str, amount: str, magnitude: str | None) -> str:
+    major, majors, minor, minors = CURRENCIES[symbol]
+    amount = amount.replace(",", "")
+    if magnitude:
+        return f"{numbers.number(amount)} {MAGNITUDES[magnitude]} {majors}"
+    whole, _, fraction = amount.partition(".")
+    whole = whole.lstrip("0")
+    if len(fraction) != 2:
+        if fraction:
+            return f"{numbers.number(amount)} {majors}"
+        return f"{numbers.cardinal(whole or '0')} {major if whole == '1' else majors}"
+    cents = fraction.lstrip("0")
+    if not whole:
+        return f"{numbers.cardinal(cents or '0')} {minor if cents == '1' else minors}"
+    head = f"{numbers.cardinal(whole)} {major if whole == '1' else majors}"
+    return f"{head} {numbers.cardinal(cents)}" if cents else head
+
+
+def _money(match: re.Match[str]) -> str:
+    return _money_words(match.group("money_symbol"), match.group("money_amount"), match.group("money_magnitude"))
+
+
+def _coded_money(match: re.Match[str]) -> str:
+    return _money_words(match.group("cm_code"), match.group("cm_amount"), match.group("cm_magnitude"))
+
+
+def _money_code(match: re.Match[str]) -> str:
+    return _money_words(match.group("mc_code"), match.group("mc_amount"), match.group("mc_magnitude"))
+
+
+def _decade(match: re.Match[str]) -> str:
+    digits = match.group("decade_digits")
+    if not digits.endswith("0"):
+        return match.group()  # "747s": planes, not a decade
+    words = numbers.cardinal(digits) if len(digits) == 2 else numbers.year(digits)
+    return numbers.plural_word(words)
+
+
+def _ordinal(match: re.Match[str]) -> str:
+    return numbers.ordinal(match.group("ordinal_digits"))
+
+
+def _fraction(match: re.Match[str]) -> str:
+    numerator, denominator = int(match.group("numerator")), int(match.group("denominator"))
+    whole = match.group("whole")
+    if denominator == 0 or (numerator == 24 and denominator == 7) or (numerator == denominator and not whole):
+        return f"{numbers.cardinal(match.group('numerator'))} {numbers.cardinal(match.group('denominator'))}"
+    if denominator == 1 or denominator > 100:
+        words = f"{numbers.cardinal(match.group('numerator'))} over {numbers.cardinal(match.group('denominator'))}"
+    else:
+        singular, plural = _FRACTION_NAMES.get(denominator) or (
+            numbers.ordinal(str(denominator)),
+            numbers.plural_word(numbers.ordinal(str(denominator))),
+        )
+        if numerator == 1:
+            words = f"a {singular}" if whole else f"one {singular}"
+        else:
+            words = f"{numbers.cardinal(str(numerator))} {plural}"
+    if whole:
+        return f"{numbers.cardinal(whole)} and {words}"
+    return words
+
+
+def _ratio_words(first: str, second: str) -> str:
+    return f"{numbers.cardinal(first)} to {numbers.cardinal(second)}"
+
+
+def _ratio(match: re.Match[str]) -> str:
+    return _ratio_words(match.group("ratio_a"), match.group("ratio_b"))
+
+
+def _version(match: re.Match[str]) -> str:
+    return " point ".join(numbers.cardinal(part) for part in match.group("version").split("."))
+
+
+def _measure(match: re.Match[str]) -> str:
+    amount = match.group("measure_amount")
+    singular, plural = UNITS[match.group("unit")]
+    magnitude = match.group("measure_magnitude")
+    sign = "minus " if match.group("measure_sign") else ""
+    if match.group("unit") == "x":
+        return f"{sign}{numbers.number(amount)} times"
+    unit = singular if numbers.is_one(amount) and not magnitude else plural
+    middle = f" {magnitude}" if magnitude else ""
+    return f"{sign}{numbers.number(amount)}{middle} {unit}"
+
+
+def _percent(match: re.Match[str]) -> str:
+    sign = "minus " if match.group("percent_sign") else ""
+    return f"{sign}{numbers.number(match.group('percent_amount'))} percent"
+
+
+def _range_dash(match: re.Match[str]) -> str:
+    return " to "
+
+
+def _is_year(match: re.Match[str], digits: str) -> bool:
+    if len(digits) != 4 or not (1000 <= int(digits) <= 2099):
+        return False
+    previous = _previous_word(match)
+    if previous.lower() in _YEAR_CUES and (previous.lower() in ("year", "in", "since", "circa") or int(digits) >= 1100) or previous in MONTHS or previous.rstrip(".") in MONTH_ABBREVIATIONS:
+        return True
+    following = match.string[match.end() : match.end() + 3]
+    return following == "" or following[0] in ".,;:!?)-\u2013" or following.lstrip().startswith(("BC", "AD", "CE"))
+
+
+def _number(match: re.Match[str]) -> str:
+    if match.group("signed_amount") is not None:
+        amount = match.group("signed_amount")
+        sign = "minus " if match.group("number_sign") else ""
+    else:
+        amount = match.group("amount")
+        sign = ""
+    if amount.startswith("."):
+        return sign + numbers.decimal("", amount[1:])
+    if not sign and "," not in amount and "." not in amount and _is_year(match, amount):
+        return numbers.year(amount)
+    return sign + numbers.number(amount)
+
+
+def _roman_value(numeral: str) -> int | None:
+    if not _VALID_ROMAN.fullmatch(numeral):
+        return None
+    total = 0
+    for index, letter in enumerate(numeral):
+        value = _ROMAN_VALUES[letter]
+        following = _ROMAN_VALUES[numeral[index + 1]] if index + 1 < len(numeral) else 0
+        total += -value if value < following else value
+    return total or None
+
+
+def _roman(match: re.Match[str]) -> str:
+    numeral = match.group("roman_numeral")
+    previous = _previous_word(match)
+    preceded_by_space = match.string[max(0, match.start() - 1) : match.start()] == " "
+    if not preceded_by_space:
+        return numeral
+    value = _roman_value(numeral)
+    if value is None:
+        return numeral
+    if previous in REGNAL_NAMES and (value > 1 or match.string[match.end() : match.end() + 1] in ("", ",", ".", " ")):
+        if previous in ("Jr", "Sr"):
+            return numeral
+        return f"the {numbers.ordinal(str(value))}"
+    if previous.lower() in ROMAN_CARDINAL_CONTEXT:
+        return numbers.cardinal(str(value))
+    return numeral
+
+
+def _abbreviation(match: re.Match[str]) -> str:
+    word = match.group("abbreviation_word")
+    dotted = match.group("abbreviation_dot") is not None
+    following = match.string[match.end() : match.end() + 2]
+    next_is_capitalised = len(following) == 2 and following[0] == " " and following[1].isupper()
+    next_is_number = len(following) == 2 and following[0] == " " and following[1].isdigit()
+    if word in ("St", "Dr"):
+        return _street_or_title(match, word, dotted, next_is_capitalised)
+    if word in TITLES and (dotted or next_is_capitalised):
+        return TITLES[word]
+    if word in BEFORE_NUMBER and dotted and next_is_number:
+        return BEFORE_NUMBER[word]
+    if word in MONTH_ABBREVIATIONS and dotted:
+        return MONTH_ABBREVIATIONS[word]
+    if word in WEEKDAY_ABBREVIATIONS and dotted:
+        return WEEKDAY_ABBREVIATIONS[word]
+    expansion = ABBREVIATIONS.get(word)
+    if expansion is not None and (dotted or "." in word):
+        words, may_end_sentence = expansion
+        if dotted and may_end_sentence and _ends_sentence(match):
+            return words + "."
+        return words
+    return match.group()
+
+
+def _street_or_title(match: re.Match[str], word: str, dotted: bool, next_is_capitalised: bool) -> str:
+    """"St. Mary" is Saint Mary and "Dr. Who" Doctor Who; after a name or a number ("Elm St.",
+    "42 Oak Dr.") they are Street and Drive."""
+    previous_text = match.string[max(0, match.start() - 2) : match.start()]
+    after_name = len(previous_text) == 2 and previous_text[1] == " " and (previous_text[0].isalnum())
+    previous = _previous_word(match)
+    if after_name and previous[:1].isupper() or previous_text[:1].isdigit():
+        words = "Street" if word == "St" else "Drive"
+        return words + "." if dotted and _ends_sentence(match) else words
+    if next_is_capitalised:
+        return "Saint" if word == "St" else "Doctor"
+    return match.group()
+
+
+def _ampersand(match: re.Match[str]) -> str:
+    return "and"
+
+
+def _hash_number(match: re.Match[str]) -> str:
+    return "number "
+
+
+_EXPANDERS: Final[dict[str, Callable[[re.Match[str]], str]]] = {
+    "email": email,
+    "url": url,
+    "phone": phone,
+    "us_date": _us_date,
+    "iso_date": _iso_date,
+    "named_date": _named_date,
+    "day_month": _day_month,
+    "time": _time,
+    "clock": _clock,
+    "money": _money,
+    "coded_money": _coded_money,
+    "money_code": _money_code,
+    "decade": _decade,
+    "ordinal": _ordinal,
+    "fraction": _fraction,
+    "ratio": _ratio,
+    "version": _version,
+    "measure": _measure,
+    "percent": _percent,
+    "range_dash": _range_dash,
+    "number": _number,
+    "roman": _roman,
+    "abbreviation": _abbreviation,
+    "ampersand": _ampersand,
+    "hash_number": _hash_number,
+}

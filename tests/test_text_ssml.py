@@ -1,0 +1,77 @@
+"""The SSML subset parsed into segments (libs.text.ssml): what each element becomes, and errors that
+name what is not supported."""
+
+from __future__ import annotations
+
+import pytest
+
+from libs.text.ssml import MAX_BREAK_MS, SsmlError, looks_like_ssml, parse_ssml
+
+
+def test_breaks_and_marks_follow_their_text_in_order() -> None:
+    segments = parse_ssml(
+        '<speak><mark name="start"/>One <break time="1.5s"/>two <mark name="here"/>three '
+        '<break strength="weak"/><mark name="end"/></speak>'
+    )
+    assert [(s.text.strip(), s.pause_and_marks()) for s in segments] == [
+        ("", (0, [("start", 0)])),
+        ("One", (1500, [])),
+        ("two", (0, [("here", 0)])),
+        ("three", (200, [("end", 200)])),
+    ]
+
+
+def test_breaks_add_up_to_the_longest_pause() -> None:
+    (segment,) = parse_ssml('<speak>Wait<break time="6s"/><break time="6s"/></speak>')
+    assert segment.pause_and_marks() == (MAX_BREAK_MS, [])
+
+
+def test_phoneme_sub_and_say_as_become_text_the_front_end_reads() -> None:
+    (segment,) = parse_ssml(
+        '<speak xmlns="http://www.w3.org/2001/10/synthesis">Say <phoneme alphabet="ipa" ph="təmˈɑːtoʊ">tomato</phoneme>, '
+        '<sub alias="World Wide Web">WWW</sub>, <say-as interpret-as="characters">tts</say-as>, '
+        '<say-as interpret-as="ordinal">3</say-as>, <say-as interpret-as="cardinal">1,200</say-as>, '
+        '<say-as interpret-as="digits">42</say-as>, <say-as interpret-as="telephone">555-0123</say-as>, '
+        '<say-as interpret-as="date">12/25/2026</say-as> at <say-as interpret-as="time">9:05</say-as>.</speak>'
+    )
+    words = " ".join(segment.text.split())
+    assert words == (
+        "Say [[ təmˈɑːtoʊ ]], World Wide Web, T T S, third, one thousand two hundred, four two, "
+        "five five five, zero one two three, December twenty-fifth, twenty twenty-six at nine oh five."
+    )
+
+
+def test_prosody_rate_gives_its_text_a_segment_at_that_rate() -> None:
+    segments = parse_ssml('<speak>Normal <prosody rate="slow">slow <prosody rate="200%">fast</prosody></prosody> normal</speak>')
+    assert [(s.text.strip(), s.rate) for s in segments] == [("Normal", 1.0), ("slow", 0.75), ("fast", 1.5), ("normal", 1.0)]
+
+
+def test_paragraphs_and_sentences_end_with_a_sentence_end() -> None:
+    (segment,) = parse_ssml("<speak><p>First para</p><p><s>One</s><s>Two?</s></p></speak>")
+    assert segment.text == "First para.\n\nOne. Two?\n\n"
+
+
+@pytest.mark.parametrize(
+    ("document", "named"),
+    [
+        ('<speak><audio src="x.wav"/></speak>', "<audio>"),
+        ('<speak><prosody pitch="high">x</prosody></speak>', "'pitch'"),
+        ("<voice>x</voice>", "<voice>"),
+        ('<speak><say-as interpret-as="currency">$5</say-as></speak>', "'currency'"),
+        ('<speak><phoneme alphabet="x-sampa" ph="h@l">hello</phoneme></speak>', "x-sampa"),
+        ('<speak><break time="forever"/></speak>', "forever"),
+        (f'<speak><break time="{MAX_BREAK_MS + 1}ms"/></speak>', "longer than"),
+        ('<speak><prosody rate="9000%">x</prosody></speak>', "out of range"),
+        ("<speak>unclosed", "well-formed"),
+        ('<!DOCTYPE speak [<!ENTITY a "aaaa">]><speak>&a;</speak>', "DOCTYPE"),
+    ],
+)
+def test_anything_outside_the_subset_is_an_error_naming_it(document: str, named: str) -> None:
+    with pytest.raises(SsmlError) as raised:
+        parse_ssml(document)
+    assert named in str(raised.value)
+
+
+def test_a_speak_root_turns_ssml_on() -> None:
+    assert looks_like_ssml("  <speak>Hi</speak>")
+    assert not looks_like_ssml("I <3 speaking")
