@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TEXT ?= Hello! This is the text to speech mesh speaking.
 OUT ?= hello.wav
 
-.PHONY: run run-zones certs say test proto docs venv voice bench bench-load bench-quality bench-faults bench-doors k8s-validate image
+.PHONY: run run-zones certs say test proto docs venv voice bench bench-load bench-quality bench-faults bench-doors bench-hostile bench-text bench-jobs fuzz idle-keepalive k8s-validate image
 
 # The virtualenv, created only when missing. torch comes first and pinned: any other spec would
 # download gigabytes of CUDA wheels.
@@ -75,14 +75,42 @@ bench-quality: $(PY)
 bench-doors: $(PY)
 	$(PY) -m bench.doors --out bench/doors.md
 
+# Phoneme error rate on written forms and heteronym accuracy, our text front end against piper-tts's phonemes of the raw
+# text (test sets in bench/data), and the reading step's cost per sentence; writes bench/text.md (make docs copies it).
+bench-text: $(PY)
+	$(PY) -m bench.text_front_end --out bench/text.md
+
+# A 100,000-character job alone and next to 8 live streams, its file against streaming the same text; then the
+# cache's hit rate on a Zipf sentence workload without and with promotion.
+bench-jobs: $(PY)
+	$(PY) -m bench.jobs --chars 100000 --live-streams 8 --compare --out bench/jobs.md
+	$(PY) -m bench.prewarm --out bench/prewarm.md
+
 # One row per fault scenario: completed, identical to fault-free, client errors, first-audio p95.
 bench-faults: $(PY)
 	$(PY) -m bench.faults
+
+# One row per hostile input or caller: the client's status, the worst delay of healthy calls meanwhile, each
+# service's peak RSS, and whether the mesh still speaks.
+bench-hostile: $(PY)
+	$(PY) -m bench.hostile
+
+# Mutated raw requests against every server of a fresh mesh for FUZZ_SECONDS (the suite runs 60 s of it with a
+# fixed seed); SEED=<n> repeats a run.
+FUZZ_SECONDS ?= 600
+SEED ?= random
+fuzz: $(PY)
+	$(PY) -m tests.fuzz.live --seconds $(FUZZ_SECONDS) --seed $(SEED)
+
+# Ten minutes of an idle mesh whose connections ping as often as allowed: no GOAWAY, held streams survive.
+idle-keepalive: $(PY)
+	$(PY) -m bench.idle_keepalive --minutes 10
 
 # Render each kustomize overlay and validate it offline against the Kubernetes schemas.
 k8s-validate: $(PY)
 	$(PY) -m scripts.k8s_validate
 
-# The one image that runs any of the three services (needs a Docker engine).
+# The images (need a Docker engine): tts-mesh (CPU, any service) and tts-mesh-gpu (CUDA workers).
 image:
-	docker build -t tts-mesh:dev .
+	docker build --target runtime -t tts-mesh:dev .
+	docker build --target gpu -t tts-mesh-gpu:dev .

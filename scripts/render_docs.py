@@ -3,7 +3,9 @@
 Two sections are generated, each between `<!-- NAME:begin -->` and `<!-- NAME:end -->` markers:
 
 - `settings`: the table of every flag and variable, from the settings' declarations;
-- `bench`: the benchmark summary, from `bench/results.md` (the table `make bench` writes).
+- `bench`: the benchmark summary, from `bench/results.md` (the table `make bench` writes);
+- `doors`: what each front door and encoding costs, from `bench/doors.md` (`make bench-doors`);
+- `text-bench`: how well the text front end reads, from `bench/text.md` (`make bench-text`).
 
     python -m scripts.render_docs [--check]
 
@@ -21,6 +23,8 @@ from services.settings import markdown_table
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BENCH_RESULTS = README.parent / "bench" / "results.md"
+DOORS_RESULTS = README.parent / "bench" / "doors.md"
+TEXT_RESULTS = README.parent / "bench" / "text.md"
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -33,7 +37,17 @@ def generated_sections() -> dict[str, str]:
     return {
         "settings": markdown_table(),
         "bench": summary_markdown(BENCH_RESULTS.read_text(encoding="utf-8")),
+        "doors": _without_title(DOORS_RESULTS.read_text(encoding="utf-8")),
+        "text-bench": _without_title(TEXT_RESULTS.read_text(encoding="utf-8")),
     }
+
+
+def _without_title(markdown: str) -> str:
+    """A results file's body: its first heading becomes a line saying where the numbers come from."""
+    lines = markdown.strip().splitlines()
+    if lines and lines[0].startswith("#"):
+        lines[0] = "Measured by " + lines[0].lstrip("# ").strip() + ":"
+    return "\n".join(lines) + "\n"
 
 
 def rendered(text: str) -> str:

@@ -36,8 +36,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     secrets = ensure_local_secrets()
     print(f"[run] mutual TLS between gateway and workers, sealed cache values; secrets in {secrets.tls.directory.parent}", flush=True)
+    # Behind the edge every request comes from 127.0.0.1: the gateway counts per-client limits by
+    # the address the edge forwarded for instead (libs/serving/clients.py).
+    behind_edge = [] if args.no_edge else ["--trusted-proxies=127.0.0.1,::1"]
     specs = [
-        ServiceSpec(name, name, DEFAULT_PORTS[name], secrets.service_args(name), credentials=secrets.health_credentials(name))
+        ServiceSpec(
+            name, name, DEFAULT_PORTS[name], [*secrets.service_args(name), *(behind_edge if name == "gateway" else [])],
+            credentials=secrets.health_credentials(name),
+        )
         for name in ("acoustic", "vocoder", "gateway")
     ]
     ready = f'[run] ready: gateway on 127.0.0.1:{DEFAULT_PORTS["gateway"]}'

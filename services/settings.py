@@ -18,13 +18,16 @@ from libs.routing.health import HealthConfig
 from libs.routing.retry import RetryBudgetConfig, RetryConfig
 from libs.serving.admission import AdmissionSettings
 from libs.serving.auth import AuthSettings
+from libs.serving.clients import ClientSettings
+from libs.jobs.settings import JobSettings
+from libs.prewarm.settings import PrewarmSettings
 from libs.serving.http import HttpSettings
 from libs.serving.server import ServerSettings
 from libs.serving.worker import WorkerSettings
 from libs.settings.fields import load, render_value, settings_of
 from libs.synthesis.options import RequestLimits
 from libs.synthesis.text_side import TextLimits
-from libs.upstream.settings import UpstreamSettings
+from libs.upstream.settings import UpstreamSettings, check_local_zone
 
 SERVICES: Final = ("gateway", "acoustic", "vocoder")
 
@@ -42,9 +45,13 @@ class GatewaySettings:
     limits: RequestLimits
     text: TextLimits
     auth: AuthSettings
+    clients: ClientSettings
     http: HttpSettings
+    jobs: JobSettings
+    prewarm: PrewarmSettings
 
     def __post_init__(self) -> None:
+        check_local_zone(self.upstream, self.server.zone)
         needed = 4 * self.limits.max_text_chars + 1024  # UTF-8 takes up to 4 bytes a character, the other fields a few hundred
         if self.server.max_receive_message_bytes < needed:
             raise ValueError(

@@ -13,7 +13,6 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 import grpc
@@ -23,6 +22,7 @@ import redis
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
+from libs.text.frontend import Sentence
 from libs.cache.codec import AudioHead, encode_head
 from libs.devmesh.embedded_redis import EmbeddedRedis
 from libs.wire.errors import DownstreamError
@@ -81,7 +81,7 @@ async def _pool(
 
 async def _sentences() -> AsyncIterator[Any]:
     for index, ids in enumerate(SENTENCE_IDS):
-        yield SimpleNamespace(text=f"Sentence {index}.", phonemes=["x"], phoneme_ids=ids)
+        yield Sentence(text=f"Sentence {index}.", phonemes=("x",), phoneme_ids=tuple(ids))
 
 
 def _synthesizer(pool: WorkerPool, cache: MelCache | None = None, max_streams: int = 256) -> Synthesizer:

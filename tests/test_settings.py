@@ -46,10 +46,10 @@ def test_an_empty_variable_counts_as_unset() -> None:
 
 
 def test_gateway_endpoints_repeat_as_flags_or_comma_separate_in_env() -> None:
-    env = {"TTS_ACOUSTIC": "a=10.0.0.1:1,b=10.0.0.2:2", "TTS_VOCODER": "a=10.0.0.3:3"}
+    env = {"TTS_ACOUSTIC": "a=10.0.0.1:1,b=10.0.0.2:2", "TTS_VOCODER": "a=10.0.0.3:3", "TTS_ZONE": "a"}
     from_env = load_gateway_settings([], env).upstream
     assert [(e.zone, e.address) for e in from_env.acoustic] == [("a", "10.0.0.1:1"), ("b", "10.0.0.2:2")]
-    from_flags = load_gateway_settings(["--acoustic", "z=h1:5", "--acoustic", "y=h2:6", "--vocoder", "z=h3:7"], env).upstream
+    from_flags = load_gateway_settings(["--acoustic", "z=h1:5", "--acoustic", "y=h2:6", "--vocoder", "z=h3:7", "--zone", "z"], env).upstream
     assert [e.address for e in from_flags.acoustic] == ["h1:5", "h2:6"]
     assert [e.address for e in from_flags.vocoder] == ["h3:7"]
 

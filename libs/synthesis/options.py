@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Final
 
 from libs.encoding.encoders import ENCODINGS
 from libs.pb.tts.v1 import tts_pb2
 from libs.settings.fields import setting
 from libs.text.frontend import DEFAULT_MAX_TEXT_CHARS
+from libs.text.pronounce import parse_lexicon_entries
 from libs.voice.checks import MAX_SPEED, MIN_SPEED
 from libs.voice.registry import Voice, VoiceRegistry
 from libs.wire.errors import InvalidRequestError
@@ -41,7 +43,8 @@ class RequestLimits:
     )  # fmt: skip
     max_streams_per_client: int = setting(
         DEFAULT_MAX_STREAMS_PER_CLIENT, env="TTS_MAX_STREAMS_PER_CLIENT", unit="count", minimum=0,
-        doc="streams one client address may have open at a gateway; more are refused with RESOURCE_EXHAUSTED (0: no limit)",
+        doc="streams one client address may have open at a gateway, and as many HTTP requests; more are refused with "
+        "RESOURCE_EXHAUSTED (HTTP 429) (0: no limit)",
     )  # fmt: skip
 
 
@@ -63,6 +66,10 @@ class SynthesisOptions:
     """The caller's request id, or a generated one."""
     include_alignment: bool
     """Whether sentences carry per-phoneme durations."""
+    lexicon: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """The request's pronunciations: lower-cased word -> phonemes, checked against the voice."""
+    ssml: bool = False
+    """The text is an SSML document (a text that starts with <speak> is one anyway)."""
 
 
 def _output_rate(encoding: int, sample_rate_hz: int, voice: Voice) -> int:
@@ -95,8 +102,11 @@ def resolve_options(
     speaker_id: int,
     request_id: str,
     include_alignment: bool,
+    lexicon: Mapping[str, str] | None = None,
+    ssml: bool = False,
 ) -> SynthesisOptions:
-    """Validate the non-text fields of a request (UnknownVoiceError for an unknown voice)."""
+    """Validate the non-text fields of a request (UnknownVoiceError for an unknown voice; a lexicon
+    entry that is not a word, or a phoneme the voice cannot speak, is a TextError naming it)."""
     chosen = registry.get(voice)
     if speed == 0:
         speed = 1.0
@@ -122,4 +132,6 @@ def resolve_options(
         speaker_id=speaker_id,
         request_id=request_id or uuid.uuid4().hex,
         include_alignment=include_alignment,
+        lexicon=parse_lexicon_entries(lexicon, chosen.phoneme_id_map(), "the request's lexicon") if lexicon else {},
+        ssml=ssml,
     )

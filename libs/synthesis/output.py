@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Sequence
 
+import numpy as np
+
 from libs.audio.resample import SentenceResampler
 from libs.encoding.encoders import encoder_for
-from libs.synthesis.pipeline import SentencePiece
+from libs.synthesis.pipeline import SentenceMeta, SentencePiece
 from libs.text.words import WordSpan
 
 
@@ -50,6 +52,14 @@ def word_times(
 
 
 @dataclass(frozen=True)
+class MarkTime:
+    """An SSML mark and when it is reached, in seconds on the output timeline."""
+
+    name: str
+    time_s: float
+
+
+@dataclass(frozen=True)
 class SentenceInfo:
     """A sentence as the client is told about it, on its first chunk."""
 
@@ -69,6 +79,13 @@ class SentenceInfo:
     """Seconds per mel frame (0 unless alignment was asked for)."""
     words: tuple[WordTime, ...] = ()
     """Its words and when each is spoken."""
+    pause_before_s: float = 0.0
+    """Silence before its speech (SSML breaks), at the start of its first chunk; `audio_offset_s` is
+    where the speech starts."""
+    pause_after_s: float = 0.0
+    """Silence after its speech (SSML breaks), at the end of its last chunk."""
+    marks: tuple[MarkTime, ...] = ()
+    """SSML marks in or around it, in order, each with its time."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +106,14 @@ class AudioChunk:
     """The sentence, on its first chunk only."""
 
 
+def _mark_times(meta: SentenceMeta, start_s: float, speech_end_s: float) -> tuple[MarkTime, ...]:
+    """The sentence's SSML marks on the timeline: those before its speech from `start_s`, those
+    after it from `speech_end_s`."""
+    return tuple(MarkTime(name, start_s + into_s) for name, into_s in meta.marks_before) + tuple(
+        MarkTime(name, speech_end_s + into_s) for name, into_s in meta.marks_after
+    )
+
+
 class AudioOutput:
     """Turns one utterance's sentence pieces into audio chunks in `encoding` at `sample_rate_hz`."""
 
@@ -105,24 +130,34 @@ class AudioOutput:
         if self._resampler is None:
             self._resampler = SentenceResampler(piece.sample_rate_hz, self.sample_rate_hz)
         samples = self._resampler.push(piece.samples, last=piece.is_last)
+        meta = piece.sentence
+        first_piece = self._described != piece.sentence_index
+        # SSML breaks: real silence, on the timeline like speech.
+        before = round(meta.pause_before_s * self.sample_rate_hz) if first_piece else 0
+        after = round(meta.pause_after_s * self.sample_rate_hz) if piece.is_last else 0
+        if before or after:
+            samples = np.concatenate([np.zeros(before, np.float32), samples, np.zeros(after, np.float32)])
         if piece.is_last:
             self._resampler = None
         if not len(samples) and not piece.is_last:
             return None
         offset_s = self._samples_out / self.sample_rate_hz
         sentence = None
-        if self._described != piece.sentence_index:
+        if first_piece:
             self._described = piece.sentence_index
-            meta = piece.sentence
+            speech_s = offset_s + meta.pause_before_s
             sentence = SentenceInfo(
                 index=piece.sentence_index,
                 text=meta.text,
                 phonemes=meta.phonemes,
-                audio_offset_s=offset_s,
+                audio_offset_s=speech_s,
                 audio_duration_s=meta.frame_count * piece.frame_duration_s,
                 phoneme_frames=meta.phoneme_frames if self._include_alignment else (),
                 frame_duration_s=piece.frame_duration_s if self._include_alignment else 0.0,
-                words=word_times(meta.words, meta.phoneme_frames, piece.frame_duration_s, offset_s),
+                words=word_times(meta.words, meta.phoneme_frames, piece.frame_duration_s, speech_s),
+                pause_before_s=meta.pause_before_s,
+                pause_after_s=meta.pause_after_s,
+                marks=_mark_times(meta, offset_s, speech_s + meta.frame_count * piece.frame_duration_s),
             )
         self._samples_out += len(samples)
         return AudioChunk(

@@ -7,8 +7,10 @@ Two concurrent parts share the work, so audio flows as soon as it exists:
 - the reader takes the vocoder's samples in order. A sentence whose cached audio head this vocoder's
   model made starts with that head, before the vocoder has answered; a sentence without one gets its
   head written from the vocoder's first samples.
-The producer may run `lookahead_sentences` ahead of the reader, so sentence k+1's acoustic work
-overlaps sentence k's vocoding, without synthesising the whole text before the first audio.
+The producer runs ahead of the reader as far as the listener's buffer calls for (`Lookahead`: two
+sentences always, up to `lookahead_sentences` while less than 5 s of audio is ahead of the next),
+so sentence k+1's acoustic work overlaps sentence k's vocoding, without synthesising the whole text
+before the first audio.
 
 Every buffer is bounded, so a client that stops reading stops the pipeline instead of filling the
 gateway's memory: the reader hands at most `OUTPUT_PIECES` pieces ahead of the client; once they
@@ -40,6 +42,7 @@ from libs.cache.single_flight import SingleFlight
 from libs.pb.tts.acoustic.v1 import acoustic_pb2
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.synthesis.cache_checks import head_problem, mel_problem
+from libs.synthesis.lookahead import MAX_SENTENCES_AHEAD, Lookahead
 from libs.text.frontend import Sentence
 from libs.text.words import WordSpan
 from libs.upstream.acoustic_stream import ResumableAcousticStream, sentence_request
@@ -54,7 +57,7 @@ from libs.wire.mel_slices import MelFormatError, cut_whole_mel, frames_of, to_me
 
 _log = logging.getLogger(__name__)
 
-DEFAULT_LOOKAHEAD_SENTENCES: Final = 2
+DEFAULT_LOOKAHEAD_SENTENCES: Final = MAX_SENTENCES_AHEAD
 OUTPUT_PIECES: Final = 4
 """Pieces the reader may have ready that the client has not taken yet (each is one vocoding step,
 at most ~130 KiB); a client that reads keeps the queue near empty."""
@@ -78,6 +81,14 @@ class SentenceMeta:
     """Frames per phoneme id."""
     words: tuple[WordSpan, ...] = ()
     """Its written words with the phoneme ids that speak each."""
+    pause_before_s: float = 0.0
+    """Silence before its speech (SSML breaks), in seconds."""
+    marks_before: tuple[tuple[str, float], ...] = ()
+    """SSML marks in the silence before it: (name, seconds into that silence)."""
+    pause_after_s: float = 0.0
+    """Silence after its speech (SSML breaks), in seconds."""
+    marks_after: tuple[tuple[str, float], ...] = ()
+    """SSML marks after its speech: (name, seconds into the silence after it)."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +133,8 @@ class UtterancePipeline:
         self._utterance_id = utterance_id
         self._deadline = Deadline(timeout_s)
         self._slice_ms = slice_ms
-        self._lookahead = asyncio.Semaphore(lookahead_sentences)
+        self._max_sentences_ahead = lookahead_sentences
+        self._lookahead: Lookahead | None = None
         self._meta: dict[int, SentenceMeta] = {}
         # Per sentence, once the producer has looked it up: its cache key and the audio head the cache
         # had for it (None when it had none). Resolved with None for sentences that never come.
@@ -140,6 +152,7 @@ class UtterancePipeline:
             raise NoWorkerError("no acoustic worker has reported its model yet; retry shortly")
         # The listener's buffer, as the client is given audio: every worker request carries its slack.
         clock = PlaybackClock(info.hop_length / info.sample_rate_hz)
+        self._lookahead = Lookahead(clock, self._max_sentences_ahead)
         acoustic = ResumableAcousticStream(self._pool, self._deadline, clock)
         vocoder = ResumableVocoderStream(self._pool, self._deadline, info.hop_length, clock)
         # Pieces are bounded by `_room`; an error or the end always gets in, however full it is.
@@ -178,7 +191,8 @@ class UtterancePipeline:
     ) -> None:
         index = 0
         async for sentence in sentences:
-            await self._lookahead.acquire()  # released by the reader when the sentence is fully vocoded
+            assert self._lookahead is not None
+            await self._lookahead.wait_turn(index)  # moved on by the reader as sentences are fully vocoded
             async for slices in self._sentence_slices(index, sentence, info, acoustic):
                 await vocoder.send(slices)
             index += 1
@@ -201,7 +215,8 @@ class UtterancePipeline:
                 f"sentence {index + 1} has {len(sentence.phoneme_ids)} phoneme ids; one sentence may have at most "
                 f"{MAX_PHONEME_IDS}: put sentence breaks into the text"
             )
-        inputs = SynthesisInputs(info.model_version, self._voice, sentence.phoneme_ids, self._params)
+        params = self._params if sentence.rate == 1.0 else replace(self._params, speed=self._params.speed * sentence.rate)
+        inputs = SynthesisInputs(info.model_version, self._voice, sentence.phoneme_ids, params)
         key = cache_key(inputs)
         phonemes = "".join(sentence.phonemes)
         cached = await self._cache.get(key)
@@ -210,7 +225,10 @@ class UtterancePipeline:
         if cached is not None:
             cached = await self._usable(key, cached, len(sentence.phoneme_ids), info)
         if cached is not None:
-            self._meta[index] = SentenceMeta(sentence.text, phonemes, cached.frame_count, cached.phoneme_frames, sentence.words)
+            self._meta[index] = SentenceMeta(
+                sentence.text, phonemes, cached.frame_count, cached.phoneme_frames, sentence.words,
+                sentence.pause_before_s, sentence.marks_before, sentence.pause_after_s, sentence.marks_after,
+            )  # fmt: skip
             self._lookup(index).set_result((key, cached.head))
             yield [
                 to_message(
@@ -234,7 +252,10 @@ class UtterancePipeline:
                 if not frames:
                     first = slices[0]
                     alignment = tuple(first.alignment.phoneme_frames)
-                    self._meta[index] = SentenceMeta(sentence.text, phonemes, first.sentence_frame_count, alignment, sentence.words)
+                    self._meta[index] = SentenceMeta(
+                        sentence.text, phonemes, first.sentence_frame_count, alignment, sentence.words,
+                        sentence.pause_before_s, sentence.marks_before, sentence.pause_after_s, sentence.marks_after,
+                    )  # fmt: skip
                 try:
                     frames.extend(frames_of(mel_slice) for mel_slice in slices)
                 except MelFormatError as error:  # the worker's fault, not the client's
@@ -318,8 +339,8 @@ class UtterancePipeline:
                 head = collector.add(piece.samples, piece.sample_rate_hz, piece.model_version, piece.is_last)
                 if head is not None:
                     self._spawn(self._cache.put_head(write_key, head))
-            if piece.is_last:
-                self._lookahead.release()
+            if piece.is_last and self._lookahead is not None:
+                self._lookahead.sentence_vocoded()
             await self._room.acquire()  # a client that does not read stops the reading here
             output.put_nowait(
                 SentencePiece(

@@ -21,6 +21,7 @@ from libs.synthesis.options import SynthesisOptions
 from libs.synthesis.output import AudioChunk, AudioOutput
 from libs.synthesis.pipeline import UtterancePipeline
 from libs.synthesis.text_side import TextSide
+from libs.text.ssml import looks_like_ssml
 from libs.text.frontend import Sentence
 from libs.upstream.metrics import SHED_CLIENT_LIMIT, SHED_GATEWAY_FULL
 from libs.upstream.pool import WorkerPool
@@ -50,7 +51,10 @@ class Synthesizer:
     ) -> AsyncIterator[AudioChunk]:
         """The audio of `text`. Raises at once for text that cannot be spoken; the returned iterator
         yields chunks as they are produced. `client` names the caller, for its stream limit."""
-        sentences = await self.text_side.sentences(options.voice, text)
+        if options.ssml or looks_like_ssml(text):
+            sentences = await self.text_side.ssml_sentences(options.voice, text, options.lexicon)
+        else:
+            sentences = await self.text_side.sentences(options.voice, text, options.lexicon)
         return self.speak(sentences, options, timeout_s, client)
 
     def synthesize_incremental(
@@ -58,7 +62,8 @@ class Synthesizer:
     ) -> AsyncIterator[AudioChunk]:
         """The audio of text that arrives in `pieces` (joined as sent): each sentence is spoken as
         soon as it is complete, the rest when the pieces end."""
-        return self.speak(self.text_side.incremental_sentences(options.voice, pieces), options, timeout_s, client)
+        sentences = self.text_side.incremental_sentences(options.voice, pieces, options.lexicon)
+        return self.speak(sentences, options, timeout_s, client)
 
     async def speak(
         self, sentences: AsyncIterator[Sentence], options: SynthesisOptions, timeout_s: float | None, client: str = ""

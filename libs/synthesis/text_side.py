@@ -21,21 +21,29 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from collections.abc import Mapping
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import AsyncIterator, Callable, Final, TypeVar
 
 from libs.settings.fields import setting
 from libs.telemetry import tracing
-from libs.text.errors import EmptyTextError
+from libs.text.errors import EmptyTextError, TextTooLongError
 from libs.text.long_words import DEFAULT_MAX_WORD_CHARS
 from libs.text.frontend import DEFAULT_MAX_PHONEME_IDS, NO_WORDS, Sentence, TextFrontend
+from libs.text.lexicon import DEFAULT_LEXICON_CHECK_S, LexiconFile
 from libs.text.phonemizer_pool import FrontendSpec, PhonemizerPool
+from libs.text.normalize import has_speakable_characters
+from libs.text.reading import ReadingRules
+from libs.text.ssml import MAX_BREAK_MS, SsmlSegment, looks_like_ssml, parse_ssml
 from libs.text.sentences import DEFAULT_MAX_CHUNK_CHARS, IncrementalSentenceSplitter, is_cut_short
 from libs.voice.registry import Voice
 from libs.wire.errors import InvalidRequestError
+from libs.wire.limits import MAX_PHONEME_IDS
 
 _Result = TypeVar("_Result")
+Lexicon = Mapping[str, tuple[str, ...]]
+"""A request's pronunciations: lower-cased word -> phonemes."""
 
 # Two processes on a two-core machine: espeak-ng takes a few milliseconds per sentence, so two keep
 # up with far more streams than the workers can speak, and a crash leaves one serving.
@@ -48,6 +56,8 @@ DEFAULT_TEXT_PROCESS_TIMEOUT_S: Final = 10.0
 DEFAULT_SENTENCE_WAIT_S: Final = 2.0
 DEFAULT_STREAM_IDLE_TIMEOUT_S: Final = 30.0
 WARM_UP_TEXT: Final = "Ready."
+MAX_PAUSE_S: Final = MAX_BREAK_MS / 1000
+"""Longest silence after one sentence, however many SSML breaks follow it."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +73,7 @@ class TextLimits:
         doc="longest espeak-ng may take on one chunk of text before its process is replaced and the request fails",
     )  # fmt: skip
     max_sentence_ids: int = setting(
-        DEFAULT_MAX_PHONEME_IDS, env="TTS_MAX_SENTENCE_IDS", unit="phoneme ids", minimum=64, maximum=20_000,
+        DEFAULT_MAX_PHONEME_IDS, env="TTS_MAX_SENTENCE_IDS", unit="phoneme ids", minimum=64, maximum=MAX_PHONEME_IDS,
         doc="most phoneme ids in one model call; a longer sentence is spoken as several, cut at a clause, a conjunction or a space",
     )  # fmt: skip
     max_word_chars: int = setting(
@@ -81,6 +91,22 @@ class TextLimits:
     stream_idle_timeout_s: float = setting(
         DEFAULT_STREAM_IDLE_TIMEOUT_S, env="TTS_STREAM_IDLE_TIMEOUT_S", unit="s", minimum=1, maximum=3600,
         doc="time a StreamingSynthesize stream may send nothing while the gateway waits for its text; then it ends with INVALID_ARGUMENT",
+    )  # fmt: skip
+    read_written_forms: bool = setting(
+        True, env="TTS_READ_WRITTEN_FORMS",
+        doc="say numbers, money, dates, times, units, abbreviations, ... as a person does before espeak-ng reads the text (false: as Piper reads them)",
+    )  # fmt: skip
+    read_heteronyms: bool = setting(
+        True, env="TTS_READ_HETERONYMS",
+        doc="choose the reading of heteronyms (read, lead, record, minute, ...) from the words around them",
+    )  # fmt: skip
+    lexicon_file: str = setting(
+        "", env="TTS_LEXICON_FILE",
+        doc="file of word and IPA lines every request is spoken with, read again when it changes; a bad entry stops the start (empty: none)",
+    )  # fmt: skip
+    lexicon_check_s: float = setting(
+        DEFAULT_LEXICON_CHECK_S, env="TTS_LEXICON_CHECK_S", unit="s", minimum=0.1, maximum=3600,
+        doc="how often the text processes look whether --lexicon-file changed",
     )  # fmt: skip
 
 
@@ -125,21 +151,29 @@ class TextSide:
                 max_chunk_chars=self.limits.max_pending_text_chars,
                 max_phoneme_ids=self.limits.max_sentence_ids,
                 max_word_chars=self.limits.max_word_chars,
+                reading=ReadingRules(written_forms=self.limits.read_written_forms, heteronyms=self.limits.read_heteronyms),
             )
             self._frontends[voice.name] = frontend
         return frontend
 
     def spec(self, voice: Voice) -> FrontendSpec:
-        """What the pool's processes need to build `voice`'s frontend."""
+        """What the pool's processes need to build `voice`'s frontend (the lexicon file is read here
+        first: a bad entry fails the warm-up, so the gateway does not start with it)."""
         spec = self._specs.get(voice.name)
         if spec is None:
             frontend = self.frontend(voice)
+            if self.limits.lexicon_file:
+                LexiconFile(self.limits.lexicon_file, frontend.phoneme_id_map)
             spec = FrontendSpec(
                 voice=voice.name,
                 phoneme_id_map=frontend.phoneme_id_map,
                 espeak_voice=frontend.espeak_voice,
                 max_phoneme_ids=frontend.max_phoneme_ids,
                 max_word_chars=frontend.max_word_chars,
+                read_written_forms=self.limits.read_written_forms,
+                read_heteronyms=self.limits.read_heteronyms,
+                lexicon_file=self.limits.lexicon_file,
+                lexicon_check_s=self.limits.lexicon_check_s,
             )
             self._specs[voice.name] = spec
         return spec
@@ -152,18 +186,65 @@ class TextSide:
         """Load espeak-ng and `voice`'s frontend in every process of the pool before the first request."""
         await self._pool.on_every_child(self.spec(voice), WARM_UP_TEXT)
 
-    async def sentences(self, voice: Voice, text: str) -> AsyncIterator[Sentence]:
-        """The sentences of `text`, each phonemised when it is asked for.
+    async def sentences(self, voice: Voice, text: str, lexicon: Lexicon | None = None) -> AsyncIterator[Sentence]:
+        """The sentences of `text`, each phonemised when it is asked for; `lexicon` is the request's
+        (checked: `SynthesisOptions.lexicon`).
 
         Raises, before returning, for text that cannot be spoken (empty, too long, crashing
         espeak-ng); a text whose every chunk turns out to have no words raises EmptyTextError from
         the iterator.
         """
         chunks = await self._in_text_thread(self._chunks, voice, text)
-        first = await self._phonemise(voice, chunks[0], continues=len(chunks) > 1 and is_cut_short(chunks[0]))
-        return self._chunk_sentences(voice, first, chunks)
+        first = await self._phonemise(voice, chunks[0], len(chunks) > 1 and is_cut_short(chunks[0]), lexicon)
+        return self._chunk_sentences(voice, first, chunks, lexicon)
 
-    async def incremental_sentences(self, voice: Voice, pieces: AsyncIterator[str]) -> AsyncIterator[Sentence]:
+    async def ssml_sentences(self, voice: Voice, document: str, lexicon: Lexicon | None = None) -> AsyncIterator[Sentence]:
+        """The sentences of an SSML document (libs.text.ssml), each carrying its rate, the pause
+        after it and the marks at its end. Raises, before returning, for a document outside the
+        subset (SsmlError naming the element) and for its first segment's text as `sentences` does."""
+        if len(document) > self.max_text_chars:
+            raise TextTooLongError(len(document), self.max_text_chars)
+        if not looks_like_ssml(document):  # the request's flag said SSML: the root may be left out
+            document = f"<speak>{document}</speak>"
+        segments = await self._in_text_thread(parse_ssml, document)
+        spoken = [segment for segment in segments if has_speakable_characters(segment.text)]
+        if not spoken:
+            raise EmptyTextError("the SSML document has no words to speak")
+        first = await self.sentences(voice, spoken[0].text, lexicon)
+        return self._ssml_sentences(voice, segments, first, lexicon)
+
+    async def _ssml_sentences(
+        self, voice: Voice, segments: list[SsmlSegment], first: AsyncIterator[Sentence], lexicon: Lexicon | None
+    ) -> AsyncIterator[Sentence]:
+        held: Sentence | None = None  # the latest sentence: the silence and marks that follow go on it
+        leading_s, leading_marks = 0.0, ()  # silence and marks before the first words go on the first sentence
+        started = False
+        for segment in segments:
+            if has_speakable_characters(segment.text):
+                sentences = first if not started else await self.sentences(voice, segment.text, lexicon)
+                started = True
+                async for sentence in sentences:
+                    if held is not None:
+                        yield held
+                    elif leading_s or leading_marks:
+                        sentence = replace(sentence, pause_before_s=leading_s, marks_before=leading_marks)
+                    held = sentence if segment.rate == 1.0 else replace(sentence, rate=segment.rate)
+            pause_ms, marks = segment.pause_and_marks()
+            if held is None:
+                leading_marks += tuple((name, leading_s + into_ms / 1000) for name, into_ms in marks)
+                leading_s = min(MAX_PAUSE_S, leading_s + pause_ms / 1000)
+            elif pause_ms or marks:
+                held = replace(
+                    held,
+                    marks_after=held.marks_after + tuple((name, held.pause_after_s + into_ms / 1000) for name, into_ms in marks),
+                    pause_after_s=min(MAX_PAUSE_S, held.pause_after_s + pause_ms / 1000),
+                )
+        if held is not None:
+            yield held
+
+    async def incremental_sentences(
+        self, voice: Voice, pieces: AsyncIterator[str], lexicon: Lexicon | None = None
+    ) -> AsyncIterator[Sentence]:
         """Sentences of text that arrives in `pieces`, each as soon as it is complete; the rest when
         the pieces end. A sentence counts as complete once the first character after it arrives, or
         when the text is held too long (see the module docstring)."""
@@ -182,7 +263,7 @@ class TextSide:
                         chunk = splitter.cut_pending()  # None: one word so far, which may go on
                         clocks.holding(chunk is not None and bool(splitter.pending_text.strip()), loop.time(), True)
                         if chunk is not None:
-                            for sentence in await self._streamed_chunk_sentences(voice, chunk, is_cut_short(chunk)):
+                            for sentence in await self._streamed_chunk_sentences(voice, chunk, is_cut_short(chunk), lexicon):
                                 yield sentence
                     elif clocks.idle:
                         raise StreamIdleError(self.limits.stream_idle_timeout_s) from None
@@ -194,15 +275,19 @@ class TextSide:
                     raise InvalidRequestError(
                         f"a text piece is {len(piece)} characters long; the limit is {self.max_text_chars} per piece"
                     )
+                if not splitter.pending_text.strip() and looks_like_ssml(piece):
+                    raise InvalidRequestError(
+                        "StreamingSynthesize takes plain text; send an SSML document whole, with Synthesize"
+                    )
                 chunks = splitter.feed(piece)  # one bounded step: linear in the piece
                 clocks.holding(bool(splitter.pending_text.strip()), loop.time(), bool(chunks))
                 for chunk in chunks:
-                    for sentence in await self._streamed_chunk_sentences(voice, chunk, is_cut_short(chunk)):
+                    for sentence in await self._streamed_chunk_sentences(voice, chunk, is_cut_short(chunk), lexicon):
                         yield sentence
             chunks = splitter.flush()
             for index, chunk in enumerate(chunks):
                 continues = index < len(chunks) - 1 and is_cut_short(chunk)
-                for sentence in await self._streamed_chunk_sentences(voice, chunk, continues):
+                for sentence in await self._streamed_chunk_sentences(voice, chunk, continues, lexicon):
                     yield sentence
         finally:
             reader.close()
@@ -212,27 +297,31 @@ class TextSide:
         with tracing.step_span(tracing.SPAN_NORMALISE, {"tts.text_chars": len(text)}):
             return self.frontend(voice).chunks(text)
 
-    async def _phonemise(self, voice: Voice, chunk: str, continues: bool) -> list[Sentence]:
+    async def _phonemise(self, voice: Voice, chunk: str, continues: bool, lexicon: Lexicon | None = None) -> list[Sentence]:
         """The sentences of one chunk, from a process of the pool."""
         with tracing.step_span(tracing.SPAN_PHONEMISE, {tracing.ATTR_VOICE: voice.name}) as span:
-            sentences = await self._pool.sentences(self.spec(voice), chunk, continues)
+            sentences = await self._pool.sentences(self.spec(voice), chunk, continues, lexicon)
             span.set_attribute("tts.sentences", len(sentences))
         return sentences
 
-    async def _chunk_sentences(self, voice: Voice, first: list[Sentence], chunks: list[str]) -> AsyncIterator[Sentence]:
+    async def _chunk_sentences(
+        self, voice: Voice, first: list[Sentence], chunks: list[str], lexicon: Lexicon | None = None
+    ) -> AsyncIterator[Sentence]:
         spoken = 0
         for sentence in first:
             spoken += 1
             yield sentence
         for index in range(1, len(chunks)):
             continues = index < len(chunks) - 1 and is_cut_short(chunks[index])
-            for sentence in await self._phonemise(voice, chunks[index], continues):
+            for sentence in await self._phonemise(voice, chunks[index], continues, lexicon):
                 spoken += 1
                 yield sentence
         if not spoken:
             raise EmptyTextError(NO_WORDS)
 
-    async def _streamed_chunk_sentences(self, voice: Voice, chunk: str, continues: bool) -> list[Sentence]:
+    async def _streamed_chunk_sentences(
+        self, voice: Voice, chunk: str, continues: bool, lexicon: Lexicon | None = None
+    ) -> list[Sentence]:
         """A streamed chunk's sentences; a chunk with nothing to say (spaces, punctuation) has none.
         With `continues` the text goes on after the chunk (see `TextFrontend.chunk_sentences`)."""
         try:
@@ -242,7 +331,7 @@ class TextSide:
         sentences: list[Sentence] = []
         for index, part in enumerate(parts):
             last = index == len(parts) - 1
-            sentences.extend(await self._phonemise(voice, part, continues if last else is_cut_short(part)))
+            sentences.extend(await self._phonemise(voice, part, continues if last else is_cut_short(part), lexicon))
         return sentences
 
     async def _in_text_thread(self, function: Callable[..., _Result], *args: object) -> _Result:

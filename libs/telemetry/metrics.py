@@ -91,6 +91,27 @@ class WorkerMetrics:
             buckets=BATCH_SIZE_BUCKETS,
             registry=self.registry,
         )
+        self.realtime_capacity = Gauge(
+            f"tts_{service}_realtime_capacity",
+            "Audio seconds per second this worker can make (measured while busy, or pinned); 0 until known.",
+            registry=self.registry,
+        )
+        self.realtime_demand = Gauge(
+            f"tts_{service}_realtime_demand",
+            "Audio seconds per second the open streams need (one per stream: each listener plays in real time).",
+            registry=self.registry,
+        )
+        self.realtime_load = Gauge(
+            f"tts_{service}_realtime_load",
+            "Demand over capacity (ratio); 0 while the capacity is unknown. The autoscaler's target.",
+            registry=self.registry,
+        )
+
+    def track_realtime(self, capacity: Callable[[], float], demand: Callable[[], float]) -> None:
+        """Read capacity and demand (audio s per s) whenever the metrics are scraped."""
+        self.realtime_capacity.set_function(capacity)
+        self.realtime_demand.set_function(demand)
+        self.realtime_load.set_function(lambda: demand() / capacity() if capacity() > 0 else 0.0)
 
     def observe_step(self, stage: str, queue_s: float, run_s: float, batched: bool) -> None:
         """One model step run by a stream on the inference thread.

@@ -9,19 +9,21 @@ from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
 from libs.serving.auth import ApiKeyGate, ApiKeyInterceptor
+from libs.serving.clients import ClientIdentity
 from libs.serving.http_auth import ApiKeyAsgi
-from libs.serving.server import ServiceRuntime, freeze_startup_heap, run_service
+from libs.serving.server import PortUnavailableError, ServiceRuntime, freeze_startup_heap, run_service
 from libs.telemetry.metrics import GatewayMetrics
 from libs.cache.mel_cache import MelCache
 from libs.voice.registry import default_registry
 from libs.synthesis.synthesizer import Synthesizer
-from libs.synthesis.text_side import TextSide
+from libs.prewarm.promotion import CountingTextSide
 from libs.text.phonemizer_pool import PhonemizerPool
-from libs.serving.http import HttpListener
+from libs.serving.http import HttpListener, HttpTls
+from services.gateway.background_work import BackgroundWork
 from services.gateway.http_api import SpeechApi
 from services.gateway.servicer import SERVICE_NAME, TextToSpeechServicer, add_to_server
 from services.settings import GatewaySettings, load_gateway_settings
-from libs.upstream.pool import KINDS, WorkerPool
+from libs.upstream.pool import WorkerPool
 
 _log = logging.getLogger(__name__)
 
@@ -41,7 +43,7 @@ async def serve(settings: GatewaySettings) -> None:
     """Run the gateway until SIGTERM/SIGINT."""
     metrics = GatewayMetrics()
     registry = default_registry()
-    cache = MelCache.from_settings(settings.cache, on_outcome=metrics.cache_outcome)
+    cache = MelCache.from_settings(settings.cache, on_outcome=metrics.cache_outcome, zone=settings.server.zone)
     # Key, certificate and password files are read here, before any port opens.
     gate = ApiKeyGate.from_settings(settings.auth, on_refused=metrics.auth_refused)
     runtime = ServiceRuntime(settings.server, [SERVICE_NAME], metrics.registry, [ApiKeyInterceptor(gate)] if gate else [])
@@ -54,38 +56,57 @@ async def serve(settings: GatewaySettings) -> None:
         ejection=settings.ejection,
         registry=metrics.registry,
     )
-    metrics.track_endpoints(lambda: [status for kind in KINDS for status in pool.table(kind).statuses()])
+    metrics.track_endpoints(pool.endpoint_statuses)
     # Text is normalised and cut on one thread; espeak-ng runs in child processes, where a text that
     # crashes it cannot take the gateway down.
     text_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="text")
     phonemizers = PhonemizerPool(settings.text.text_processes, settings.text.text_process_timeout_s)
-    text_side = TextSide(text_executor, settings.limits.max_text_chars, settings.text, phonemizers)
+    text_side = CountingTextSide(text_executor, settings.limits.max_text_chars, settings.text, phonemizers)
     synthesizer = Synthesizer(
         pool=pool, cache=cache, text_side=text_side, max_streams=settings.limits.max_streams,
         max_streams_per_client=settings.limits.max_streams_per_client,
     )  # fmt: skip
-    servicer = TextToSpeechServicer(registry=registry, synthesizer=synthesizer, metrics=metrics)
+    clients = ClientIdentity(settings.clients.trusted_proxies)  # per-client limits see through the edge
+    servicer = TextToSpeechServicer(registry=registry, synthesizer=synthesizer, metrics=metrics, clients=clients)
     add_to_server(servicer, runtime.server)
+    background = BackgroundWork.from_settings(
+        settings, synthesizer, text_side, text_executor, phonemizers, registry, pool, metrics.registry
+    )  # long-form jobs and prewarming
+    background.add_to_server(runtime.server)
     http = None
     if settings.http.http_port:
         api = SpeechApi(synthesizer, registry, metrics, settings.http.http_max_body_bytes, _web_dir(settings.http.web_dir))
         # The same API keys as the gRPC door, on the Authorization header of every API call (/v1/...);
         # the web page's static files are public, its calls to the API carry a key like any other.
-        app = ApiKeyAsgi(api.app(), gate, guarded_prefixes=("/v1/",)) if gate else api.app()
-        http = HttpListener(app, settings.server.host, settings.http.http_port)
+        routes = background.http_routes()
+        app = ApiKeyAsgi(api.app(routes), gate, guarded_prefixes=("/v1/",)) if gate else api.app(routes)
+        # The door's armour as at the gRPC port: as many open requests per client as streams, and
+        # TLS whenever the public port has it (the same certificate).
+        server = settings.server
+        tls = HttpTls(server.tls_cert, server.tls_key, server.tls_client_ca) if server.tls_cert else None
+        http = HttpListener(
+            app, server.host, settings.http.http_port, max_requests_per_client=settings.limits.max_streams_per_client, tls=tls,
+            clients=clients,
+        )
     await runtime.start()
     if http is not None:
-        await http.start()
+        try:
+            await http.start()
+        except PortUnavailableError:
+            await runtime.server.stop(None)  # else its finaliser runs after the loop has closed
+            raise
     await phonemizers.start()
     await text_side.warm_up(registry.default)  # every text process loads espeak-ng and the voice before SERVING
     freeze_startup_heap()
     pool.start()
+    await background.start()
     readiness = asyncio.create_task(_track_readiness(runtime, pool))
     await runtime.wait_for_stop()
     readiness.cancel()
     if http is not None:
         await http.stop()
     await runtime.shutdown()
+    await background.close()
     await pool.close()
     await cache.close()
     await phonemizers.close()

@@ -261,6 +261,9 @@ class SpeechApi:
             raise HttpError(400, "`stream_format` must be audio or sse", param="stream_format")
         speed = _field(body, "speed", (int, float), default=1.0)
         _field(body, "instructions", str, default="")  # accepted; this voice takes no style instructions
+        lexicon = _field(body, "lexicon", dict, default={})  # word -> IPA, as SynthesizeRequest.lexicon
+        if not all(isinstance(word, str) and isinstance(ipa, str) for word, ipa in lexicon.items()):
+            raise HttpError(400, "`lexicon` must map words to IPA strings", param="lexicon")
         made = RESPONSE_FORMATS[response_format]
         try:
             options = resolve_options(
@@ -272,9 +275,11 @@ class SpeechApi:
                 speaker_id=0,
                 request_id="",
                 include_alignment=False,
+                lexicon=lexicon,
             )
         except Exception as error:
-            raise http_error_for(error, param="voice" if "voice" in str(error) else "speed") from None
+            param = "lexicon" if "lexicon" in str(error) else "voice" if "voice" in str(error) else "speed"
+            raise http_error_for(error, param=param) from None
         return SpeechRequest(text, options, response_format, stream_format)
 
 

@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator
 import grpc
 
 from libs.pb.tts.v1 import tts_pb2
+from libs.serving.clients import FORWARDED_FOR, ClientIdentity
 from libs.serving.memory import RELEASER
 from libs.serving.status import abort_for, grpc_status_for
 from libs.synthesis.options import SynthesisOptions, resolve_options
@@ -30,10 +31,13 @@ class TextToSpeechServicer:
     """Synthesize, StreamingSynthesize and ListVoices: each parses its request, calls the synthesis
     API, and maps what comes back (or goes wrong) to gRPC."""
 
-    def __init__(self, *, registry: VoiceRegistry, synthesizer: Synthesizer, metrics: GatewayMetrics) -> None:
+    def __init__(
+        self, *, registry: VoiceRegistry, synthesizer: Synthesizer, metrics: GatewayMetrics, clients: ClientIdentity | None = None
+    ) -> None:
         self._registry = registry
         self._synthesizer = synthesizer
         self._metrics = metrics
+        self._clients = clients or ClientIdentity()
 
     async def Synthesize(
         self, request: tts_pb2.SynthesizeRequest | UndecodableRequest, context: grpc.aio.ServicerContext
@@ -41,7 +45,7 @@ class TextToSpeechServicer:
         async with self._call("Synthesize", context) as call:
             request = _checked(request)
             options = self._options(request)
-            chunks = await self._synthesizer.synthesize(request.text, options, context.time_remaining(), client_of(context))
+            chunks = await self._synthesizer.synthesize(request.text, options, context.time_remaining(), client_of(context, self._clients))
             call.voice(options.voice.name)
             async for chunk in chunks:
                 response = _response(chunk, options)
@@ -63,7 +67,7 @@ class TextToSpeechServicer:
             options = self._options(first.config)
             call.voice(options.voice.name)
             chunks = self._synthesizer.synthesize_incremental(
-                _text_pieces(request_iterator), options, context.time_remaining(), client_of(context)
+                _text_pieces(request_iterator), options, context.time_remaining(), client_of(context, self._clients)
             )
             async for chunk in chunks:
                 response = _response(chunk, options)
@@ -102,20 +106,19 @@ class TextToSpeechServicer:
             speaker_id=message.speaker_id,
             request_id=message.request_id,
             include_alignment=message.include_alignment,
+            lexicon=dict(message.lexicon),
+            ssml=isinstance(message, tts_pb2.SynthesizeRequest) and message.ssml,
         )
 
     def _call(self, method: str, context: grpc.aio.ServicerContext) -> "_CallScope":
         return _CallScope(self._metrics, method, context)
 
 
-def client_of(context: grpc.aio.ServicerContext) -> str:
+def client_of(context: grpc.aio.ServicerContext, clients: ClientIdentity) -> str:
     """The caller's address without its port ("ipv4:10.0.0.7"), so all of one host's connections
-    count as one client; "" when gRPC does not say."""
-    peer = context.peer() or ""
-    kind, _, address = peer.partition(":")
-    if kind in ("ipv4", "ipv6") and ":" in address:
-        return f"{kind}:{address.rsplit(':', 1)[0]}"
-    return peer
+    count as one client; behind a trusted proxy, the address it forwarded for (libs.serving.clients)."""
+    forwarded = next((value for key, value in context.invocation_metadata() or () if key == FORWARDED_FOR), None)
+    return clients.of_grpc_peer(context.peer() or "", forwarded)
 
 
 async def _text_pieces(request_iterator: AsyncIterator[Any]) -> AsyncIterator[str]:
@@ -148,6 +151,10 @@ def _response(chunk: AudioChunk, options: SynthesisOptions) -> tts_pb2.Synthesiz
         info.audio_duration_s = sentence.audio_duration_s
         for word in sentence.words:
             info.words.add(text=word.text, start_s=word.start_s, end_s=word.end_s)
+        for mark in sentence.marks:
+            info.marks.add(name=mark.name, time_s=mark.time_s)
+        info.pause_before_s = sentence.pause_before_s
+        info.pause_after_s = sentence.pause_after_s
         if options.include_alignment:
             info.phoneme_frames.extend(sentence.phoneme_frames)
             info.frame_duration_s = sentence.frame_duration_s

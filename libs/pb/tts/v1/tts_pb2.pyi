@@ -31,7 +31,14 @@ ALAW: AudioEncoding
 AAC: AudioEncoding
 
 class SynthesizeRequest(_message.Message):
-    __slots__ = ("text", "voice", "speed", "encoding", "sample_rate_hz", "speaker_id", "request_id", "include_alignment")
+    __slots__ = ("text", "voice", "speed", "encoding", "sample_rate_hz", "speaker_id", "request_id", "include_alignment", "lexicon", "ssml")
+    class LexiconEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     TEXT_FIELD_NUMBER: _ClassVar[int]
     VOICE_FIELD_NUMBER: _ClassVar[int]
     SPEED_FIELD_NUMBER: _ClassVar[int]
@@ -40,6 +47,8 @@ class SynthesizeRequest(_message.Message):
     SPEAKER_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_ALIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    LEXICON_FIELD_NUMBER: _ClassVar[int]
+    SSML_FIELD_NUMBER: _ClassVar[int]
     text: str
     voice: str
     speed: float
@@ -48,10 +57,19 @@ class SynthesizeRequest(_message.Message):
     speaker_id: int
     request_id: str
     include_alignment: bool
-    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., speed: _Optional[float] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ..., sample_rate_hz: _Optional[int] = ..., speaker_id: _Optional[int] = ..., request_id: _Optional[str] = ..., include_alignment: _Optional[bool] = ...) -> None: ...
+    lexicon: _containers.ScalarMap[str, str]
+    ssml: bool
+    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., speed: _Optional[float] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ..., sample_rate_hz: _Optional[int] = ..., speaker_id: _Optional[int] = ..., request_id: _Optional[str] = ..., include_alignment: _Optional[bool] = ..., lexicon: _Optional[_Mapping[str, str]] = ..., ssml: _Optional[bool] = ...) -> None: ...
 
 class StreamingSynthesizeConfig(_message.Message):
-    __slots__ = ("voice", "speed", "encoding", "sample_rate_hz", "speaker_id", "request_id", "include_alignment")
+    __slots__ = ("voice", "speed", "encoding", "sample_rate_hz", "speaker_id", "request_id", "include_alignment", "lexicon")
+    class LexiconEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     VOICE_FIELD_NUMBER: _ClassVar[int]
     SPEED_FIELD_NUMBER: _ClassVar[int]
     ENCODING_FIELD_NUMBER: _ClassVar[int]
@@ -59,6 +77,7 @@ class StreamingSynthesizeConfig(_message.Message):
     SPEAKER_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_ALIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    LEXICON_FIELD_NUMBER: _ClassVar[int]
     voice: str
     speed: float
     encoding: AudioEncoding
@@ -66,7 +85,8 @@ class StreamingSynthesizeConfig(_message.Message):
     speaker_id: int
     request_id: str
     include_alignment: bool
-    def __init__(self, voice: _Optional[str] = ..., speed: _Optional[float] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ..., sample_rate_hz: _Optional[int] = ..., speaker_id: _Optional[int] = ..., request_id: _Optional[str] = ..., include_alignment: _Optional[bool] = ...) -> None: ...
+    lexicon: _containers.ScalarMap[str, str]
+    def __init__(self, voice: _Optional[str] = ..., speed: _Optional[float] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ..., sample_rate_hz: _Optional[int] = ..., speaker_id: _Optional[int] = ..., request_id: _Optional[str] = ..., include_alignment: _Optional[bool] = ..., lexicon: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class StreamingSynthesizeRequest(_message.Message):
     __slots__ = ("config", "text")
@@ -77,7 +97,7 @@ class StreamingSynthesizeRequest(_message.Message):
     def __init__(self, config: _Optional[_Union[StreamingSynthesizeConfig, _Mapping]] = ..., text: _Optional[str] = ...) -> None: ...
 
 class SentenceInfo(_message.Message):
-    __slots__ = ("index", "text", "phonemes", "audio_offset_s", "audio_duration_s", "phoneme_frames", "frame_duration_s", "words")
+    __slots__ = ("index", "text", "phonemes", "audio_offset_s", "audio_duration_s", "phoneme_frames", "frame_duration_s", "words", "marks", "pause_before_s", "pause_after_s")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     PHONEMES_FIELD_NUMBER: _ClassVar[int]
@@ -86,6 +106,9 @@ class SentenceInfo(_message.Message):
     PHONEME_FRAMES_FIELD_NUMBER: _ClassVar[int]
     FRAME_DURATION_S_FIELD_NUMBER: _ClassVar[int]
     WORDS_FIELD_NUMBER: _ClassVar[int]
+    MARKS_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_BEFORE_S_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_AFTER_S_FIELD_NUMBER: _ClassVar[int]
     index: int
     text: str
     phonemes: str
@@ -94,7 +117,18 @@ class SentenceInfo(_message.Message):
     phoneme_frames: _containers.RepeatedScalarFieldContainer[int]
     frame_duration_s: float
     words: _containers.RepeatedCompositeFieldContainer[WordInfo]
-    def __init__(self, index: _Optional[int] = ..., text: _Optional[str] = ..., phonemes: _Optional[str] = ..., audio_offset_s: _Optional[float] = ..., audio_duration_s: _Optional[float] = ..., phoneme_frames: _Optional[_Iterable[int]] = ..., frame_duration_s: _Optional[float] = ..., words: _Optional[_Iterable[_Union[WordInfo, _Mapping]]] = ...) -> None: ...
+    marks: _containers.RepeatedCompositeFieldContainer[MarkInfo]
+    pause_before_s: float
+    pause_after_s: float
+    def __init__(self, index: _Optional[int] = ..., text: _Optional[str] = ..., phonemes: _Optional[str] = ..., audio_offset_s: _Optional[float] = ..., audio_duration_s: _Optional[float] = ..., phoneme_frames: _Optional[_Iterable[int]] = ..., frame_duration_s: _Optional[float] = ..., words: _Optional[_Iterable[_Union[WordInfo, _Mapping]]] = ..., marks: _Optional[_Iterable[_Union[MarkInfo, _Mapping]]] = ..., pause_before_s: _Optional[float] = ..., pause_after_s: _Optional[float] = ...) -> None: ...
+
+class MarkInfo(_message.Message):
+    __slots__ = ("name", "time_s")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TIME_S_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    time_s: float
+    def __init__(self, name: _Optional[str] = ..., time_s: _Optional[float] = ...) -> None: ...
 
 class WordInfo(_message.Message):
     __slots__ = ("text", "start_s", "end_s")
