@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file tts/v1/tts.proto.
  */
 export const file_tts_v1_tts: GenFile = /*@__PURE__*/
-  fileDesc("ChB0dHMvdjEvdHRzLnByb3RvEgZ0dHMudjEiwwEKEVN5bnRoZXNpemVSZXF1ZXN0EgwKBHRleHQYASABKAkSDQoFdm9pY2UYAiABKAkSDQoFc3BlZWQYAyABKAISJwoIZW5jb2RpbmcYBCABKA4yFS50dHMudjEuQXVkaW9FbmNvZGluZxIWCg5zYW1wbGVfcmF0ZV9oehgFIAEoBRISCgpzcGVha2VyX2lkGAYgASgFEhIKCnJlcXVlc3RfaWQYByABKAkSGQoRaW5jbHVkZV9hbGlnbm1lbnQYCCABKAgivQEKGVN0cmVhbWluZ1N5bnRoZXNpemVDb25maWcSDQoFdm9pY2UYASABKAkSDQoFc3BlZWQYAiABKAISJwoIZW5jb2RpbmcYAyABKA4yFS50dHMudjEuQXVkaW9FbmNvZGluZxIWCg5zYW1wbGVfcmF0ZV9oehgEIAEoBRISCgpzcGVha2VyX2lkGAUgASgFEhIKCnJlcXVlc3RfaWQYBiABKAkSGQoRaW5jbHVkZV9hbGlnbm1lbnQYByABKAgibAoaU3RyZWFtaW5nU3ludGhlc2l6ZVJlcXVlc3QSMwoGY29uZmlnGAEgASgLMiEudHRzLnYxLlN0cmVhbWluZ1N5bnRoZXNpemVDb25maWdIABIOCgR0ZXh0GAIgASgJSABCCQoHcmVxdWVzdCLCAQoMU2VudGVuY2VJbmZvEg0KBWluZGV4GAEgASgFEgwKBHRleHQYAiABKAkSEAoIcGhvbmVtZXMYAyABKAkSFgoOYXVkaW9fb2Zmc2V0X3MYBCABKAESGAoQYXVkaW9fZHVyYXRpb25fcxgFIAEoARIWCg5waG9uZW1lX2ZyYW1lcxgGIAMoBRIYChBmcmFtZV9kdXJhdGlvbl9zGAcgASgBEh8KBXdvcmRzGAggAygLMhAudHRzLnYxLldvcmRJbmZvIjgKCFdvcmRJbmZvEgwKBHRleHQYASABKAkSDwoHc3RhcnRfcxgCIAEoARINCgVlbmRfcxgDIAEoASKAAgoSU3ludGhlc2l6ZVJlc3BvbnNlEg0KBWF1ZGlvGAEgASgMEhYKDnNhbXBsZV9yYXRlX2h6GAIgASgFEicKCGVuY29kaW5nGAMgASgOMhUudHRzLnYxLkF1ZGlvRW5jb2RpbmcSEgoKcmVxdWVzdF9pZBgEIAEoCRIWCg5zZW50ZW5jZV9pbmRleBgFIAEoBRIWCg5hdWRpb19vZmZzZXRfcxgGIAEoARIYChBhdWRpb19kdXJhdGlvbl9zGAcgASgBEiYKCHNlbnRlbmNlGAggASgLMhQudHRzLnYxLlNlbnRlbmNlSW5mbxIUCgxzZW50ZW5jZV9lbmQYCSABKAgiKgoRTGlzdFZvaWNlc1JlcXVlc3QSFQoNbGFuZ3VhZ2VfY29kZRgBIAEoCSKHAQoFVm9pY2USDAoEbmFtZRgBIAEoCRIVCg1sYW5ndWFnZV9jb2RlGAIgASgJEh4KFm5hdHVyYWxfc2FtcGxlX3JhdGVfaHoYAyABKAUSFAoMbnVtX3NwZWFrZXJzGAQgASgFEhIKCmlzX2RlZmF1bHQYBSABKAgSDwoHcXVhbGl0eRgGIAEoCSIzChJMaXN0Vm9pY2VzUmVzcG9uc2USHQoGdm9pY2VzGAEgAygLMg0udHRzLnYxLlZvaWNlKpYBCg1BdWRpb0VuY29kaW5nEh4KGkFVRElPX0VOQ09ESU5HX1VOU1BFQ0lGSUVEEAASDgoKTElORUFSX1BDTRABEg0KCUZMT0FUX1BDTRACEgwKCE9HR19PUFVTEAMSBwoDTVAzEAQSCAoERkxBQxAFEgcKA1dBVhAGEgkKBU1VTEFXEAcSCAoEQUxBVxAIEgcKA0FBQxAJMvUBCgxUZXh0VG9TcGVlY2gSRQoKU3ludGhlc2l6ZRIZLnR0cy52MS5TeW50aGVzaXplUmVxdWVzdBoaLnR0cy52MS5TeW50aGVzaXplUmVzcG9uc2UwARJZChNTdHJlYW1pbmdTeW50aGVzaXplEiIudHRzLnYxLlN0cmVhbWluZ1N5bnRoZXNpemVSZXF1ZXN0GhoudHRzLnYxLlN5bnRoZXNpemVSZXNwb25zZSgBMAESQwoKTGlzdFZvaWNlcxIZLnR0cy52MS5MaXN0Vm9pY2VzUmVxdWVzdBoaLnR0cy52MS5MaXN0Vm9pY2VzUmVzcG9uc2ViBnByb3RvMw");
+  fileDesc("ChB0dHMvdjEvdHRzLnByb3RvEgZ0dHMudjEiugIKEVN5bnRoZXNpemVSZXF1ZXN0EgwKBHRleHQYASABKAkSDQoFdm9pY2UYAiABKAkSDQoFc3BlZWQYAyABKAISJwoIZW5jb2RpbmcYBCABKA4yFS50dHMudjEuQXVkaW9FbmNvZGluZxIWCg5zYW1wbGVfcmF0ZV9oehgFIAEoBRISCgpzcGVha2VyX2lkGAYgASgFEhIKCnJlcXVlc3RfaWQYByABKAkSGQoRaW5jbHVkZV9hbGlnbm1lbnQYCCABKAgSNwoHbGV4aWNvbhgJIAMoCzImLnR0cy52MS5TeW50aGVzaXplUmVxdWVzdC5MZXhpY29uRW50cnkSDAoEc3NtbBgKIAEoCBouCgxMZXhpY29uRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKuAgoZU3RyZWFtaW5nU3ludGhlc2l6ZUNvbmZpZxINCgV2b2ljZRgBIAEoCRINCgVzcGVlZBgCIAEoAhInCghlbmNvZGluZxgDIAEoDjIVLnR0cy52MS5BdWRpb0VuY29kaW5nEhYKDnNhbXBsZV9yYXRlX2h6GAQgASgFEhIKCnNwZWFrZXJfaWQYBSABKAUSEgoKcmVxdWVzdF9pZBgGIAEoCRIZChFpbmNsdWRlX2FsaWdubWVudBgHIAEoCBI/CgdsZXhpY29uGAggAygLMi4udHRzLnYxLlN0cmVhbWluZ1N5bnRoZXNpemVDb25maWcuTGV4aWNvbkVudHJ5Gi4KDExleGljb25FbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBImwKGlN0cmVhbWluZ1N5bnRoZXNpemVSZXF1ZXN0EjMKBmNvbmZpZxgBIAEoCzIhLnR0cy52MS5TdHJlYW1pbmdTeW50aGVzaXplQ29uZmlnSAASDgoEdGV4dBgCIAEoCUgAQgkKB3JlcXVlc3QikgIKDFNlbnRlbmNlSW5mbxINCgVpbmRleBgBIAEoBRIMCgR0ZXh0GAIgASgJEhAKCHBob25lbWVzGAMgASgJEhYKDmF1ZGlvX29mZnNldF9zGAQgASgBEhgKEGF1ZGlvX2R1cmF0aW9uX3MYBSABKAESFgoOcGhvbmVtZV9mcmFtZXMYBiADKAUSGAoQZnJhbWVfZHVyYXRpb25fcxgHIAEoARIfCgV3b3JkcxgIIAMoCzIQLnR0cy52MS5Xb3JkSW5mbxIfCgVtYXJrcxgJIAMoCzIQLnR0cy52MS5NYXJrSW5mbxIWCg5wYXVzZV9iZWZvcmVfcxgKIAEoARIVCg1wYXVzZV9hZnRlcl9zGAsgASgBIigKCE1hcmtJbmZvEgwKBG5hbWUYASABKAkSDgoGdGltZV9zGAIgASgBIjgKCFdvcmRJbmZvEgwKBHRleHQYASABKAkSDwoHc3RhcnRfcxgCIAEoARINCgVlbmRfcxgDIAEoASKAAgoSU3ludGhlc2l6ZVJlc3BvbnNlEg0KBWF1ZGlvGAEgASgMEhYKDnNhbXBsZV9yYXRlX2h6GAIgASgFEicKCGVuY29kaW5nGAMgASgOMhUudHRzLnYxLkF1ZGlvRW5jb2RpbmcSEgoKcmVxdWVzdF9pZBgEIAEoCRIWCg5zZW50ZW5jZV9pbmRleBgFIAEoBRIWCg5hdWRpb19vZmZzZXRfcxgGIAEoARIYChBhdWRpb19kdXJhdGlvbl9zGAcgASgBEiYKCHNlbnRlbmNlGAggASgLMhQudHRzLnYxLlNlbnRlbmNlSW5mbxIUCgxzZW50ZW5jZV9lbmQYCSABKAgiKgoRTGlzdFZvaWNlc1JlcXVlc3QSFQoNbGFuZ3VhZ2VfY29kZRgBIAEoCSKHAQoFVm9pY2USDAoEbmFtZRgBIAEoCRIVCg1sYW5ndWFnZV9jb2RlGAIgASgJEh4KFm5hdHVyYWxfc2FtcGxlX3JhdGVfaHoYAyABKAUSFAoMbnVtX3NwZWFrZXJzGAQgASgFEhIKCmlzX2RlZmF1bHQYBSABKAgSDwoHcXVhbGl0eRgGIAEoCSIzChJMaXN0Vm9pY2VzUmVzcG9uc2USHQoGdm9pY2VzGAEgAygLMg0udHRzLnYxLlZvaWNlKpYBCg1BdWRpb0VuY29kaW5nEh4KGkFVRElPX0VOQ09ESU5HX1VOU1BFQ0lGSUVEEAASDgoKTElORUFSX1BDTRABEg0KCUZMT0FUX1BDTRACEgwKCE9HR19PUFVTEAMSBwoDTVAzEAQSCAoERkxBQxAFEgcKA1dBVhAGEgkKBU1VTEFXEAcSCAoEQUxBVxAIEgcKA0FBQxAJMvUBCgxUZXh0VG9TcGVlY2gSRQoKU3ludGhlc2l6ZRIZLnR0cy52MS5TeW50aGVzaXplUmVxdWVzdBoaLnR0cy52MS5TeW50aGVzaXplUmVzcG9uc2UwARJZChNTdHJlYW1pbmdTeW50aGVzaXplEiIudHRzLnYxLlN0cmVhbWluZ1N5bnRoZXNpemVSZXF1ZXN0GhoudHRzLnYxLlN5bnRoZXNpemVSZXNwb25zZSgBMAESQwoKTGlzdFZvaWNlcxIZLnR0cy52MS5MaXN0Vm9pY2VzUmVxdWVzdBoaLnR0cy52MS5MaXN0Vm9pY2VzUmVzcG9uc2ViBnByb3RvMw");
 
 /**
  * @generated from message tts.v1.SynthesizeRequest
@@ -77,6 +77,25 @@ export type SynthesizeRequest = Message<"tts.v1.SynthesizeRequest"> & {
    * @generated from field: bool include_alignment = 8;
    */
   includeAlignment: boolean;
+
+  /**
+   * This request's pronunciations: word (matched whole, any case) -> its phonemes in the voice's IPA,
+   * e.g. "Nguyen" -> "ŋwˈɪn" (spaces between phonemes allowed); wins over the server's lexicon. A phoneme
+   * the voice cannot speak is INVALID_ARGUMENT naming it. At most 10,000 entries.
+   *
+   * @generated from field: map<string, string> lexicon = 9;
+   */
+  lexicon: { [key: string]: string };
+
+  /**
+   * Whether `text` is an SSML document (boolean); a text that starts with <speak> is one anyway.
+   * The subset: speak, p, s, break (time, strength), prosody (rate), phoneme (alphabet "ipa", ph),
+   * sub (alias), say-as (characters, spell-out, cardinal, number, ordinal, digits, date, time,
+   * telephone), mark (name); anything else is INVALID_ARGUMENT naming it.
+   *
+   * @generated from field: bool ssml = 10;
+   */
+  ssml: boolean;
 };
 
 /**
@@ -140,6 +159,13 @@ export type StreamingSynthesizeConfig = Message<"tts.v1.StreamingSynthesizeConfi
    * @generated from field: bool include_alignment = 7;
    */
   includeAlignment: boolean;
+
+  /**
+   * Pronunciations for the whole stream, as SynthesizeRequest.lexicon.
+   *
+   * @generated from field: map<string, string> lexicon = 8;
+   */
+  lexicon: { [key: string]: string };
 };
 
 /**
@@ -245,6 +271,28 @@ export type SentenceInfo = Message<"tts.v1.SentenceInfo"> & {
    * @generated from field: repeated tts.v1.WordInfo words = 8;
    */
   words: WordInfo[];
+
+  /**
+   * SSML marks before, in or after this sentence's audio, in order, each with its time.
+   *
+   * @generated from field: repeated tts.v1.MarkInfo marks = 9;
+   */
+  marks: MarkInfo[];
+
+  /**
+   * Silence (seconds) before the sentence's speech, from SSML breaks before the document's first
+   * words; it is part of the sentence's first piece, and audio_offset_s is where the speech starts.
+   *
+   * @generated from field: double pause_before_s = 10;
+   */
+  pauseBeforeS: number;
+
+  /**
+   * Silence (seconds) after the sentence's speech, from SSML breaks; part of its last piece.
+   *
+   * @generated from field: double pause_after_s = 11;
+   */
+  pauseAfterS: number;
 };
 
 /**
@@ -253,6 +301,34 @@ export type SentenceInfo = Message<"tts.v1.SentenceInfo"> & {
  */
 export const SentenceInfoSchema: GenMessage<SentenceInfo> = /*@__PURE__*/
   messageDesc(file_tts_v1_tts, 3);
+
+/**
+ * An SSML <mark> and when the audio reaches it.
+ *
+ * @generated from message tts.v1.MarkInfo
+ */
+export type MarkInfo = Message<"tts.v1.MarkInfo"> & {
+  /**
+   * The mark's name as written (UTF-8 text).
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * When it is reached, in seconds from the start of the whole response.
+   *
+   * @generated from field: double time_s = 2;
+   */
+  timeS: number;
+};
+
+/**
+ * Describes the message tts.v1.MarkInfo.
+ * Use `create(MarkInfoSchema)` to create a new message.
+ */
+export const MarkInfoSchema: GenMessage<MarkInfo> = /*@__PURE__*/
+  messageDesc(file_tts_v1_tts, 4);
 
 /**
  * One word of a sentence and when it is spoken, on the output timeline.
@@ -287,7 +363,7 @@ export type WordInfo = Message<"tts.v1.WordInfo"> & {
  * Use `create(WordInfoSchema)` to create a new message.
  */
 export const WordInfoSchema: GenMessage<WordInfo> = /*@__PURE__*/
-  messageDesc(file_tts_v1_tts, 4);
+  messageDesc(file_tts_v1_tts, 5);
 
 /**
  * @generated from message tts.v1.SynthesizeResponse
@@ -365,7 +441,7 @@ export type SynthesizeResponse = Message<"tts.v1.SynthesizeResponse"> & {
  * Use `create(SynthesizeResponseSchema)` to create a new message.
  */
 export const SynthesizeResponseSchema: GenMessage<SynthesizeResponse> = /*@__PURE__*/
-  messageDesc(file_tts_v1_tts, 5);
+  messageDesc(file_tts_v1_tts, 6);
 
 /**
  * @generated from message tts.v1.ListVoicesRequest
@@ -384,7 +460,7 @@ export type ListVoicesRequest = Message<"tts.v1.ListVoicesRequest"> & {
  * Use `create(ListVoicesRequestSchema)` to create a new message.
  */
 export const ListVoicesRequestSchema: GenMessage<ListVoicesRequest> = /*@__PURE__*/
-  messageDesc(file_tts_v1_tts, 6);
+  messageDesc(file_tts_v1_tts, 7);
 
 /**
  * @generated from message tts.v1.Voice
@@ -438,7 +514,7 @@ export type Voice = Message<"tts.v1.Voice"> & {
  * Use `create(VoiceSchema)` to create a new message.
  */
 export const VoiceSchema: GenMessage<Voice> = /*@__PURE__*/
-  messageDesc(file_tts_v1_tts, 7);
+  messageDesc(file_tts_v1_tts, 8);
 
 /**
  * @generated from message tts.v1.ListVoicesResponse
@@ -457,7 +533,7 @@ export type ListVoicesResponse = Message<"tts.v1.ListVoicesResponse"> & {
  * Use `create(ListVoicesResponseSchema)` to create a new message.
  */
 export const ListVoicesResponseSchema: GenMessage<ListVoicesResponse> = /*@__PURE__*/
-  messageDesc(file_tts_v1_tts, 8);
+  messageDesc(file_tts_v1_tts, 9);
 
 /**
  * How audio bytes are encoded on the wire.
