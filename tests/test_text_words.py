@@ -19,10 +19,10 @@ def _spans(frontend: TextFrontend, text: str):  # type: ignore[no-untyped-def]
     (sentence,) = frontend.sentences(text)
     id_map = frontend.phoneme_id_map
 
-    def spoken_words_of(word: str) -> int:
-        return sum(len(spoken_word_spans(s.phonemes, id_map)) for s in frontend.sentences(word))
+    def phonemes_of(word: str) -> list[str]:
+        return [phoneme for s in frontend.sentences(word) for phoneme in s.phonemes]
 
-    return sentence, word_spans(sentence.text, sentence.phonemes, id_map, spoken_words_of)
+    return sentence, word_spans(sentence.text, sentence.phonemes, id_map, phonemes_of)
 
 
 def test_plain_words_map_one_to_one_onto_disjoint_id_ranges(frontend: TextFrontend) -> None:
@@ -48,3 +48,17 @@ def test_a_number_read_as_several_words_keeps_the_words_after_it_in_place(fronte
 
 def test_written_words_drop_the_punctuation_around_them() -> None:
     assert written_words('"Well," she said — "it\'s fine..."') == ["Well", "she", "said", "it's", "fine"]
+
+
+def test_words_espeak_ng_runs_together_share_its_word_and_the_rest_stay_in_place(frontend: TextFrontend) -> None:
+    sentence, spans = _spans(frontend, "The old lighthouse on the point has not guided a ship in forty years.")
+    spoken = spoken_word_spans(sentence.phonemes, frontend.phoneme_id_map)
+    assert len(spoken) < len(spans) == 14  # "on the" and "has not" are each said as one word
+    by_word = {span.text: (span.first_id, span.end_id) for span in spans}
+    # The two words said as one split it, in order, with no gap and no overlap.
+    merged = next(ids for ids in spoken if ids[0] == by_word["on"][0])
+    assert by_word["on"][0] == merged[0] and by_word["on"][1] == by_word["the"][0] and by_word["the"][1] == merged[1]
+    # Every word after a merge keeps its own spoken word.
+    assert by_word["point"] == spoken[-8]  # between the two merged pairs
+    for word, ids in zip(["guided", "a", "ship", "in", "forty", "years"], spoken[-6:]):
+        assert by_word[word] == ids, word

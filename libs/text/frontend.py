@@ -20,6 +20,7 @@ Deliberate differences from Piper, none of which touches ordinary text:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+import functools
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
@@ -34,9 +35,11 @@ from libs.text.phonemize import PhonemizedSentence, phonemize_sentences
 from libs.text.pronounce import PronunciationPlan, check_inline_phonemes
 from libs.text.reading import PIPER_READING, ReadingRules, expand, finish_sentence, prepare
 from libs.text.sentences import DEFAULT_MAX_CHUNK_CHARS, is_cut_short, split_sentences
-from libs.text.words import WordSpan, spoken_word_spans, word_spans
+from libs.text.words import WordSpan, word_spans
 
 _CLOSERS: Final = frozenset("\"')]}>`")
+WORDS_REMEMBERED: Final = 4096
+"""Words whose sounds on their own a frontend remembers (for word timestamps): the common ones."""
 
 # 5,000 characters is about 800 English words, five to six minutes of speech, and phonemises in
 # well under a second. It matches the per-request limit of the large cloud TTS APIs (Google Cloud
@@ -130,6 +133,7 @@ class TextFrontend:
         self.max_word_chars = max_word_chars
         self.reading = reading
         self._budget = IdBudget(self.phoneme_id_map, max_phoneme_ids) if max_phoneme_ids is not None else None
+        self._words_alone = functools.lru_cache(maxsize=WORDS_REMEMBERED)(lambda word: tuple(self._phonemes_alone(word)))
 
     @classmethod
     def from_voice_config(cls, config_path: Path | str, max_text_chars: int = DEFAULT_MAX_TEXT_CHARS) -> TextFrontend:
@@ -218,13 +222,13 @@ class TextFrontend:
             text=text,
             phonemes=tuple(phonemes),
             phoneme_ids=tuple(phonemes_to_ids(phonemes, self.phoneme_id_map)),
-            words=word_spans(text if written is None else written, phonemes, self.phoneme_id_map, self._spoken_word_count),
+            words=word_spans(text if written is None else written, phonemes, self.phoneme_id_map, self._word_alone),
         )
 
-    def _spoken_word_count(self, word: str) -> int:
-        """How many words espeak-ng makes of `word` on its own, read as the front end reads it
-        ("23" is one, "twenty-three"; "$3.50" is three)."""
-        return len(spoken_word_spans(self._phonemes_alone(expand(word, self.reading)), self.phoneme_id_map))
+    def _word_alone(self, word: str) -> list[str]:
+        """What espeak-ng says for one written word on its own, read as the front end reads it
+        ("$3.50" is "three dollars fifty"); remembered, as the same words come back."""
+        return list(self._words_alone(expand(word, self.reading)))
 
     def _phonemes_alone(self, text: str) -> list[str]:
         """The phonemes of a part of a sentence, phonemised on its own."""

@@ -2,11 +2,12 @@
 own durations.
 
 espeak-ng separates the words it speaks with a space phoneme, so the ids of each spoken word are
-known exactly. Written words do not always map one to one: espeak-ng reads "23" as two words and
-"e.g." as two. So each written word is matched to as many spoken words as espeak-ng makes of it on
-its own (`spoken_words_of`); when the two counts still disagree (context changes a reading), the
-remaining spoken words go, in order, to the remaining written words. The times stay exact: every
-span starts and ends on a phoneme id boundary.
+known exactly. Written words do not always map one to one: espeak-ng reads "23" as two words, and
+runs unstressed words into the next ("on the point" is said "ɔnðə pˈɔɪnt"). When the counts differ,
+the written words, each as espeak-ng says it on its own, are paired with the spoken words by the
+lengths of their sounds (one written word to up to three spoken ones, or up to three written words
+to one spoken one); written words said as one share its phonemes in proportion to their own. Every
+span starts and ends on a phoneme id boundary, so the times stay exact to a frame.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
-from typing import Callable, Final, Mapping, Sequence
+from typing import Callable, Final, Iterable, Mapping, Sequence
 
 from libs.text.phoneme_ids import BOS, PAD
 
@@ -47,56 +48,126 @@ def written_words(text: str) -> list[str]:
 def spoken_word_spans(phonemes: Sequence[str], phoneme_id_map: Mapping[str, Sequence[int]]) -> list[tuple[int, int]]:
     """[first, end) id ranges of each word espeak-ng spoke, in the id layout `^ _ p1 _ ... pn _ $`
     (punctuation phonemes belong to no word)."""
-    pad = len(phoneme_id_map[PAD])
-    position = len(phoneme_id_map[BOS]) + pad
-    spans: list[tuple[int, int]] = []
-    start: int | None = None
-    end = position
-    for phoneme in phonemes:
-        ids = phoneme_id_map.get(phoneme)
-        if ids is None:
-            continue  # skipped by the id mapping too
-        width = len(ids) + pad
-        if phoneme == WORD_BREAK or _is_punctuation(phoneme):
-            if start is not None:
-                spans.append((start, end))
-                start = None
-        else:
-            if start is None:
-                start = position
-            end = position + width
-        position += width
-    if start is not None:
-        spans.append((start, end))
-    return spans
+    return [(word[0][1], word[-1][2]) for word in _spoken_words(phonemes, phoneme_id_map)]
 
 
 def word_spans(
     text: str,
     phonemes: Sequence[str],
     phoneme_id_map: Mapping[str, Sequence[int]],
-    spoken_words_of: Callable[[str], int],
+    phonemes_of: Callable[[str], Sequence[str]],
 ) -> tuple[WordSpan, ...]:
-    """The written words of a sentence with the phoneme ids that speak each (see the module's note)."""
+    """The written words of a sentence with the phoneme ids that speak each (see the module's note).
+
+    `phonemes_of(word)` is what espeak-ng says for one written word on its own; it is asked only
+    when the sentence's written and spoken words do not pair off one to one."""
     written = written_words(text)
-    spoken = spoken_word_spans(phonemes, phoneme_id_map)
+    spoken = _spoken_words(phonemes, phoneme_id_map)
     if not written or not spoken:
         return ()
-    counts = [1] * len(written) if len(written) == len(spoken) else [max(0, spoken_words_of(word)) for word in written]
+    if len(written) == len(spoken):
+        return tuple(WordSpan(word, said[0][1], said[-1][2]) for word, said in zip(written, spoken))
+    alone = [_sounds(phonemes_of(word)) for word in written]
+    said = [_sounds(phoneme for phoneme, _, _ in word) for word in spoken]
     spans: list[WordSpan] = []
-    next_spoken = 0
-    for index, (word, count) in enumerate(zip(written, counts)):
-        remaining_written = len(written) - index - 1
-        # Leave at least one spoken word for each written word still to come, and give the last
-        # written word whatever is left.
-        available = len(spoken) - next_spoken - remaining_written
-        take = available if remaining_written == 0 else min(max(count, 1), available)
-        if take <= 0:
-            break
-        first, end = spoken[next_spoken][0], spoken[next_spoken + take - 1][1]
-        spans.append(WordSpan(word, first, end))
-        next_spoken += take
+    for (first_w, end_w), (first_s, end_s) in _aligned(alone, said):
+        if end_w - first_w == 1:
+            spans.append(WordSpan(written[first_w], spoken[first_s][0][1], spoken[end_s - 1][-1][2]))
+        else:  # several written words said as one: split its phonemes in proportion to theirs
+            spans.extend(_split(written[first_w:end_w], alone[first_w:end_w], spoken[first_s]))
     return tuple(spans)
+
+
+_MAX_GROUP: Final = 3
+"""Most words on one side of a pairing: "twenty-three thousand" for one written word, or three
+unstressed words espeak-ng runs together ("as of the")."""
+_STRESS: Final = frozenset("ˈˌ")
+
+
+def _aligned(alone: Sequence[str], said: Sequence[str]) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Written words (their sounds on their own) paired with spoken words: each pairing is one
+    written word to one to three spoken words, or two or three written words to one spoken word,
+    chosen so that the lengths of the sounds agree best (dynamic programming over both sequences;
+    espeak-ng reduces words it runs together, so lengths, not exact sounds, decide)."""
+    n, m = len(alone), len(said)
+    infinity = float("inf")
+    cost = [[infinity] * (m + 1) for _ in range(n + 1)]
+    step: list[list[tuple[int, int]]] = [[(0, 0)] * (m + 1) for _ in range(n + 1)]
+    cost[0][0] = 0.0
+    for i in range(n + 1):
+        for j in range(m + 1):
+            here = cost[i][j]
+            if here == infinity:
+                continue
+            for a, b in _PAIRINGS:
+                if i + a > n or j + b > m:
+                    continue
+                written_sound = "".join(alone[i : i + a])
+                spoken_sound = "".join(said[j : j + b])
+                longer = max(len(written_sound), len(spoken_sound), 1)
+                pairing = abs(len(written_sound) - len(spoken_sound)) / longer + 0.25 * (a + b - 2)
+                if written_sound[:1] != spoken_sound[:1]:
+                    pairing += 0.5
+                if here + pairing < cost[i + a][j + b]:
+                    cost[i + a][j + b] = here + pairing
+                    step[i + a][j + b] = (a, b)
+    pairs = []
+    i, j = n, m
+    while i or j:
+        a, b = step[i][j]
+        if (a, b) == (0, 0):  # cannot happen while every pairing size is allowed; be safe
+            break
+        pairs.append(((i - a, i), (j - b, j)))
+        i, j = i - a, j - b
+    return pairs[::-1]
+
+
+_PAIRINGS: Final = tuple((a, 1) for a in range(1, _MAX_GROUP + 1)) + tuple((1, b) for b in range(2, _MAX_GROUP + 1))
+
+
+def _split(words: Sequence[str], sounds: Sequence[str], spoken: Sequence[tuple[str, int, int]]) -> list[WordSpan]:
+    """Spans for `words` said as the one spoken word `spoken` ((phoneme, first id, end id) each),
+    cut at phoneme boundaries in proportion to each word's sounds on its own."""
+    total = max(sum(len(sound) for sound in sounds), 1)
+    spans, start, taken = [], 0, 0
+    for index, (word, sound) in enumerate(zip(words, sounds)):
+        taken += len(sound)
+        left = len(words) - index - 1
+        end = len(spoken) - left if left == 0 else round(len(spoken) * taken / total)
+        end = min(max(end, start + 1), len(spoken) - left)  # at least one phoneme each, if there are enough
+        if end <= start:
+            continue
+        spans.append(WordSpan(word, spoken[start][1], spoken[end - 1][2]))
+        start = end
+    return spans
+
+
+def _spoken_words(phonemes: Sequence[str], phoneme_id_map: Mapping[str, Sequence[int]]) -> list[list[tuple[str, int, int]]]:
+    """Each spoken word as its phonemes with their [first, end) ids (the pad after each included)."""
+    pad = len(phoneme_id_map[PAD])
+    position = len(phoneme_id_map[BOS]) + pad
+    words: list[list[tuple[str, int, int]]] = []
+    current: list[tuple[str, int, int]] = []
+    for phoneme in phonemes:
+        ids = phoneme_id_map.get(phoneme)
+        if ids is None:
+            continue  # skipped by the id mapping too
+        width = len(ids) + pad
+        if phoneme == WORD_BREAK or _is_punctuation(phoneme):
+            if current:
+                words.append(current)
+                current = []
+        else:
+            current.append((phoneme, position, position + width))
+        position += width
+    if current:
+        words.append(current)
+    return words
+
+
+def _sounds(phonemes: Iterable[str]) -> str:
+    """The phonemes that are sounds: no stress marks, word breaks or punctuation."""
+    return "".join(p for p in phonemes if p not in _STRESS and p != WORD_BREAK and not _is_punctuation(p))
 
 
 def _strip_punctuation(token: str) -> str:
