@@ -1,10 +1,11 @@
 """`make docs`: write the generated parts of README.md from their sources.
 
-Two sections are generated, each between `<!-- NAME:begin -->` and `<!-- NAME:end -->` markers:
+These sections are generated, each between `<!-- NAME:begin -->` and `<!-- NAME:end -->` markers:
 
 - `settings`: the table of every flag and variable, from the settings' declarations;
 - `bench`: the benchmark summary, from `bench/results.md` (the table `make bench` writes);
 - `doors`: what each front door and encoding costs, from `bench/doors.md` (`make bench-doors`);
+- `fastpath`: `make bench` before and after a change, from `bench/fast_path.md` (`python -m bench.compare`);
 - `text-bench`: how well the text front end reads, from `bench/text.md` (`make bench-text`).
 
     python -m scripts.render_docs [--check]
@@ -24,6 +25,7 @@ from services.settings import markdown_table
 README = Path(__file__).resolve().parent.parent / "README.md"
 BENCH_RESULTS = README.parent / "bench" / "results.md"
 DOORS_RESULTS = README.parent / "bench" / "doors.md"
+FAST_PATH_RESULTS = README.parent / "bench" / "fast_path.md"
 TEXT_RESULTS = README.parent / "bench" / "text.md"
 
 
@@ -38,6 +40,7 @@ def generated_sections() -> dict[str, str]:
         "settings": markdown_table(),
         "bench": summary_markdown(BENCH_RESULTS.read_text(encoding="utf-8")),
         "doors": _without_title(DOORS_RESULTS.read_text(encoding="utf-8")),
+        "fastpath": _without_title(FAST_PATH_RESULTS.read_text(encoding="utf-8")),
         "text-bench": _without_title(TEXT_RESULTS.read_text(encoding="utf-8")),
     }
 

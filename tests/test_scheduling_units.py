@@ -191,6 +191,7 @@ async def test_the_gateway_runs_ahead_while_its_listener_has_little_audio_coming
     clock = PlaybackClock(frame_s=0.01, now=now)
     lookahead = Lookahead(clock, max_sentences=3, audio_ahead_s=5.0, min_sentences=1)
     await asyncio.wait_for(lookahead.wait_turn(0), 1)
+    clock.delivered(0.0)  # the first audio reached the listener (past it, the buffer decides)
     clock.note_sentence(0, 300)  # 3 s ahead of sentence 1: it may start while sentence 0 is vocoded
     await asyncio.wait_for(lookahead.wait_turn(1), 1)
     clock.note_sentence(1, 300)  # 6 s ahead of sentence 2: it waits
@@ -221,9 +222,21 @@ async def test_the_sentence_after_the_one_being_vocoded_always_starts() -> None:
 async def test_the_gateway_never_has_more_sentences_in_flight_than_its_limit() -> None:
     clock = PlaybackClock(frame_s=0.01, now=FakeTime())
     lookahead = Lookahead(clock, max_sentences=2, audio_ahead_s=1000.0, min_sentences=1)
+    clock.delivered(0.0)
     await asyncio.wait_for(lookahead.wait_turn(1), 1)
     waiting = asyncio.ensure_future(lookahead.wait_turn(2))
     await asyncio.sleep(0.05)
     assert not waiting.done()
     lookahead.sentence_vocoded()
     await asyncio.wait_for(waiting, 1)
+
+
+async def test_before_the_first_audio_only_the_minimum_of_sentences_is_in_flight() -> None:
+    clock = PlaybackClock(frame_s=0.01, now=FakeTime())
+    lookahead = Lookahead(clock, max_sentences=4, audio_ahead_s=5.0, min_sentences=2)
+    await asyncio.wait_for(lookahead.wait_turn(1), 1)  # the minimum starts at once
+    waiting = asyncio.ensure_future(lookahead.wait_turn(2))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()  # no audio yet: a third sentence would only compete with the first audio
+    clock.delivered(0.1)
+    await asyncio.wait_for(waiting, 1)  # the first audio is out: the buffer rules again

@@ -24,6 +24,7 @@ AUDIO_AHEAD_S: Final = 5.0
 listener's buffer plus the audio before it): two ordinary sentences, enough to cover the next one's
 acoustic and vocoder steps on a busy worker many times over."""
 MIN_RECHECK_S: Final = 0.01
+FIRST_AUDIO_RECHECK_S: Final = 0.02
 
 
 class Lookahead:
@@ -62,12 +63,16 @@ class Lookahead:
             if in_flight < self._min_sentences:
                 return
             timeout_s: float | None = None
-            if in_flight < self._max_sentences:
+            # Until the listener has its first audio, more than the minimum would only compete with
+            # it for the gateway's loop and the workers (a cached text's sentences all come at once).
+            if in_flight < self._max_sentences and self._clock.started:
                 ahead_s = self._clock.slack_s(self._clock.position_s(sentence_index))
                 if ahead_s < self._audio_ahead_s:
                     return
                 # The listener will have played that far by then (at least a moment: no busy loop).
                 timeout_s = max(MIN_RECHECK_S, ahead_s - self._audio_ahead_s)
+            elif not self._clock.started:
+                timeout_s = FIRST_AUDIO_RECHECK_S  # look again soon after the first audio
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), timeout_s)
