@@ -148,6 +148,12 @@ class MelCache:
         )
 
     @property
+    def keyring(self) -> KeyRing | None:
+        """The keys values are sealed with (None: stored plain); others that store client text in
+        the same Redis seal it with these too."""
+        return self._keyring
+
+    @property
     def sealed(self) -> bool:
         """Whether values are encrypted and authenticated (a cache key is configured)."""
         return self._keyring is not None

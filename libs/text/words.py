@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from itertools import accumulate
 from dataclasses import dataclass
 from typing import Callable, Final, Iterable, Mapping, Sequence
 
@@ -90,23 +91,29 @@ def _aligned(alone: Sequence[str], said: Sequence[str]) -> list[tuple[tuple[int,
     chosen so that the lengths of the sounds agree best (dynamic programming over both sequences;
     espeak-ng reduces words it runs together, so lengths, not exact sounds, decide)."""
     n, m = len(alone), len(said)
+    written_at = [0, *accumulate(len(sound) for sound in alone)]  # sound length before each word
+    spoken_at = [0, *accumulate(len(sound) for sound in said)]
     infinity = float("inf")
     cost = [[infinity] * (m + 1) for _ in range(n + 1)]
     step: list[list[tuple[int, int]]] = [[(0, 0)] * (m + 1) for _ in range(n + 1)]
     cost[0][0] = 0.0
+    written_next, spoken_next = _next_sounding(alone), _next_sounding(said)
     for i in range(n + 1):
-        for j in range(m + 1):
+        # Only pairings near the diagonal are looked at: a sentence's words pair off in order, a
+        # few at a time, so the alignment never strays far from it (linear, not quadratic, in words).
+        center = i * m // n if n else 0
+        for j in range(max(0, center - _BAND), min(m, center + _BAND) + 1):
             here = cost[i][j]
             if here == infinity:
                 continue
             for a, b in _PAIRINGS:
                 if i + a > n or j + b > m:
                     continue
-                written_sound = "".join(alone[i : i + a])
-                spoken_sound = "".join(said[j : j + b])
-                longer = max(len(written_sound), len(spoken_sound), 1)
-                pairing = abs(len(written_sound) - len(spoken_sound)) / longer + 0.25 * (a + b - 2)
-                if written_sound[:1] != spoken_sound[:1]:
+                written_length = written_at[i + a] - written_at[i]
+                spoken_length = spoken_at[j + b] - spoken_at[j]
+                pairing = abs(written_length - spoken_length) / max(written_length, spoken_length, 1) + 0.25 * (a + b - 2)
+                w, v = written_next[i], spoken_next[j]  # the groups' first sounds, "" for none
+                if (alone[w][0] if w < i + a else "") != (said[v][0] if v < j + b else ""):
                     pairing += 0.5
                 if here + pairing < cost[i + a][j + b]:
                     cost[i + a][j + b] = here + pairing
@@ -120,6 +127,20 @@ def _aligned(alone: Sequence[str], said: Sequence[str]) -> list[tuple[tuple[int,
         pairs.append(((i - a, i), (j - b, j)))
         i, j = i - a, j - b
     return pairs[::-1]
+
+
+_BAND: Final = 8
+"""How far from the diagonal (in spoken words) the alignment looks."""
+
+
+def _next_sounding(sounds: Sequence[str]) -> list[int]:
+    """For each index, the index of the first word from there on that has a sound (len: none)."""
+    following, found = [len(sounds)] * (len(sounds) + 1), len(sounds)
+    for index in range(len(sounds) - 1, -1, -1):
+        if sounds[index]:
+            found = index
+        following[index] = found
+    return following
 
 
 _PAIRINGS: Final = tuple((a, 1) for a in range(1, _MAX_GROUP + 1)) + tuple((1, b) for b in range(2, _MAX_GROUP + 1))

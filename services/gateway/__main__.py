@@ -70,7 +70,7 @@ async def serve(settings: GatewaySettings) -> None:
     servicer = TextToSpeechServicer(registry=registry, synthesizer=synthesizer, metrics=metrics, clients=clients)
     add_to_server(servicer, runtime.server)
     background = BackgroundWork.from_settings(
-        settings, synthesizer, text_side, text_executor, phonemizers, registry, pool, metrics.registry
+        settings, synthesizer, text_side, text_executor, phonemizers, registry, pool, metrics.registry, cache.keyring
     )  # long-form jobs and prewarming
     background.add_to_server(runtime.server)
     http = None

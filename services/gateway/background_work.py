@@ -52,8 +52,10 @@ class BackgroundWork:
     def from_settings(
         cls, settings: GatewaySettings, synthesizer: Synthesizer, text_side: CountingTextSide, text_executor: Executor,
         phonemizers: PhonemizerPool, registry: VoiceRegistry, pool: WorkerPool, metrics_registry: CollectorRegistry,
+        keyring: KeyRing | None = None,
     ) -> "BackgroundWork":  # fmt: skip
-        """`text_side` is the live streams' (its sentences are counted for promotion)."""
+        """`text_side` is the live streams' (its sentences are counted for promotion); `keyring` is
+        the cache's (promoted texts are sealed as its values are)."""
         cache = settings.cache
         zone = settings.server.zone
         own_url = settings.jobs.jobs_redis_url.strip()
@@ -78,7 +80,6 @@ class BackgroundWork:
             work._prewarm_client = client
             prewarm = settings.prewarm
             if prewarm.promote_after:
-                keyring = KeyRing.from_file(cache.key_file) if cache.key_file else None  # promoted texts sealed as the cache's values
                 work._promoter = Promoter(client, prewarm.promote_after, prewarm.promote_window_s, prewarm.promoted_keep_s, keyring)
                 text_side.listener = work._promoter.count
             warm_text_side = TextSide(text_executor, settings.limits.max_text_chars, settings.text, phonemizers)

@@ -230,15 +230,7 @@ class SpeechApi:
         )
 
     async def _body(self, request: Request) -> Any:
-        data = bytearray()
-        async for part in request.stream():
-            data += part
-            if len(data) > self._max_body_bytes:
-                raise HttpError(413, f"the request body is over {self._max_body_bytes} bytes; send a shorter `input`")
-        try:
-            return json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise HttpError(400, f"the request body is not JSON: {error}") from None
+        return await read_json_body(request, self._max_body_bytes, "send a shorter `input`")
 
     def _parse(self, body: Any) -> SpeechRequest:
         if not isinstance(body, dict):
@@ -340,6 +332,20 @@ def _vtt_time(seconds: float) -> str:
 
 def _vtt_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("-->", "--&gt;")
+
+
+async def read_json_body(request: Request, max_bytes: int, what_to_do: str) -> Any:
+    """The request's JSON body, read no further than `max_bytes` (413 past it, saying `what_to_do`;
+    400 for a body that is not JSON)."""
+    data = bytearray()
+    async for part in request.stream():
+        data += part
+        if len(data) > max_bytes:
+            raise HttpError(413, f"the request body is over {max_bytes} bytes; {what_to_do}")
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise HttpError(400, f"the request body is not JSON: {error}") from None
 
 
 def _field(body: dict[str, Any], name: str, kind: Any, *, required: bool = False, default: Any = None) -> Any:

@@ -11,7 +11,6 @@ Errors are OpenAI-shaped through the same status table as the speech route (serv
 
 from __future__ import annotations
 
-import json
 from typing import Any, Final, Mapping
 
 from starlette.requests import Request
@@ -24,7 +23,7 @@ from libs.jobs.metrics import JobMetrics
 from libs.jobs.requests import check_idempotency_key, check_job_text, job_spec, job_status_for, page_bounds
 from libs.jobs.store import JobRecord, JobStore
 from libs.voice.registry import VoiceRegistry
-from services.gateway.http_api import _HTTP_STATUS, MODEL_ALIASES, MODEL_ID, OPENAI_VOICES, RESPONSE_FORMATS, HttpError
+from services.gateway.http_api import _HTTP_STATUS, MODEL_ALIASES, MODEL_ID, OPENAI_VOICES, RESPONSE_FORMATS, HttpError, read_json_body
 
 JOBS_PATH: Final = "/v1/audio/jobs"
 BODY_OVERHEAD_BYTES: Final = 64 * 1024
@@ -106,15 +105,7 @@ class JobsHttpApi:
         return StreamingResponse(pieces, media_type=spec.mime_type, headers={"Content-Disposition": f'attachment; filename="{filename}"'})
 
     async def _body(self, request: Request) -> Any:
-        data = bytearray()
-        async for part in request.stream():
-            data += part
-            if len(data) > self._max_body_bytes:
-                raise HttpError(413, f"the request body is over {self._max_body_bytes} bytes; a job takes at most {self._max_text_chars} characters")
-        try:
-            return json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise HttpError(400, f"the request body is not JSON: {error}") from None
+        return await read_json_body(request, self._max_body_bytes, f"a job takes at most {self._max_text_chars} characters")
 
     def _parse(self, body: Any) -> tuple[str, Any]:
         if not isinstance(body, dict):
