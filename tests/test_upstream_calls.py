@@ -7,8 +7,8 @@ import asyncio
 import grpc
 import pytest
 
-from libs.wire.headers import MODEL_VERSION_METADATA_KEY, STREAM_ACCEPTED_METADATA
-from libs.upstream.calls import StreamRefused, WorkerSilent, accepted
+from libs.wire.headers import MODEL_VERSION_METADATA_KEY, STREAM_ACCEPTED_METADATA, STREAM_LIMIT_METADATA_KEY
+from libs.upstream.calls import Accepted, StreamRefused, WorkerSilent, accepted
 
 
 class _Call:
@@ -25,10 +25,17 @@ class _Call:
         return self._done
 
 
-def test_admission_header_means_accepted_and_names_the_model() -> None:
-    assert asyncio.run(accepted(_Call(grpc.aio.Metadata(STREAM_ACCEPTED_METADATA), done=False), 1.0)) == ""
-    headers = grpc.aio.Metadata(STREAM_ACCEPTED_METADATA, (MODEL_VERSION_METADATA_KEY, "vocoder-7"))
-    assert asyncio.run(accepted(_Call(headers, done=False), 1.0)) == "vocoder-7"
+def test_admission_header_means_accepted_and_names_the_model_and_the_stream_limit() -> None:
+    assert asyncio.run(accepted(_Call(grpc.aio.Metadata(STREAM_ACCEPTED_METADATA), done=False), 1.0)) == Accepted()
+    headers = grpc.aio.Metadata(
+        STREAM_ACCEPTED_METADATA, (MODEL_VERSION_METADATA_KEY, "vocoder-7"), (STREAM_LIMIT_METADATA_KEY, "32")
+    )
+    assert asyncio.run(accepted(_Call(headers, done=False), 1.0)) == Accepted("vocoder-7", 32)
+
+
+def test_a_garbled_stream_limit_is_not_taken_for_one() -> None:
+    headers = grpc.aio.Metadata(STREAM_ACCEPTED_METADATA, (STREAM_LIMIT_METADATA_KEY, "many"))
+    assert asyncio.run(accepted(_Call(headers, done=False), 1.0)).stream_limit is None
 
 
 def test_refusal_headers_are_a_refusal_even_before_the_call_reads_as_done() -> None:
@@ -45,7 +52,7 @@ def test_refusal_headers_are_a_refusal_even_before_the_call_reads_as_done() -> N
 
 
 def test_worker_from_before_the_admission_header_is_still_accepted() -> None:
-    assert asyncio.run(accepted(_Call(grpc.aio.Metadata(), done=False), 1.0)) == ""
+    assert asyncio.run(accepted(_Call(grpc.aio.Metadata(), done=False), 1.0)) == Accepted()
 
 
 def test_a_worker_that_sends_no_headers_is_silent() -> None:

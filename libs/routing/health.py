@@ -106,6 +106,8 @@ class EndpointStatus:
     """Clock time when the current ejection ends, or None when not ejected."""
     available: bool
     """Whether the picker may choose it now: healthy enough, not ejected and not draining."""
+    stream_limit: int | None = None
+    """Streams the worker says it takes at once (0: no limit), from its last admission; None until it admitted one."""
     draining: bool = False
     """Whether discovery says the worker is going away (terminating, or gone from its name): it takes
     no new streams and finishes the ones it has."""
@@ -117,6 +119,7 @@ class _State:
     def __init__(self) -> None:
         self.serving = Serving.UNKNOWN
         self.outstanding_streams = 0
+        self.stream_limit: int | None = None
         self.consecutive_failures = 0
         self.ejection_count = 0
         self.ejected_until_s: float | None = None
@@ -198,6 +201,13 @@ class HealthTable:
                 raise RuntimeError(f"stream_finished without stream_started on {endpoint}")
             state.outstanding_streams -= 1
 
+    def set_stream_limit(self, endpoint: Endpoint, limit: int) -> None:
+        """Record how many streams the endpoint says it takes at once (0: no limit)."""
+        with self._lock:
+            state = self._states.get(endpoint)
+            if state is not None:  # None: drained and forgotten since the stream opened
+                state.stream_limit = limit
+
     def record_success(self, endpoint: Endpoint) -> None:
         """An attempt on the endpoint succeeded: its consecutive failure count starts again from zero."""
         with self._lock:
@@ -272,6 +282,7 @@ class HealthTable:
             endpoint=endpoint,
             serving=state.serving,
             outstanding_streams=state.outstanding_streams,
+            stream_limit=state.stream_limit,
             consecutive_failures=state.consecutive_failures,
             ejection_count=state.ejection_count,
             ejected_until_s=state.ejected_until_s,

@@ -12,6 +12,7 @@ gaps. Each is a setting; 0 switches a limit off.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass
 from typing import Callable, Final
@@ -20,7 +21,12 @@ import grpc
 
 from libs.serving.scheduling import RealtimeMeter
 from libs.settings.fields import setting
-from libs.wire.headers import MODEL_VERSION_METADATA_KEY, PUSHBACK_METADATA_KEY, STREAM_ACCEPTED_METADATA
+from libs.wire.headers import (
+    MODEL_VERSION_METADATA_KEY,
+    PUSHBACK_METADATA_KEY,
+    STREAM_ACCEPTED_METADATA,
+    STREAM_LIMIT_METADATA_KEY,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -170,7 +176,23 @@ class Admission:
         context.add_done_callback(self._stream_done)
         # Headers now tell the gateway the stream is accepted before it writes (see its `accepted`).
         model_version = str(getattr(engine, "model_version", ""))
-        await context.send_initial_metadata((STREAM_ACCEPTED_METADATA, (MODEL_VERSION_METADATA_KEY, model_version)))
+        await context.send_initial_metadata(
+            (
+                STREAM_ACCEPTED_METADATA,
+                (MODEL_VERSION_METADATA_KEY, model_version),
+                (STREAM_LIMIT_METADATA_KEY, str(self.stream_limit)),
+            )
+        )
+
+    @property
+    def stream_limit(self) -> int:
+        """Streams this worker takes at once now (0: no limit): the open-stream limit, or fewer when
+        its real-time capacity holds fewer listeners."""
+        limits = [self.settings.max_streams] if self.settings.max_streams else []
+        usable = self.capacity_audio_s_per_s * self.settings.realtime_headroom
+        if usable > 0:
+            limits.append(max(1, math.floor(usable)))
+        return min(limits, default=0)
 
     @property
     def capacity_audio_s_per_s(self) -> float:

@@ -83,7 +83,7 @@ class HttpListener:
         libs.serving.http_limits); HTTPS only when `tls` is given."""
         host = host.strip("[]") or "::"
         self._host = host
-        app = ClientRequestLimit(app, max_requests_per_client, clients) if max_requests_per_client else app
+        app = ClientRequestLimit(app, max_requests_per_client, clients)  # names the client even without a limit
         config = uvicorn.Config(
             app, host=host, port=port, lifespan="off", log_level="warning", access_log=False,
             # The client address stays the peer's: which proxies may name another is the gateway's

@@ -6,7 +6,8 @@ response has been sent in full (a streamed speech response holds its slot while 
 client that opens many requests and reads none cannot take the whole gateway. One past the limit
 is answered at once with 429, `Retry-After: 1` and a JSON body in the shape HTTP speech APIs use.
 The client is the peer's address without its port, or behind a trusted proxy the address it
-forwarded for, as at the gRPC door (libs.serving.clients).
+forwarded for, as at the gRPC door (libs.serving.clients). The app finds who it is under
+`scope[CLIENT_SCOPE_KEY]`, so the synthesizer's own per-client share applies to HTTP callers too.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 RETRY_AFTER_S: Final = 1
+CLIENT_SCOPE_KEY: Final = "tts.client"
+"""Where the app finds the request's client ("" when the door does not tell clients apart)."""
 
 
 class ClientRequestLimit:
@@ -39,11 +42,15 @@ class ClientRequestLimit:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         peer = scope.get("client")
-        if scope["type"] != "http" or not self._max_per_client or not peer:
+        if scope["type"] != "http" or not peer:
             await self._app(scope, receive, send)
             return
         forwarded = next((value.decode("latin-1") for key, value in scope.get("headers", ()) if key == FORWARDED_FOR.encode()), None)
         client = self._clients.client(str(peer[0]), forwarded)
+        scope[CLIENT_SCOPE_KEY] = client
+        if not self._max_per_client:
+            await self._app(scope, receive, send)
+            return
         held = self._open.get(client, 0)
         if held >= self._max_per_client:
             await _refuse(send, held)

@@ -25,6 +25,9 @@ MAX_REQUEST_ID_CHARS: Final = MAX_ID_CHARS  # it becomes the utterance id the wo
 DEFAULT_MAX_STREAMS: Final = 256
 # A quarter of the gateway: one client (an address; behind a NAT, many people) cannot take it all.
 DEFAULT_MAX_STREAMS_PER_CLIENT: Final = 64
+# Half of what the workers behind the gateway take: one client flooding it leaves the other half to
+# everyone else, and a client alone still gets most of the mesh.
+DEFAULT_MAX_CLIENT_SHARE: Final = 0.5
 MIN_OUTPUT_SAMPLE_RATE_HZ: Final = 8000
 MAX_OUTPUT_SAMPLE_RATE_HZ: Final = 48000
 
@@ -45,6 +48,11 @@ class RequestLimits:
         DEFAULT_MAX_STREAMS_PER_CLIENT, env="TTS_MAX_STREAMS_PER_CLIENT", unit="count", minimum=0,
         doc="streams one client address may have open at a gateway, and as many HTTP requests; more are refused with "
         "RESOURCE_EXHAUSTED (HTTP 429) (0: no limit)",
+    )  # fmt: skip
+    max_client_share: float = setting(
+        DEFAULT_MAX_CLIENT_SHARE, env="TTS_MAX_CLIENT_SHARE", unit="ratio", minimum=0, maximum=1,
+        doc="share of the workers' stream capacity (what they say they take at once, added up) one client may hold; "
+        "more streams are refused with RESOURCE_EXHAUSTED (0: no share limit)",
     )  # fmt: skip
 
 

@@ -9,8 +9,9 @@ text -> sentences (libs.synthesis.text_side) -> cache or acoustic worker -> voco
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import AsyncIterator, Iterator
+import math
+import weakref
+from typing import AsyncIterator
 
 import grpc
 
@@ -33,15 +34,24 @@ class Synthesizer:
     """Speaks texts with the workers of `pool`, through the mel cache."""
 
     def __init__(
-        self, *, pool: WorkerPool, cache: MelCache, text_side: TextSide, max_streams: int, max_streams_per_client: int = 0
+        self,
+        *,
+        pool: WorkerPool,
+        cache: MelCache,
+        text_side: TextSide,
+        max_streams: int,
+        max_streams_per_client: int = 0,
+        max_client_share: float = 0.0,
     ) -> None:
-        """At most `max_streams` streams at once, and `max_streams_per_client` (0: no limit) of one
-        named client (a caller that names none, "", has no limit of its own)."""
+        """At most `max_streams` streams at once, and of one named client (a caller that names none,
+        "", has no limit of its own) at most `max_streams_per_client` (0: no limit) and at most
+        `max_client_share` (0: no limit) of the streams the workers take at once."""
         self._pool = pool
         self._cache = cache
         self.text_side = text_side
         self._max_streams = max_streams
         self._max_streams_per_client = max_streams_per_client
+        self._max_client_share = max_client_share
         self._open_streams = 0
         self._client_streams: dict[str, int] = {}  # only clients with a stream open: bounded by the streams
         self._flights: SingleFlight[CachedMel] = SingleFlight()
@@ -49,27 +59,39 @@ class Synthesizer:
     async def synthesize(
         self, text: str, options: SynthesisOptions, timeout_s: float | None, client: str = ""
     ) -> AsyncIterator[AudioChunk]:
-        """The audio of `text`. Raises at once for text that cannot be spoken; the returned iterator
-        yields chunks as they are produced. `client` names the caller, for its stream limit."""
-        if options.ssml or looks_like_ssml(text):
-            sentences = await self.text_side.ssml_sentences(options.voice, text, options.lexicon)
-        else:
-            sentences = await self.text_side.sentences(options.voice, text, options.lexicon)
-        return self.speak(sentences, options, timeout_s, client)
+        """The audio of `text`. Raises at once for text that cannot be spoken, or when the gateway or
+        `client` (who the caller is, for its stream limit) has no room; the returned iterator yields
+        chunks as they are produced."""
+        slot = self._take_slot(client)  # before the text costs anything
+        try:
+            if options.ssml or looks_like_ssml(text):
+                sentences = await self.text_side.ssml_sentences(options.voice, text, options.lexicon)
+            else:
+                sentences = await self.text_side.sentences(options.voice, text, options.lexicon)
+        except BaseException:
+            slot.release()
+            raise
+        return self._speak(sentences, options, timeout_s, slot)
 
     def synthesize_incremental(
         self, pieces: AsyncIterator[str], options: SynthesisOptions, timeout_s: float | None, client: str = ""
     ) -> AsyncIterator[AudioChunk]:
         """The audio of text that arrives in `pieces` (joined as sent): each sentence is spoken as
-        soon as it is complete, the rest when the pieces end."""
+        soon as it is complete, the rest when the pieces end. Raises at once when there is no room."""
+        slot = self._take_slot(client)
         sentences = self.text_side.incremental_sentences(options.voice, pieces, options.lexicon)
-        return self.speak(sentences, options, timeout_s, client)
+        return self._speak(sentences, options, timeout_s, slot)
 
-    async def speak(
+    def speak(
         self, sentences: AsyncIterator[Sentence], options: SynthesisOptions, timeout_s: float | None, client: str = ""
     ) -> AsyncIterator[AudioChunk]:
         """The audio of sentences already phonemised (by `text_side`, or a caller that cut a long text itself)."""
-        with self._admitted(client):
+        return self._speak(sentences, options, timeout_s, self._take_slot(client))
+
+    async def _speak(
+        self, sentences: AsyncIterator[Sentence], options: SynthesisOptions, timeout_s: float | None, slot: "_Slot"
+    ) -> AsyncIterator[AudioChunk]:
+        try:
             voice = options.voice
             pipeline = UtterancePipeline(
                 pool=self._pool,
@@ -90,19 +112,30 @@ class Synthesizer:
             tail = output.finish()
             if tail and last is not None:
                 yield AudioChunk(tail, last.sentence_index, last.audio_offset_s + last.audio_duration_s, 0.0, False, None)
+        finally:
+            slot.release()
 
-    @contextmanager
-    def _admitted(self, client: str) -> Iterator[None]:
-        """Count one stream of `client` for the block, or shed it with RESOURCE_EXHAUSTED when the
-        gateway is full or the client has its limit of streams open."""
+    def client_limit(self) -> int | None:
+        """Streams one client may hold now: the per-client limit, or its share of what the workers
+        take at once if that is fewer (at least one). None: no limit."""
+        limits = [self._max_streams_per_client] if self._max_streams_per_client else []
+        capacity = self._pool.stream_capacity() if self._max_client_share else None
+        if capacity is not None:
+            limits.append(max(1, math.floor(capacity * self._max_client_share)))
+        return min(limits, default=None)
+
+    def _take_slot(self, client: str) -> "_Slot":
+        """Count one stream of `client` until its slot is released (or dropped), or shed it with
+        RESOURCE_EXHAUSTED when the gateway is full or the client holds its limit of streams."""
         if self._open_streams >= self._max_streams:
             self._pool.metrics.shed(SHED_GATEWAY_FULL)
             raise DownstreamError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"the gateway is serving its limit of {self._max_streams} streams; retry with backoff",
             )
+        limit = self.client_limit() if client else None
         held = self._client_streams.get(client, 0)
-        if client and self._max_streams_per_client and held >= self._max_streams_per_client:
+        if limit is not None and held >= limit:
             self._pool.metrics.shed(SHED_CLIENT_LIMIT)
             raise DownstreamError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -110,10 +143,19 @@ class Synthesizer:
             )
         self._open_streams += 1
         self._client_streams[client] = held + 1
-        try:
-            yield
-        finally:
-            self._open_streams -= 1
-            left = self._client_streams.pop(client) - 1
-            if left:
-                self._client_streams[client] = left
+        return _Slot(self, client)
+
+    def _give_back(self, client: str) -> None:
+        self._open_streams -= 1
+        left = self._client_streams.pop(client) - 1
+        if left:
+            self._client_streams[client] = left
+
+
+class _Slot:
+    """One stream's place in a synthesizer's counts, given back exactly once: by `release()` when
+    the stream ends, or when the slot is dropped unused (a response the door never started to send
+    still frees its place)."""
+
+    def __init__(self, synthesizer: Synthesizer, client: str) -> None:
+        self.release = weakref.finalize(self, synthesizer._give_back, client)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Final
 
 import grpc
 
-from libs.wire.headers import MODEL_VERSION_METADATA_KEY, STREAM_ACCEPTED_METADATA
+from libs.wire.headers import MODEL_VERSION_METADATA_KEY, STREAM_ACCEPTED_METADATA, STREAM_LIMIT_METADATA_KEY
 from libs.routing.attempts import AttemptFailure
 
 
@@ -43,9 +44,26 @@ class StreamRefused(Exception):
     """The worker ended the call before accepting it (e.g. RESOURCE_EXHAUSTED at admission)."""
 
 
-async def accepted(call: Any, timeout_s: float) -> str:
-    """Wait until the worker has accepted the stream (it sends its headers on admission); returns the
-    model version it named there ("" from a worker that names none).
+@dataclass(frozen=True)
+class Accepted:
+    """What a worker said when it admitted a stream."""
+
+    model_version: str = ""
+    """The model the stream runs on ("" from a worker that names none)."""
+    stream_limit: int | None = None
+    """Streams the worker takes at once (0: no limit; None: it did not say)."""
+
+
+def _stream_limit(value: str | None) -> int | None:
+    try:
+        return max(0, int(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+async def accepted(call: Any, timeout_s: float) -> Accepted:
+    """Wait until the worker has accepted the stream (it sends its headers on admission); returns
+    what it said there.
 
     Writing before that can race a worker's immediate refusal, and gRPC core then fails the call as
     INTERNAL, losing the refusal's status and pushback hint; waiting costs one local round trip.
@@ -58,7 +76,7 @@ async def accepted(call: Any, timeout_s: float) -> str:
         raise StreamRefused()
     named = {key: value for key, value in headers or ()}
     if STREAM_ACCEPTED_METADATA[0] in named:
-        return str(named.get(MODEL_VERSION_METADATA_KEY, ""))
+        return Accepted(str(named.get(MODEL_VERSION_METADATA_KEY, "")), _stream_limit(named.get(STREAM_LIMIT_METADATA_KEY)))
     # Headers without the admission header: a refusal (or a broken connection) whose status is a
     # moment behind, or a worker from before that header. Writing into the first would turn the
     # refusal into INTERNAL "Internal error from Core"; dropping the call before its status is in
@@ -68,7 +86,7 @@ async def accepted(call: Any, timeout_s: float) -> str:
         await asyncio.sleep(REFUSAL_STATUS_POLL_S)
         if call.done():
             raise StreamRefused()
-    return ""
+    return Accepted()
 
 
 CALL_ERRORS: Final = (grpc.aio.AioRpcError, asyncio.InvalidStateError, WorkerSilent, StreamEnded, StreamRefused)

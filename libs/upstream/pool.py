@@ -220,6 +220,14 @@ class WorkerPool:
         )
         return vocoders and acoustics
 
+    def stream_capacity(self) -> int | None:
+        """Streams the available workers take at once, as they said when they admitted one: the
+        smaller of the acoustic and the vocoder sums. None while unknown (no worker has said) or
+        unbounded (a worker without a limit)."""
+        sums = [_summed_limits(self._tables[kind].statuses()) for kind in KINDS]
+        known = [total for total in sums if total is not None]
+        return min(known) if known else None
+
     def endpoint_statuses(self) -> list[EndpointStatus | UnroutableTarget]:
         """Every pod's status, and an unroutable stand-in for each configured target, so a zone whose
         pods are all gone still counts 0 routable workers (`tts_gateway_healthy_endpoints`) instead of
@@ -304,6 +312,16 @@ class WorkerPool:
             self.changed.set()
             self.changed.clear()
             return
+
+
+def _summed_limits(statuses: list[EndpointStatus]) -> int | None:
+    """The stream limits of the available endpoints added up; one that has not said yet counts as
+    the mean of those that have. None if none has said, or one takes streams without limit."""
+    limits = [status.stream_limit for status in statuses if status.available]
+    said = [limit for limit in limits if limit is not None]
+    if not said or 0 in said:
+        return None
+    return round(sum(said) * len(limits) / len(said))
 
 
 def _log_if_failed(task: asyncio.Task[None]) -> None:

@@ -100,7 +100,10 @@ class ResumableCall(ABC):
         self._endpoint = endpoint
         self._pool.table(self.kind).stream_started(endpoint)
         self._owed_since_s = self._owed_on_open()
-        self.model_version = await accepted(self._call, self._timeout_s)
+        admitted = await accepted(self._call, self._timeout_s)
+        self.model_version = admitted.model_version
+        if admitted.stream_limit is not None:
+            self._pool.table(self.kind).set_stream_limit(endpoint, admitted.stream_limit)
 
     async def _read(self) -> Any:
         """The call's next message (or grpc.aio.EOF); WorkerSilent once the worker has owed an answer

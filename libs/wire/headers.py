@@ -11,5 +11,9 @@ this header, not by timing."""
 MODEL_VERSION_METADATA_KEY: Final = "tts-model-version"
 """Header a worker sends with STREAM_ACCEPTED_METADATA: the model version the stream will run on
 (the gateway only reuses cached audio made by that very model)."""
+STREAM_LIMIT_METADATA_KEY: Final = "tts-stream-limit"
+"""Header a worker sends with STREAM_ACCEPTED_METADATA: how many streams it takes at once ("0": no
+limit of its own). The gateway adds these up into the capacity behind it, of which one client may
+hold only a share."""
 PUSHBACK_METADATA_KEY: Final = "grpc-retry-pushback-ms"
 """Trailing metadata key a worker sets to say how long to wait (milliseconds) or, if negative, not to retry."""

@@ -64,7 +64,7 @@ async def serve(settings: GatewaySettings) -> None:
     text_side = CountingTextSide(text_executor, settings.limits.max_text_chars, settings.text, phonemizers)
     synthesizer = Synthesizer(
         pool=pool, cache=cache, text_side=text_side, max_streams=settings.limits.max_streams,
-        max_streams_per_client=settings.limits.max_streams_per_client,
+        max_streams_per_client=settings.limits.max_streams_per_client, max_client_share=settings.limits.max_client_share,
     )  # fmt: skip
     clients = ClientIdentity(settings.clients.trusted_proxies)  # per-client limits see through the edge
     servicer = TextToSpeechServicer(registry=registry, synthesizer=synthesizer, metrics=metrics, clients=clients)

@@ -31,6 +31,7 @@ from starlette.staticfiles import StaticFiles
 
 from libs.encoding.encoders import encoding_of
 from libs.pb.tts.v1 import tts_pb2
+from libs.serving.http_limits import CLIENT_SCOPE_KEY
 from libs.serving.status import grpc_status_for
 from libs.synthesis.options import SynthesisOptions, resolve_options
 from libs.synthesis.output import AudioChunk, SentenceInfo
@@ -148,7 +149,7 @@ class SpeechApi:
         try:
             parsed = self._parse(await self._body(request))
             meter.voice(parsed.options.voice.name)
-            chunks = await self._synthesizer.synthesize(parsed.text, parsed.options, None)
+            chunks = await self._synthesizer.synthesize(parsed.text, parsed.options, None, _client(request))
         except Exception as error:  # every refusal goes through the one status table
             refused = http_error_for(error)
             meter.finished(refused.grpc_code.name)
@@ -170,7 +171,7 @@ class SpeechApi:
             meter.voice(parsed.options.voice.name)
             audio = bytearray()
             sentences: list[SentenceInfo] = []
-            async for chunk in await self._synthesizer.synthesize(parsed.text, parsed.options, None):
+            async for chunk in await self._synthesizer.synthesize(parsed.text, parsed.options, None, _client(request)):
                 meter.sent(chunk.audio_duration_s)
                 audio += chunk.audio
                 if chunk.sentence is not None:
@@ -366,3 +367,7 @@ def _model(model_id: str) -> dict[str, Any]:
 def _clip(text: str, limit: int = 64) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
+
+def _client(request: Request) -> str:
+    """Who sent `request`, as the door's client limit named it ("" if it did not)."""
+    return str(request.scope.get(CLIENT_SCOPE_KEY, ""))

@@ -69,6 +69,9 @@ class Mesh:
     """Mutual TLS to the workers, a Redis password and sealed cache values (False: all plaintext)."""
     secrets: LocalSecrets | None = None
     """The secrets in use (made at start when `secure`)."""
+    max_client_share: float = 0.0
+    """The gateway's --max-client-share. Off by default: tests and benchmarks stand for many clients
+    from one loopback address, which the share would count as one."""
 
     @property
     def gateway_address(self) -> str:
@@ -95,6 +98,7 @@ class Mesh:
                     "--vocoder", f"{self.zone}={vocoder.address}",
                     "--redis-url", f"redis://127.0.0.1:{self.redis.config.port}/0",
                     "--http-port", str(self.http_port),
+                    "--max-client-share", str(self.max_client_share),
                     *self.gateway_secret_args(),
                 ],
             )  # fmt: skip
