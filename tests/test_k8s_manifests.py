@@ -26,6 +26,8 @@ OVERLAY_NAMES = [path.name for path in overlays()]
 def load_settings(service: str, argv: list[str], environ: dict[str, str]) -> Any:
     """The settings `service` starts with from these args and this environment (SystemExit if it would not start)."""
     return load_gateway_settings(argv, environ) if service == "gateway" else load_worker_settings(service, argv, environ)
+
+
 ZONE_LABEL = "topology.kubernetes.io/zone"
 DOWNWARD_ZONE = "zone-a"  # stands for the zone label the downward API would read (one of the prod zones)
 
@@ -279,7 +281,9 @@ def _secrets_used(pod: dict[str, Any]) -> set[str]:
                 names.add(source["secret"]["name"])
     for container in pod.get("containers", []) + pod.get("initContainers", []):
         names |= {source["secretRef"]["name"] for source in container.get("envFrom", []) if "secretRef" in source}
-        names |= {v["valueFrom"]["secretKeyRef"]["name"] for v in container.get("env", []) if "secretKeyRef" in v.get("valueFrom", {})}
+        names |= {
+            v["valueFrom"]["secretKeyRef"]["name"] for v in container.get("env", []) if "secretKeyRef" in v.get("valueFrom", {})
+        }
     return names
 
 
@@ -311,7 +315,11 @@ def test_egress_is_denied_but_for_what_each_service_calls(rendered) -> None:
            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}  # fmt: skip
     otlp = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "opentelemetry-collector"}}}  # fmt: skip
-    workers = {"podSelector": {"matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "In", "values": ["acoustic", "vocoder"]}]}}
+    workers = {
+        "podSelector": {
+            "matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "In", "values": ["acoustic", "vocoder"]}]
+        }
+    }
     redis = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "redis"}}}
 
     def allowed(policy: str) -> list[tuple[Any, set[tuple[str, int]]]]:
@@ -326,12 +334,17 @@ def test_egress_is_denied_but_for_what_each_service_calls(rendered) -> None:
     assert allowed("workers-egress") == [(dns, {("UDP", 53), ("TCP", 53)}), (otlp, {("TCP", 4317)})]
     gateway = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "gateway"}}}
     assert allowed("edge") == [(gateway, {("TCP", 50051), ("TCP", 8000)}), (dns, {("UDP", 53), ("TCP", 53)})]
+    expected = [{}, {"matchLabels": {"app.kubernetes.io/name": "edge"}}, gateway["podSelector"], workers["podSelector"]]
+    if overlay == "prod":  # job runners (component job-runners) call exactly what the gateway calls
+        assert allowed("job-runner-egress") == allowed("gateway-egress")
+        expected.append({"matchLabels": {"app.kubernetes.io/name": "job-runner"}})
     # Redis, and any pod not named above, sends nothing anywhere.
     egress_policies = [policy for policy in policies.values() if "Egress" in policy["spec"]["policyTypes"]]
     selected = sorted(str(policy["spec"]["podSelector"]) for policy in egress_policies)
-    expected = [{}, {"matchLabels": {"app.kubernetes.io/name": "edge"}}, gateway["podSelector"], workers["podSelector"]]
     assert selected == sorted(str(selector) for selector in expected)
-    assert not any("ipBlock" in peer for policy in egress_policies for rule in policy["spec"].get("egress", []) for peer in rule["to"])
+    assert not any(
+        "ipBlock" in peer for policy in egress_policies for rule in policy["spec"].get("egress", []) for peer in rule["to"]
+    )
 
 
 def test_prod_gateway_serves_tls_asks_for_api_keys_seals_its_cache_and_dials_workers_with_mutual_tls() -> None:
@@ -377,7 +390,124 @@ def test_prod_gateway_serves_tls_asks_for_api_keys_seals_its_cache_and_dials_wor
         assert endpoint.host in served["spec"]["dnsNames"] and "server auth" in served["spec"]["usages"]
     redis = _container(_by_kind(resources, "Deployment")["redis"])
     assert redis["args"][-2:] == ["--requirepass", "$(REDIS_PASSWORD)"]
-    assert {"name": "REDIS_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "tts-redis-auth", "key": "password"}}} in redis["env"]
+    assert {"name": "REDIS_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "tts-redis-auth", "key": "password"}}} in redis[
+        "env"
+    ]
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a label selector (matchLabels, matchExpressions with In) selects a pod with `labels`."""
+    if any(labels.get(key) != value for key, value in selector.get("matchLabels", {}).items()):
+        return False
+    for expression in selector.get("matchExpressions", []):
+        assert expression["operator"] == "In", expression
+        if labels.get(expression["key"]) not in expression["values"]:
+            return False
+    return True
+
+
+def _admitted_ports(policies: dict[str, dict[str, Any]], pod_labels: dict[str, str], caller_labels: dict[str, str]) -> set[int]:
+    """The TCP ports of a pod with `pod_labels` that the NetworkPolicies open to a same-namespace pod with `caller_labels`."""
+    ports: set[int] = set()
+    for policy in policies.values():
+        if "Ingress" not in policy["spec"]["policyTypes"] or not _selects(policy["spec"]["podSelector"], pod_labels):
+            continue
+        for rule in policy["spec"].get("ingress", []):
+            peers = rule.get("from")
+            if peers is None or any(
+                "namespaceSelector" not in peer and _selects(peer["podSelector"], caller_labels) for peer in peers
+            ):
+                assert "ports" in rule, f"{policy['metadata']['name']} opens every port"
+                ports |= {port["port"] for port in rule["ports"] if port["protocol"] == "TCP"}
+    return ports
+
+
+def test_prod_job_runners_dial_workers_and_redis_with_the_gateways_certificate_and_secrets() -> None:
+    from scripts import k8s_monitoring
+
+    prod = next(path for path in overlays() if path.name == "prod")
+    resources = render(prod)
+    config_maps = _by_kind(resources, "ConfigMap")
+    deployments = _by_kind(resources, "Deployment")
+    runner, gateway = deployments["job-runner"], deployments["gateway"]
+    container = _container(runner)
+    assert re.search(r"/tts-mesh@sha256:[0-9a-f]{64}$", container["image"]), container["image"]
+    module, *argv = container["args"]
+    assert module == "services.gateway"
+    environ = _environment(container, config_maps)
+    assert not {name for name in environ if name not in known_env("gateway") and not name.startswith("OTEL_")}
+    settings = load_settings("gateway", argv, environ)
+    gateway_container = _container(gateway)
+    gateway_settings = load_settings("gateway", gateway_container["args"][1:], _environment(gateway_container, config_maps))
+    assert settings.jobs.job_runners > 0 and settings.http.http_port == 0
+    # Mutual TLS to the workers with the gateway's client certificate, trusting the same mesh CA.
+    upstream = settings.upstream
+    assert (upstream.tls_ca, upstream.tls_cert, upstream.tls_key) == (
+        gateway_settings.upstream.tls_ca, gateway_settings.upstream.tls_cert, gateway_settings.upstream.tls_key,
+    )  # fmt: skip
+    assert _mounted_secret(runner, upstream.tls_cert) == _mounted_secret(gateway, gateway_settings.upstream.tls_cert)
+    assert _mounted_secret(runner, upstream.tls_ca) == _mounted_secret(runner, upstream.tls_cert)
+    assert _mounted_secret(runner, upstream.tls_key) == _mounted_secret(runner, upstream.tls_cert)
+    assert (upstream.acoustic, upstream.vocoder) == (gateway_settings.upstream.acoustic, gateway_settings.upstream.vocoder)
+    # The sealed cache's key and Redis's password, from the Secrets the gateway reads them from.
+    assert settings.cache.key_file and _mounted_secret(runner, settings.cache.key_file) == "tts-cache-key"
+    assert _mounted_secret(runner, settings.cache.redis_password_file) == "tts-redis-auth"
+    assert settings.cache.url_for_zone(DOWNWARD_ZONE) == gateway_settings.cache.url_for_zone(DOWNWARD_ZONE)
+    assert settings.auth.enabled and _mounted_secret(runner, settings.auth.api_keys_file) == "tts-api-keys"
+    # Their gRPC port serves no one and speaks plaintext: probed there. They resolve workers by DNS,
+    # holding no API token.
+    assert not settings.server.tls_cert
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == {"grpc": settings.server.port, "metrics": settings.server.metrics_port}
+    for probe in ("startupProbe", "livenessProbe"):
+        assert container[probe]["grpc"] == {"port": settings.server.port}, probe
+    pod = runner["spec"]["template"]["spec"]
+    assert upstream.discovery == "dns" and pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
+    assert pod["securityContext"]["fsGroup"] == gateway["spec"]["template"]["spec"]["securityContext"]["fsGroup"]
+    # A runner in every zone (each zone's Redis holds that zone's queue), spread strictly.
+    zones = {endpoint.zone for endpoint in upstream.acoustic}
+    hpa = _by_kind(resources, "HorizontalPodAutoscaler")["job-runner"]["spec"]
+    assert runner["spec"]["replicas"] >= len(zones) and hpa["minReplicas"] >= len(zones)
+    spread = next(c for c in pod["topologySpreadConstraints"] if c["topologyKey"] == ZONE_LABEL)
+    assert spread["whenUnsatisfiable"] == "DoNotSchedule"
+    # The autoscaler's external metric has an adapter rule, and its query is PromQL.
+    adapter = yaml.safe_load(
+        next(m for name, m in config_maps.items() if name.startswith("tts-prometheus-adapter-rules"))["data"][
+            "adapter-rules.yaml"
+        ]
+    )
+    served = {
+        re.match(r"[a-zA-Z_:][a-zA-Z0-9_:]*", rule["seriesQuery"]).group(0): rule for rule in adapter.get("externalRules", [])
+    }  # type: ignore[union-attr]
+    for metric in hpa["metrics"]:
+        assert metric["type"] == "External" and metric["external"]["metric"]["name"] in served, metric
+    queries = k8s_monitoring.adapter_queries(yaml.safe_dump({"rules": list(served.values())}))
+    assert queries and all(k8s_monitoring.parse_promql(query) is None for query in queries)
+
+
+def test_worker_and_redis_ingress_admits_the_gateway_and_prod_job_runners_on_their_ports_only(rendered) -> None:
+    overlay, resources = rendered
+    policies = _by_kind(resources, "NetworkPolicy")
+    deployments = _by_kind(resources, "Deployment")
+    config_maps = _by_kind(resources, "ConfigMap")
+
+    def labels(name: str) -> dict[str, str]:
+        return deployments[name]["spec"]["template"]["metadata"]["labels"]
+
+    callers = ["gateway", "job-runner"] if overlay == "prod" else ["gateway"]
+    assert ("job-runner" in deployments) == (overlay == "prod")
+    for worker in ("acoustic", "vocoder"):
+        container = _container(deployments[worker])
+        port = load_settings(worker, container["args"][1:], _environment(container, config_maps)).server.port
+        for caller in callers:
+            assert port in _admitted_ports(policies, labels(worker), labels(caller)), f"{worker} refuses the {caller}"
+            assert _admitted_ports(policies, labels(worker), labels(caller)) <= {50052, 50053}, (
+                f"{worker} opens more to the {caller}"
+            )
+        assert not _admitted_ports(policies, labels(worker), labels("edge")), f"{worker} takes calls from the edge"
+    for caller in callers:
+        assert _admitted_ports(policies, labels("redis"), labels(caller)) == {6379}, f"Redis and the {caller}"
+    assert not _admitted_ports(policies, labels("redis"), labels("edge"))
 
 
 def test_the_committed_api_keys_file_holds_hashes_only() -> None:

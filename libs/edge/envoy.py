@@ -3,9 +3,10 @@
 Browsers, mobile apps and HTTP tools all reach the service on one port:
 - gRPC (HTTP/2) passes straight through to the gateway's gRPC port;
 - grpc-web (HTTP/1.1 or 2, binary or text) is translated by Envoy's `grpc_web` filter, so a browser
-  can call `Synthesize` (server streaming) and `ListVoices`; `StreamingSynthesize` stays gRPC-only,
-  as browsers cannot open a client stream;
-- `/v1/...` (the OpenAI-compatible API) and `/` (the web page) go to the gateway's HTTP port.
+  can call `Synthesize` (server streaming), `ListVoices` and every method of `LongFormSynthesis`;
+  `StreamingSynthesize` stays gRPC-only, as browsers cannot open a client stream;
+- `/v1/...` (the OpenAI-compatible API, long-form jobs under `/v1/audio/jobs` included) and `/` (the
+  web page) go to the gateway's HTTP port.
 CORS answers the configured origins; TLS is terminated here when a certificate is given; access
 logs go to standard output; the admin interface listens on localhost only.
 
@@ -28,6 +29,9 @@ import yaml
 DEFAULT_EDGE_PORT: Final = 8080
 DEFAULT_ADMIN_PORT: Final = 9901
 GRPC_SERVICE_PREFIX: Final = "/tts.v1.TextToSpeech/"
+LONG_FORM_SERVICE_PREFIX: Final = "/tts.v1.LongFormSynthesis/"
+GRPC_SERVICE_PREFIXES: Final = (GRPC_SERVICE_PREFIX, LONG_FORM_SERVICE_PREFIX)
+"""Every public gRPC service the gateway serves (protos/tts/v1/tts.proto, jobs.proto): routed to its gRPC port."""
 HEALTH_PATH: Final = "/healthz"
 """Answered by the edge itself, for load balancers and Kubernetes probes."""
 STREAM_IDLE_TIMEOUT_S: Final = 300
@@ -102,9 +106,18 @@ def _listener(settings: EdgeSettings) -> dict[str, Any]:
         "stream_idle_timeout": f"{STREAM_IDLE_TIMEOUT_S}s",
         "route_config": {"name": "edge", "virtual_hosts": [_virtual_host(settings)]},
         "http_filters": [
-            {"name": "envoy.filters.http.grpc_web", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.grpc_web.v3.GrpcWeb"}},
-            {"name": "envoy.filters.http.cors", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors"}},
-            {"name": "envoy.filters.http.router", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}},
+            {
+                "name": "envoy.filters.http.grpc_web",
+                "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.grpc_web.v3.GrpcWeb"},
+            },
+            {
+                "name": "envoy.filters.http.cors",
+                "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors"},
+            },
+            {
+                "name": "envoy.filters.http.router",
+                "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
+            },
         ],
     }
     if settings.access_log:
@@ -132,14 +145,18 @@ def _listener(settings: EdgeSettings) -> dict[str, Any]:
 
 
 def _virtual_host(settings: EdgeSettings) -> dict[str, Any]:
+    # One policy for every route: grpc-web calls of both services, and the HTTP API, whose job routes
+    # also take DELETE (cancel) and an Idempotency-Key, and answer a create with its Location.
     cors = {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.cors.v3.CorsPolicy",
         "allow_origin_string_match": [{"exact": origin} for origin in settings.cors_origins],
-        "allow_methods": "GET, POST, OPTIONS",
-        "allow_headers": "content-type, x-grpc-web, x-user-agent, grpc-timeout, authorization, connect-protocol-version",
-        "expose_headers": "grpc-status, grpc-message, grpc-status-details-bin",
+        "allow_methods": "GET, POST, DELETE, OPTIONS",
+        "allow_headers": "content-type, x-grpc-web, x-user-agent, grpc-timeout, authorization, connect-protocol-version, idempotency-key",
+        "expose_headers": "grpc-status, grpc-message, grpc-status-details-bin, location",
         "max_age": "600",
     }
+    # Streams last as long as their audio: no route timeout, the client's deadline governs.
+    grpc_route = {"cluster": "gateway_grpc", "timeout": "0s", "max_stream_duration": {"grpc_timeout_header_max": "0s"}}
     return {
         "name": "tts",
         "domains": ["*"],
@@ -147,11 +164,7 @@ def _virtual_host(settings: EdgeSettings) -> dict[str, Any]:
         "routes": [
             # Envoy itself answers probes (the admin port listens on localhost, out of a prober's reach).
             {"match": {"path": HEALTH_PATH}, "direct_response": {"status": 200, "body": {"inline_string": "ok\n"}}},
-            {
-                "match": {"prefix": GRPC_SERVICE_PREFIX},
-                # Streams last as long as their audio: no route timeout, the client's deadline governs.
-                "route": {"cluster": "gateway_grpc", "timeout": "0s", "max_stream_duration": {"grpc_timeout_header_max": "0s"}},
-            },
+            *({"match": {"prefix": prefix}, "route": grpc_route} for prefix in GRPC_SERVICE_PREFIXES),
             {"match": {"prefix": "/"}, "route": {"cluster": "gateway_http", "timeout": "0s"}},
         ],
     }
@@ -222,4 +235,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
