@@ -60,3 +60,23 @@ def test_cancels_while_reading_and_while_not_reading_log_no_error(mesh: Mesh) ->
     time.sleep(1.0)  # the last log lines of the cancelled calls
     assert mesh.metric("gateway", 'tts_gateway_requests_total{code="CANCELLED",method="Synthesize"}') == cancelled_before + 2
     assert _new_errors(mesh, offsets) == {name: [] for name in mesh.services}
+
+
+def test_many_quick_cancels_leave_nothing_behind(mesh: Mesh) -> None:
+    """Clients that take the first audio of a cached text and cancel, one after another, as fast as
+    they can: every stream ends at the gateway (its place in the limits and its worker streams given
+    back), none waits on for a cancellation that got lost on its way."""
+    text = f"{uuid.uuid4().hex[:8]}. " + " ".join(f"Quick sentence {n} to cancel." for n in range(9))
+    with grpc.insecure_channel(mesh.gateway_address) as channel:
+        stub = tts_pb2_grpc.TextToSpeechStub(channel)
+        list(stub.Synthesize(tts_pb2.SynthesizeRequest(text=text), timeout=120))  # cached from here on
+        for _ in range(150):
+            call = stub.Synthesize(tts_pb2.SynthesizeRequest(text=text), timeout=120)
+            assert next(call).audio
+            call.cancel()
+            time.sleep(0.01)
+    deadline = time.monotonic() + 10
+    while mesh.metric("gateway", "tts_gateway_inflight_streams") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert mesh.metric("gateway", "tts_gateway_inflight_streams") == 0, "cancelled streams still held by the gateway"
+    _wait_for_workers_to_let_go(mesh)

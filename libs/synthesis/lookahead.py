@@ -75,6 +75,7 @@ class Lookahead:
                 timeout_s = FIRST_AUDIO_RECHECK_S  # look again soon after the first audio
             self._changed.clear()
             try:
-                await asyncio.wait_for(self._changed.wait(), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    await self._changed.wait()
             except asyncio.TimeoutError:
                 pass

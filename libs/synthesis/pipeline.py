@@ -168,11 +168,12 @@ class UtterancePipeline:
                 self._room.release()  # the client has taken the piece
         finally:
             # Client gone, failed, or finished: cancel downstream streams so workers stop at once.
-            for task in (producer, reader):
-                task.cancel()
             acoustic.cancel()
             vocoder.cancel()
-            await asyncio.gather(producer, reader, return_exceptions=True)
+            await _cancelled(producer, reader)
+            close = getattr(sentences, "aclose", None)
+            if close is not None:  # a text still arriving (a client's stream of pieces) is read no further
+                await close()
 
     async def _guard(self, work: Coroutine[Any, Any, None], output: asyncio.Queue[Any]) -> None:
         try:
@@ -359,3 +360,28 @@ class UtterancePipeline:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return task
+
+
+CANCEL_AGAIN_S: Final = 0.05
+"""How long a cancelled task may take to end before it is cancelled again."""
+
+
+async def _cancelled(*tasks: asyncio.Task[Any]) -> None:
+    """Cancel `tasks` and wait until they have ended, cancelling again any that go on.
+
+    A cancellation can be lost on its way through code that waits (one that lands as the awaited
+    thing completes is dropped by some waits, in asyncio on Python 3.11 and in libraries); a task
+    that lost it would wait on forever, and with it the client's stream, its place in the limits
+    and its worker streams. So a task still running after a moment is cancelled again.
+    """
+    pending = {task for task in tasks if not task.done()}
+    interrupted = False
+    while pending:
+        for task in pending:
+            task.cancel()
+        try:
+            _, pending = await asyncio.wait(pending, timeout=CANCEL_AGAIN_S)
+        except asyncio.CancelledError:  # this wait was cancelled too: finish it, then pass that on
+            interrupted = True
+    if interrupted:
+        raise asyncio.CancelledError()

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import AsyncIterator
+from contextlib import aclosing
+from typing import AsyncGenerator, AsyncIterator
 
 import grpc
 
@@ -58,7 +59,7 @@ class Synthesizer:
 
     async def synthesize(
         self, text: str, options: SynthesisOptions, timeout_s: float | None, client: str = ""
-    ) -> AsyncIterator[AudioChunk]:
+    ) -> AsyncGenerator[AudioChunk, None]:
         """The audio of `text`. Raises at once for text that cannot be spoken, or when the gateway or
         `client` (who the caller is, for its stream limit) has no room; the returned iterator yields
         chunks as they are produced."""
@@ -75,7 +76,7 @@ class Synthesizer:
 
     def synthesize_incremental(
         self, pieces: AsyncIterator[str], options: SynthesisOptions, timeout_s: float | None, client: str = ""
-    ) -> AsyncIterator[AudioChunk]:
+    ) -> AsyncGenerator[AudioChunk, None]:
         """The audio of text that arrives in `pieces` (joined as sent): each sentence is spoken as
         soon as it is complete, the rest when the pieces end. Raises at once when there is no room."""
         slot = self._take_slot(client)
@@ -84,13 +85,13 @@ class Synthesizer:
 
     def speak(
         self, sentences: AsyncIterator[Sentence], options: SynthesisOptions, timeout_s: float | None, client: str = ""
-    ) -> AsyncIterator[AudioChunk]:
+    ) -> AsyncGenerator[AudioChunk, None]:
         """The audio of sentences already phonemised (by `text_side`, or a caller that cut a long text itself)."""
         return self._speak(sentences, options, timeout_s, self._take_slot(client))
 
     async def _speak(
         self, sentences: AsyncIterator[Sentence], options: SynthesisOptions, timeout_s: float | None, slot: "_Slot"
-    ) -> AsyncIterator[AudioChunk]:
+    ) -> AsyncGenerator[AudioChunk, None]:
         try:
             voice = options.voice
             pipeline = UtterancePipeline(
@@ -104,11 +105,13 @@ class Synthesizer:
             )
             output = AudioOutput(options.encoding, options.sample_rate_hz, options.include_alignment)
             last: AudioChunk | None = None
-            async for piece in pipeline.run(sentences):
-                chunk = output.push(piece)
-                if chunk is not None:
-                    last = chunk
-                    yield chunk
+            # Closed here, not left to the garbage collector: its end cancels the worker streams.
+            async with aclosing(pipeline.run(sentences)) as pieces:
+                async for piece in pieces:
+                    chunk = output.push(piece)
+                    if chunk is not None:
+                        last = chunk
+                        yield chunk
             tail = output.finish()
             if tail and last is not None:
                 yield AudioChunk(tail, last.sentence_index, last.audio_offset_s + last.audio_duration_s, 0.0, False, None)

@@ -400,7 +400,8 @@ class _PieceReader:
 
     async def next(self, timeout_s: float) -> str | None:
         """The next piece, None at the end of the pieces; asyncio.TimeoutError after `timeout_s`."""
-        item = await asyncio.wait_for(self._queue.get(), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            item = await self._queue.get()
         if isinstance(item, BaseException):
             raise item
         return item

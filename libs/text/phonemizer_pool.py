@@ -207,7 +207,8 @@ class PhonemizerPool:
         try:
             child.send(request)
             child.voices.add(spec.voice)
-            answer = await asyncio.wait_for(child.answer(), self.call_timeout_s)
+            async with asyncio.timeout(self.call_timeout_s):
+                answer = await child.answer()
         except asyncio.TimeoutError:
             self._replace(child, f"gave no answer within {self.call_timeout_s:g} s on {len(chunk)} characters")
             raise PhonemizerTimeoutError(self.call_timeout_s) from None
@@ -232,7 +233,8 @@ class PhonemizerPool:
                 child.send(request)
                 child.voices.add(spec.voice)
             for child in children:
-                answer = await asyncio.wait_for(child.answer(), self._start_timeout_s)
+                async with asyncio.timeout(self._start_timeout_s):
+                    answer = await child.answer()
                 if "error" in answer:
                     raise PhonemizerError(f"a text process could not load voice {spec.voice!r}: {answer['error']}")
         except BaseException:
@@ -253,7 +255,8 @@ class PhonemizerPool:
                 child.process.stdin.close()
         for child in children:
             try:
-                await asyncio.wait_for(child.process.wait(), _CLOSE_GRACE_S)
+                async with asyncio.timeout(_CLOSE_GRACE_S):
+                    await child.process.wait()
             except asyncio.TimeoutError:
                 child.process.kill()
                 await child.process.wait()
@@ -289,7 +292,8 @@ class PhonemizerPool:
 
         async def finish() -> None:
             try:
-                await asyncio.wait_for(child.answer(), self.call_timeout_s)
+                async with asyncio.timeout(self.call_timeout_s):
+                    await child.answer()
             except (asyncio.TimeoutError, _ChildDied, ConnectionError, ValueError):
                 self._replace(child, "did not finish an abandoned request")
                 return
@@ -299,7 +303,8 @@ class PhonemizerPool:
 
     async def _wait_exit(self, child: _Child) -> None:
         try:
-            await asyncio.wait_for(child.process.wait(), 1.0)
+            async with asyncio.timeout(1.0):
+                await child.process.wait()
         except asyncio.TimeoutError:
             pass
 
@@ -345,7 +350,8 @@ class PhonemizerPool:
         child = _Child(process)
         try:
             assert process.stdout is not None
-            line = await asyncio.wait_for(process.stdout.readline(), self._start_timeout_s)
+            async with asyncio.timeout(self._start_timeout_s):
+                line = await process.stdout.readline()
             ready = json.loads(line) if line else None
             if not isinstance(ready, dict) or ready.get("ready") != process.pid:
                 raise PhonemizerError(f"text process {process.pid} {child.describe_exit()} before it was ready")

@@ -69,7 +69,8 @@ async def accepted(call: Any, timeout_s: float) -> Accepted:
     INTERNAL, losing the refusal's status and pushback hint; waiting costs one local round trip.
     """
     try:
-        headers = await asyncio.wait_for(call.initial_metadata(), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            headers = await call.initial_metadata()
     except asyncio.TimeoutError:
         raise WorkerSilent() from None
     if call.done():
@@ -134,7 +135,8 @@ async def failure_of(call: Any, error: BaseException, silence_s: float) -> Attem
         return AttemptFailure(_transport_aware_code(error), error.details() or "", error.trailing_metadata())
     # A write on a call that has already ended (asyncio.InvalidStateError): the call has the status.
     try:
-        code = await asyncio.wait_for(call.code(), 1.0)
+        async with asyncio.timeout(1.0):
+            code = await call.code()
         details = await call.details()
         trailers = await call.trailing_metadata()
     except (asyncio.TimeoutError, grpc.aio.AioRpcError, asyncio.CancelledError):

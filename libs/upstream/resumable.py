@@ -81,10 +81,12 @@ class ResumableCall(ABC):
         if call is None:
             return
         try:
-            await asyncio.wait_for(call.done_writing(), CLOSE_TIMEOUT_S)
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                await call.done_writing()
             # Let the worker finish its handler (its last metrics, an OK status) before the call is
             # dropped: dropping cancels it, and it would end as CANCELLED mid-bookkeeping.
-            await asyncio.wait_for(call.code(), CLOSE_TIMEOUT_S)
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                await call.code()
         except (*CALL_ERRORS, asyncio.TimeoutError):
             pass
         self._drop()
@@ -168,9 +170,10 @@ class ResumableCall(ABC):
     def _stop_if_cancelled(self) -> None:
         """Raise CancelledError once `cancel()` has run.
 
-        The task working the stream is being cancelled too, but asyncio.wait_for (Python 3.11) can
-        swallow a cancellation that lands as the call it waits on ends; a failure seen after `cancel`
-        must not be retried on a fresh call that nobody would ever end.
+        The task working the stream is being cancelled too, but a cancellation that lands as the call
+        it waits on ends can be lost on the way (Python 3.11's asyncio.wait_for did; this code waits
+        with asyncio.timeout instead); a failure seen after `cancel` must not be retried on a fresh
+        call that nobody would ever end.
         """
         if self._cancelled:
             raise asyncio.CancelledError("the stream was cancelled")

@@ -213,7 +213,8 @@ class ResumableVocoderStream(ResumableCall):
             await super()._open()
             try:
                 # A worker that hangs while being primed is as silent as one that hangs later.
-                await asyncio.wait_for(self._prime(self._call), self._timeout_s)
+                async with asyncio.timeout(self._timeout_s):
+                    await self._prime(self._call)
             except asyncio.TimeoutError:
                 raise WorkerSilent() from None
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Final, Mapping, Sequence
@@ -156,8 +157,8 @@ class SpeechApi:
             return refused.response()
         media_type = encoding_of(parsed.options.encoding).mime_type
         if parsed.stream_format == "sse":
-            return EventSourceResponse(_events(chunks, meter), ping=15)
-        return StreamingResponse(_audio(chunks, meter), media_type=media_type)
+            return _ClosingEventSource(_events(chunks, meter), ping=15)
+        return _ClosingStream(_audio(chunks, meter), media_type=media_type)
 
     async def captioned_speech(self, request: Request) -> Response:
         """The whole utterance with its word times: JSON (audio in base64) or WebVTT captions."""
@@ -279,10 +280,11 @@ class SpeechApi:
 async def _audio(chunks: AsyncIterator[AudioChunk], meter: RequestMeter) -> AsyncIterator[bytes]:
     code = "CANCELLED"
     try:
-        async for chunk in chunks:
-            meter.sent(chunk.audio_duration_s)
-            if chunk.audio:
-                yield chunk.audio
+        async with aclosing(chunks):  # a client gone mid-stream frees its place and worker streams now
+            async for chunk in chunks:
+                meter.sent(chunk.audio_duration_s)
+                if chunk.audio:
+                    yield chunk.audio
         code = "OK"
     except Exception as error:
         # Headers are sent: the status cannot change. The connection ends early; the log says why.
@@ -297,12 +299,13 @@ async def _events(chunks: AsyncIterator[AudioChunk], meter: RequestMeter) -> Asy
     code = "CANCELLED"
     audio_s = 0.0
     try:
-        async for chunk in chunks:
-            meter.sent(chunk.audio_duration_s)
-            audio_s += chunk.audio_duration_s
-            if chunk.audio:
-                delta = {"type": "speech.audio.delta", "audio": base64.b64encode(chunk.audio).decode("ascii")}
-                yield {"data": json.dumps(delta)}
+        async with aclosing(chunks):
+            async for chunk in chunks:
+                meter.sent(chunk.audio_duration_s)
+                audio_s += chunk.audio_duration_s
+                if chunk.audio:
+                    delta = {"type": "speech.audio.delta", "audio": base64.b64encode(chunk.audio).decode("ascii")}
+                    yield {"data": json.dumps(delta)}
         yield {"data": json.dumps({"type": "speech.audio.done", "usage": {"audio_seconds": round(audio_s, 3)}})}
         code = "OK"
     except Exception as error:
@@ -366,6 +369,30 @@ def _model(model_id: str) -> dict[str, Any]:
 
 def _clip(text: str, limit: int = 64) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+class _ClosesBody:
+    """A streamed response that closes its body generator however the response ends.
+
+    On a client's disconnect the response stops iterating its body in the middle and leaves the
+    generator suspended: only the garbage collector would close it, much later, and until then the
+    stream would hold its place in the limits and its worker streams."""
+
+    body_iterator: Any
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)  # type: ignore[misc]
+        finally:
+            await self.body_iterator.aclose()
+
+
+class _ClosingStream(_ClosesBody, StreamingResponse):
+    pass
+
+
+class _ClosingEventSource(_ClosesBody, EventSourceResponse):
+    pass
 
 
 def _client(request: Request) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, AsyncIterator
+from contextlib import aclosing
+from typing import Any, AsyncGenerator, AsyncIterator
 
 import grpc
 
@@ -47,10 +48,11 @@ class TextToSpeechServicer:
             options = self._options(request)
             chunks = await self._synthesizer.synthesize(request.text, options, context.time_remaining(), client_of(context, self._clients))
             call.voice(options.voice.name)
-            async for chunk in chunks:
-                response = _response(chunk, options)
-                call.sent(response)
-                yield response
+            async with closed_when_done(context, chunks):
+                async for chunk in chunks:
+                    response = _response(chunk, options)
+                    call.sent(response)
+                    yield response
 
     async def StreamingSynthesize(
         self,
@@ -69,10 +71,11 @@ class TextToSpeechServicer:
             chunks = self._synthesizer.synthesize_incremental(
                 _text_pieces(request_iterator), options, context.time_remaining(), client_of(context, self._clients)
             )
-            async for chunk in chunks:
-                response = _response(chunk, options)
-                call.sent(response)
-                yield response
+            async with closed_when_done(context, chunks):
+                async for chunk in chunks:
+                    response = _response(chunk, options)
+                    call.sent(response)
+                    yield response
 
     async def ListVoices(
         self, request: tts_pb2.ListVoicesRequest | UndecodableRequest, context: grpc.aio.ServicerContext
@@ -112,6 +115,29 @@ class TextToSpeechServicer:
 
     def _call(self, method: str, context: grpc.aio.ServicerContext) -> "_CallScope":
         return _CallScope(self._metrics, method, context)
+
+
+def closed_when_done(context: grpc.aio.ServicerContext, chunks: AsyncGenerator[Any, None]) -> aclosing[Any]:
+    """`chunks` closed when the block ends and, at the latest, when the call does.
+
+    A client that cancels while a response is being written leaves this handler's generator
+    suspended where it yielded: gRPC drops it without closing it, and only the garbage collector
+    would, much later. Until then the stream would hold its place in the client's and the
+    gateway's limits, and its worker streams. The call's end closes it instead.
+    """
+
+    def close(_context: object) -> None:
+        asyncio.get_running_loop().create_task(_close(chunks))
+
+    context.add_done_callback(close)
+    return aclosing(chunks)
+
+
+async def _close(chunks: AsyncGenerator[Any, None]) -> None:
+    try:
+        await chunks.aclose()
+    except RuntimeError:  # still running: the handler is unwinding and closes it itself
+        pass
 
 
 def client_of(context: grpc.aio.ServicerContext, clients: ClientIdentity) -> str:
