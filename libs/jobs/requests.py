@@ -3,11 +3,14 @@ options resolved as for a stream (libs.synthesis.options), errors mapped to gRPC
 
 from __future__ import annotations
 
+import logging
 from typing import Final
 
 import grpc
 
 from libs.jobs.audio import JobAudioUnavailableError
+from libs.jobs.chunks import ObjectStoreError
+from libs.jobs.sealed import TamperedJobDataError
 from libs.jobs.store import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED, IdempotencyConflictError, JobNotFoundError, JobSpec
 from libs.pb.tts.v1 import jobs_pb2
 from libs.serving.status import grpc_status_for
@@ -15,6 +18,7 @@ from libs.synthesis.options import resolve_options
 from libs.voice.registry import VoiceRegistry
 from libs.wire.errors import InvalidRequestError
 
+_log = logging.getLogger(__name__)
 MAX_IDEMPOTENCY_KEY_CHARS: Final = 256
 DEFAULT_PAGE_SIZE: Final = 50
 MAX_PAGE_SIZE: Final = 1000
@@ -66,4 +70,9 @@ def job_status_for(error: BaseException) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.NOT_FOUND, str(error)
     if isinstance(error, (IdempotencyConflictError, JobAudioUnavailableError)):
         return grpc.StatusCode.FAILED_PRECONDITION, str(error)
+    if isinstance(error, TamperedJobDataError):
+        return grpc.StatusCode.DATA_LOSS, str(error)
+    if isinstance(error, ObjectStoreError):  # its details name the bucket: for the log, not the client
+        _log.warning("%s", error)
+        return grpc.StatusCode.UNAVAILABLE, "the job audio store is unreachable; try again later"
     return grpc_status_for(error)

@@ -18,17 +18,19 @@ import asyncio
 import logging
 import os
 import socket
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import AsyncIterator, Final, Sequence
 
 import grpc
 from redis.exceptions import RedisError
 
+from libs.jobs.chunks import ObjectStoreError
 from libs.jobs.metrics import JobMetrics
+from libs.jobs.requests import job_status_for
 from libs.jobs.settings import DEFAULT_CANCEL_POLL_S, JobSettings
 from libs.jobs.store import CANCELLED, FAILED, RUNNING, SUCCEEDED, JobStore, QueueEntry
 from libs.pb.tts.v1 import tts_pb2
-from libs.serving.status import grpc_status_for
 from libs.synthesis.options import SynthesisOptions, resolve_options
 from libs.synthesis.synthesizer import Synthesizer
 from libs.synthesis.text_side import TextSide
@@ -46,13 +48,13 @@ READ_BLOCK_MS: Final = 1000
 PERMANENT_CODES: Final = frozenset(
     (
         grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
-        grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.DATA_LOSS,
     )  # fmt: skip
 )
 """Errors that fail a job at once: running it again cannot help (the text cannot be spoken, the voice is
-gone, a bug)."""
+gone, its stored text does not open, a bug)."""
 MAX_TRANSIENT_FAILURES: Final = 8
-"""Transient failures in a row (no worker, a sick Redis) a runner rides out before it fails the job."""
+"""Transient failures in a row (no worker, a sick Redis or object store) a runner rides out before it fails the job."""
 MAX_BACKOFF_S: Final = 30.0
 
 
@@ -159,7 +161,7 @@ class JobRunner:
             state, _ = await self._store.state(job_id)
             return state if state in (CANCELLED, "missing") else None
         except Exception as error:
-            message = grpc_status_for(error)[1] if not isinstance(error, RedisError) else f"Redis failed: {error}"
+            message = job_status_for(error)[1] if not isinstance(error, RedisError) else f"Redis failed: {error}"
             return FAILED if await self._store.finish(job_id, consumer, FAILED, message) else None
         return SUCCEEDED if await self._store.finish(job_id, consumer, SUCCEEDED) else None
 
@@ -198,7 +200,8 @@ class JobRunner:
             except Exception as error:
                 if isinstance(error, _JobGone):
                     raise
-                code = grpc.StatusCode.UNAVAILABLE if isinstance(error, RedisError) else grpc_status_for(error)[0]
+                transient = isinstance(error, (RedisError, ObjectStoreError))
+                code = grpc.StatusCode.UNAVAILABLE if transient else job_status_for(error)[0]
                 failures = 1 if progress.sentences > done_at_last_failure else failures + 1
                 done_at_last_failure = progress.sentences
                 if code in PERMANENT_CODES or failures >= MAX_TRANSIENT_FAILURES:
@@ -239,21 +242,21 @@ class JobRunner:
     async def _speak_batch(
         self, job_id: str, consumer: str, options: SynthesisOptions, batch: Sequence[Sentence], progress: _Progress, text_chars: int
     ) -> None:
-        chunks = self._synthesizer.speak(_iterate(batch), options, None)
         pcm = bytearray()
-        async for chunk in chunks:
-            pcm += chunk.audio
-            if not chunk.sentence_end:
-                continue
-            sentence = batch[chunk.sentence_index]
-            chars = min(text_chars, progress.chars + len(sentence.text) + 1)
-            samples = len(pcm) // 2
-            if not await self._store.commit_sentence(job_id, progress.sentences, consumer, bytes(pcm), chars_done=chars, samples=samples):
-                raise _JobGone(job_id)
-            self._metrics.audio_seconds_total.inc(samples / options.sample_rate_hz)
-            progress.sentences += 1
-            progress.chars = chars
-            pcm = bytearray()
+        async with aclosing(self._synthesizer.speak(_iterate(batch), options, None)) as chunks:
+            async for chunk in chunks:
+                pcm += chunk.audio
+                if not chunk.sentence_end:
+                    continue
+                sentence = batch[chunk.sentence_index]
+                chars = min(text_chars, progress.chars + len(sentence.text) + 1)
+                samples = len(pcm) // 2
+                if not await self._store.commit_sentence(job_id, progress.sentences, consumer, bytes(pcm), chars_done=chars, samples=samples):
+                    raise _JobGone(job_id)
+                self._metrics.audio_seconds_total.inc(samples / options.sample_rate_hz)
+                progress.sentences += 1
+                progress.chars = chars
+                pcm = bytearray()
 
 
 async def _iterate(sentences: Sequence[Sentence]) -> AsyncIterator[Sentence]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Final
 
@@ -17,6 +18,19 @@ DEFAULT_CLAIM_IDLE_S: Final = 30.0
 DEFAULT_JOB_RUNNERS: Final = 1
 DEFAULT_CANCEL_POLL_S: Final = 0.2
 """How often a running job reads its own state, so a cancel stops it well within a second."""
+REDIS_AUDIO_STORE: Final = "redis"
+"""The job audio store that keeps each sentence's audio in the job Redis, next to the job."""
+_BUCKET_PATTERN: Final = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def parse_audio_store(text: str) -> str:
+    """`redis`, or `s3://BUCKET[/PREFIX]` with a valid bucket name (ValueError saying what to write)."""
+    if text == REDIS_AUDIO_STORE:
+        return text
+    bucket, _, prefix = text.removeprefix("s3://").partition("/")
+    if not text.startswith("s3://") or not _BUCKET_PATTERN.match(bucket):
+        raise ValueError(f"use {REDIS_AUDIO_STORE!r} or s3://BUCKET/PREFIX (a bucket is 3 to 63 of a-z, 0-9, '.', '-')")
+    return f"s3://{bucket}/{prefix.strip('/')}" if prefix.strip("/") else f"s3://{bucket}"
 
 
 @dataclass(frozen=True)
@@ -42,4 +56,12 @@ class JobSettings:
     job_max_text_chars: int = setting(
         MAX_JOB_TEXT_CHARS, env="TTS_JOB_MAX_TEXT_CHARS", unit="characters", minimum=1, maximum=MAX_JOB_TEXT_CHARS,
         doc="longest text of a long-form job",
+    )  # fmt: skip
+    job_audio_store: str = setting(
+        REDIS_AUDIO_STORE, env="TTS_JOB_AUDIO_STORE", parse=parse_audio_store,
+        doc="where job audio is kept: redis (with the job) or s3://BUCKET/PREFIX, an S3-compatible store (AWS_* credentials; expiry by the bucket's lifecycle rule)",
+    )  # fmt: skip
+    job_s3_endpoint_url: str = setting(
+        "", env="TTS_JOB_S3_ENDPOINT_URL",
+        doc="endpoint of the S3-compatible store for s3:// job audio, e.g. http://minio:9000 (empty: AWS S3 in AWS_DEFAULT_REGION)",
     )  # fmt: skip

@@ -8,8 +8,9 @@ Keys (all under `tts:job`; every job key expires `ttl_s` after the job's last ch
   and is taken over (XAUTOCLAIM) by another runner when its runner stops renewing its claim.
 - `tts:jobs:index`: sorted set of job ids by creation time (for listing).
 - `tts:job:<id>`: the job's record (hash; see `JobRecord`).
-- `tts:job:<id>:text`: the text as sent.
-- `tts:job:<id>:pcm:<n>`: sentence n's audio, 16-bit little-endian PCM at the job's rate.
+- `tts:job:<id>:text`: the text as sent (sealed with the cache's key ring when it has one; libs.jobs.sealed).
+- `tts:job:<id>:pcm:<n>`: sentence n's audio, 16-bit little-endian PCM at the job's rate (sealed likewise),
+  or with `--job-audio-store s3://...` the name of the object that holds it (libs.jobs.chunks).
 - `tts:jobs:idem:<key>`: an idempotency key -> `<id> <request fingerprint>`.
 
 Every change that must not race is one Lua script (libs.jobs.scripts): creating a job (idempotency key, record, text,
@@ -29,7 +30,10 @@ from typing import Any, Final, Sequence
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
+from libs.cache.sealing import KeyRing
+from libs.jobs.chunks import AudioChunks, InRedis
 from libs.jobs.scripts import CANCEL, COMMIT, CREATE, FINISH, RENEW, TAKE
+from libs.jobs.sealed import JobSeal
 
 QUEUE_KEY: Final = "tts:jobs:queue"
 GROUP: Final = "runners"
@@ -176,11 +180,16 @@ class QueueEntry:
 
 
 class JobStore:
-    """Every Redis operation on jobs."""
+    """Every Redis operation on jobs, and where their audio goes."""
 
-    def __init__(self, client: aioredis.Redis, ttl_s: int) -> None:
+    def __init__(
+        self, client: aioredis.Redis, ttl_s: int, chunks: AudioChunks | None = None, keyring: KeyRing | None = None
+    ) -> None:
+        """`chunks` holds the audio (default: Redis itself); with `keyring` text and audio are sealed at rest."""
         self._client = client
         self.ttl_s = ttl_s
+        self._chunks = chunks or InRedis()
+        self._seal = JobSeal(keyring)
         self._create = client.register_script(CREATE)
         self._take = client.register_script(TAKE)
         self._commit = client.register_script(COMMIT)
@@ -189,7 +198,10 @@ class JobStore:
         self._renew = client.register_script(RENEW)
 
     @classmethod
-    def from_url(cls, url: str, ttl_s: int, password: str | None = None, ca_file: str = "") -> "JobStore":
+    def from_url(
+        cls, url: str, ttl_s: int, password: str | None = None, ca_file: str = "", *,
+        chunks: AudioChunks | None = None, keyring: KeyRing | None = None,
+    ) -> "JobStore":  # fmt: skip
         """A store on one Redis (not a cluster: the scripts touch the queue, the index and a job's keys at once)."""
         # Longer timeouts than the cache's: a job call is not on a listener's first-audio path, and a
         # one-megabyte text takes a moment to write.
@@ -198,10 +210,11 @@ class JobStore:
             options["password"] = password
         if ca_file and url.startswith("rediss://"):
             options["ssl_ca_certs"] = ca_file
-        return cls(aioredis.Redis.from_url(url, **options), ttl_s)
+        return cls(aioredis.Redis.from_url(url, **options), ttl_s, chunks, keyring)
 
     async def close(self) -> None:
         await self._client.aclose()
+        await self._chunks.close()
 
     async def ensure_group(self) -> None:
         """Create the stream and its consumer group if they do not exist yet."""
@@ -229,9 +242,10 @@ class JobStore:
         pairs = [item for name, value in fields.items() for item in (name, value)]
         idem = f"{_IDEMPOTENCY_PREFIX}{idempotency_key}" if idempotency_key else ""
         await self._client.zremrangebyscore(INDEX_KEY, "-inf", now - self.ttl_s)  # ids whose jobs have expired
+        stored_text = self._seal.seal(text_key(job_id), text.encode("utf-8", "surrogatepass"))
         made, held = await self._create(
             keys=[idem, job_key(job_id), text_key(job_id), INDEX_KEY, QUEUE_KEY],
-            args=[job_id, fingerprint, self.ttl_s, repr(now), text, *pairs],
+            args=[job_id, fingerprint, self.ttl_s, repr(now), stored_text, *pairs],
         )
         held_id, _, held_fingerprint = held.decode().partition(" ")
         if not made:
@@ -265,17 +279,24 @@ class JobStore:
         return await self.get(job_id)
 
     async def delete(self, job_id: str) -> None:
-        """Cancel the job and remove everything it stored."""
+        """Cancel the job and remove everything it stored. Its audio goes first, so a delete that fails
+        on the object store leaves the job in place to be deleted again."""
         record = await self.cancel(job_id)
+        await self._chunks.remove(job_id)
         keys = [job_key(job_id), text_key(job_id), *(pcm_key(job_id, n) for n in range(record.sentences_done + 1))]
         for start in range(0, len(keys), 1000):
             await self._client.unlink(*keys[start : start + 1000])
         await self._client.zrem(INDEX_KEY, job_id)
 
     async def audio(self, job_id: str, start: int, count: int) -> list[bytes]:
-        """The PCM of sentences start .. start + count - 1 (missing ones, expired, as empty)."""
-        values = await self._client.mget([pcm_key(job_id, n) for n in range(start, start + count)])
-        return [value or b"" for value in values]
+        """The PCM of sentences start .. start + count - 1 (missing ones, expired, as empty);
+        TamperedJobDataError for one that does not open."""
+        stored = await self._client.mget([pcm_key(job_id, n) for n in range(start, start + count)])
+        values = await self._chunks.fetch(job_id, stored)
+        return [self._opened_audio(job_id, start + offset, value) if value else b"" for offset, value in enumerate(values)]
+
+    def _opened_audio(self, job_id: str, sentence: int, value: bytes) -> bytes:
+        return self._seal.open(pcm_key(job_id, sentence), value, f"job {job_id}'s audio of sentence {sentence}")
 
     async def queue_stats(self) -> QueueStats:
         await self.ensure_group()
@@ -325,10 +346,11 @@ class JobStore:
         return (await self._take(keys=[job_key(job_id)], args=[owner, repr(time.time())])).decode()
 
     async def text(self, job_id: str) -> str:
+        """The job's text; TamperedJobDataError if it does not open."""
         value = await self._client.get(text_key(job_id))
         if value is None:
             raise JobNotFoundError(job_id)
-        return value.decode("utf-8", "surrogatepass")
+        return self._seal.open(text_key(job_id), value, f"job {job_id}'s text").decode("utf-8", "surrogatepass")
 
     async def state(self, job_id: str) -> tuple[str, str]:
         """The job's state and owner (("missing", "") when it is gone)."""
@@ -338,10 +360,13 @@ class JobStore:
     async def commit_sentence(self, job_id: str, sentence: int, owner: str, pcm: bytes, *, chars_done: int, samples: int) -> bool:
         """Store sentence `sentence`'s audio and the progress after it, if `owner` still holds the
         running job and `sentence` is the first one not done yet; False otherwise."""
+        stored = await self._chunks.stage(job_id, sentence, self._seal.seal(pcm_key(job_id, sentence), pcm))
         done = await self._commit(
             keys=[job_key(job_id), pcm_key(job_id, sentence), text_key(job_id)],
-            args=[owner, sentence, pcm, self.ttl_s, repr(time.time()), chars_done, samples],
+            args=[owner, sentence, stored, self.ttl_s, repr(time.time()), chars_done, samples],
         )
+        if not done:
+            await self._chunks.discard(job_id, stored)
         return bool(done)
 
     async def finish(self, job_id: str, owner: str, state: str, error: str = "") -> bool:

@@ -16,6 +16,7 @@ from starlette.routing import Route
 from libs.cache.mel_cache import _password, redis_client
 from libs.cache.sealing import KeyRing
 from libs.jobs.metrics import JobMetrics
+from libs.jobs.objects import audio_chunks_for
 from libs.jobs.runner import JobRunner
 from libs.jobs.store import JobStore
 from libs.prewarm.promotion import CountingTextSide, Promoter
@@ -55,17 +56,24 @@ class BackgroundWork:
         keyring: KeyRing | None = None,
     ) -> "BackgroundWork":  # fmt: skip
         """`text_side` is the live streams' (its sentences are counted for promotion); `keyring` is
-        the cache's (promoted texts are sealed as its values are)."""
+        the cache's (promoted texts, job texts and job audio are sealed as its values are)."""
         cache = settings.cache
         zone = settings.server.zone
         own_url = settings.jobs.jobs_redis_url.strip()
         store = None
+        chunks = audio_chunks_for(settings.jobs)
         if own_url:
-            store = JobStore.from_url(own_url, settings.jobs.job_ttl_s)
+            store = JobStore.from_url(own_url, settings.jobs.job_ttl_s, chunks=chunks, keyring=keyring)
         elif cache.enabled and not cache.redis_cluster:
-            store = JobStore.from_url(cache.url_for_zone(zone), settings.jobs.job_ttl_s, _password(cache.redis_password_file), cache.redis_ca_file)
+            store = JobStore.from_url(
+                cache.url_for_zone(zone), settings.jobs.job_ttl_s, _password(cache.redis_password_file), cache.redis_ca_file,
+                chunks=chunks, keyring=keyring,
+            )  # fmt: skip
         else:
             _log.info("long-form jobs are off: give them a Redis that is not a cluster (--jobs-redis-url)")
+        if store is not None:
+            sealing = f"sealed with key {keyring.current_id}" if keyring is not None else "plain (no --cache-key-file)"
+            _log.info("job audio in %s; job text and audio stored %s", settings.jobs.job_audio_store, sealing)
         work = cls(store, metrics_registry)
         if store is not None and work.job_metrics is not None:
             max_chars = settings.jobs.job_max_text_chars
