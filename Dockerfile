@@ -5,7 +5,7 @@
 #   docker run tts-mesh:dev services.vocoder
 # Two targets, built by `make image`:
 #   runtime (the default, last stage): CPU-only torch, every service    -> tts-mesh
-#   gpu: torch with its CUDA libraries, for the workers on GPU nodes    -> tts-mesh-gpu
+#   gpu: torch and onnxruntime-gpu with their CUDA libraries, for the workers on GPU nodes -> tts-mesh-gpu
 #     docker run --gpus all tts-mesh-gpu:dev services.acoustic --device cuda
 
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
@@ -27,8 +27,11 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
 
 # --- deps-gpu: the same list, torch from PyPI: its Linux wheel is the CUDA build, with the CUDA
 # runtime, cuDNN and NCCL as pip packages (the node's NVIDIA driver comes in through the container
-# toolkit), so the base image needs no CUDA of its own. On a GPU the acoustic text side runs in
-# torch on the device too (libs/voice/acoustic_engine.py), so onnxruntime stays the CPU build.
+# toolkit), so the base image needs no CUDA of its own. onnxruntime is the GPU build, the `gpu`
+# extra of pyproject.toml, listed in place of the CPU pin rather than installed over it (the two
+# packages share one module directory, so uninstalling either afterwards would break the other).
+# Graphs built for a CUDA device run on its CUDA provider (libs/models/onnx_providers.py); the
+# engines on a GPU still run their text side and stream steps in torch (libs/voice/runtime.py).
 FROM ${PYTHON_IMAGE} AS deps-gpu
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -36,7 +39,7 @@ RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /build
 COPY pyproject.toml ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > requirements.txt \
+RUN python -c "import tomllib; project = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join([d for d in project['dependencies'] if not d.startswith('onnxruntime==')] + project['optional-dependencies']['gpu']))" > requirements.txt \
  && pip install -r requirements.txt
 
 # --- app: the source, a non-root user, the entrypoint; each target adds its venv -------------

@@ -1,8 +1,9 @@
 """What can be checked of the container image without a Docker engine.
 
-The Dockerfile must install from pyproject.toml (no second dependency list), start the services by
-module name, expose the ports the services listen on by default, run as a non-root user, and its
-build-time commands must name code that exists.
+The Dockerfile must install from pyproject.toml (no second dependency list; the GPU image swaps
+onnxruntime for its `gpu` extra), start the services by module name, expose the ports the services
+listen on by default, run as a non-root user, and its build-time commands must name code that
+exists.
 """
 
 from __future__ import annotations
@@ -167,6 +168,41 @@ def test_the_gpu_target_is_the_cpu_image_with_cuda_torch_gpu_workers_and_batchin
     environ = _env_of(gpu)
     worker = load_worker_settings("vocoder", [], environ).worker
     assert worker.device == "cuda" and worker.max_batch > 1
+
+
+def _package(requirement: str) -> str:
+    """The distribution a requirement line names ("onnxruntime-gpu[cuda]==1.0" -> "onnxruntime-gpu")."""
+    match = re.match(r"[A-Za-z0-9._-]+", requirement)
+    assert match, f"not a requirement: {requirement!r}"
+    return match.group(0).lower()
+
+
+def _stage_requirements(stage: str, tmp_path: Path) -> list[str]:
+    """The requirements.txt that `stage`'s install step writes, by running its extraction on the real pyproject.toml."""
+    install = next(arguments for keyword, arguments in _stages()[stage] if keyword == "RUN" and "pip install" in arguments)
+    folder = tmp_path / stage
+    folder.mkdir()
+    (folder / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    command = install.partition("&&")[0].strip().replace("python -c", shlex.quote(sys.executable) + " -c", 1)
+    subprocess.run(["bash", "-c", command], cwd=folder, check=True)
+    return (folder / "requirements.txt").read_text().split()
+
+
+def test_the_gpu_image_installs_onnxruntime_gpu_in_place_of_the_cpu_build(tmp_path: Path) -> None:
+    requirements = _stage_requirements("deps-gpu", tmp_path)
+    packages = [_package(requirement) for requirement in requirements]
+    # Never both: they install the same `onnxruntime` module, and the CPU one has no CUDA provider.
+    assert packages.count("onnxruntime-gpu") == 1 and "onnxruntime" not in packages
+    pin = requirements[packages.index("onnxruntime-gpu")]
+    assert re.fullmatch(r"onnxruntime-gpu(\[[a-z,]+\])?==\d+\.\d+\.\d+", pin), f"onnxruntime-gpu is not pinned: {pin}"
+    # Everything else is the CPU image's list, in its order.
+    others = [requirement for requirement, package in zip(requirements, packages) if package != "onnxruntime-gpu"]
+    assert others == [dependency for dependency in pyproject_dependencies() if _package(dependency) != "onnxruntime"]
+
+
+def test_the_cpu_image_installs_the_cpu_onnxruntime_and_not_the_gpu_build(tmp_path: Path) -> None:
+    packages = [_package(requirement) for requirement in _stage_requirements("deps", tmp_path)]
+    assert "onnxruntime" in packages and "onnxruntime-gpu" not in packages
 
 
 def test_make_image_builds_both_targets_under_the_names_the_manifests_use() -> None:

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from libs.models.onnx_providers import ExecutionProviderError, execution_providers, inference_session
 from libs.models.piper_import import INFERENCE_UNUSED_PREFIXES, default_cache_dir
 from libs.models.vits import DEFAULT_NOISE_W, EncoderOutput, StochasticDurationPredictor, TextEncoder, VitsAcoustic, VitsConfig
 
@@ -211,8 +212,9 @@ def arena_shrinking_run() -> Any:
     return options
 
 
-def cpu_session(model: str | Path | bytes, threads: int = 1) -> Any:
-    """An onnxruntime session on `threads` CPU threads that spin only while a call runs.
+def graph_session(model: str | Path | bytes, threads: int = 1, device: str | torch.device = "cpu") -> Any:
+    """An onnxruntime session on the providers of `device` (`execution_providers`), on `threads` CPU
+    threads that spin only while a call runs.
 
     The worker shares its cores with other services: a thread spinning between calls would burn one.
     """
@@ -224,8 +226,7 @@ def cpu_session(model: str | Path | bytes, threads: int = 1) -> Any:
     options.add_session_config_entry("session.intra_op.allow_spinning", "1")
     options.add_session_config_entry("session.force_spinning_stop", "1")
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-    source = model if isinstance(model, bytes) else str(model)
-    return onnxruntime.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    return inference_session(model, options, device)
 
 
 @dataclass
@@ -243,14 +244,23 @@ class _CachedGraph:
 
     @classmethod
     def _load(
-        cls, module: nn.Module, path: Path, export: Callable[[], bytes], probe_error: Callable[[Any], float], what: str
+        cls,
+        module: nn.Module,
+        path: Path,
+        export: Callable[[], bytes],
+        probe_error: Callable[[Any], float],
+        what: str,
+        device: str | torch.device,
     ) -> Any:
-        """The graph of `module` from the cached file at `path` when it loads and passes the probe,
-        else exported (and cached)."""
+        """The graph of `module` on `device` from the cached file at `path` when it loads and passes
+        the probe, else exported (and cached)."""
         if module.training:
             raise ValueError(f"the {what} is in training mode (dropout on): call .eval() before exporting it")
-        session, source, exported = load_cached_session(path, export, probe_error, what)
-        return cls(session, cpu_session(source, WIDE_THREADS), path, exported)
+        execution_providers(device)  # a device onnxruntime cannot run on fails here, before any export
+        session, source, exported = load_cached_session(
+            path, export, probe_error, what, lambda source: graph_session(source, 1, device)
+        )
+        return cls(session, graph_session(source, WIDE_THREADS, device), path, exported)
 
     def _session(self, wide: bool) -> Any:
         return self.wide_session if wide else self.session
@@ -260,14 +270,18 @@ class OnnxTextEncoder(_CachedGraph):
     """`VitsAcoustic.encode` for one unpadded sentence of a voice whose encoder has no speaker input."""
 
     @classmethod
-    def load(cls, acoustic: VitsAcoustic, cache_dir: str | Path | None = None) -> "OnnxTextEncoder":
-        """The encoder of `acoustic`, from the cache when a good copy is there, else exported (and cached)."""
+    def load(
+        cls, acoustic: VitsAcoustic, cache_dir: str | Path | None = None, device: str | torch.device = "cpu"
+    ) -> "OnnxTextEncoder":
+        """The encoder of `acoustic` on onnxruntime's providers for `device`, from the cache when a
+        good copy is there, else exported (and cached)."""
         return cls._load(
             acoustic.enc_p,
             encoder_cache_path(acoustic, cache_dir),
             lambda: export_text_encoder(acoustic),
             lambda candidate: _encoder_probe_error(candidate, acoustic),
             "text encoder",
+            device,
         )
 
     def encode(self, phoneme_ids: torch.Tensor, wide: bool = False) -> EncoderOutput:
@@ -291,14 +305,18 @@ class OnnxFrontEnd(_CachedGraph):
     single-speaker voice."""
 
     @classmethod
-    def load(cls, acoustic: VitsAcoustic, cache_dir: str | Path | None = None) -> "OnnxFrontEnd":
-        """The front end of `acoustic`, from the cache when a good copy is there, else exported (and cached)."""
+    def load(
+        cls, acoustic: VitsAcoustic, cache_dir: str | Path | None = None, device: str | torch.device = "cpu"
+    ) -> "OnnxFrontEnd":
+        """The front end of `acoustic` on onnxruntime's providers for `device`, from the cache when a
+        good copy is there, else exported (and cached)."""
         return cls._load(
             acoustic,
             front_end_cache_path(acoustic, cache_dir),
             lambda: export_front_end(acoustic),
             lambda candidate: _front_end_probe_error(candidate, acoustic),
             "front end",
+            device,
         )
 
     def run(self, phoneme_ids: torch.Tensor, noise: torch.Tensor, wide: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -323,7 +341,7 @@ def load_cached_session(
     export: Callable[[], bytes],
     probe_error: Callable[[Any], float],
     what: str,
-    new_session: Callable[[str | Path | bytes], Any] = cpu_session,
+    new_session: Callable[[str | Path | bytes], Any] = graph_session,
 ) -> tuple[Any, Path | bytes, bool]:
     """(session made by `new_session`, the file or bytes it was built from, exported): from the
     cached file at `path` when it loads and passes the probe, else exported and cached."""
@@ -347,6 +365,8 @@ def _cached_session(
     try:
         session = new_session(path)
         error = probe_error(session)
+    except ExecutionProviderError:
+        raise  # the device is at fault, not the file: exporting again would not help
     except Exception as failure:  # noqa: BLE001 - whatever is wrong with the file, re-exporting fixes it
         _log.warning("cached %s %s does not load (%s); exporting it again", what, path, failure)
         return None

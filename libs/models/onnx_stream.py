@@ -38,6 +38,7 @@ from torch import nn
 
 from libs.models import streaming
 from libs.models.onnx_encoder import ONNX_OPSET, arena_shrinking_run, export_graph, load_cached_session
+from libs.models.onnx_providers import execution_providers, inference_session
 from libs.models.piper_import import default_cache_dir
 from libs.models.streaming import NO_END, StepInput, StepOutput, StreamNetwork, output_geometry, stream_step, traced_step
 
@@ -114,14 +115,17 @@ class OnnxStreamNetwork:
         threads: int = 1,
         kinds: tuple[StepKind, ...] = STEP_KINDS,
         cache_dir: str | Path | None = None,
+        device: str | torch.device = "cpu",
     ) -> "OnnxStreamNetwork":
         """Graphs of the `kinds` of step of `network` (input `channels`, first steps at least
-        `first_width` frames) on `threads` threads each, from the cache when good copies are there,
-        else exported and cached under `name`. Several streams may run steps at once.
+        `first_width` frames) on `threads` threads each and onnxruntime's providers for `device`,
+        from the cache when good copies are there, else exported and cached under `name`. Several
+        streams may run steps at once.
 
         Every graph holds its own copy of the weights (the flow + mel head's: 25-55 MB of memory),
         so a kind of step that is rare can be left to torch.
         """
+        execution_providers(device)  # a device onnxruntime cannot run on fails here, before any export
         lag, scale = output_geometry(network, channels, torch.device("cpu"))
         probe = _ProbeStream.run(network, channels, first_width)
         tail_shapes = [tuple(tail.shape) for tail in probe.outputs[StepKind(True, False)].state]
@@ -135,7 +139,7 @@ class OnnxStreamNetwork:
                 lambda kind=kind: _export(network, kind, channels, first_width, tail_shapes),
                 lambda session, kind=kind: probe.error(session, kind),
                 f"{name} {kind.name} step graph",
-                lambda source: stream_session(source, threads),
+                lambda source: stream_session(source, threads, device),
             )
             if exported:
                 _remove_older_graphs(path)
@@ -171,9 +175,10 @@ _arena_lock = threading.Lock()
 _arena_registered = False
 
 
-def stream_session(model: str | Path | bytes, threads: int = 1) -> Any:
-    """An onnxruntime session for step graphs, on `threads` threads, allocating from one arena
-    shared by every such session of the process.
+def stream_session(model: str | Path | bytes, threads: int = 1, device: str | torch.device = "cpu") -> Any:
+    """An onnxruntime session for step graphs on the providers of `device` (`execution_providers`),
+    on `threads` threads, allocating host memory from one arena shared by every such session of the
+    process.
 
     Each session would otherwise keep an arena as large as the most its calls ever held at once,
     and a memory pattern per step width: the vocoder's four graphs grew a process by 770 MB over 18
@@ -196,11 +201,14 @@ def stream_session(model: str | Path | bytes, threads: int = 1) -> Any:
     options.add_session_config_entry("session.use_env_allocators", "1")
     options.enable_mem_pattern = False
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-    source = model if isinstance(model, bytes) else str(model)
-    return onnxruntime.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    return inference_session(model, options, device)
 
 
 def _feeds(item: StepInput) -> dict[str, np.ndarray]:
+    # Host arrays on either provider (the steps' tensors are CPU tensors: this backend runs only for
+    # a CPU engine). On the CUDA provider onnxruntime copies them to the device and every output
+    # back, for every step of every stream; were that to matter, IO binding (`session.io_binding()`,
+    # the tails kept as device OrtValues from one step to the next) would move only the new frames.
     feeds = {FRAMES_NAME: np.ascontiguousarray(item.frames.detach().numpy()[None])}
     for index, tail in enumerate(item.state or ()):
         # Tails from the torch path are channels-last views; onnxruntime reads plain row-major arrays.

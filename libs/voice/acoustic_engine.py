@@ -179,8 +179,8 @@ class AcousticEngine(BatchedEngine):
         if not onnx_encoder_supported(self.acoustic.config):
             raise ValueError("this voice's text encoder is speaker-conditioned and has no onnxruntime graph: use 'torch'")
         if onnx_durations_supported(self.acoustic.config):
-            return OnnxFrontEnd.load(self.acoustic), None
-        return None, OnnxTextEncoder.load(self.acoustic)
+            return OnnxFrontEnd.load(self.acoustic, device=self.device), None
+        return None, OnnxTextEncoder.load(self.acoustic, device=self.device)
 
     @classmethod
     def load(

@@ -127,7 +127,9 @@ class ModelRuntime:
         on as many threads as torch has."""
         if self.stream_backend != "onnxruntime":
             return None
-        return OnnxStreamNetwork.load(network, name, channels, first_width, threads=torch.get_num_threads(), kinds=kinds)
+        return OnnxStreamNetwork.load(
+            network, name, channels, first_width, threads=torch.get_num_threads(), kinds=kinds, device=self.device
+        )
 
 
 class BatchedEngine:
