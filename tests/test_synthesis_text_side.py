@@ -55,3 +55,49 @@ async def test_text_without_words_fails_once_every_chunk_is_seen() -> None:
             [sentence async for sentence in sentences]
     finally:
         await text_side.close()
+
+
+def _counting(pool: PhonemizerPool) -> list[str]:
+    """Chunks `pool` is asked to phonemise from now on."""
+    asked: list[str] = []
+    sentences_of = pool.sentences
+
+    async def counting(spec, chunk, continues=False, lexicon=None):  # type: ignore[no-untyped-def]
+        asked.append(chunk)
+        return await sentences_of(spec, chunk, continues, lexicon)
+
+    pool.sentences = counting  # type: ignore[method-assign]
+    return asked
+
+
+async def _all(text_side: TextSide, text: str, lexicon: dict[str, tuple[str, ...]] | None = None) -> list[tuple[int, ...]]:
+    sentences = await text_side.sentences(default_registry().default, text, lexicon)
+    return [sentence.phoneme_ids async for sentence in sentences]
+
+
+async def test_a_text_spoken_again_is_not_phonemised_again(pool: PhonemizerPool) -> None:
+    text_side = TextSide(ThreadPoolExecutor(1), 5000, TextLimits(), pool)
+    asked = _counting(pool)
+    first = await _all(text_side, TEXT)
+    assert len(asked) == 3
+    assert await _all(text_side, TEXT) == first
+    assert len(asked) == 3  # all three chunks remembered
+    # Another text that ends with the same sentence asks only for what is new.
+    other = "A new opening line. And a third ends the text."
+    new, shared = text_side.frontend(default_registry().default).chunks(other)
+    assert shared in asked
+    await _all(text_side, other)
+    assert asked[3:] == [new]
+
+
+async def test_a_request_lexicon_bypasses_the_memo_and_the_memo_can_be_off(pool: PhonemizerPool) -> None:
+    text_side = TextSide(ThreadPoolExecutor(1), 5000, TextLimits(), pool)
+    asked = _counting(pool)
+    plain = await _all(text_side, "Say tomato.")
+    own = await _all(text_side, "Say tomato.", {"tomato": ("t", "ə", "m", "ɑː", "t", "oʊ")})
+    assert own != plain and len(asked) == 2
+    assert await _all(text_side, "Say tomato.") == plain and len(asked) == 2  # the lexicon's reading was not kept
+    off = TextSide(ThreadPoolExecutor(1), 5000, TextLimits(phoneme_memo_entries=0), pool)
+    await _all(off, "Say tomato.")
+    await _all(off, "Say tomato.")
+    assert len(asked) == 4

@@ -15,6 +15,10 @@ the child processes of a `PhonemizerPool`, with bounds on what a client's text m
   stream that sends nothing for `stream_idle_timeout_s` while the gateway waits for text ends with
   INVALID_ARGUMENT (see `StreamIdleError`).
 - No sentence is longer than `max_sentence_ids` phoneme ids (libs.text.long_sentences).
+- A chunk phonemised once is remembered (`phoneme_memo_entries`, least recently used out): a text
+  spoken again (a prompt, a notification, a cached sentence) skips the hop to a text process, which
+  is most of what a cached sentence's first audio costs. With a lexicon file, remembered chunks are
+  forgotten after `lexicon_check_s`, so a changed file is heard as soon as the processes read it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from collections.abc import Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from typing import AsyncIterator, Callable, Final, TypeVar
+
+from cachetools import LRUCache, TTLCache
 
 from libs.settings.fields import setting
 from libs.telemetry import tracing
@@ -55,6 +61,9 @@ DEFAULT_TEXT_PROCESS_TIMEOUT_S: Final = 10.0
 # a sentence means it stalled, and the listener would rather hear what has arrived.
 DEFAULT_SENTENCE_WAIT_S: Final = 2.0
 DEFAULT_STREAM_IDLE_TIMEOUT_S: Final = 30.0
+# A chunk is at most a few hundred characters and its sentences a few KB: 4,096 of them are a few
+# MB, and hold the prompts and notifications a deployment repeats.
+DEFAULT_PHONEME_MEMO_ENTRIES: Final = 4096
 WARM_UP_TEXT: Final = "Ready."
 MAX_PAUSE_S: Final = MAX_BREAK_MS / 1000
 """Longest silence after one sentence, however many SSML breaks follow it."""
@@ -108,6 +117,10 @@ class TextLimits:
         DEFAULT_LEXICON_CHECK_S, env="TTS_LEXICON_CHECK_S", unit="s", minimum=0.1, maximum=3600,
         doc="how often the text processes look whether --lexicon-file changed",
     )  # fmt: skip
+    phoneme_memo_entries: int = setting(
+        DEFAULT_PHONEME_MEMO_ENTRIES, env="TTS_PHONEME_MEMO_ENTRIES", unit="count", minimum=0, maximum=1_000_000,
+        doc="text chunks whose sentences the gateway remembers, so a text spoken again skips espeak-ng (0: none)",
+    )  # fmt: skip
 
 
 class StreamIdleError(InvalidRequestError):
@@ -138,6 +151,7 @@ class TextSide:
         self.limits = limits
         self._frontends: dict[str, TextFrontend] = {}
         self._specs: dict[str, FrontendSpec] = {}
+        self._memo = _phoneme_memo(limits)
 
     def frontend(self, voice: Voice) -> TextFrontend:
         """The frontend of `voice` that normalises and cuts its text here (its espeak-ng half runs in
@@ -298,10 +312,17 @@ class TextSide:
             return self.frontend(voice).chunks(text)
 
     async def _phonemise(self, voice: Voice, chunk: str, continues: bool, lexicon: Lexicon | None = None) -> list[Sentence]:
-        """The sentences of one chunk, from a process of the pool."""
+        """The sentences of one chunk, remembered or from a process of the pool. A request's own
+        lexicon changes them, so those are neither looked up nor kept."""
+        key = (voice.name, chunk, continues)
+        remembered = self._memo.get(key) if self._memo is not None and not lexicon else None
+        if remembered is not None:
+            return list(remembered)
         with tracing.step_span(tracing.SPAN_PHONEMISE, {tracing.ATTR_VOICE: voice.name}) as span:
             sentences = await self._pool.sentences(self.spec(voice), chunk, continues, lexicon)
             span.set_attribute("tts.sentences", len(sentences))
+        if self._memo is not None and not lexicon:
+            self._memo[key] = tuple(sentences)  # Sentence is frozen: shared safely between requests
         return sentences
 
     async def _chunk_sentences(
@@ -338,6 +359,16 @@ class TextSide:
         # Run in a copy of this request's context, so the spans join its trace.
         context = contextvars.copy_context()
         return await asyncio.get_running_loop().run_in_executor(self._executor, context.run, function, *args)
+
+
+def _phoneme_memo(limits: TextLimits) -> LRUCache[tuple[str, str, bool], tuple[Sentence, ...]] | None:
+    """Where chunks' sentences are remembered (None: nowhere); for no longer than the text processes
+    take to notice a changed lexicon file, when there is one."""
+    if not limits.phoneme_memo_entries:
+        return None
+    if limits.lexicon_file:
+        return TTLCache(limits.phoneme_memo_entries, ttl=limits.lexicon_check_s)
+    return LRUCache(limits.phoneme_memo_entries)
 
 
 class _StreamClocks:
