@@ -27,14 +27,7 @@ async def test_first_sentence_comes_before_the_rest_is_phonemised(pool: Phonemiz
     text_side = TextSide(ThreadPoolExecutor(1), 5000, TextLimits(), pool)
     voice = default_registry().default
     frontend = text_side.frontend(voice)
-    phonemised: list[str] = []
-    sentences_of = pool.sentences
-
-    async def recording(spec, chunk, continues=False, lexicon=None):  # type: ignore[no-untyped-def]
-        phonemised.append(chunk)
-        return await sentences_of(spec, chunk, continues, lexicon)
-
-    pool.sentences = recording  # type: ignore[method-assign]
+    phonemised = _counting(pool)
     chunks = frontend.chunks(TEXT)
     assert len(chunks) == 3
     sentences = await text_side.sentences(voice, TEXT)
