@@ -291,7 +291,8 @@ def test_every_secret_a_pod_uses_is_in_the_overlay_or_made_by_cert_manager(rende
     _, resources = rendered
     certificates = _by_kind(resources, "Certificate")
     made = set(_by_kind(resources, "Secret")) | {certificate["spec"]["secretName"] for certificate in certificates.values()}
-    for name, deployment in _by_kind(resources, "Deployment").items():
+    workloads = {**_by_kind(resources, "Deployment"), **_by_kind(resources, "StatefulSet")}
+    for name, deployment in workloads.items():
         missing = _secrets_used(deployment["spec"]["template"]["spec"]) - made
         assert not missing, f"{name} uses Secrets nothing in the overlay makes: {missing}"
     # Each certificate comes from an Issuer of this overlay, or from a ClusterIssuer the cluster provides.
@@ -321,6 +322,7 @@ def test_egress_is_denied_but_for_what_each_service_calls(rendered) -> None:
         }
     }
     redis = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "redis"}}}
+    redis_jobs = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "redis-jobs"}}}
 
     def allowed(policy: str) -> list[tuple[Any, set[tuple[str, int]]]]:
         rules = policies[policy]["spec"]["egress"]
@@ -328,7 +330,7 @@ def test_egress_is_denied_but_for_what_each_service_calls(rendered) -> None:
         return [(peer, {(port["protocol"], port["port"]) for port in rule["ports"]}) for rule in rules for peer in rule["to"]]
 
     assert allowed("gateway-egress") == [
-        (workers, {("TCP", 50052), ("TCP", 50053)}), (redis, {("TCP", 6379)}),
+        (workers, {("TCP", 50052), ("TCP", 50053)}), (redis, {("TCP", 6379)}), (redis_jobs, {("TCP", 6379)}),
         (dns, {("UDP", 53), ("TCP", 53)}), (otlp, {("TCP", 4317)}),
     ]  # fmt: skip
     assert allowed("workers-egress") == [(dns, {("UDP", 53), ("TCP", 53)}), (otlp, {("TCP", 4317)})]
@@ -464,7 +466,7 @@ def test_prod_job_runners_dial_workers_and_redis_with_the_gateways_certificate_a
     pod = runner["spec"]["template"]["spec"]
     assert upstream.discovery == "dns" and pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
     assert pod["securityContext"]["fsGroup"] == gateway["spec"]["template"]["spec"]["securityContext"]["fsGroup"]
-    # A runner in every zone (each zone's Redis holds that zone's queue), spread strictly.
+    # A runner in every zone (a zone outage leaves runners on the one shared queue), spread strictly.
     zones = {endpoint.zone for endpoint in upstream.acoustic}
     hpa = _by_kind(resources, "HorizontalPodAutoscaler")["job-runner"]["spec"]
     assert runner["spec"]["replicas"] >= len(zones) and hpa["minReplicas"] >= len(zones)
@@ -515,3 +517,108 @@ def test_the_committed_api_keys_file_holds_hashes_only() -> None:
 
     prod = next(path for path in overlays() if path.name == "prod")
     parse_keys((prod / "api-keys.jsonl").read_text(encoding="utf-8"))  # KeysFileError on anything but hashed lines
+
+
+def _arg_value(args: list[str], flag: str) -> str:
+    """The value after `flag` in a redis-server command line (the flag must be there exactly once)."""
+    assert args.count(flag) == 1, f"{flag} in {args}"
+    return args[args.index(flag) + 1]
+
+
+def _memory_mb(quantity: str) -> int:
+    """A Redis size (mb, gb) or a Kubernetes memory quantity (Mi, Gi) in MiB."""
+    number, unit = re.fullmatch(r"(\d+)(mb|gb|Mi|Gi)", quantity).groups()  # type: ignore[union-attr]
+    return int(number) * (1024 if unit in ("gb", "Gi") else 1)
+
+
+def test_prod_job_redis_is_one_persistent_never_evicting_redis_asking_the_caches_password() -> None:
+    from tests.test_k8s_scale_out import _restricted_problems
+
+    prod = next(path for path in overlays() if path.name == "prod")
+    resources = render(prod)
+    assert "redis-jobs" not in _by_kind(resources, "Deployment")
+    stateful = _by_kind(resources, "StatefulSet")["redis-jobs"]
+    spec = stateful["spec"]
+    pod = spec["template"]["spec"]
+    redis = _container(stateful)
+    args = redis["args"]
+    assert spec["replicas"] == 1 and args[0] == "redis-server"
+    # Every write goes to an append-only file, fsynced every second, on a volume of its own.
+    assert (_arg_value(args, "--appendonly"), _arg_value(args, "--appendfsync")) == ("yes", "everysec")
+    [claim] = spec["volumeClaimTemplates"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"] and claim["spec"]["resources"]["requests"]["storage"]
+    [data] = [mount for mount in redis["volumeMounts"] if mount["name"] == claim["metadata"]["name"]]
+    assert data["mountPath"] == _arg_value(args, "--dir")
+    assert not any(volume["name"] == claim["metadata"]["name"] for volume in pod.get("volumes", [])), "an emptyDir hides the claim"
+    assert spec["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Retain", "whenScaled": "Retain"}
+    # Full, it refuses writes instead of dropping jobs, and refuses before the kernel kills it.
+    assert _arg_value(args, "--maxmemory-policy") == "noeviction"
+    assert _memory_mb(_arg_value(args, "--maxmemory")) < _memory_mb(redis["resources"]["limits"]["memory"])
+    # The caches' password, from the Secret the gateways' --redis-password-file holds.
+    assert _arg_value(args, "--requirepass") == "$(REDIS_PASSWORD)"
+    secret = {"secretKeyRef": {"name": "tts-redis-auth", "key": "password"}}
+    assert {"name": "REDIS_PASSWORD", "valueFrom": secret} in redis["env"]
+    assert {"name": "REDISCLI_AUTH", "valueFrom": secret} in redis["env"]  # for the probes' redis-cli
+    cache = _container(_by_kind(resources, "Deployment")["redis"])
+    assert next(v for v in cache["env"] if v["name"] == "REDIS_PASSWORD")["valueFrom"] == secret
+    # Its Service is the StatefulSet's, selects its pod and serves its port; a budget covers it.
+    labels = spec["template"]["metadata"]["labels"]
+    service = _by_kind(resources, "Service")[spec["serviceName"]]["spec"]
+    assert service["selector"] == {key: labels[key] for key in service["selector"]} == spec["selector"]["matchLabels"]
+    assert [(port["port"], port["targetPort"]) for port in service["ports"]] == [(6379, "redis")]
+    assert {port["name"]: port["containerPort"] for port in redis["ports"]} == {"redis": 6379}
+    budget = _by_kind(resources, "PodDisruptionBudget")["redis-jobs"]["spec"]
+    assert _selects(budget["selector"], labels) and budget["maxUnavailable"] == 1
+    assert _restricted_problems("redis-jobs", pod) == []
+    assert validate([stateful]) == []
+
+
+def test_prod_gateways_and_job_runners_keep_jobs_in_the_job_redis_and_dev_in_the_cache(rendered) -> None:
+    from services.gateway.background_work import job_redis_url
+
+    overlay, resources = rendered
+    config_maps = _by_kind(resources, "ConfigMap")
+    deployments = _by_kind(resources, "Deployment")
+    services = _by_kind(resources, "Service")
+    for name in ("gateway", "job-runner") if overlay == "prod" else ("gateway",):
+        container = _container(deployments[name])
+        settings = load_settings("gateway", container["args"][1:], _environment(container, config_maps))
+        if overlay != "prod":  # one Redis: the cache's holds the jobs too
+            assert settings.jobs.jobs_redis_url == "" and job_redis_url(settings) == settings.cache.url_for_zone(DOWNWARD_ZONE)
+            continue
+        # Every zone's gateways and runners on one URL: the headless Service of the job Redis.
+        assert job_redis_url(settings) == settings.jobs.jobs_redis_url == "redis://redis-jobs:6379/0", name
+        assert "{zone}" not in settings.jobs.jobs_redis_url
+        service = services["redis-jobs"]["spec"]
+        assert service["clusterIP"] == "None" and 6379 in {port["port"] for port in service["ports"]}
+        assert service["selector"] == {"app.kubernetes.io/name": "redis-jobs"}
+        # The password file the job Redis's client reads is the Secret the job Redis asks for.
+        assert _mounted_secret(deployments[name], settings.cache.redis_password_file) == "tts-redis-auth"
+
+
+def test_prod_job_redis_admits_exactly_the_gateways_and_job_runners() -> None:
+    prod = next(path for path in overlays() if path.name == "prod")
+    resources = render(prod)
+    policies = _by_kind(resources, "NetworkPolicy")
+    workloads = {**_by_kind(resources, "Deployment"), **_by_kind(resources, "StatefulSet")}
+    job_redis = workloads.pop("redis-jobs")["spec"]["template"]["metadata"]["labels"]
+    admitted = {
+        name: _admitted_ports(policies, job_redis, workload["spec"]["template"]["metadata"]["labels"])
+        for name, workload in workloads.items()
+    }
+    assert {name: ports for name, ports in admitted.items() if ports} == {"gateway": {6379}, "job-runner": {6379}}
+    assert set(admitted) >= {"gateway", "job-runner", "acoustic", "vocoder", "redis", "edge", "headroom"}
+    # From another namespace only Prometheus, and only to the exporter beside it, never to Redis itself.
+    for policy in policies.values():
+        if _selects(policy["spec"]["podSelector"], job_redis) and "Ingress" in policy["spec"]["policyTypes"]:
+            for rule in policy["spec"].get("ingress", []):
+                if any("namespaceSelector" in peer for peer in rule.get("from", [{"namespaceSelector": {}}])):
+                    assert rule.get("ports") == [{"protocol": "TCP", "port": 9121}], policy["metadata"]["name"]
+    # And their egress lets them dial it.
+    for name in ("gateway-egress", "job-runner-egress"):
+        rules = policies[name]["spec"]["egress"]
+        assert any(
+            "podSelector" in peer and "namespaceSelector" not in peer and _selects(peer["podSelector"], job_redis)
+            and {"protocol": "TCP", "port": 6379} in rule["ports"]
+            for rule in rules for peer in rule["to"]
+        ), name  # fmt: skip

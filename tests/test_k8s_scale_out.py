@@ -37,7 +37,8 @@ def any_overlay(request: pytest.FixtureRequest) -> tuple[str, list[dict[str, Any
 
 
 def _pods(resources: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {name: deployment["spec"]["template"]["spec"] for name, deployment in _by_kind(resources, "Deployment").items()}
+    workloads = {**_by_kind(resources, "Deployment"), **_by_kind(resources, "StatefulSet")}
+    return {name: workload["spec"]["template"]["spec"] for name, workload in workloads.items()}
 
 
 def test_prod_gateways_watch_endpointslices_with_a_role_that_may_only_list_and_watch_them(prod) -> None:

@@ -17,6 +17,7 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Final, Sequence, TypeVar
+from urllib.parse import urlsplit
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -81,10 +82,18 @@ def _password(path: str) -> str | None:
     return password
 
 
-def redis_client(url: str, settings: CacheSettings, timeout_s: float) -> aioredis.Redis | RedisCluster:
-    """The asyncio client of the cache's Redis (a cluster client with `redis_cluster`): short socket
-    timeouts, no client-side retries (a miss is cheaper than a retry storm on a sick Redis), TLS
-    checked against `redis_ca_file` for rediss://, the password from its file."""
+def redis_client(
+    url: str, settings: CacheSettings, timeout_s: float, *, cluster: bool | None = None
+) -> aioredis.Redis | RedisCluster:
+    """An asyncio client of the Redis at `url` (the cache's, or the job Redis) with the connection
+    options of `settings`: TLS checked against `redis_ca_file` for rediss://, the password from
+    `redis_password_file` (an ACL user comes in the URL), socket timeouts of `timeout_s`, no
+    client-side retries (a miss is cheaper than a retry storm on a sick Redis; the job runners back
+    off themselves). A cluster client with `cluster`, which defaults to `redis_cluster`.
+
+    SettingFileError when the password file cannot be read, or when `url` holds a password too."""
+    if settings.redis_password_file and urlsplit(url).password:
+        raise SettingFileError(f"{redacted_url(url)} already has a password: give it there or in --redis-password-file, not both")
     options: dict[str, object] = {
         "password": _password(settings.redis_password_file),
         "socket_timeout": timeout_s,
@@ -95,7 +104,7 @@ def redis_client(url: str, settings: CacheSettings, timeout_s: float) -> aioredi
         options["ssl_ca_certs"] = settings.redis_ca_file
     if options["password"] is None:
         del options["password"]  # a password in the URL stays in force
-    if settings.redis_cluster:
+    if settings.redis_cluster if cluster is None else cluster:
         # One try per command: a slot that moved is still followed (the client refreshes its map on MOVED).
         return RedisCluster.from_url(url, retry=Retry(NoBackoff(), 0), **options)  # type: ignore[arg-type]
     return aioredis.Redis.from_url(url, retry=Retry(NoBackoff(), 0), **options)  # type: ignore[arg-type]

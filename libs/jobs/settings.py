@@ -39,7 +39,9 @@ class JobSettings:
 
     jobs_redis_url: str = setting(
         "", env="TTS_JOBS_REDIS_URL",
-        doc="Redis of the job queue and job audio (empty: the cache's --redis-url); use one with maxmemory-policy noeviction",
+        doc="Redis of the job queue and job audio, one for every zone (empty: the cache's --redis-url); reached with the cache's "
+        "--redis-password-file and --redis-ca (one password for both; user in the URL for an ACL user); a single Redis, "
+        "not a cluster, with persistence and maxmemory-policy noeviction",
     )  # fmt: skip
     job_runners: int = setting(
         DEFAULT_JOB_RUNNERS, env="TTS_JOB_RUNNERS", unit="count", minimum=0, maximum=64,

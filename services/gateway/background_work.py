@@ -13,8 +13,9 @@ import grpc
 from prometheus_client import CollectorRegistry
 from starlette.routing import Route
 
-from libs.cache.mel_cache import _password, redis_client
+from libs.cache.mel_cache import redis_client
 from libs.cache.sealing import KeyRing
+from libs.cache.settings import redacted_url
 from libs.jobs.metrics import JobMetrics
 from libs.jobs.objects import audio_chunks_for
 from libs.jobs.runner import JobRunner
@@ -32,6 +33,21 @@ from services.settings import GatewaySettings
 
 _log = logging.getLogger(__name__)
 PREWARM_REDIS_TIMEOUT_S = 5.0
+JOB_REDIS_TIMEOUT_S = 10.0
+"""Longer than the cache's: a job call is not on a listener's first-audio path, and a one-megabyte
+text takes a moment to write."""
+
+
+def job_redis_url(settings: GatewaySettings) -> str:
+    """The Redis of the long-form jobs: --jobs-redis-url, else the cache's own zone's Redis when it is
+    no cluster, else "" (jobs off)."""
+    own_url = settings.jobs.jobs_redis_url.strip()
+    if own_url:
+        return own_url
+    cache = settings.cache
+    if cache.enabled and not cache.redis_cluster:
+        return cache.url_for_zone(settings.server.zone)
+    return ""
 
 
 class BackgroundWork:
@@ -59,21 +75,20 @@ class BackgroundWork:
         the cache's (promoted texts, job texts and job audio are sealed as its values are)."""
         cache = settings.cache
         zone = settings.server.zone
-        own_url = settings.jobs.jobs_redis_url.strip()
         store = None
-        chunks = audio_chunks_for(settings.jobs)
-        if own_url:
-            store = JobStore.from_url(own_url, settings.jobs.job_ttl_s, chunks=chunks, keyring=keyring)
-        elif cache.enabled and not cache.redis_cluster:
-            store = JobStore.from_url(
-                cache.url_for_zone(zone), settings.jobs.job_ttl_s, _password(cache.redis_password_file), cache.redis_ca_file,
-                chunks=chunks, keyring=keyring,
+        jobs_url = job_redis_url(settings)
+        if jobs_url:
+            # The cache's connection options (password file, CA, ACL user in the URL), on one Redis:
+            # the job scripts touch the queue, the index and a job's keys at once, which no cluster allows.
+            client = redis_client(jobs_url, cache, JOB_REDIS_TIMEOUT_S, cluster=False)
+            store = JobStore(client, settings.jobs.job_ttl_s, audio_chunks_for(settings.jobs), keyring)  # type: ignore[arg-type]
+            sealing = f"sealed with key {keyring.current_id}" if keyring is not None else "plain (no --cache-key-file)"
+            _log.info(
+                "long-form jobs on Redis at %s, job audio in %s; job text and audio stored %s",
+                redacted_url(jobs_url), settings.jobs.job_audio_store, sealing,
             )  # fmt: skip
         else:
             _log.info("long-form jobs are off: give them a Redis that is not a cluster (--jobs-redis-url)")
-        if store is not None:
-            sealing = f"sealed with key {keyring.current_id}" if keyring is not None else "plain (no --cache-key-file)"
-            _log.info("job audio in %s; job text and audio stored %s", settings.jobs.job_audio_store, sealing)
         work = cls(store, metrics_registry)
         if store is not None and work.job_metrics is not None:
             max_chars = settings.jobs.job_max_text_chars
