@@ -1,6 +1,8 @@
-"""Toy worker processes as pods: each on its own loopback address 127.0.0.x, all of one kind and zone
+"""Worker processes as pods: each on its own loopback address 127.0.0.x, all of one kind and zone
 on one port behind one name, and gateways (the real WorkerPool and Synthesizer, in this process)
-that find them by resolving the name.
+that find them by resolving the name. `Fleet` runs toy workers (tests/faults/toy_worker.py: the real
+servicers around small engines, ready in a second); `ServiceFleet` runs the worker services
+themselves with the installed default voice.
 
 The resolver is the only stand-in: `FleetResolver` answers a name with the addresses of the pods
 currently "in DNS", as a headless Service's DNS record would list its ready pods. Adding a pod to it
@@ -19,6 +21,7 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, AsyncIterator, Sequence
 
 from prometheus_client import CollectorRegistry
@@ -26,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from libs.text.frontend import Sentence
 from libs.cache.mel_cache import MelCache
+from libs.devmesh.launcher import service_command, wait_until_serving
 from libs.pb.tts.v1 import tts_pb2
 from libs.routing.endpoints import parse_endpoint
 from libs.routing.health import HealthConfig
@@ -41,6 +45,9 @@ from tests.e2e.mesh import REPO_ROOT
 ACOUSTIC_PORT_BASE = 50700
 VOCODER_PORT_BASE = 50710
 METRICS_PORT_OFFSET = 1
+SERVICE_METRICS_PORT_BASE = 50800
+"""A worker service serves /metrics on every address, so each one gets a port of its own: this plus
+the last number of its address."""
 # About 30 phonemes per sentence (180 frames, ~2 s of audio): an utterance holds its acoustic stream
 # for several chunks, so streams overlap and in-flight counts mean something.
 SENTENCE_IDS = [[1] + [0, 20, 0, 59, 0, 24] * 5 + [0, 2], [1] + [0, 35, 0, 27, 0, 30] * 5 + [0, 2]]
@@ -54,13 +61,15 @@ def service_name(kind: str, zone: str) -> str:
 
 @dataclass
 class Pod:
-    """One toy worker process."""
+    """One worker process."""
 
     kind: str
     zone: str
     ip: str
     port: int
-    process: subprocess.Popen[str]
+    process: subprocess.Popen[Any]
+    metrics_port: int = 0
+    """Its /metrics port (0: its gRPC port + METRICS_PORT_OFFSET, on its own address, as a toy worker's)."""
 
     @property
     def address(self) -> str:
@@ -68,7 +77,8 @@ class Pod:
 
     def metrics(self) -> dict[str, float]:
         """The worker's own /metrics samples, by sample name, summed over their labels."""
-        with urllib.request.urlopen(f"http://{self.ip}:{self.port + METRICS_PORT_OFFSET}/metrics", timeout=5) as response:
+        metrics_port = self.metrics_port or self.port + METRICS_PORT_OFFSET
+        with urllib.request.urlopen(f"http://{self.ip}:{metrics_port}/metrics", timeout=5) as response:
             text = response.read().decode()
         totals: dict[str, float] = {}
         for family in text_string_to_metric_families(text):
@@ -150,6 +160,10 @@ class Fleet:
                 break
         raise AssertionError(f"toy {pod.kind} worker on {pod.address} did not start (exit {pod.process.poll()})")
 
+    def start_groups(self, groups: Sequence[tuple[str, str, int, int]], *, publish: bool = True) -> list[Pod]:
+        """Start the pods of every (kind, zone, zone index, count) group, one group after another."""
+        return [pod for kind, zone, index, count in groups for pod in self.start(kind, zone, index, count, publish=publish)]
+
     def terminate(self, pod: Pod) -> None:
         """SIGTERM, as the kubelet sends after the pod left its Service's endpoints."""
         pod.process.send_signal(signal.SIGTERM)
@@ -163,6 +177,57 @@ class Fleet:
 
     def of(self, kind: str, zone: str | None = None) -> list[Pod]:
         return [pod for pod in self.pods if pod.kind == kind and (zone is None or pod.zone == zone)]
+
+
+class ServiceFleet(Fleet):
+    """The worker services themselves as pods: `python -m services.acoustic` and `python -m
+    services.vocoder` with the installed default voice, one model thread each, plaintext (as
+    `gateway_pool` dials). Every pod of a call starts at once; each logs to `log_dir`."""
+
+    def __init__(self, log_dir: Path, grace_s: float = 30.0, start_timeout_s: float = 600.0, worker_args: Sequence[str] = ()) -> None:
+        super().__init__(grace_s=grace_s)
+        self.log_dir = log_dir
+        self._start_timeout_s = start_timeout_s
+        self._worker_args = tuple(worker_args)
+
+    def start(self, kind: str, zone: str, zone_index: int, count: int, *, publish: bool = True) -> list[Pod]:
+        return self.start_groups([(kind, zone, zone_index, count)], publish=publish)
+
+    def start_groups(self, groups: Sequence[tuple[str, str, int, int]], *, publish: bool = True) -> list[Pod]:
+        """Start the pods of every (kind, zone, zone index, count) group side by side and wait until each is SERVING."""
+        started = [self._spawn(kind, zone, index) for kind, zone, index, count in groups for _ in range(count)]
+        deadline = time.monotonic() + self._start_timeout_s
+        for pod in started:  # they load their models side by side; this only waits for each in turn
+            try:
+                wait_until_serving(pod.address, pod.process, deadline)
+            except (RuntimeError, TimeoutError) as error:
+                raise AssertionError(f"{pod.kind} worker on {pod.address}: {error}\n{self.log_tail(pod)}") from None
+            if publish:
+                self.resolver.publish(pod)
+        return started
+
+    def log_tail(self, pod: Pod, lines: int = 20) -> str:
+        text = self._log_path(pod.kind, pod.ip).read_text(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _log_path(self, kind: str, ip: str) -> Path:
+        return self.log_dir / f"{kind}-{ip}.log"
+
+    def _spawn(self, kind: str, zone: str, zone_index: int) -> Pod:
+        self._next_host += 1
+        ip = f"127.0.0.{self._next_host}"
+        port = self.port_of(kind, zone_index)
+        metrics_port = SERVICE_METRICS_PORT_BASE + self._next_host
+        command = service_command(kind, [
+            "--host", ip, "--port", str(port), "--metrics-port", str(metrics_port), "--zone", zone, "--threads", "1",
+            "--shutdown-grace-s", str(self._grace_s), *self._worker_args,
+        ])  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        with self._log_path(kind, ip).open("wb") as log:
+            process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        pod = Pod(kind, zone, ip, port, process, metrics_port=metrics_port)
+        self.pods.append(pod)
+        return pod
 
 
 def gateway_pool(
