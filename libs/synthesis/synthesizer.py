@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import weakref
-from contextlib import aclosing
 from typing import AsyncGenerator, AsyncIterator
 
 import grpc
@@ -105,13 +104,18 @@ class Synthesizer:
             )
             output = AudioOutput(options.encoding, options.sample_rate_hz, options.include_alignment)
             last: AudioChunk | None = None
-            # Closed here, not left to the garbage collector: its end cancels the worker streams.
-            async with aclosing(pipeline.run(sentences)) as pieces:
+            pieces = pipeline.run(sentences)
+            try:
                 async for piece in pieces:
                     chunk = output.push(piece)
                     if chunk is not None:
                         last = chunk
                         yield chunk
+            finally:
+                # The client's place is free the moment its stream is over; then the pipeline is
+                # closed here, not left to the garbage collector, and its end cancels the worker streams.
+                slot.release()
+                await pieces.aclose()  # type: ignore[attr-defined]
             tail = output.finish()
             if tail and last is not None:
                 yield AudioChunk(tail, last.sentence_index, last.audio_offset_s + last.audio_duration_s, 0.0, False, None)
