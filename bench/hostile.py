@@ -182,7 +182,8 @@ class HealthyCaller:
         self._stop = threading.Event()
         self._channel = grpc.insecure_channel(self.address)
         self._stub = tts_pb2_grpc.TextToSpeechStub(self._channel)
-        threading.Thread(target=self._run, daemon=True).start()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -223,6 +224,7 @@ class HealthyCaller:
 
     def stop(self) -> None:
         self._stop.set()
+        self._thread.join(timeout=15)  # its call in flight ends before the channel closes under it
         self._channel.close()
 
 
