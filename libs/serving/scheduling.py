@@ -30,8 +30,8 @@ FIRST_AUDIO_BUDGET_S: Final = 0.15
 """How long a stream's very first step may wait behind steps of listeners about to run dry. First
 audio is wanted now, but a listener that has heard nothing loses nothing yet while one that runs
 dry hears a gap; within this budget (well inside the 250 ms a first audio may take) streams that
-started a moment earlier keep playing. What follows the first audio is due by the audio it brought,
-counted from when it was made: the listener cannot have started playing before."""
+started a moment earlier keep playing. What follows the first audio is due as if it had played at
+once, so a stream never pays the budget twice."""
 READ_AHEAD_REQUESTS: Final = 16
 """Requests a worker reads ahead of the one it works on: enough that each is stamped when it
 arrives, few enough that gRPC flow control still holds back a gateway that writes too much."""
@@ -142,17 +142,9 @@ class PlaybackDeadline:
         """The deadline of the request's next step."""
         return self.listener_s + self.budget_s
 
-    def advance(self, audio_s: float, done_s: float | None = None) -> None:
-        """A step finished at `done_s` (now by default) with `audio_s` of audio: the next one is
-        needed that much after the listener's need, or after `done_s` if that is later.
-
-        A listener plays from its first audio and pauses while it is dry (as the gateway's clock
-        has it), so a step that came late moves everything after it: counting from when the stream
-        asked instead would make every stream that has just started look overdue at once, and the
-        streams still waiting for their first audio would wait behind all of them.
-        """
-        now_s = time.monotonic() if done_s is None else done_s
-        self.listener_s = max(self.listener_s, now_s) + max(0.0, audio_s)
+    def advance(self, audio_s: float) -> None:
+        """A step produced `audio_s` of audio: the next one is needed that much later."""
+        self.listener_s += max(0.0, audio_s)
         self.budget_s = 0.0
 
 
