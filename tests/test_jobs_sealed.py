@@ -5,6 +5,7 @@ refused with a clear error (DATA_LOSS), never served or spoken."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from typing import Any, Awaitable, Callable
 
 import grpc
@@ -21,12 +22,13 @@ from libs.jobs.requests import job_status_for
 from libs.jobs.runner import JobRunner
 from libs.jobs.sealed import TamperedJobDataError
 from libs.jobs.settings import JobSettings
-from libs.jobs.store import FAILED, SUCCEEDED, JobSpec, JobStore, pcm_key, text_key
+from libs.jobs.store import FAILED, SUCCEEDED, IdempotencyConflictError, JobSpec, JobStore, pcm_key, text_key
 from libs.pb.tts.v1 import tts_pb2
 
 SPEC = JobSpec(voice="joe", speed=1.0, encoding=tts_pb2.LINEAR_PCM, sample_rate_hz=22050, speaker_id=0)
 TEXT = "The keeper wrote each storm down. Nobody read the book."
-KEYRING = KeyRing.parse(new_key_line("jobs-1"))
+KEY_LINE = new_key_line("jobs-1")
+KEYRING = KeyRing.parse(KEY_LINE)
 
 
 def sentence_pcm(seed: int, samples: int = 2205) -> bytes:
@@ -148,5 +150,27 @@ def test_a_runner_fails_a_job_whose_text_was_tampered_instead_of_speaking_it(red
             running.cancel()
             await asyncio.gather(running, return_exceptions=True)
             await store.close()
+
+    run(redis_server, test)
+
+
+def test_an_idempotency_record_confirms_no_guessed_text_and_outlives_a_key_rotation(redis_server: EmbeddedRedis) -> None:
+    async def test(raw: aioredis.Redis) -> None:
+        store = JobStore.from_url(redis_server.url, 3600, keyring=KEYRING)
+        rotated = JobStore.from_url(redis_server.url, 3600, keyring=KeyRing.parse(f"{new_key_line('jobs-2')}\n{KEY_LINE}"))
+        try:
+            record, made = await store.create(TEXT, SPEC, idempotency_key="retry-1")
+            held = (await raw.get("tts:jobs:idem:retry-1")).decode()
+            # Not the plain digest a reader of Redis could recompute from a guessed text: a keyed one.
+            assert hashlib.sha256(SPEC.request_bytes(TEXT)).hexdigest()[:32] not in held
+            assert held.startswith(f"{record.job_id} jobs-1:")
+            # The same request retried after a new key came first is still the same request.
+            again, made_again = await rotated.create(TEXT, SPEC, idempotency_key="retry-1")
+            assert made and not made_again and again.job_id == record.job_id
+            with pytest.raises(IdempotencyConflictError):
+                await rotated.create("Another text altogether.", SPEC, idempotency_key="retry-1")
+        finally:
+            await store.close()
+            await rotated.close()
 
     run(redis_server, test)

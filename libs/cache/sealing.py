@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
+import hmac
 import binascii
 import os
 import re
@@ -85,6 +87,8 @@ class KeyRing:
             raise KeyFileError(f"key ids must be unique, got {', '.join(ids)}")
         self._current = keys[0]
         self._ciphers = {key.key_id: AESGCM(key.secret) for key in keys}
+        # A key of its own for digests, derived from each cache key: one key, one purpose.
+        self._digest_keys = {key.key_id: hmac.new(key.secret, _DIGEST_KEY_LABEL, hashlib.sha256).digest() for key in keys}
 
     @property
     def current_id(self) -> str:
@@ -132,6 +136,16 @@ class KeyRing:
         nonce = os.urandom(NONCE_BYTES)
         return header + nonce + self._ciphers[self._current.key_id].encrypt(nonce, plain, header + redis_key.encode())
 
+    def digest(self, data: bytes, key_id: str | None = None) -> str | None:
+        """A keyed digest of `data` as "KEY_ID:HEX" (HMAC-SHA256 under a key derived from cache key
+        `key_id`, the current one by default); None if this ring lacks `key_id`. Whoever reads it
+        without the key learns nothing of `data`, not even whether it equals a guess."""
+        key_id = self._current.key_id if key_id is None else key_id
+        key = self._digest_keys.get(key_id)
+        if key is None:
+            return None
+        return f"{key_id}:{hmac.new(key, data, hashlib.sha256).hexdigest()}"
+
     def unseal(self, redis_key: str, value: bytes) -> bytes:
         """The plain value sealed under `redis_key`; SealError if it is not one this key ring sealed for that key."""
         if len(value) < _PREFIX.size:
@@ -151,6 +165,9 @@ class KeyRing:
             return cipher.decrypt(nonce, value[header_end + NONCE_BYTES :], header + redis_key.encode())
         except InvalidTag:
             raise SealError(f"fails authentication with key {key_id!r} (altered, or stored under another key)") from None
+
+
+_DIGEST_KEY_LABEL: Final = b"tts-mesh request digest v1"
 
 
 def _header(key_id: str) -> bytes:

@@ -8,6 +8,9 @@ bytes live in an object store: a value moved to another job or sentence fails au
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+
 from libs.cache.sealing import KeyRing, SealError
 
 
@@ -36,3 +39,27 @@ class JobSeal:
                 f"{what} does not open ({error}); it was altered or sealed with a key this gateway does not have, "
                 "so it is refused (create the job again)"
             ) from None
+
+    def fingerprint(self, request: bytes) -> str:
+        """What is kept of a request to tell a retried create from another under the same key: with
+        a key ring a keyed digest (reading the job Redis does not confirm a guessed text), else a
+        plain one."""
+        if self._keyring is not None:
+            digest = self._keyring.digest(request)
+            assert digest is not None  # the current key is always in the ring
+            return digest
+        return _plain_fingerprint(request)
+
+    def same_request(self, held: str, request: bytes) -> bool:
+        """Whether `held` (a `fingerprint`) was made of `request`: under the key it names, if this
+        ring still has it (a key rotated in since keeps a retried create the same request)."""
+        key_id, separator, _ = held.partition(":")
+        if separator and self._keyring is not None:
+            ours = self._keyring.digest(request, key_id)
+        else:
+            ours = _plain_fingerprint(request)
+        return ours is not None and hmac.compare_digest(ours, held)
+
+
+def _plain_fingerprint(request: bytes) -> str:
+    return hashlib.sha256(request).hexdigest()[:32]

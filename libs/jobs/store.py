@@ -11,7 +11,7 @@ Keys (all under `tts:job`; every job key expires `ttl_s` after the job's last ch
 - `tts:job:<id>:text`: the text as sent (sealed with the cache's key ring when it has one; libs.jobs.sealed).
 - `tts:job:<id>:pcm:<n>`: sentence n's audio, 16-bit little-endian PCM at the job's rate (sealed likewise),
   or with `--job-audio-store s3://...` the name of the object that holds it (libs.jobs.chunks).
-- `tts:jobs:idem:<key>`: an idempotency key -> `<id> <request fingerprint>`.
+- `tts:jobs:idem:<key>`: an idempotency key -> `<id> <request fingerprint>` (keyed when sealed: libs.jobs.sealed).
 
 Every change that must not race is one Lua script (libs.jobs.scripts): creating a job (idempotency key, record, text,
 index and stream entry at once), taking it, committing a sentence and finishing it. A runner owns a
@@ -21,7 +21,6 @@ that lost its job (it stalled past the claim timeout and another took over) can 
 
 from __future__ import annotations
 
-import hashlib
 import time
 import uuid
 from dataclasses import dataclass
@@ -91,12 +90,10 @@ class JobSpec:
     """Rate of the stored audio (the encoding's rate as resolved at creation)."""
     speaker_id: int
 
-    def fingerprint(self, text: str) -> str:
-        """A digest of the request, to tell a retried create from a different one under the same key."""
-        digest = hashlib.sha256()
-        digest.update(f"{self.voice}\0{self.speed!r}\0{self.encoding}\0{self.sample_rate_hz}\0{self.speaker_id}\0".encode())
-        digest.update(text.encode("utf-8", "surrogatepass"))
-        return digest.hexdigest()[:32]
+    def request_bytes(self, text: str) -> bytes:
+        """The request as bytes, for its fingerprint (libs.jobs.sealed.JobSeal.fingerprint)."""
+        options = f"{self.voice}\0{self.speed!r}\0{self.encoding}\0{self.sample_rate_hz}\0{self.speaker_id}\0"
+        return options.encode() + text.encode("utf-8", "surrogatepass")
 
 
 @dataclass(frozen=True)
@@ -231,7 +228,8 @@ class JobStore:
         Returns the job and whether it is new. IdempotencyConflictError for a key used for another request."""
         await self.ensure_group()
         job_id = uuid.uuid4().hex
-        fingerprint = spec.fingerprint(text)
+        request = spec.request_bytes(text)
+        fingerprint = self._seal.fingerprint(request)
         now = time.time()
         fields: dict[str, Any] = {
             "state": QUEUED, "voice": spec.voice, "speed": repr(spec.speed), "encoding": spec.encoding,
@@ -249,7 +247,7 @@ class JobStore:
         )
         held_id, _, held_fingerprint = held.decode().partition(" ")
         if not made:
-            if held_fingerprint != fingerprint:
+            if not self._seal.same_request(held_fingerprint, request):
                 raise IdempotencyConflictError(idempotency_key, held_id)
             return await self.get(held_id), False
         return await self.get(job_id), True
