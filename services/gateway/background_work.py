@@ -33,9 +33,6 @@ from services.settings import GatewaySettings
 
 _log = logging.getLogger(__name__)
 PREWARM_REDIS_TIMEOUT_S = 5.0
-JOB_REDIS_TIMEOUT_S = 10.0
-"""Longer than the cache's: a job call is not on a listener's first-audio path, and a one-megabyte
-text takes a moment to write."""
 
 
 def job_redis_url(settings: GatewaySettings) -> str:
@@ -78,10 +75,7 @@ class BackgroundWork:
         store = None
         jobs_url = job_redis_url(settings)
         if jobs_url:
-            # The cache's connection options (password file, CA, ACL user in the URL), on one Redis:
-            # the job scripts touch the queue, the index and a job's keys at once, which no cluster allows.
-            client = redis_client(jobs_url, cache, JOB_REDIS_TIMEOUT_S, cluster=False)
-            store = JobStore(client, settings.jobs.job_ttl_s, audio_chunks_for(settings.jobs), keyring)  # type: ignore[arg-type]
+            store = JobStore.from_url(jobs_url, settings.jobs.job_ttl_s, cache, chunks=audio_chunks_for(settings.jobs), keyring=keyring)
             sealing = f"sealed with key {keyring.current_id}" if keyring is not None else "plain (no --cache-key-file)"
             _log.info(
                 "long-form jobs on Redis at %s, job audio in %s; job text and audio stored %s",
