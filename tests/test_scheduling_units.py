@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 
@@ -10,7 +11,14 @@ import pytest
 
 from bench.measure import playback_stalls
 from libs.serving.admission import AdmissionSettings, refusal_reason
-from libs.serving.scheduling import FIRST_AUDIO_BUDGET_S, DeadlineExecutor, PlaybackDeadline, RealtimeMeter
+from libs.serving.scheduling import (
+    BACKGROUND_NICE,
+    RUN_DRY_GUARD_S,
+    DeadlineExecutor,
+    PlaybackDeadline,
+    RealtimeMeter,
+    StreamPlayback,
+)
 from libs.synthesis.lookahead import Lookahead
 from libs.upstream.playback import PlaybackClock
 
@@ -97,13 +105,96 @@ def test_a_request_deadline_moves_on_by_the_audio_each_step_makes() -> None:
     assert PlaybackDeadline.on_arrival(100.0, -50.0).at_s == pytest.approx(99.95)  # overdue already
 
 
-def test_a_first_audio_may_wait_its_budget_but_what_follows_it_is_due_as_if_it_played_at_once() -> None:
-    first = PlaybackDeadline.on_arrival(100.0, 0.0, first_audio=True)
-    assert first.at_s == pytest.approx(100.0 + FIRST_AUDIO_BUDGET_S)
-    first.advance(0.128)
-    assert first.at_s == pytest.approx(100.128)  # the budget is gone once the first audio exists
-    later = PlaybackDeadline.on_arrival(100.0, 0.0)
-    assert later.at_s == 100.0  # a listener that ran dry gets no budget
+def test_first_audios_go_before_playing_listeners_unless_one_is_about_to_run_dry() -> None:
+    executor = DeadlineExecutor(1)
+    gate = threading.Event()
+    ran: list[str] = []
+    try:
+        blocker = executor.submit(gate.wait)
+        now = time.monotonic()
+        calls = [
+            executor.submit_by(now + 2.0, ran.append, "well buffered"),
+            executor.submit_by(now - 0.5, ran.append, "first audio, waited 0.5 s", first_audio=True),
+            executor.submit_by(now + RUN_DRY_GUARD_S / 3, ran.append, "about to run dry"),
+            executor.submit_by(now - 0.2, ran.append, "first audio, waited 0.2 s", first_audio=True),
+        ]
+        gate.set()
+        blocker.result(5)
+        for call in calls:
+            call.result(5)
+    finally:
+        executor.shutdown()
+    assert ran == ["about to run dry", "first audio, waited 0.5 s", "first audio, waited 0.2 s", "well buffered"]
+
+
+def test_a_stream_is_due_by_the_audio_made_since_its_first_audio_not_since_it_asked() -> None:
+    playback = StreamPlayback.opening(first_audio=True)
+    first = playback.deadline(100.0, -50.0)  # asked 50 ms before its request arrived
+    assert first.first_audio and first.at_s == pytest.approx(99.95)
+    first.advance(0.128, done_s=101.0)  # the first audio came a second late: the listener starts then
+    assert not first.first_audio
+    assert first.at_s == pytest.approx(101.128)
+    # The gateway measured this request's slack before the listener started: "overdue" by then.
+    later = playback.deadline(101.05, -100.0)
+    assert later.at_s == pytest.approx(101.128)
+    later.advance(0.5)
+    assert later.at_s == pytest.approx(101.628)
+    # A slack longer than the audio made here (audio that reached the listener another way) counts.
+    assert playback.deadline(101.05, 2000.0).at_s == pytest.approx(103.05)
+
+
+def test_a_resumed_stream_is_a_playing_listener_and_one_request_streams_keep_their_slack() -> None:
+    resumed = StreamPlayback.opening(first_audio=False).deadline(100.0, 250.0)
+    assert not resumed.first_audio and resumed.at_s == pytest.approx(100.25)
+    single = PlaybackDeadline.on_arrival(100.0, 0.0, first_audio=True)
+    assert single.first_audio and single.at_s == 100.0
+
+
+def _lane_of_call() -> tuple[str, int]:
+    return threading.current_thread().name, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+def test_with_lanes_what_can_wait_runs_at_a_lower_os_priority_and_urgent_work_never_waits_for_it() -> None:
+    base_nice = os.getpriority(os.PRIO_PROCESS, 0)
+    executor = DeadlineExecutor(1, urgent_threads=1, urgent_horizon_s=0.5)
+    gate = threading.Event()
+    try:
+        now = time.monotonic()
+        later = executor.submit_by(now + 5.0, _lane_of_call)
+        first = executor.submit_by(now, _lane_of_call, first_audio=True)
+        assert "urgent" not in later.result(5)[0] and later.result(5)[1] == min(19, base_nice + BACKGROUND_NICE)
+        assert "urgent" in first.result(5)[0] and first.result(5)[1] == base_nice
+        # The urgent thread is busy; a call due soon waits for it rather than run on the background thread.
+        busy = executor.submit_by(time.monotonic(), gate.wait, first_audio=True)
+        # Due after the run-dry guard (so the first audio goes first) but within the horizon.
+        due_now = executor.submit_by(time.monotonic() + (RUN_DRY_GUARD_S + 0.5) / 2, _lane_of_call)
+        time.sleep(0.1)
+        assert not due_now.done()
+        gate.set()
+        busy.result(5)
+        assert "urgent" in due_now.result(5)[0]
+    finally:
+        gate.set()
+        executor.shutdown()
+
+
+def test_a_call_becomes_urgent_as_its_deadline_nears() -> None:
+    # With the background thread busy, a call due after the horizon runs on the urgent thread once
+    # it comes within the horizon, without any other call waking the pool.
+    executor = DeadlineExecutor(1, urgent_threads=1, urgent_horizon_s=0.3)
+    gate = threading.Event()
+    try:
+        running = threading.Event()
+        background = executor.submit_by(time.monotonic() + 10.0, lambda: (running.set(), gate.wait()))
+        assert running.wait(5)
+        started = time.monotonic()
+        soon = executor.submit_by(started + 0.5, _lane_of_call)
+        name, _ = soon.result(5)
+        assert "urgent" in name and time.monotonic() - started >= 0.15
+    finally:
+        gate.set()
+        background.result(5)
+        executor.shutdown()
 
 
 class FakeTime:

@@ -12,8 +12,10 @@ it computes, so audio stays bit-identical however streams are interleaved.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
+import os
 import threading
 import time
 from concurrent.futures import Executor, Future
@@ -26,15 +28,23 @@ VOCODER_LAG_FRAMES: Final = 21
 """How far the vocoder's samples lag its mel (frames; `output_lag`, docs/ARCHITECTURE.md, "Exact
 streaming and resume"): the audio of frame f comes out only once frame f + 21 is in, so the mel a
 listener needs is always that much ahead of what it hears."""
-FIRST_AUDIO_BUDGET_S: Final = 0.15
-"""How long a stream's very first step may wait behind steps of listeners about to run dry. First
-audio is wanted now, but a listener that has heard nothing loses nothing yet while one that runs
-dry hears a gap; within this budget (well inside the 250 ms a first audio may take) streams that
-started a moment earlier keep playing. What follows the first audio is due as if it had played at
-once, so a stream never pays the budget twice."""
+RUN_DRY_GUARD_S: Final = 0.15
+"""A playing listener's step goes before every waiting first audio once its listener would run dry
+within this long: enough for the step, a vocoder step of another stream still running, and the hops
+to the listener. Until then first audios go first: a listener that has heard nothing waits for it,
+one that holds audio loses nothing by waiting."""
+URGENT_HORIZON_S: Final = 0.5
+"""With lanes (`DeadlineExecutor`), a step due sooner than this, or a first audio, runs on an urgent
+thread at the process's own priority; one due later on a background thread, at BACKGROUND_NICE."""
+BACKGROUND_NICE: Final = 10
+"""The OS nice value of background threads: at 10 the kernel gives a busy thread about a tenth of
+what a thread at 0 gets when both want a core, and all of it when nothing urgent runs."""
 READ_AHEAD_REQUESTS: Final = 16
 """Requests a worker reads ahead of the one it works on: enough that each is stamped when it
 arrives, few enough that gRPC flow control still holds back a gateway that writes too much."""
+
+
+_Call = tuple[float, int, Future, Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 
 
 class DeadlineExecutor(Executor):
@@ -42,67 +52,132 @@ class DeadlineExecutor(Executor):
 
     `submit` queues with the deadline "now" (so plain calls keep arrival order among themselves);
     `submit_by` with an explicit deadline in `time.monotonic()` seconds. Ties go in arrival order.
+    A call marked `first_audio` (a stream whose listener has heard nothing yet) goes before every
+    other call unless that one's deadline is within RUN_DRY_GUARD_S (or past): first audios go first,
+    and a playing listener is served only when it is about to run dry.
+
+    With `urgent_threads`, the pool has two lanes. Its `threads` run at a lower OS priority
+    (`background_nice`) and take only calls due later than `urgent_horizon_s` from now; the urgent
+    threads run at the process's own priority and take only first audios and calls due sooner. The
+    cores are shared with other processes (the other worker, the gateway), and the OS knows nothing
+    of deadlines: without lanes, one worker making audio seconds ahead of need takes a core from
+    another worker's first audio. With lanes, work that can wait uses only what urgent work leaves.
+
     `on_run(seconds)` is called after every call with the time it ran, for capacity measurement.
-    With `by_deadline` False every call counts as due when submitted: plain arrival order.
+    With `by_deadline` False every call counts as due when submitted: plain arrival order (and no lanes).
     """
 
     def __init__(
-        self, threads: int, name: str = "inference", on_run: Callable[[float], None] | None = None, by_deadline: bool = True
+        self,
+        threads: int,
+        name: str = "inference",
+        on_run: Callable[[float], None] | None = None,
+        by_deadline: bool = True,
+        urgent_threads: int = 0,
+        urgent_horizon_s: float = URGENT_HORIZON_S,
+        background_nice: int = BACKGROUND_NICE,
     ) -> None:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
+        if urgent_threads < 0:
+            raise ValueError(f"urgent_threads must not be negative, got {urgent_threads}")
         self.threads = threads
         self.by_deadline = by_deadline
         self.on_run = on_run
-        self._heap: list[tuple[float, int, Future, Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = []
+        self.urgent_horizon_s = urgent_horizon_s
+        self._lanes = by_deadline and urgent_threads > 0
+        self._background_nice = background_nice if self._lanes else 0
+        self._heap: list[_Call] = []
+        self._first_heap: list[_Call] = []
         self._order = itertools.count()
         self._condition = threading.Condition()
         self._shut_down = False
-        self._workers = [threading.Thread(target=self._work, name=f"{name}_{index}", daemon=True) for index in range(threads)]
+        lanes = [(False, index) for index in range(threads)]
+        if self._lanes:
+            lanes += [(True, index) for index in range(urgent_threads)]
+        self._workers = [
+            threading.Thread(target=self._work, args=(urgent,), name=f"{name}_{'urgent' if urgent else 'step'}_{index}", daemon=True)
+            for urgent, index in lanes
+        ]
         for worker in self._workers:
             worker.start()
 
     @property
     def queue_depth(self) -> int:
         """Calls waiting for a thread."""
-        return len(self._heap)
+        return len(self._heap) + len(self._first_heap)
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
         return self.submit_by(time.monotonic(), fn, *args, **kwargs)
 
-    def submit_by(self, deadline_s: float, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
-        """Queue `fn(*args, **kwargs)` to run before every queued call with a later `deadline_s`."""
+    def submit_by(
+        self, deadline_s: float, fn: Callable[..., Any], /, *args: Any, first_audio: bool = False, **kwargs: Any
+    ) -> Future:
+        """Queue `fn(*args, **kwargs)` to run before every queued call with a later `deadline_s`;
+        `first_audio` for a step of a stream whose listener has heard nothing yet."""
         future: Future = Future()
         if not self.by_deadline:
-            deadline_s = time.monotonic()
+            deadline_s, first_audio = time.monotonic(), False
         with self._condition:
             if self._shut_down:
                 raise RuntimeError("cannot schedule new calls after shutdown")
-            heapq.heappush(self._heap, (deadline_s, next(self._order), future, fn, args, kwargs))
-            self._condition.notify()
+            heap = self._first_heap if first_audio else self._heap
+            heapq.heappush(heap, (deadline_s, next(self._order), future, fn, args, kwargs))
+            # With lanes, the thread woken must be of the call's lane: wake them all (they are few).
+            self._condition.notify_all() if self._lanes else self._condition.notify()
         return future
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._condition:
             self._shut_down = True
             if cancel_futures:
-                for _, _, future, *_ in self._heap:
-                    future.cancel()
-                self._heap.clear()
+                for heap in (self._heap, self._first_heap):
+                    for _, _, future, *_ in heap:
+                        future.cancel()
+                    heap.clear()
             self._condition.notify_all()
         if wait:
             for worker in self._workers:
                 if worker is not threading.current_thread():
                     worker.join()
 
-    def _work(self) -> None:
+    def _take(self, urgent: bool) -> tuple[_Call | None, float | None]:
+        """(the call this thread runs next, or None; how long to wait before looking again, or None
+        for "until woken"). Called with the lock held."""
+        now = time.monotonic()
+        if not self._lanes:
+            if not self._first_heap:
+                return (heapq.heappop(self._heap) if self._heap else None), None
+            if self._heap and self._heap[0][0] <= now + RUN_DRY_GUARD_S:
+                return heapq.heappop(self._heap), None
+            return heapq.heappop(self._first_heap), None
+        if not self._heap:
+            return (heapq.heappop(self._first_heap) if urgent and self._first_heap else None), None
+        due_in_s = self._heap[0][0] - now
+        if not urgent:  # the background lane: only what can wait
+            if due_in_s > self.urgent_horizon_s:
+                return heapq.heappop(self._heap), None
+            return None, None  # an urgent thread takes it; woken by the next submit
+        if self._first_heap and due_in_s > RUN_DRY_GUARD_S:
+            return heapq.heappop(self._first_heap), None
+        if due_in_s <= self.urgent_horizon_s:
+            return heapq.heappop(self._heap), None
+        return None, due_in_s - self.urgent_horizon_s  # it becomes urgent then
+
+    def _work(self, urgent: bool) -> None:
+        if not urgent and self._background_nice:
+            with contextlib.suppress(OSError):  # raising one's own nice value never needs a privilege
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self._background_nice)
         while True:
             with self._condition:
-                while not self._heap and not self._shut_down:
-                    self._condition.wait()
-                if not self._heap:
+                while True:
+                    call, wait_s = self._take(urgent)
+                    if call is not None or self._shut_down:
+                        break
+                    self._condition.wait(wait_s)
+                if call is None:
                     return
-                _, _, future, fn, args, kwargs = heapq.heappop(self._heap)
+                _, _, future, fn, args, kwargs = call
             if not future.set_running_or_notify_cancel():
                 continue  # its caller stopped waiting before it started
             started_s = time.perf_counter()
@@ -122,30 +197,72 @@ class DeadlineExecutor(Executor):
 
 
 @dataclass
+class StreamPlayback:
+    """A worker's own view of one stream's listener: when the stream's first audio was made here, and
+    how much audio it has made since. A listener starts playing at its first audio, not when it asked,
+    so the audio made here says when it runs dry at the earliest; a request's slack, measured by the
+    gateway, may have been taken before the listener started and then says "overdue" too soon."""
+
+    started_s: float | None
+    """When the stream's first audio was made (`time.monotonic()`); None while its listener has heard
+    nothing; -inf for a stream that opened on a playing listener (a resumed one)."""
+    made_s: float = 0.0
+    """Audio made since (seconds)."""
+
+    @classmethod
+    def opening(cls, first_audio: bool) -> "StreamPlayback":
+        """A stream whose first request starts its audio (`first_audio`) or continues a playing listener's."""
+        return cls(None if first_audio else float("-inf"))
+
+    @property
+    def first_audio(self) -> bool:
+        """True while the stream's listener has heard nothing."""
+        return self.started_s is None
+
+    def deadline(self, received_s: float, playback_slack_ms: float) -> "PlaybackDeadline":
+        """The deadline of a request that arrived at `received_s` with `playback_slack_ms` of slack
+        (negative: overdue already)."""
+        return PlaybackDeadline(received_s + float(playback_slack_ms) / 1000.0, self)
+
+    def made(self, audio_s: float, done_s: float | None = None) -> None:
+        """A step done at `done_s` (now by default) made `audio_s` of the listener's audio."""
+        if self.started_s is None:
+            self.started_s = time.monotonic() if done_s is None else done_s
+        self.made_s += max(0.0, audio_s)
+
+
+@dataclass
 class PlaybackDeadline:
     """When the listener of one request needs its next audio, on this worker's `time.monotonic()` clock."""
 
     listener_s: float
-    """When the listener needs the audio of the request's next step."""
-    budget_s: float = 0.0
-    """Extra wait allowed for the next step (FIRST_AUDIO_BUDGET_S for a stream's first audio)."""
+    """When the listener needs the audio of the request's next step, by the request's slack."""
+    stream: StreamPlayback = field(default_factory=lambda: StreamPlayback(float("-inf")))
+    """The request's stream."""
 
     @classmethod
     def on_arrival(cls, received_s: float, playback_slack_ms: float, first_audio: bool = False) -> "PlaybackDeadline":
-        """The deadline of a request that arrived at `received_s` with `playback_slack_ms` of slack;
-        `first_audio` when it starts the stream's audio (sentence 0 from frame 0)."""
-        listener_s = received_s + float(playback_slack_ms) / 1000.0  # negative slack: overdue already
-        return cls(listener_s, FIRST_AUDIO_BUDGET_S if first_audio else 0.0)
+        """The deadline of a one-request stream that arrived at `received_s` with `playback_slack_ms`
+        of slack; `first_audio` when it starts the stream's audio."""
+        return StreamPlayback.opening(first_audio).deadline(received_s, playback_slack_ms)
+
+    @property
+    def first_audio(self) -> bool:
+        """True while the stream's listener has heard nothing: the step goes before others that are
+        not about to run dry (`DeadlineExecutor`)."""
+        return self.stream.first_audio
 
     @property
     def at_s(self) -> float:
-        """The deadline of the request's next step."""
-        return self.listener_s + self.budget_s
+        """The deadline of the request's next step: by its slack, or later when the audio this worker
+        made since the stream's first audio lasts longer."""
+        return max(self.listener_s, self.stream.started_s + self.stream.made_s) if self.stream.started_s is not None else self.listener_s
 
-    def advance(self, audio_s: float) -> None:
-        """A step produced `audio_s` of audio: the next one is needed that much later."""
+    def advance(self, audio_s: float, done_s: float | None = None) -> None:
+        """A step done at `done_s` (now by default) made `audio_s` of audio: the next one is needed that
+        much later."""
         self.listener_s += max(0.0, audio_s)
-        self.budget_s = 0.0
+        self.stream.made(audio_s, done_s)
 
 
 async def stamped(requests: AsyncIterator[RequestT]) -> AsyncIterator[tuple[RequestT, float]]:

@@ -24,6 +24,9 @@ _log = logging.getLogger(__name__)
 # The vocoder is the heaviest step: two streams' steps side by side keep both cores busy whenever
 # the acoustic worker idles (8 streams of mixed texts on 2 cores: 23.6 audio s/s with one, 27.0 with two).
 DEFAULT_INFERENCE_THREADS: Final[Mapping[str, int]] = {"acoustic": 1, "vocoder": 2}
+# Urgent threads take first audios and steps due within URGENT_HORIZON_S at normal priority, the
+# inference threads the rest at a lower one (libs.serving.scheduling.DeadlineExecutor).
+DEFAULT_URGENT_THREADS: Final[Mapping[str, int]] = {"acoustic": 2, "vocoder": 2}
 SCHEDULING_ORDERS: Final = ("deadline", "arrival")
 """How waiting model steps are ordered: earliest playback deadline first, or first come first served."""
 
@@ -48,6 +51,11 @@ class WorkerSettings:
         doc="threads running model steps of different streams side by side (raised to --max-batch: a batch forms only from steps in flight together)",
     )  # fmt: skip
 
+    urgent_threads: int = setting(
+        0, env="TTS_URGENT_THREADS", unit="count", minimum=0, by_service=DEFAULT_URGENT_THREADS,
+        doc="threads for first audios and steps due soon, at normal priority; the inference threads then run what can wait at a lower OS priority (0: one lane)",
+    )  # fmt: skip
+
     scheduling: str = setting(
         "deadline", env="TTS_SCHEDULING", choices=SCHEDULING_ORDERS,
         doc="order of waiting model steps: deadline (the listener that runs dry first goes first) or arrival",
@@ -67,7 +75,12 @@ def inference_executor(settings: WorkerSettings) -> DeadlineExecutor:
     side, which batching needs (a batch forms only from steps that are in flight together, so on a
     GPU the batches are made of the steps with the earliest deadlines).
     """
-    return DeadlineExecutor(settings.step_threads, name="inference", by_deadline=settings.scheduling == "deadline")
+    return DeadlineExecutor(
+        settings.step_threads,
+        name="inference",
+        by_deadline=settings.scheduling == "deadline",
+        urgent_threads=settings.urgent_threads if settings.max_batch <= 1 else 0,
+    )
 
 
 def realtime_admission(settings: AdmissionSettings, executor: DeadlineExecutor, metrics: WorkerMetrics) -> Admission:

@@ -20,7 +20,7 @@ from libs.telemetry.tracing import step_span
 class DeadlineSubmitter(Protocol):
     """An executor that runs queued calls earliest deadline first (libs.serving.scheduling.DeadlineExecutor)."""
 
-    def submit_by(self, deadline_s: float, fn: Callable[..., Any], /, *args: Any) -> Future: ...
+    def submit_by(self, deadline_s: float, fn: Callable[..., Any], /, *args: Any, first_audio: bool = False) -> Future: ...
 
 
 class InferenceRunner:
@@ -42,13 +42,15 @@ class InferenceRunner:
         span_attributes: Mapping[str, Any] | None = None,
         on_start: Callable[[float], None] | None = None,
         deadline_s: float | None = None,
+        first_audio: bool = False,
     ) -> Any:
         """`function(*args)` on the executor, as model step `stage`.
 
         `span` names a span around the step (child of the caller's current span); `on_start` is
         called on the executor thread with the `time.perf_counter()` at which the step starts.
         `deadline_s` (`time.monotonic()`) orders the step among waiting ones on an executor that
-        schedules by deadline; None means "now".
+        schedules by deadline; None means "now". `first_audio` marks a step of a stream whose listener
+        has heard nothing yet (such an executor runs it before steps not about to run dry).
         """
         submitted_s = time.perf_counter()
         context = contextvars.copy_context()
@@ -66,7 +68,7 @@ class InferenceRunner:
                 self._metrics.observe_step(stage, started_s - submitted_s, time.perf_counter() - started_s, batched)
 
         if deadline_s is not None and isinstance(self._executor, DeadlineSubmitter):
-            return await asyncio.wrap_future(self._executor.submit_by(deadline_s, timed))
+            return await asyncio.wrap_future(self._executor.submit_by(deadline_s, timed, first_audio=first_audio))
         return await asyncio.get_running_loop().run_in_executor(self._executor, timed)
 
 

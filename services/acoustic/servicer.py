@@ -12,7 +12,7 @@ import grpc
 from libs.audio.slicing import DEFAULT_SLICE_MS
 from libs.serving.admission import Admission
 from libs.serving.memory import RELEASER
-from libs.serving.scheduling import VOCODER_LAG_FRAMES, PlaybackDeadline, stamped
+from libs.serving.scheduling import VOCODER_LAG_FRAMES, PlaybackDeadline, StreamPlayback, stamped
 from libs.serving.status import abort_for
 from libs.wire.mel_slices import SliceCutter, to_message
 from libs.serving.server import StreamTracker
@@ -59,10 +59,12 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
         context.add_done_callback(RELEASER.call_done)  # a long sentence's memory goes back once the stream ends
         async with self._tracker.track(context):
             order = SentenceOrder()
+            playback: StreamPlayback | None = None
             async for request, received_s in stamped(request_iterator):
                 self._sentences_in_progress += 1
-                first_audio = request.sentence_index == 0 and request.start_frame == 0
-                deadline = PlaybackDeadline.on_arrival(received_s, request.playback_slack_ms, first_audio)
+                if playback is None:
+                    playback = StreamPlayback.opening(request.sentence_index == 0 and request.start_frame == 0)
+                deadline = playback.deadline(received_s, request.playback_slack_ms)
                 try:
                     async for message in self._sentence(engine, request, order, deadline):
                         yield message
@@ -121,8 +123,11 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
             span=tracing.SPAN_ACOUSTIC_PLAN,
             span_attributes={tracing.ATTR_SENTENCE_INDEX: request.sentence_index, tracing.ATTR_PHONEME_COUNT: len(phoneme_ids)},
             deadline_s=deadline.at_s,
+            first_audio=deadline.first_audio,
         )
-        check_sentence_frames(request.sentence_index, plan.frame_count, request.start_frame, engine.hop_length / engine.sample_rate_hz)
+        check_sentence_frames(
+            request.sentence_index, plan.frame_count, request.start_frame, engine.hop_length / engine.sample_rate_hz
+        )
         cutter = SliceCutter(
             plan.frame_count, engine.hop_length, engine.sample_rate_hz, request.slice_ms or DEFAULT_SLICE_MS, request.start_frame
         )
@@ -132,7 +137,11 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
         meter = self._admission.meter
         # One chunk per executor call: a cancelled stream stops after the chunk in progress.
         lag_frames = VOCODER_LAG_FRAMES  # the next chunk is needed before the listener hears this one's end
-        while (chunk := await self._inference.run(STAGE_CHUNK, next, chunks, None, deadline_s=deadline.at_s)) is not None:
+        while (
+            chunk := await self._inference.run(
+                STAGE_CHUNK, next, chunks, None, deadline_s=deadline.at_s, first_audio=deadline.first_audio
+            )
+        ) is not None:
             deadline.advance(max(0, chunk.shape[-1] - lag_frames) * frame_s)
             lag_frames = max(0, lag_frames - chunk.shape[-1])
             if meter is not None:

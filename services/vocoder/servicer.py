@@ -12,7 +12,7 @@ import numpy as np
 
 from libs.serving.admission import Admission
 from libs.serving.memory import RELEASER
-from libs.serving.scheduling import PlaybackDeadline, stamped
+from libs.serving.scheduling import StreamPlayback, stamped
 from libs.serving.status import abort_for
 from libs.serving.server import StreamTracker
 from libs.voice.vocode_session import StreamSlices
@@ -42,12 +42,15 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
         async with self._tracker.track(context):
             stream = StreamSlices(engine.n_mels, engine.hop_length, engine.open_stream)
             meter = self._admission.meter
+            playback: StreamPlayback | None = None
             async for request, arrived_s in stamped(request_iterator):
                 received_s = time.perf_counter()
                 # Each step runs by its listener's need; each answer moves the need on by its audio.
-                opening = request.slices[0] if request.slices else None
-                first_audio = opening is not None and opening.sentence_index == 0 and opening.first_frame == 0
-                deadline = PlaybackDeadline.on_arrival(arrived_s, request.playback_slack_ms, first_audio and not request.context_only)
+                if playback is None and request.slices:
+                    opening = request.slices[0]
+                    first_audio = opening.sentence_index == 0 and opening.first_frame == 0 and not request.context_only
+                    playback = StreamPlayback.opening(first_audio)
+                deadline = (playback or StreamPlayback.opening(False)).deadline(arrived_s, request.playback_slack_ms)
                 for mel_slice in request.slices:
                     try:
                         session = stream.accept(mel_slice, request.context_only)
@@ -64,6 +67,7 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
                                     started_s - received_s
                                 ),
                                 deadline_s=deadline.at_s,
+                                first_audio=deadline.first_audio,
                             )
                         except (asyncio.CancelledError, grpc.aio.AbortError):
                             raise
