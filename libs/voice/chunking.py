@@ -29,10 +29,14 @@ LAST_STEP_BUCKET_FRAMES: Final = 16
 # Acoustic side: the vocoder's first step needs 32 frames, and at 22050 Hz / 256 the 40 ms slice
 # that holds frame 31 ends with it (slice 8 = frames 28-31), so a first acoustic chunk of 32 frames
 # unlocks first audio in one flow pass (70 prior frames with the flow's lag of 38, not 78). The flow
-# streams (no context is recomputed), and the rest of the sentence is one step: the acoustic side
-# has no playback clock to keep up with (it runs far ahead of the vocoder), and the flow costs
-# less per frame in long steps (bf16, flow + head: 0.19 ms per frame over 78 frames, 0.11 over 336).
+# streams (no context is recomputed) and costs less per frame in long steps (bf16, flow + head:
+# 0.19 ms per frame over 78 frames, 0.11 over 336), so later chunks grow threefold: 96 frames, then
+# 288, 864. The second chunk is the step a listener waits on once its first audio (128 ms of it)
+# plays, so it is kept short; it still covers the vocoder's second step (frames 32-95) in whole
+# slices (a second chunk of 64 would end inside the slice that holds frame 95, and the vocoder's
+# step would wait for the third chunk: 16 streams arriving together then all stalled).
 DEFAULT_ACOUSTIC_FIRST_CHUNK_FRAMES: Final = 32
+DEFAULT_ACOUSTIC_CHUNK_GROWTH: Final = 3.0
 DEFAULT_ACOUSTIC_MAX_CHUNK_FRAMES: Final = 1024
 
 
@@ -110,7 +114,7 @@ class ChunkSchedule:
 
 ACOUSTIC_SCHEDULE: Final = ChunkSchedule(
     first_chunk_frames=DEFAULT_ACOUSTIC_FIRST_CHUNK_FRAMES,
-    growth=DEFAULT_ACOUSTIC_MAX_CHUNK_FRAMES / DEFAULT_ACOUSTIC_FIRST_CHUNK_FRAMES,
+    growth=DEFAULT_ACOUSTIC_CHUNK_GROWTH,
     max_chunk_frames=DEFAULT_ACOUSTIC_MAX_CHUNK_FRAMES,
 )
 """Default chunking of the acoustic engine's mel."""
