@@ -331,3 +331,27 @@ async def test_before_the_first_audio_only_the_minimum_of_sentences_is_in_flight
     assert not waiting.done()  # no audio yet: a third sentence would only compete with the first audio
     clock.delivered(0.1)
     await asyncio.wait_for(waiting, 1)  # the first audio is out: the buffer rules again
+
+
+def test_the_acoustic_side_counts_the_audio_the_vocoder_can_make_from_its_mel() -> None:
+    from libs.serving.scheduling import VOCODER_LAG_FRAMES, vocoder_frames_out
+    from libs.voice.chunking import ChunkSchedule
+
+    schedule = ChunkSchedule(32, 2.0, 128)  # the vocoder steps through 32, 64, 128, 128, ... frames
+    assert vocoder_frames_out(31, 1000, schedule) == 0  # its first step has not got its mel
+    assert vocoder_frames_out(32, 1000, schedule) == 32 - VOCODER_LAG_FRAMES
+    # 128 frames in: the second step (to frame 96) ran, the third (to 224) waits for its whole mel.
+    assert vocoder_frames_out(128, 1000, schedule) == 96 - VOCODER_LAG_FRAMES
+    assert vocoder_frames_out(224, 1000, schedule) == 224 - VOCODER_LAG_FRAMES
+    assert vocoder_frames_out(300, 300, schedule) == 300  # the sentence's last step ends its audio
+
+
+def test_a_vocoder_step_is_due_by_where_its_own_audio_starts() -> None:
+    playback = StreamPlayback.opening(first_audio=False)
+    deadline = playback.deadline(100.0, 500.0)  # the audio of the request's first slice is due at 100.5
+    assert deadline.at_offset_s(-0.2) == pytest.approx(100.3)  # a step whose audio starts 0.2 s earlier
+    assert deadline.at_offset_s(0.1) == pytest.approx(100.6)
+    started = StreamPlayback.opening(first_audio=True)
+    early = started.deadline(100.0, -300.0)  # measured before the listener started: overdue
+    early.stream.made(0.4, done_s=101.0)
+    assert early.at_offset_s(0.0) == pytest.approx(101.4)  # the audio made here lasts until then

@@ -22,12 +22,34 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Final, TypeVar
 
+from libs.voice.chunking import VOCODER_SCHEDULE, ChunkSchedule
+
 RequestT = TypeVar("RequestT")
 
 VOCODER_LAG_FRAMES: Final = 21
 """How far the vocoder's samples lag its mel (frames; `output_lag`, docs/ARCHITECTURE.md, "Exact
 streaming and resume"): the audio of frame f comes out only once frame f + 21 is in, so the mel a
 listener needs is always that much ahead of what it hears."""
+def vocoder_frames_out(
+    mel_frames: int, total_frames: int, schedule: ChunkSchedule = VOCODER_SCHEDULE, lag_frames: int = VOCODER_LAG_FRAMES
+) -> int:
+    """Frames of a sentence's audio a vocoder can have made once its first `mel_frames` of mel are in.
+
+    The vocoder steps through whole chunks of `schedule`, and each step's audio lags its mel by
+    `lag_frames`; the sentence's last step takes what is left and ends its audio. So the mel a
+    listener's next audio waits on is the rest of the vocoder's next step, not just `lag_frames`
+    more: the acoustic worker counts its chunks' deadlines by this (counted by frames alone, a
+    third chunk of 288 frames was due ~0.4 s after the vocoder needed it, and 24 streams stalled).
+    """
+    if mel_frames >= total_frames:
+        return total_frames
+    end, index = 0, 0
+    while end + schedule.chunk_frames(index) <= mel_frames:
+        end += schedule.chunk_frames(index)
+        index += 1
+    return max(0, end - lag_frames)
+
+
 RUN_DRY_GUARD_S: Final = 0.15
 """A playing listener's step goes before every waiting first audio once its listener would run dry
 within this long: enough for the step, a vocoder step of another stream still running, and the hops
@@ -257,6 +279,12 @@ class PlaybackDeadline:
         """The deadline of the request's next step: by its slack, or later when the audio this worker
         made since the stream's first audio lasts longer."""
         return max(self.listener_s, self.stream.started_s + self.stream.made_s) if self.stream.started_s is not None else self.listener_s
+
+    def at_offset_s(self, offset_s: float) -> float:
+        """The deadline of a step whose audio starts `offset_s` after the audio the request's slack
+        was measured for (negative: before it)."""
+        by_slack = self.listener_s + offset_s
+        return by_slack if self.stream.started_s is None else max(by_slack, self.stream.started_s + self.stream.made_s)
 
     def advance(self, audio_s: float, done_s: float | None = None) -> None:
         """A step done at `done_s` (now by default) made `audio_s` of audio: the next one is needed that

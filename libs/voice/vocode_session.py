@@ -72,6 +72,11 @@ class SentenceSession:
         self._next_sample = 0
 
     @property
+    def next_sample(self) -> int:
+        """Index in the sentence's waveform of the next sample `step` gives."""
+        return self._next_sample
+
+    @property
     def finished(self) -> bool:
         """Whether the sentence's last samples have been produced."""
         return self._stream is not None and self._stream.done

@@ -12,7 +12,7 @@ import grpc
 from libs.audio.slicing import DEFAULT_SLICE_MS
 from libs.serving.admission import Admission
 from libs.serving.memory import RELEASER
-from libs.serving.scheduling import VOCODER_LAG_FRAMES, PlaybackDeadline, StreamPlayback, stamped
+from libs.serving.scheduling import PlaybackDeadline, StreamPlayback, stamped, vocoder_frames_out
 from libs.serving.status import abort_for
 from libs.wire.mel_slices import SliceCutter, to_message
 from libs.serving.server import StreamTracker
@@ -135,15 +135,19 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
         alignment: list[int] | None = [int(frames) for frames in plan.phoneme_frames]
         frame_s = engine.hop_length / engine.sample_rate_hz
         meter = self._admission.meter
-        # One chunk per executor call: a cancelled stream stops after the chunk in progress.
-        lag_frames = VOCODER_LAG_FRAMES  # the next chunk is needed before the listener hears this one's end
+        # One chunk per executor call: a cancelled stream stops after the chunk in progress. Each
+        # chunk moves the deadline on by the audio the vocoder can make once it is in.
+        frames_made = audio_frames = 0
+        frames_to_make = plan.frame_count - request.start_frame
         while (
             chunk := await self._inference.run(
                 STAGE_CHUNK, next, chunks, None, deadline_s=deadline.at_s, first_audio=deadline.first_audio
             )
         ) is not None:
-            deadline.advance(max(0, chunk.shape[-1] - lag_frames) * frame_s)
-            lag_frames = max(0, lag_frames - chunk.shape[-1])
+            frames_made += chunk.shape[-1]
+            unlocked = vocoder_frames_out(frames_made, frames_to_make)
+            deadline.advance((unlocked - audio_frames) * frame_s)
+            audio_frames = unlocked
             if meter is not None:
                 meter.produced(chunk.shape[-1] * frame_s)
             message = mel_pb2.MelSlices()

@@ -12,7 +12,7 @@ import numpy as np
 
 from libs.serving.admission import Admission
 from libs.serving.memory import RELEASER
-from libs.serving.scheduling import StreamPlayback, stamped
+from libs.serving.scheduling import VOCODER_LAG_FRAMES, StreamPlayback, stamped
 from libs.serving.status import abort_for
 from libs.serving.server import StreamTracker
 from libs.voice.vocode_session import StreamSlices
@@ -43,6 +43,7 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
             stream = StreamSlices(engine.n_mels, engine.hop_length, engine.open_stream)
             meter = self._admission.meter
             playback: StreamPlayback | None = None
+            frame_s = engine.hop_length / engine.sample_rate_hz
             async for request, arrived_s in stamped(request_iterator):
                 received_s = time.perf_counter()
                 # Each step runs by its listener's need; each answer moves the need on by its audio.
@@ -51,6 +52,10 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
                     first_audio = opening.sentence_index == 0 and opening.first_frame == 0 and not request.context_only
                     playback = StreamPlayback.opening(first_audio)
                 deadline = (playback or StreamPlayback.opening(False)).deadline(arrived_s, request.playback_slack_ms)
+                # The slack is of the audio of the request's first slice, which comes VOCODER_LAG_FRAMES
+                # later than its mel; a step that starts earlier in the sentence is due that much sooner.
+                anchor = request.slices[0] if request.slices else None
+                anchor_s = 0.0 if anchor is None else max(0, anchor.first_frame - VOCODER_LAG_FRAMES) * frame_s
                 for mel_slice in request.slices:
                     try:
                         session = stream.accept(mel_slice, request.context_only)
@@ -66,7 +71,11 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
                                 on_start=lambda started_s, received_s=received_s: self._metrics.mel_queue_seconds.observe(
                                     started_s - received_s
                                 ),
-                                deadline_s=deadline.at_s,
+                                deadline_s=deadline.at_offset_s(
+                                    session.next_sample / engine.sample_rate_hz - anchor_s
+                                    if anchor is not None and session.sentence_index == anchor.sentence_index
+                                    else 0.0
+                                ),
                                 first_audio=deadline.first_audio,
                             )
                         except (asyncio.CancelledError, grpc.aio.AbortError):
@@ -77,7 +86,7 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
                         if block is None:
                             continue
                         audio_s = len(block.samples) / engine.sample_rate_hz
-                        deadline.advance(audio_s)
+                        deadline.stream.made(audio_s)
                         if meter is not None:
                             meter.produced(audio_s)
                         self._metrics.samples_total.inc(len(block.samples))
