@@ -178,6 +178,41 @@ def test_with_lanes_what_can_wait_runs_at_a_lower_os_priority_and_urgent_work_ne
         executor.shutdown()
 
 
+@pytest.mark.parametrize("urgent_threads", [0, 1])
+def test_a_nan_deadline_runs_as_due_now_and_never_wedges_the_pool(urgent_threads: int) -> None:
+    executor = DeadlineExecutor(1, urgent_threads=urgent_threads)
+    try:
+        assert executor.submit_by(float("nan"), lambda: "ran").result(5) == "ran"
+        assert executor.submit_by(time.monotonic(), lambda: "after").result(5) == "after"
+    finally:
+        executor.shutdown()
+
+
+def test_a_deadline_years_away_does_not_stop_the_urgent_threads() -> None:
+    executor = DeadlineExecutor(1, urgent_threads=1)
+    gate = threading.Event()
+    try:
+        running = threading.Event()
+        executor.submit_by(time.monotonic() + 10.0, lambda: (running.set(), gate.wait()))  # the background thread
+        assert running.wait(5)
+        far = executor.submit_by(time.monotonic() + 1e30, lambda: "far")  # an urgent thread now sleeps until it nears
+        time.sleep(0.1)
+        assert executor.submit_by(time.monotonic(), lambda: "urgent").result(5) == "urgent"
+        gate.set()
+        assert far.result(5) == "far"
+    finally:
+        gate.set()
+        executor.shutdown()
+
+
+def test_a_request_with_a_slack_that_is_not_a_number_is_refused() -> None:
+    from libs.wire.errors import InvalidRequestError
+
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        with pytest.raises(InvalidRequestError, match="playback_slack_ms is"):
+            StreamPlayback.opening(first_audio=True).deadline(100.0, bad)
+
+
 def test_a_call_becomes_urgent_as_its_deadline_nears() -> None:
     # With the background thread busy, a call due after the horizon runs on the urgent thread once
     # it comes within the horizon, without any other call waking the pool.

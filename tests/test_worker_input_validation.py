@@ -93,6 +93,8 @@ ACOUSTIC_CASES: list[tuple[str, dict[str, Any], str]] = [
     ("speaker-unknown", dict(speaker_id=7), "speaker_id 7 is outside"),
     ("sentence-negative", dict(sentence_index=-3), "sentence_index -3 is negative"),
     ("utterance-id-long", dict(utterance_id="u" * 5000), "utterance_id is 5000 characters long"),
+    ("slack-nan", dict(playback_slack_ms=math.nan), "playback_slack_ms is nan"),
+    ("slack-infinite", dict(playback_slack_ms=-math.inf), "playback_slack_ms is -inf"),
 ]
 
 
@@ -119,6 +121,7 @@ def test_names_from_the_caller_are_echoed_only_in_part(mesh: Mesh, sentence: aco
 
 def test_acoustic_worker_still_serves_after_bad_requests(mesh: Mesh, sentence: acoustic_pb2.SentenceRequest) -> None:
     _synthesize_mel(mesh, [_changed(sentence, phoneme_ids=[999])])
+    _synthesize_mel(mesh, [_changed(sentence, playback_slack_ms=math.nan)])
     answers = _synthesize_mel(mesh, [sentence])
     assert isinstance(answers, list) and answers[-1].slices[-1].is_last
 
@@ -179,6 +182,8 @@ VOCODER_CASES: list[tuple[str, list[vocoder_pb2.VocodeRequest], str]] = [
     ("context-after-audio", [vocoder_pb2.VocodeRequest(slices=_slices()[:2]), vocoder_pb2.VocodeRequest(slices=_slices()[2:3], context_only=True)], "context-only slices must come before"),
     ("context-to-the-end", [vocoder_pb2.VocodeRequest(slices=_slices(), context_only=True)], "ended with context-only slices"),
     ("resume-without-context", [vocoder_pb2.VocodeRequest(slices=[s for s in _slices(400) if s.first_frame >= 200])], "needs mel context from frame"),
+    ("slack-nan", [vocoder_pb2.VocodeRequest(slices=_slices(), playback_slack_ms=math.nan)], "playback_slack_ms is nan"),
+    ("slack-infinite", [vocoder_pb2.VocodeRequest(slices=_slices(), playback_slack_ms=math.inf)], "playback_slack_ms is inf"),
 ]  # fmt: skip
 
 

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import heapq
 import itertools
+import math
 import os
 import threading
 import time
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Final, TypeVar
 
 from libs.voice.chunking import VOCODER_SCHEDULE, ChunkSchedule
+from libs.wire.errors import InvalidRequestError
 
 RequestT = TypeVar("RequestT")
 
@@ -61,6 +63,8 @@ thread at the process's own priority; one due later on a background thread, at B
 BACKGROUND_NICE: Final = 10
 """The OS nice value of background threads: at 10 the kernel gives a busy thread about a tenth of
 what a thread at 0 gets when both want a core, and all of it when nothing urgent runs."""
+MAX_IDLE_WAIT_S: Final = 60.0
+"""The longest an urgent thread sleeps before looking at the queue again."""
 READ_AHEAD_REQUESTS: Final = 16
 """Requests a worker reads ahead of the one it works on: enough that each is stamped when it
 arrives, few enough that gRPC flow control still holds back a gateway that writes too much."""
@@ -138,8 +142,8 @@ class DeadlineExecutor(Executor):
         """Queue `fn(*args, **kwargs)` to run before every queued call with a later `deadline_s`;
         `first_audio` for a step of a stream whose listener has heard nothing yet."""
         future: Future = Future()
-        if not self.by_deadline:
-            deadline_s, first_audio = time.monotonic(), False
+        if not self.by_deadline or math.isnan(deadline_s):  # a NaN would break the heap's order
+            deadline_s, first_audio = time.monotonic(), first_audio and self.by_deadline
         with self._condition:
             if self._shut_down:
                 raise RuntimeError("cannot schedule new calls after shutdown")
@@ -184,7 +188,9 @@ class DeadlineExecutor(Executor):
             return heapq.heappop(self._first_heap), None
         if due_in_s <= self.urgent_horizon_s:
             return heapq.heappop(self._heap), None
-        return None, due_in_s - self.urgent_horizon_s  # it becomes urgent then
+        # It becomes urgent then (a far deadline still wakes the thread now and then: a wait may not
+        # exceed what the OS takes, and a request may say its listener holds years of audio).
+        return None, min(due_in_s - self.urgent_horizon_s, MAX_IDLE_WAIT_S)
 
     def _work(self, urgent: bool) -> None:
         if not urgent and self._background_nice:
@@ -243,7 +249,12 @@ class StreamPlayback:
 
     def deadline(self, received_s: float, playback_slack_ms: float) -> "PlaybackDeadline":
         """The deadline of a request that arrived at `received_s` with `playback_slack_ms` of slack
-        (negative: overdue already)."""
+        (negative: overdue already); InvalidRequestError when the slack is not a finite number."""
+        if not math.isfinite(playback_slack_ms):
+            raise InvalidRequestError(
+                f"playback_slack_ms is {playback_slack_ms}; send a finite number of milliseconds (the audio the "
+                "listener holds before this request's audio, negative when overdue)"
+            )
         return PlaybackDeadline(received_s + float(playback_slack_ms) / 1000.0, self)
 
     def made(self, audio_s: float, done_s: float | None = None) -> None:

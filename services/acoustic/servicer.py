@@ -64,8 +64,8 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
                 self._sentences_in_progress += 1
                 if playback is None:
                     playback = StreamPlayback.opening(request.sentence_index == 0 and request.start_frame == 0)
-                deadline = playback.deadline(received_s, request.playback_slack_ms)
                 try:
+                    deadline = playback.deadline(received_s, request.playback_slack_ms)
                     async for message in self._sentence(engine, request, order, deadline):
                         yield message
                 except (asyncio.CancelledError, grpc.aio.AbortError):

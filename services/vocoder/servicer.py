@@ -51,7 +51,11 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
                     opening = request.slices[0]
                     first_audio = opening.sentence_index == 0 and opening.first_frame == 0 and not request.context_only
                     playback = StreamPlayback.opening(first_audio)
-                deadline = (playback or StreamPlayback.opening(False)).deadline(arrived_s, request.playback_slack_ms)
+                try:
+                    deadline = (playback or StreamPlayback.opening(False)).deadline(arrived_s, request.playback_slack_ms)
+                except Exception as error:  # every failure goes through the one status table
+                    await abort_for(context, error)
+                    return
                 # The slack is of the audio of the request's first slice, which comes VOCODER_LAG_FRAMES
                 # later than its mel; a step that starts earlier in the sentence is due that much sooner.
                 anchor = request.slices[0] if request.slices else None
