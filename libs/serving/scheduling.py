@@ -4,9 +4,10 @@ Each request from the gateway says how long its listener can wait (`playback_sla
 buffered ahead of the listener, or, overdue, minus how long it has waited (a first audio, or a
 listener that ran dry). The worker
 turns that into a deadline on its own clock when the request arrives, moves it on by the audio each
-step produces, and its inference threads always take the waiting step with the earliest deadline
-(docs/ARCHITECTURE.md, "Scheduling and admission"). Order changes only when a step runs, never what
-it computes, so audio stays bit-identical however streams are interleaved.
+step produces, and its threads take the waiting step with the earliest deadline, a stream's first
+audio before listeners that are not about to run dry, and what can wait on threads at a lower OS
+priority (docs/ARCHITECTURE.md, "Scheduling and admission"). Order changes only when a step runs,
+never what it computes, so audio stays bit-identical however streams are interleaved.
 """
 
 from __future__ import annotations
