@@ -390,3 +390,26 @@ def test_a_vocoder_step_is_due_by_where_its_own_audio_starts() -> None:
     early = started.deadline(100.0, -300.0)  # measured before the listener started: overdue
     early.stream.made(0.4, done_s=101.0)
     assert early.at_offset_s(0.0) == pytest.approx(101.4)  # the audio made here lasts until then
+
+
+def test_the_background_lane_takes_work_that_can_wait_once_the_urgent_top_is_taken() -> None:
+    # The urgent thread is busy and an urgent call sits on top of the queue, with one that can wait
+    # behind it: when the urgent thread takes its call, the background thread runs the other at once.
+    executor = DeadlineExecutor(1, urgent_threads=1, urgent_horizon_s=0.5)
+    gate = threading.Event()
+    try:
+        busy = executor.submit_by(time.monotonic(), gate.wait, first_audio=True)
+        now = time.monotonic()
+        urgent = executor.submit_by(now + 0.3, lambda: time.sleep(0.5))
+        later = executor.submit_by(now + 10.0, _lane_of_call)
+        time.sleep(0.1)
+        assert not later.done()  # the background thread does not pass the urgent top
+        gate.set()
+        started = time.monotonic()
+        assert "urgent" not in later.result(5)[0]
+        assert time.monotonic() - started < 0.4  # not after the urgent call's 0.5 s
+        busy.result(5)
+        urgent.result(5)
+    finally:
+        gate.set()
+        executor.shutdown()

@@ -53,10 +53,12 @@ def vocoder_frames_out(
     return max(0, end - lag_frames)
 
 
-RUN_DRY_GUARD_S: Final = 0.15
+RUN_DRY_GUARD_S: Final = 0.25
 """A playing listener's step goes before every waiting first audio once its listener would run dry
-within this long: enough for the step, a vocoder step of another stream still running, and the hops
-to the listener. Until then first audios go first: a listener that has heard nothing waits for it,
+within this long: enough for an acoustic chunk and the vocoder step it unlocks (288 and 128 frames:
+~80 ms alone, about twice that with both workers' urgent threads sharing two cores), and the hops to
+the listener. At 150 ms, 24 streams arriving together now and then stalled 0.1-0.3 s at a vocoder
+step of 128 frames. Until then first audios go first: a listener that has heard nothing waits for it,
 one that holds audio loses nothing by waiting."""
 URGENT_HORIZON_S: Final = 0.5
 """With lanes (`DeadlineExecutor`), a step due sooner than this, or a first audio, runs on an urgent
@@ -206,6 +208,8 @@ class DeadlineExecutor(Executor):
                     self._condition.wait(wait_s)
                 if call is None:
                     return
+                if self._lanes and self._heap:
+                    self._condition.notify_all()  # the new top may be for the other lane
                 _, _, future, fn, args, kwargs = call
             if not future.set_running_or_notify_cancel():
                 continue  # its caller stopped waiting before it started

@@ -110,16 +110,14 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
         )
         phoneme_ids = list(request.phoneme_ids)
         seed = request.seed or engine.synthesis_seed(phoneme_ids, params)
-        # A client waits for this sentence's first audio and nothing else runs here: let the text
-        # side have both cores. A later sentence has the playback of the earlier ones as slack.
-        wide = request.sentence_index == 0 and request.start_frame == 0 and self._sentences_in_progress == 1
         plan = await self._inference.run(
             STAGE_PLAN,
-            engine.plan,
+            self._plan,
+            engine,
             phoneme_ids,
             params,
             seed,
-            wide,
+            request.sentence_index == 0 and request.start_frame == 0,
             span=tracing.SPAN_ACOUSTIC_PLAN,
             span_attributes={tracing.ATTR_SENTENCE_INDEX: request.sentence_index, tracing.ATTR_PHONEME_COUNT: len(phoneme_ids)},
             deadline_s=deadline.at_s,
@@ -169,6 +167,13 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
         if not cutter.done:
             raise RuntimeError("the engine's mel ended before the sentence's last slice")
         self._metrics.sentences_total.inc()
+
+    def _plan(self, engine: Any, phoneme_ids: list[int], params: Any, seed: int, first_sentence: bool) -> Any:
+        """`engine.plan` on an inference thread. A client waits for a first sentence's first audio:
+        when nothing else is in progress here as the step starts (not when it was queued: in a burst
+        the first request arrives alone), the text side gets both cores. A later sentence has the
+        playback of the earlier ones as slack."""
+        return engine.plan(phoneme_ids, params, seed, first_sentence and self._sentences_in_progress == 1)
 
     def install(self, engine: Any) -> None:
         """Serve with `engine` from now on (the model has loaded and warmed up)."""
