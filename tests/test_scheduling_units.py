@@ -15,7 +15,6 @@ from libs.serving.scheduling import (
     BACKGROUND_NICE,
     RUN_DRY_GUARD_S,
     DeadlineExecutor,
-    PlaybackDeadline,
     RealtimeMeter,
     StreamPlayback,
 )
@@ -98,11 +97,11 @@ def test_busy_time_is_counted_before_the_caller_sees_the_result() -> None:
 
 
 def test_a_request_deadline_moves_on_by_the_audio_each_step_makes() -> None:
-    deadline = PlaybackDeadline.on_arrival(100.0, 250.0)
+    deadline = StreamPlayback.opening(first_audio=False).deadline(100.0, 250.0)
     assert deadline.at_s == pytest.approx(100.25)
     deadline.advance(0.5)
     assert deadline.at_s == pytest.approx(100.75)
-    assert PlaybackDeadline.on_arrival(100.0, -50.0).at_s == pytest.approx(99.95)  # overdue already
+    assert StreamPlayback.opening(first_audio=False).deadline(100.0, -50.0).at_s == pytest.approx(99.95)  # overdue already
 
 
 def test_first_audios_go_before_playing_listeners_unless_one_is_about_to_run_dry() -> None:
@@ -143,11 +142,11 @@ def test_a_stream_is_due_by_the_audio_made_since_its_first_audio_not_since_it_as
     assert playback.deadline(101.05, 2000.0).at_s == pytest.approx(103.05)
 
 
-def test_a_resumed_stream_is_a_playing_listener_and_one_request_streams_keep_their_slack() -> None:
+def test_a_resumed_stream_is_a_playing_listener_and_a_new_one_is_due_when_it_asked() -> None:
     resumed = StreamPlayback.opening(first_audio=False).deadline(100.0, 250.0)
     assert not resumed.first_audio and resumed.at_s == pytest.approx(100.25)
-    single = PlaybackDeadline.on_arrival(100.0, 0.0, first_audio=True)
-    assert single.first_audio and single.at_s == 100.0
+    new = StreamPlayback.opening(first_audio=True).deadline(100.0, 0.0)
+    assert new.first_audio and new.at_s == 100.0
 
 
 def _lane_of_call() -> tuple[str, int]:

@@ -145,8 +145,10 @@ class DeadlineExecutor(Executor):
         """Queue `fn(*args, **kwargs)` to run before every queued call with a later `deadline_s`;
         `first_audio` for a step of a stream whose listener has heard nothing yet."""
         future: Future = Future()
-        if not self.by_deadline or math.isnan(deadline_s):  # a NaN would break the heap's order
-            deadline_s, first_audio = time.monotonic(), first_audio and self.by_deadline
+        if not self.by_deadline:
+            deadline_s, first_audio = time.monotonic(), False
+        elif math.isnan(deadline_s):  # it would break the heap's order
+            deadline_s = time.monotonic()
         with self._condition:
             if self._shut_down:
                 raise RuntimeError("cannot schedule new calls after shutdown")
@@ -275,14 +277,8 @@ class PlaybackDeadline:
 
     listener_s: float
     """When the listener needs the audio of the request's next step, by the request's slack."""
-    stream: StreamPlayback = field(default_factory=lambda: StreamPlayback(float("-inf")))
+    stream: StreamPlayback
     """The request's stream."""
-
-    @classmethod
-    def on_arrival(cls, received_s: float, playback_slack_ms: float, first_audio: bool = False) -> "PlaybackDeadline":
-        """The deadline of a one-request stream that arrived at `received_s` with `playback_slack_ms`
-        of slack; `first_audio` when it starts the stream's audio."""
-        return StreamPlayback.opening(first_audio).deadline(received_s, playback_slack_ms)
 
     @property
     def first_audio(self) -> bool:
@@ -294,13 +290,15 @@ class PlaybackDeadline:
     def at_s(self) -> float:
         """The deadline of the request's next step: by its slack, or later when the audio this worker
         made since the stream's first audio lasts longer."""
-        return max(self.listener_s, self.stream.started_s + self.stream.made_s) if self.stream.started_s is not None else self.listener_s
+        return self.at_offset_s(0.0)
 
     def at_offset_s(self, offset_s: float) -> float:
         """The deadline of a step whose audio starts `offset_s` after the audio the request's slack
         was measured for (negative: before it)."""
         by_slack = self.listener_s + offset_s
-        return by_slack if self.stream.started_s is None else max(by_slack, self.stream.started_s + self.stream.made_s)
+        if self.stream.started_s is None:
+            return by_slack
+        return max(by_slack, self.stream.started_s + self.stream.made_s)
 
     def advance(self, audio_s: float, done_s: float | None = None) -> None:
         """A step done at `done_s` (now by default) made `audio_s` of audio: the next one is needed that
