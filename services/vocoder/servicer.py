@@ -46,20 +46,27 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
             frame_s = engine.hop_length / engine.sample_rate_hz
             async for request, arrived_s in stamped(request_iterator):
                 received_s = time.perf_counter()
+                if not request.slices:
+                    continue  # nothing to vocode
                 # Each step runs by its listener's need; each answer moves the need on by its audio.
-                if playback is None and request.slices:
-                    opening = request.slices[0]
-                    first_audio = opening.sentence_index == 0 and opening.first_frame == 0 and not request.context_only
+                anchor = request.slices[0]
+                if playback is None:
+                    first_audio = anchor.sentence_index == 0 and anchor.first_frame == 0 and not request.context_only
                     playback = StreamPlayback.opening(first_audio)
                 try:
-                    deadline = (playback or StreamPlayback.opening(False)).deadline(arrived_s, request.playback_slack_ms)
+                    deadline = playback.deadline(arrived_s, request.playback_slack_ms)
                 except Exception as error:  # every failure goes through the one status table
                     await abort_for(context, error)
                     return
                 # The slack is of the audio of the request's first slice, which comes VOCODER_LAG_FRAMES
-                # later than its mel; a step that starts earlier in the sentence is due that much sooner.
-                anchor = request.slices[0] if request.slices else None
-                anchor_s = 0.0 if anchor is None else max(0, anchor.first_frame - VOCODER_LAG_FRAMES) * frame_s
+                # later than its mel; a step whose audio starts earlier in the sentence is due that much sooner.
+                anchor_s = max(0, anchor.first_frame - VOCODER_LAG_FRAMES) * frame_s
+
+                def step_due(session: Any) -> float:
+                    if session.sentence_index != anchor.sentence_index:
+                        return deadline.at_s
+                    return deadline.at_offset_s(session.next_sample / engine.sample_rate_hz - anchor_s)
+
                 for mel_slice in request.slices:
                     try:
                         session = stream.accept(mel_slice, request.context_only)
@@ -75,11 +82,7 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
                                 on_start=lambda started_s, received_s=received_s: self._metrics.mel_queue_seconds.observe(
                                     started_s - received_s
                                 ),
-                                deadline_s=deadline.at_offset_s(
-                                    session.next_sample / engine.sample_rate_hz - anchor_s
-                                    if anchor is not None and session.sentence_index == anchor.sentence_index
-                                    else 0.0
-                                ),
+                                deadline_s=step_due(session),
                                 first_audio=deadline.first_audio,
                             )
                         except (asyncio.CancelledError, grpc.aio.AbortError):
