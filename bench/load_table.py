@@ -8,7 +8,10 @@ side, measured in one run on the same pinned cores:
 - first audio p50 / p95 over the streams served;
 - streams whose playback stalled more than 100 ms in all, and the worst stream's stall;
 - audio seconds delivered per wall second;
-- streams refused (any status but OK: the mesh sheds with RESOURCE_EXHAUSTED).
+- streams refused (any status but OK: the mesh sheds with RESOURCE_EXHAUSTED);
+- for a mesh this run started: the CPU one stream's first audio cost (both workers' first-audio steps,
+  `tts_<worker>_step_cpu_seconds_total{first_audio="true"}`), and the floor that cost sets: the p95
+  first audio the pinned cores would reach if they did nothing but first audios, back to back.
 
 piper-tts is served the obvious way: a pool of piper-tts worker processes, each speaking one request
 at a time, sentence by sentence, with requests queued in front of the pool; every pool size in
@@ -25,14 +28,14 @@ import argparse
 import asyncio
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, Sequence
 
 from bench import piper_baseline
 from bench.loadgen import LoadConfig, run_load
 from bench.measure import STALL_BAR_S, RequestResult, percentile
-from bench.mesh import start_mesh
+from bench.mesh import WORKERS, BenchMesh, start_mesh
 from bench.speed import pin_cores
 from bench.texts import PARAGRAPH, unique_variants
 
@@ -66,6 +69,11 @@ class LoadRow:
     """Streams that did not finish with OK."""
     label: str = ""
     """How the server was set up (piper-tts pool size)."""
+    first_audio_cpu_s: float = math.nan
+    """CPU seconds of the steps before one stream's first audio, both workers, per stream that heard
+    audio (NaN when the workers' metrics were not read)."""
+    first_audio_floor_p95_s: float = math.nan
+    """The first audio p95 the cores would reach doing nothing but first audios (`first_audio_floor`)."""
 
     @property
     def real_time(self) -> bool:
@@ -92,6 +100,36 @@ def row_of(streams: int, results: Sequence[RequestResult], label: str = "") -> L
     )
 
 
+def first_audio_floor(streams: int, cpu_s: float, cores: int) -> list[float]:
+    """When each of `streams` first audios could come at the earliest, if each costs `cpu_s` of CPU and
+    `cores` cores did nothing else from the moment all were asked for (seconds, earliest first): the
+    k-th waits for its own steps, one after another, and for k streams' steps shared by the cores.
+    Gateway work, hops and every started stream's next audio come on top."""
+    if cores < 1:
+        raise ValueError(f"cores must be at least 1, got {cores}")
+    return [max(cpu_s, index * cpu_s / cores) for index in range(1, streams + 1)]
+
+
+def with_first_audio_cost(row: LoadRow, first_audio_cpu_s: float, cores: int) -> LoadRow:
+    """`row` with what its first audios cost: `first_audio_cpu_s` in all, over the streams that heard audio."""
+    heard = row.served
+    if heard == 0:
+        return row
+    per_stream = first_audio_cpu_s / heard
+    floor = percentile(first_audio_floor(heard, per_stream, cores), 95)
+    return replace(row, first_audio_cpu_s=per_stream, first_audio_floor_p95_s=floor)
+
+
+def first_audio_cpu(mesh: BenchMesh) -> float:
+    """CPU seconds both workers have spent so far in steps of streams that had not yet heard audio."""
+    total = 0.0
+    for worker in WORKERS:
+        for key, sample in mesh.metrics(worker).items():
+            if key.startswith(f"tts_{worker}_step_cpu_seconds_total{{") and 'first_audio="true"' in key:
+                total += sample
+    return total
+
+
 def largest_real_time(rows: Sequence[LoadRow]) -> int:
     """The largest stream count served in real time (0 when none was)."""
     return max((row.streams for row in rows if row.real_time), default=0)
@@ -102,17 +140,24 @@ def paragraphs(count: int, first_tag: int) -> list[str]:
     return [unique_variants(PARAGRAPH, 1, first_tag + index * TAGS_PER_REQUEST)[0] for index in range(count)]
 
 
-def mesh_rows(target: str, counts: Sequence[int], texts: dict[int, list[str]]) -> list[LoadRow]:
-    """One row per count against the gateway at `target`; each count's streams start together."""
+def mesh_rows(
+    target: str, counts: Sequence[int], texts: dict[int, list[str]], mesh: BenchMesh | None = None, cores: int = 0
+) -> list[LoadRow]:
+    """One row per count against the gateway at `target`; each count's streams start together. With
+    `mesh` (the one serving `target`, on `cores` cores), each row also says what its first audios cost."""
     rows = []
     for count in counts:
         _log(f"mesh: {count} streams")
+        spent_before = first_audio_cpu(mesh) if mesh is not None else 0.0
         config = LoadConfig(target=target, concurrency=count, requests=count, request_timeout_s=REQUEST_TIMEOUT_S)
         results = asyncio.run(run_load(config, texts[count])).results
         refusals = sorted({f"{result.status}: {result.error}" for result in results if not result.ok})
         for refusal in refusals[:3]:
             _log(f"  refused: {refusal[:200]}")
-        rows.append(row_of(count, results))
+        row = row_of(count, results)
+        if mesh is not None:
+            row = with_first_audio_cost(row, first_audio_cpu(mesh) - spent_before, cores)
+        rows.append(row)
     return rows
 
 
@@ -182,11 +227,25 @@ def render(mesh: Sequence[LoadRow], piper: Sequence[LoadRow]) -> str:
     )
     if piper:
         lines[-1] += f", piper-tts {largest_real_time(piper)}"
+    costed = [row for row in mesh if not math.isnan(row.first_audio_cpu_s)]
+    if costed:
+        lines += [
+            "",
+            "What the mesh's first audios cost (CPU of both workers' steps before each stream's first audio), and the",
+            "p95 the pinned cores would reach if they made nothing but first audios, one after another:",
+            "",
+            "| streams | CPU per first audio | p95 floor from that CPU | mesh first audio p95 |",
+            "|---:|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {row.streams} | {ms(row.first_audio_cpu_s)} ms | {ms(row.first_audio_floor_p95_s)} ms | {ms(row.first_audio_p95_s)} ms |"
+            for row in costed
+        ]
     return "\n".join(lines) + "\n"
 
 
 def _started_mesh_rows(
-    worker_args: Sequence[list[str]], counts: Sequence[int], texts: dict[int, list[str]], warm_up: list[str]
+    worker_args: Sequence[list[str]], counts: Sequence[int], texts: dict[int, list[str]], warm_up: list[str], cores: int
 ) -> list[list[LoadRow]]:
     """Start one mesh per entry of `worker_args` (its workers' flags), warm each with one request, and
     measure every count on each in turn, so the meshes meet the same machine load; stop them."""
@@ -199,7 +258,7 @@ def _started_mesh_rows(
         rows: list[list[LoadRow]] = [[] for _ in meshes]
         for count in counts:
             for index, started in enumerate(meshes):
-                rows[index].extend(mesh_rows(started.gateway_address, [count], texts))
+                rows[index].extend(mesh_rows(started.gateway_address, [count], texts, started, cores))
         return rows
     finally:
         for started in meshes:
@@ -243,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         mesh = mesh_rows(args.target, counts, texts)
     else:
         flags = [args.worker_args.split()] + ([] if args.baseline_args is None else [args.baseline_args.split()])
-        mesh, *others = _started_mesh_rows(flags, counts, texts, warm_up)
+        mesh, *others = _started_mesh_rows(flags, counts, texts, warm_up, len(cores))
         baseline = others[0] if others else None
     piper = [] if args.no_piper else piper_rows(counts, texts, args.cores)
     table = render(mesh, piper)

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from bench.load_table import LoadRow, largest_real_time, render, row_of
+from bench.load_table import LoadRow, first_audio_floor, largest_real_time, render, row_of, with_first_audio_cost
 from bench.loadgen import LoadConfig, run_load
 from bench.measure import RequestResult
 from tests.test_loadgen import SLACK_S, stand_in  # noqa: F401 - the fixture
@@ -56,3 +56,25 @@ def test_the_largest_real_time_count_needs_p95_stalls_and_refusals_all_within_th
     table = render(rows, rows[:2])
     assert "mesh 16, piper-tts 8" in table
     assert "| 16 | 120 / 240 ms | 0 of 16 |" in table
+
+
+def test_the_first_audio_floor_is_the_cpu_of_every_earlier_first_audio_shared_by_the_cores() -> None:
+    # A stream's own steps run one after another: two cores do not halve one stream's first audio.
+    assert first_audio_floor(4, 0.04, 2) == pytest.approx([0.04, 0.04, 0.06, 0.08])
+    assert first_audio_floor(3, 0.04, 1) == pytest.approx([0.04, 0.08, 0.12])
+    with pytest.raises(ValueError, match="cores"):
+        first_audio_floor(4, 0.04, 0)
+
+
+def test_a_row_with_its_first_audio_cost_shows_the_floor_that_cost_sets() -> None:
+    results = [_result(index, 0.1 * (index + 1)) for index in range(16)] + [_result(16, None, status="RESOURCE_EXHAUSTED")]
+    row = with_first_audio_cost(row_of(17, results), first_audio_cpu_s=16 * 0.04, cores=2)
+    assert row.first_audio_cpu_s == pytest.approx(0.04)  # over the 16 streams that heard audio
+    # 16 first audios of 40 ms on 2 cores come 20 ms apart; the p95 of 20, 40, ... 320 ms is 305 ms.
+    assert row.first_audio_floor_p95_s == pytest.approx(0.305)
+    table = render([row], [])
+    assert "| 17 | 40 ms | 305 ms | 1525 ms |" in table
+    # Without the workers' metrics (a gateway driven from outside) there is no cost section.
+    assert "CPU per first audio" not in render([row_of(17, results)], [])
+    nobody = row_of(1, [_result(0, None, status="RESOURCE_EXHAUSTED")])
+    assert math.isnan(with_first_audio_cost(nobody, 0.0, 2).first_audio_cpu_s)

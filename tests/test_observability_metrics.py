@@ -91,6 +91,15 @@ def test_traffic_shows_up_in_every_services_metrics(mesh: Mesh) -> None:
     assert _sum_matching(acoustic, "tts_acoustic_streams_total{") - _sum_matching(a0, "tts_acoustic_streams_total{") == 2
     assert acoustic["tts_acoustic_inflight_streams"] == 0
 
+    # CPU in steps: some before a first audio (a plan and a chunk here, the first step at the
+    # vocoder), and never more than the whole process used (whose count moves in 10 ms ticks).
+    assert _delta(acoustic, a0, 'tts_acoustic_step_cpu_seconds_total{first_audio="true",stage="plan"}') > 0
+    assert _delta(acoustic, a0, 'tts_acoustic_step_cpu_seconds_total{first_audio="true",stage="chunk"}') > 0
+    assert _delta(vocoder, v0, 'tts_vocoder_step_cpu_seconds_total{first_audio="true",stage="chunk"}') > 0
+    for worker, now, start in (("acoustic", acoustic, a0), ("vocoder", vocoder, v0)):
+        in_steps = _sum_matching(now, f"tts_{worker}_step_cpu_seconds_total{{") - _sum_matching(start, f"tts_{worker}_step_cpu_seconds_total{{")
+        assert 0 < in_steps <= _delta(now, start, "process_cpu_seconds_total") + 0.02, worker
+
     # Vocoder: one stream per request, every mel slice timed, every sample the clients heard.
     steps = _delta(vocoder, v0, 'tts_vocoder_inference_seconds_count{stage="chunk"}')
     assert steps > 0 and _delta(vocoder, v0, 'tts_vocoder_inference_seconds_sum{stage="chunk"}') > 0

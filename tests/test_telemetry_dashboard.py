@@ -45,7 +45,9 @@ def test_catalogue_names_follow_prometheus_conventions() -> None:
         assert name.endswith("_total") == (row["type"] == "counter"), f"{name}: only counters end in _total"
         assert not name.endswith(HISTOGRAM_SUFFIXES), name
         if row["unit"] in {"seconds", "bytes"}:
-            assert name.endswith(f"_{row['unit']}"), f"{name}: the unit belongs in the name"
+            # The unit ends the name, before a counter's _total (process_cpu_seconds_total).
+            suffix = f"_{row['unit']}_total" if row["type"] == "counter" else f"_{row['unit']}"
+            assert name.endswith(suffix), f"{name}: the unit belongs in the name"
 
 
 def test_dashboard_reads_only_catalogued_metrics_in_the_right_way() -> None:

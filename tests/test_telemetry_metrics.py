@@ -76,6 +76,32 @@ def test_unbatched_steps_time_the_wait_for_the_inference_thread() -> None:
     assert (value(registry, "tts_acoustic_batch_size_count"), value(registry, "tts_acoustic_batch_size_sum")) == (1, 1)
 
 
+def _spin(seconds: float) -> None:
+    """Burn this thread's CPU for `seconds` of its own CPU time."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_unbatched_steps_count_their_cpu_time_by_stage_and_first_audio() -> None:
+    metrics = AcousticMetrics()
+
+    async def scenario() -> None:
+        with ThreadPoolExecutor(max_workers=1) as executor:
+            runner = InferenceRunner(executor, metrics, batched=lambda: False)
+            await runner.run("plan", _spin, 0.03, first_audio=True)
+            await runner.run("chunk", time.sleep, 0.05)  # waits, burns nothing
+
+    asyncio.run(scenario())
+    registry = metrics.registry
+    first_plan = value(registry, "tts_acoustic_step_cpu_seconds_total", stage="plan", first_audio="true")
+    assert 0.03 <= first_plan < 0.5
+    assert value(registry, "tts_acoustic_step_cpu_seconds_total", stage="plan", first_audio="false") == 0
+    # CPU time, not wall time: 50 ms asleep costs the machine (almost) nothing.
+    assert value(registry, "tts_acoustic_step_cpu_seconds_total", stage="chunk", first_audio="false") < 0.02
+    assert value(registry, "tts_acoustic_inference_seconds_sum", stage="chunk") >= 0.05
+
+
 def test_batched_steps_leave_queue_and_batch_size_to_the_batcher() -> None:
     metrics = VocoderMetrics()
     started: list[float] = []
@@ -91,6 +117,8 @@ def test_batched_steps_leave_queue_and_batch_size_to_the_batcher() -> None:
     assert value(registry, "tts_vocoder_inference_seconds_count", stage="chunk") == 1
     assert value(registry, "tts_vocoder_queue_seconds_count") == 0
     assert value(registry, "tts_vocoder_batch_size_count") == 0
+    # The stream's thread only waited for the batch: the batcher's thread did the work.
+    assert registry.get_sample_value("tts_vocoder_step_cpu_seconds_total", {"stage": "chunk", "first_audio": "false"}) is None
 
 
 def test_healthy_endpoints_are_read_from_the_health_table_at_scrape_time() -> None:

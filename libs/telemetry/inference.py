@@ -24,7 +24,7 @@ class DeadlineSubmitter(Protocol):
 
 
 class InferenceRunner:
-    """Runs model steps on `executor` and records their queue and run time in `metrics`."""
+    """Runs model steps on `executor` and records their queue time, run time and CPU time in `metrics`."""
 
     def __init__(self, executor: Executor, metrics: WorkerMetrics, batched: Callable[[], bool]) -> None:
         """`batched()` says whether the engine now runs its chunks through a dynamic batcher (whose
@@ -57,7 +57,7 @@ class InferenceRunner:
         batched = self._batched()
 
         def timed() -> Any:
-            started_s = time.perf_counter()
+            started_s, started_cpu_s = time.perf_counter(), time.thread_time()
             if on_start is not None:
                 on_start(started_s)
             try:
@@ -66,6 +66,8 @@ class InferenceRunner:
                 return context.run(_in_span, span, span_attributes, function, args)
             finally:
                 self._metrics.observe_step(stage, started_s - submitted_s, time.perf_counter() - started_s, batched)
+                if not batched:
+                    self._metrics.observe_step_cpu(stage, first_audio, time.thread_time() - started_cpu_s)
 
         if deadline_s is not None and isinstance(self._executor, DeadlineSubmitter):
             return await asyncio.wrap_future(self._executor.submit_by(deadline_s, timed, first_audio=first_audio))

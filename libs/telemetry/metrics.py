@@ -79,6 +79,13 @@ class WorkerMetrics:
             buckets=INFERENCE_BUCKETS_S,
             registry=self.registry,
         )
+        self.step_cpu_seconds = Counter(
+            f"tts_{service}_step_cpu_seconds",
+            "CPU time of the inference thread in model steps, batching off (stage: plan or chunk; first_audio: "
+            "true for the steps of a stream whose listener has heard nothing yet).",
+            ["stage", "first_audio"],
+            registry=self.registry,
+        )
         self.queue_seconds = Histogram(
             f"tts_{service}_queue_seconds",
             "Time an inference job waits before its model run starts (inference thread, or the batcher when batching).",
@@ -125,6 +132,11 @@ class WorkerMetrics:
             self.queue_seconds.observe(queue_s)
             if stage == STAGE_CHUNK:
                 self.batch_size.observe(1)
+
+    def observe_step_cpu(self, stage: str, first_audio: bool, cpu_s: float) -> None:
+        """CPU time the inference thread spent in one unbatched step (with batching on, the stream's
+        thread only waits: the batcher's thread does the work, for many streams at once)."""
+        self.step_cpu_seconds.labels(stage=stage, first_audio="true" if first_audio else "false").inc(max(0.0, cpu_s))
 
     def observe_batch(self, stats: BatchStatsLike) -> None:
         """The dynamic batcher's `on_batch` callback: batch size, each job's queue time, compute time."""
