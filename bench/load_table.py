@@ -141,7 +141,7 @@ def paragraphs(count: int, first_tag: int) -> list[str]:
 
 
 def mesh_rows(
-    target: str, counts: Sequence[int], texts: dict[int, list[str]], mesh: BenchMesh | None = None, cores: int = 0
+    target: str, counts: Sequence[int], texts: dict[int, list[str]], *, mesh: BenchMesh | None = None, cores: int = 1
 ) -> list[LoadRow]:
     """One row per count against the gateway at `target`; each count's streams start together. With
     `mesh` (the one serving `target`, on `cores` cores), each row also says what its first audios cost."""
@@ -258,7 +258,7 @@ def _started_mesh_rows(
         rows: list[list[LoadRow]] = [[] for _ in meshes]
         for count in counts:
             for index, started in enumerate(meshes):
-                rows[index].extend(mesh_rows(started.gateway_address, [count], texts, started, cores))
+                rows[index].extend(mesh_rows(started.gateway_address, [count], texts, mesh=started, cores=cores))
         return rows
     finally:
         for started in meshes:
