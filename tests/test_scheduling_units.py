@@ -22,14 +22,18 @@ from libs.synthesis.lookahead import Lookahead
 from libs.upstream.playback import PlaybackClock
 
 
-def _run_order(by_deadline: bool, deadlines: list[float]) -> list[int]:
-    """Submit calls with `deadlines` while the only thread is busy; the order they ran in."""
+def _run_order(by_deadline: bool, deadlines: list[float], first_audio: frozenset[int] = frozenset()) -> list[int]:
+    """Submit calls with `deadlines` (those whose index is in `first_audio` marked so) while the only
+    thread is busy; the order they ran in."""
     executor = DeadlineExecutor(1, by_deadline=by_deadline)
     gate = threading.Event()
     ran: list[int] = []
     try:
         blocker = executor.submit(gate.wait)
-        futures = [executor.submit_by(deadline, ran.append, index) for index, deadline in enumerate(deadlines)]
+        futures = [
+            executor.submit_by(deadline, ran.append, index, first_audio=index in first_audio)
+            for index, deadline in enumerate(deadlines)
+        ]
         gate.set()
         blocker.result(5)
         for future in futures:
@@ -105,25 +109,12 @@ def test_a_request_deadline_moves_on_by_the_audio_each_step_makes() -> None:
 
 
 def test_first_audios_go_before_playing_listeners_unless_one_is_about_to_run_dry() -> None:
-    executor = DeadlineExecutor(1)
-    gate = threading.Event()
-    ran: list[str] = []
-    try:
-        blocker = executor.submit(gate.wait)
-        now = time.monotonic()
-        calls = [
-            executor.submit_by(now + 2.0, ran.append, "well buffered"),
-            executor.submit_by(now - 0.5, ran.append, "first audio, waited 0.5 s", first_audio=True),
-            executor.submit_by(now + RUN_DRY_GUARD_S / 3, ran.append, "about to run dry"),
-            executor.submit_by(now - 0.2, ran.append, "first audio, waited 0.2 s", first_audio=True),
-        ]
-        gate.set()
-        blocker.result(5)
-        for call in calls:
-            call.result(5)
-    finally:
-        executor.shutdown()
-    assert ran == ["about to run dry", "first audio, waited 0.5 s", "first audio, waited 0.2 s", "well buffered"]
+    now = time.monotonic()
+    names = ["well buffered", "first audio, waited 0.5 s", "about to run dry", "first audio, waited 0.2 s"]
+    order = _run_order(True, [now + 2.0, now - 0.5, now + RUN_DRY_GUARD_S / 3, now - 0.2], first_audio=frozenset({1, 3}))
+    assert [names[index] for index in order] == [
+        "about to run dry", "first audio, waited 0.5 s", "first audio, waited 0.2 s", "well buffered"
+    ]  # fmt: skip
 
 
 def test_a_stream_is_due_by_the_audio_made_since_its_first_audio_not_since_it_asked() -> None:
