@@ -19,8 +19,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 TEXT_NAMES = ("short", "paragraph", "long")
 PAUSE_S = 0.3

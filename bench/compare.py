@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 Row = tuple[str, str, str]
 """(measure, text, streams), the key of a row of bench/results.md."""

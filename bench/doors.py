@@ -17,8 +17,8 @@ import statistics
 import struct
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import grpc
 import httpx
@@ -29,7 +29,7 @@ from libs.edge.envoy import EdgeSettings
 from libs.edge.process import EdgeProcess
 from libs.encoding.encoders import ENCODINGS
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
-from tests.e2e.mesh import free_port
+from tests.support.mesh import free_port
 
 Probe = Callable[[str], float]
 """Speaks a text through one door and returns seconds to its first audio."""
@@ -108,7 +108,7 @@ def bytes_per_audio_second(address: str, text: str) -> list[tuple[str, int, floa
     rows = []
     with grpc.insecure_channel(address) as channel:
         stub = tts_pb2_grpc.TextToSpeechStub(channel)
-        for value, spec in ENCODINGS.items():
+        for value in ENCODINGS:
             responses = list(stub.Synthesize(tts_pb2.SynthesizeRequest(text=text, encoding=value), timeout=120))
             audio_s = responses[-1].audio_offset_s + responses[-1].audio_duration_s
             rows.append((tts_pb2.AudioEncoding.Name(value), responses[0].sample_rate_hz, sum(len(r.audio) for r in responses) / audio_s))
@@ -117,7 +117,7 @@ def bytes_per_audio_second(address: str, text: str) -> list[tuple[str, int, floa
 
 def _paired_ms(values: list[float], baseline: list[float]) -> str:
     """The median of the per-round differences, in ms: each round's pair shared the machine's state."""
-    return f"{statistics.median(a - b for a, b in zip(values, baseline)) * 1000:+.1f} ms"
+    return f"{statistics.median(a - b for a, b in zip(values, baseline, strict=False)) * 1000:+.1f} ms"
 
 
 def _ms(values: list[float]) -> str:

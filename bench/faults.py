@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections import Counter
 import sys
 import tempfile
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from bench.measure import percentile
-from tests.faults import scenarios
-from tests.faults.scenarios import ScenarioResult
-from tests.faults.zone_mesh import FAST_FAILOVER_ENV, ZoneMesh
+from tests.support.faults import scenarios
+from tests.support.faults.scenarios import ScenarioResult
+from tests.support.faults.zone_mesh import FAST_FAILOVER_ENV, ZoneMesh
 
 COLUMNS = ("scenario", "requests", "completed", "identical", "client errors", "p95 first audio s", "no-fault p95 s")
 
@@ -49,7 +49,7 @@ def render(results: Sequence[ScenarioResult]) -> str:
     """A Markdown table of `results`, then each scenario's facts and client errors."""
     rows = [list(COLUMNS)] + [row(result) for result in results]
     widths = [max(len(cells[i]) for cells in rows) for i in range(len(COLUMNS))]
-    lines = ["| " + " | ".join(cell.ljust(width) for cell, width in zip(cells, widths)) + " |" for cells in rows]
+    lines = ["| " + " | ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=False)) + " |" for cells in rows]
     lines.insert(1, "|" + "|".join("-" * (width + 2) for width in widths) + "|")
     for result in results:
         facts = ", ".join(f"{key}={value:.3g}" for key, value in result.facts.items())

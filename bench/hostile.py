@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import socket
 import statistics
@@ -24,9 +25,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Final, Iterator, Sequence
+from typing import Final
 
 import grpc
 import httpx
@@ -41,8 +43,8 @@ from libs.serving.server import MIN_PING_INTERVAL_MS
 from libs.synthesis.options import DEFAULT_MAX_CLIENT_SHARE
 from libs.voice.registry import default_registry
 from libs.wire.limits import MAX_PHONEME_IDS
-from tests.e2e.mesh import REPO_ROOT, free_port
-from tests.fuzz.wire_mutations import LENGTH_DELIMITED, encode_varint
+from tests.support.fuzz.wire_mutations import LENGTH_DELIMITED, encode_varint
+from tests.support.mesh import REPO_ROOT, free_port
 
 DEADLINE_S: Final = 30.0
 """The attacker's deadline, as a client would set one."""
@@ -163,10 +165,8 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
         pass
     finally:
         for end in (source, sink):
-            try:
+            with contextlib.suppress(OSError):
                 end.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 @dataclass

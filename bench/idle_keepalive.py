@@ -25,8 +25,8 @@ import grpc
 from bench.mesh import BenchMesh
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
 from libs.serving.server import MIN_PING_INTERVAL_MS
-from tests.e2e.client import synthesize
-from tests.faults.zone_mesh import metric_sum, scrape
+from tests.support.client import synthesize
+from tests.support.faults.zone_mesh import metric_sum, scrape
 
 HELD_SENTENCES = 16
 HELD_TEXT = " ".join(

@@ -31,7 +31,7 @@ from bench.mesh import BenchMesh
 from bench.texts import LONG, PARAGRAPH, unique_variants
 from libs.devmesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
-from tests.e2e.mesh import free_port
+from tests.support.mesh import free_port
 
 JOBS_REDIS_MB = 3072
 STREAM_PIECE_CHARS = 2000

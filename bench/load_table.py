@@ -28,9 +28,10 @@ import argparse
 import asyncio
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Final, Sequence
+from typing import Final
 
 from bench import piper_baseline
 from bench.loadgen import LoadConfig, run_load

@@ -16,8 +16,9 @@ import ipaddress
 import json
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Callable, Final, Sequence, Union
+from typing import Final
 
 import grpc
 
@@ -33,7 +34,7 @@ CHANNEL_OPTIONS: Final = (("grpc.max_receive_message_length", 16 * 1024 * 1024),
 INVALID_RESPONSE: Final = "INVALID_RESPONSE"
 """Client-side status of a stream that sent audio without a sample rate (its length cannot be known)."""
 
-TextSource = Union[Sequence[str], Callable[[int], str]]
+TextSource = Sequence[str] | Callable[[int], str]
 """The texts of a run: a list (request i speaks texts[i % len]) or a function of the request index."""
 
 _BYTES_PER_SAMPLE: Final = {

@@ -7,8 +7,9 @@ turns either into the same `LoadSummary`, so their numbers are computed one way 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Sequence
+from typing import Final
 
 OK: Final = "OK"
 """Status of a request that finished normally (the gRPC status code name for the mesh)."""
@@ -60,7 +61,7 @@ class Percentiles:
     """99th percentile."""
 
     @classmethod
-    def of(cls, values: Sequence[float]) -> "Percentiles":
+    def of(cls, values: Sequence[float]) -> Percentiles:
         """The three percentiles of `values`."""
         return cls(percentile(values, 50), percentile(values, 95), percentile(values, 99))
 

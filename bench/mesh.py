@@ -6,12 +6,12 @@ measured is what runs."""
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from bench.measure import peak_rss_bytes
-from tests.e2e.mesh import DEFAULT_START_TIMEOUT_S, Mesh, ServiceProcess
+from tests.support.mesh import DEFAULT_START_TIMEOUT_S, Mesh, ServiceProcess
 
 WORKERS = ("acoustic", "vocoder")
 MAX_BATCH_FLAG = "--max-batch"
@@ -19,7 +19,7 @@ MAX_BATCH_FLAG = "--max-batch"
 
 @dataclass
 class BenchMesh(Mesh):
-    """`tests.e2e.mesh.Mesh` whose workers get `worker_args` after the launcher's own (later flags win)."""
+    """`tests.support.mesh.Mesh` whose workers get `worker_args` after the launcher's own (later flags win)."""
 
     worker_args: list[str] = field(default_factory=list)
 

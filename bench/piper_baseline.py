@@ -27,9 +27,10 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Sequence
+from typing import Any, Final
 
 from bench.measure import OK, LoadSummary, RequestResult, format_summary, peak_rss_bytes, playback_stalls, summarize
 from bench.piper_worker import WARM_UP_TEXT, load_voice, speak_timed
@@ -113,7 +114,7 @@ def run_in_process(texts: Sequence[str], requests: int, threads: int = DEFAULT_C
 class _Worker:
     """One `bench/piper_worker.py` process, and a thread that forwards each line it prints to the pool."""
 
-    def __init__(self, threads: int, events: "queue.Queue[tuple[_Worker, str | None]]") -> None:
+    def __init__(self, threads: int, events: queue.Queue[tuple[_Worker, str | None]]) -> None:
         # A script of its own, not multiprocessing: spawn would re-import the benchmark's main module
         # (torch, the mesh's packages) in the worker, and fork would copy the benchmark's gRPC and torch
         # threads. -I keeps the script's folder (bench/) and PYTHON* variables out of its import path.
@@ -127,7 +128,7 @@ class _Worker:
         self.pid = self.process.pid
         threading.Thread(target=self._forward, args=(events,), name=f"piper-worker-{self.pid}", daemon=True).start()
 
-    def _forward(self, events: "queue.Queue[tuple[_Worker, str | None]]") -> None:
+    def _forward(self, events: queue.Queue[tuple[_Worker, str | None]]) -> None:
         assert self.process.stdout is not None
         with self.process.stdout:
             for line in self.process.stdout:
@@ -170,7 +171,7 @@ class PiperPool:
 
     def __init__(self, setup: PiperSetup) -> None:
         self.setup = setup
-        self._events: "queue.Queue[tuple[_Worker, str | None]]" = queue.Queue()
+        self._events: queue.Queue[tuple[_Worker, str | None]] = queue.Queue()
         self._workers: list[_Worker] = []
         self.peak_rss_bytes = 0
         """Largest peak RSS of a worker (bytes), read as the pool closes."""
@@ -180,7 +181,7 @@ class PiperPool:
         """The workers' process ids."""
         return [worker.pid for worker in self._workers]
 
-    def __enter__(self) -> "PiperPool":
+    def __enter__(self) -> PiperPool:
         try:
             self._workers = [_Worker(self.setup.threads_per_process, self._events) for _ in range(self.setup.processes)]
             for _ in self._workers:

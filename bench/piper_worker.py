@@ -31,8 +31,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final, Sequence, TextIO
+from typing import Any, Final, TextIO
 
 WARM_UP_TEXT: Final = "Warming up."
 

@@ -36,10 +36,10 @@ from libs.audio.mel import mel_spectrogram
 from libs.audio.slicing import slice_bounds
 from libs.models.mel_bridge import MEL_HEAD_FILE, load_mel_head, load_mel_vocoder
 from libs.models.vits import DEFAULT_NOISE_SCALE, DEFAULT_NOISE_W, synthesis_generator
-from libs.voice.inputs import SynthesisInputs, SynthesisParams
-from libs.voice.precision import DEFAULT_PRECISION
 from libs.voice.assets import default_voice_assets
 from libs.voice.engine import AcousticEngine, EngineSettings, VocoderEngine
+from libs.voice.inputs import SynthesisInputs, SynthesisParams
+from libs.voice.precision import DEFAULT_PRECISION
 from scripts.voice.build import DEFAULT_OUT_DIR, DEFAULT_WORK_DIR
 from scripts.voice.corpus import heldout_sentences
 from scripts.voice.teacher import VOICE_NAME, load_teacher_voice, phoneme_id_sentences
@@ -150,7 +150,7 @@ def run_quality(config: QualityConfig) -> QualityReport:
     frames = 0
 
     # Warm both timed paths once, so one-off allocation is not counted.
-    for chunk in piper_tts.synthesize("Warming up.", syn_config=piper_settings):
+    for _ in piper_tts.synthesize("Warming up.", syn_config=piper_settings):
         pass
     warm_ids = phoneme_id_sentences("Warming up.")[0]
     with torch.no_grad():
@@ -191,7 +191,7 @@ def run_quality(config: QualityConfig) -> QualityReport:
 
             direct_audio = [voice.decoder(z)[0, 0] for z in latents]
             direct.add(torch.cat(direct_audio).numpy())
-            for ours, reference, mel in zip(full_audio, direct_audio, predicted_mels):
+            for ours, reference, mel in zip(full_audio, direct_audio, predicted_mels, strict=False):
                 reference_mel = mel_spectrogram(reference)
                 l1_full += (mel_spectrogram(ours) - reference_mel).abs().mean(dim=0).sum().item()
                 l1_head += (mel - reference_mel).abs().mean(dim=0).sum().item()

@@ -26,13 +26,13 @@ import asyncio
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from libs.routing.endpoints import Endpoint
 from libs.voice.registry import default_registry
-from tests.faults.pod_fleet import Fleet, Load, Pod, ServiceFleet, gateway_pool, sample_inflight, synthesizer
-from tests.faults.toy_mesh import wait_until
+from tests.support.faults.pod_fleet import Fleet, Load, Pod, ServiceFleet, gateway_pool, sample_inflight, synthesizer
+from tests.support.faults.toy_mesh import wait_until
 
 ZONES = ("zone-a", "zone-b")
 PER_ZONE = 3

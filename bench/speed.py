@@ -22,9 +22,10 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Final, Sequence
+from typing import Final
 
 from bench import piper_baseline
 from bench.loadgen import LoadConfig, run_load

@@ -10,18 +10,19 @@ steps run (onnxruntime in float32 on a CPU) and, for comparison, in torch.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Final
+from typing import Final
 
 import numpy as np
 import torch
 
 from bench.texts import TEXTS
 from libs.audio.slicing import slice_bounds
-from libs.voice.precision import DEFAULT_PRECISION
 from libs.text.frontend import TextFrontend
 from libs.voice.assets import default_voice_assets
 from libs.voice.engine import AcousticEngine, EngineSettings, SynthesisParams, VocoderEngine
+from libs.voice.precision import DEFAULT_PRECISION
 
 TARGET_RATIO: Final = 1.3
 """The issue's bound: streamed vocoding may cost at most this multiple of whole-sentence vocoding."""
@@ -103,12 +104,14 @@ def measure_engine_cost(stream_backend: str = "auto", repeats: int = 3) -> Engin
         seeds = [acoustic.synthesis_seed(sentence, params) for sentence in ids]
         best = [float("inf")] * 3
         for _ in range(repeats):
-            plans = []
-            text_side = _cpu_s(lambda: plans.extend(acoustic.plan(sentence, params, seed) for sentence, seed in zip(ids, seeds)))
+            plans: list = []
+            text_side = _cpu_s(lambda plans=plans: plans.extend(acoustic.plan(sentence, params, seed) for sentence, seed in zip(ids, seeds, strict=False)))
             mels: list[np.ndarray] = []
-            flow_and_head = _cpu_s(lambda: mels.extend(np.concatenate(list(acoustic.mel_chunks(plan)), axis=1) for plan in plans))
-            vocoding = _cpu_s(lambda: [_stream(vocoder, mel) for mel in mels])
-            best = [min(old, new) for old, new in zip(best, (text_side, flow_and_head, vocoding))]
+            flow_and_head = _cpu_s(
+                lambda mels=mels, plans=plans: mels.extend(np.concatenate(list(acoustic.mel_chunks(plan)), axis=1) for plan in plans)
+            )
+            vocoding = _cpu_s(lambda mels=mels: [_stream(vocoder, mel) for mel in mels])
+            best = [min(old, new) for old, new in zip(best, (text_side, flow_and_head, vocoding), strict=False)]
     finally:
         torch.set_num_threads(threads)
     audio_s = sum(mel.shape[1] for mel in mels) * vocoder.hop_length / vocoder.sample_rate_hz

@@ -22,12 +22,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Final, Sequence
+from typing import Final
 
-from libs.text.heteronyms import readings
 from libs.text.frontend import TextFrontend
+from libs.text.heteronyms import readings
 from libs.text.phoneme_ids import default_voice_config_path, load_espeak_voice, load_phoneme_id_map
 from libs.text.reading import ReadingRules, prepare
 

@@ -7,7 +7,8 @@ ordinary first sentence (about 1.5 to 3 s of speech) and throughput on a realist
 from __future__ import annotations
 
 import re
-from typing import Final, Mapping
+from collections.abc import Mapping
+from typing import Final
 
 SHORT: Final = "The kettle clicked off just as the rain began to fall."
 

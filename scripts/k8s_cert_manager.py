@@ -10,7 +10,8 @@ mounts) are checked by tests/test_k8s_manifests.py.
 from __future__ import annotations
 
 import re
-from typing import Any, Final, Mapping
+from collections.abc import Mapping
+from typing import Any, Final
 
 API_VERSION: Final = "cert-manager.io/v1"
 KINDS: Final = ("Issuer", "ClusterIssuer", "Certificate")
@@ -76,7 +77,7 @@ def _typed(value: Any, rule: Any, path: str) -> list[str]:
         return [problem for index, item in enumerate(value) for problem in _typed(item, rule[0], f"{path}[{index}]")]
     if isinstance(rule, dict):
         return _unknown(value, rule, path) if isinstance(value, dict) else [f"{path}: must be an object"]
-    if rule is int and isinstance(value, bool) or not isinstance(value, rule):
+    if (rule is int and isinstance(value, bool)) or not isinstance(value, rule):
         return [f"{path}: must be {rule.__name__}"]
     return []
 

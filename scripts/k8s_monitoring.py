@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Final, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
 
 import yaml
 
@@ -179,6 +180,6 @@ def validate_config_map(resource: Mapping[str, Any]) -> list[str]:
     if ADAPTER_RULES_KEY in data:
         queries += adapter_queries(data[ADAPTER_RULES_KEY])
     if DASHBOARD_LABEL in (resource.get("metadata", {}).get("labels") or {}):
-        for key, text in data.items():
+        for text in data.values():
             queries += dashboard_queries(text)
     return [f"data: not PromQL: {query!r}: {complaint}" for query in queries if (complaint := parse_promql(query)) is not None]

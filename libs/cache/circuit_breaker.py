@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Final
+from typing import Final
 
 DEFAULT_FAILURE_THRESHOLD: Final = 3
 DEFAULT_OPEN_S: Final = 5.0

@@ -6,6 +6,7 @@ import numpy as np
 
 from libs.cache.codec import AudioHead
 
+
 class HeadCollector:
     """Gathers the first `head_samples` of one sentence from the vocoder's pieces, in order."""
 

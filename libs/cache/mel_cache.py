@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Final, Sequence, TypeVar
+from typing import Final, TypeVar
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -27,7 +28,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisClusterException, RedisError
 
 from libs.cache.circuit_breaker import BreakerConfig, CircuitBreaker
-from libs.cache.codec import AudioHead, CacheFormatError, CachedMel, decode_head, decode_mel, encode_head, encode_mel
+from libs.cache.codec import AudioHead, CachedMel, CacheFormatError, decode_head, decode_mel, encode_head, encode_mel
 from libs.cache.keys import head_key
 from libs.cache.sealing import KeyRing, SealError
 from libs.cache.settings import CacheSettings, redacted_url
@@ -137,7 +138,7 @@ class MelCache:
         self._keyring = keyring
 
     @classmethod
-    def from_settings(cls, settings: CacheSettings, on_outcome: CacheOutcomeHook = _ignore, zone: str = "") -> "MelCache":
+    def from_settings(cls, settings: CacheSettings, on_outcome: CacheOutcomeHook = _ignore, zone: str = "") -> MelCache:
         """A cache on the Redis `settings` name (its "{zone}" being `zone`); with the cache switched
         off, one that always misses.
 

@@ -26,16 +26,17 @@ from __future__ import annotations
 
 import argparse
 import base64
+import binascii
 import hashlib
 import hmac
-import binascii
 import os
 import re
 import struct
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Sequence
+from typing import Final
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -96,7 +97,7 @@ class KeyRing:
         return self._current.key_id
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "KeyRing":
+    def from_file(cls, path: str | Path) -> KeyRing:
         """The keys of a key file (see the module docstring); KeyFileError naming the line if it is malformed."""
         try:
             text = Path(path).read_text(encoding="ascii")
@@ -108,7 +109,7 @@ class KeyRing:
             raise KeyFileError(f"cache key file {path}: {error}") from None
 
     @classmethod
-    def parse(cls, text: str) -> "KeyRing":
+    def parse(cls, text: str) -> KeyRing:
         """The keys of a key file's text."""
         keys = []
         for number, line in enumerate(text.splitlines(), start=1):

@@ -18,15 +18,18 @@ import datetime
 import ipaddress
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Sequence
+from typing import Final
 
 import grpc
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from libs.devmesh.paths import devmesh_dir
 
 CA_DAYS: Final = 3650
 LEAF_DAYS: Final = 825
@@ -101,7 +104,7 @@ def make_mesh_tls(directory: Path) -> MeshTls:
     """Make a new CA and the workers' and the gateway's certificates in `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
     os.chmod(directory, 0o700)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"tts-mesh local CA {now:%Y-%m-%d %H:%M:%S}")])
     ca = (
@@ -128,7 +131,7 @@ def make_mesh_tls(directory: Path) -> MeshTls:
 def _usable(tls: MeshTls) -> bool:
     if not all((tls.directory / name).is_file() for name in _FILES):
         return False
-    renew_after = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=RENEW_BEFORE_DAYS)
+    renew_after = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=RENEW_BEFORE_DAYS)
     try:
         certificates = [x509.load_pem_x509_certificate(path.read_bytes()) for path in (tls.ca, tls.worker_cert, tls.gateway_cert)]
     except ValueError:
@@ -192,8 +195,6 @@ def write_file(path: Path, data: bytes, *, private: bool = False) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from libs.devmesh.local_secrets import devmesh_dir
-
     parser = argparse.ArgumentParser(description="Make the local mesh's CA and certificates (what `make run` uses).")
     parser.add_argument("--dir", type=Path, default=None, help="where (default: the tls folder of the local secrets)")
     parser.add_argument("--renew", action="store_true", help="make new ones even if the current ones are valid")

@@ -108,7 +108,7 @@ class EmbeddedRedis:
         """Process id of the server while it runs."""
         return self._process.pid if self._process else None
 
-    def start(self) -> "EmbeddedRedis":
+    def start(self) -> EmbeddedRedis:
         """Start the server and wait until it answers PING."""
         self._workdir = tempfile.mkdtemp(prefix="tts-redis-")  # owner-only (0700)
         args = [str(redis_server_binary())]
@@ -158,7 +158,7 @@ class EmbeddedRedis:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
 
-    def __enter__(self) -> "EmbeddedRedis":
+    def __enter__(self) -> EmbeddedRedis:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

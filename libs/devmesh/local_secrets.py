@@ -22,16 +22,9 @@ import grpc
 
 from libs.cache.sealing import new_key_line
 from libs.devmesh.certs import MeshTls, ensure_mesh_tls, write_file
+from libs.devmesh.paths import devmesh_dir
 
-CACHE_DIR_ENV: Final = "TTS_CACHE_DIR"
-DEFAULT_CACHE_DIR: Final = Path("~/.cache/tts-mesh")
-"""The same folder libs.models.piper_import caches the converted voice in (not imported: it pulls in torch)."""
 REDIS_PASSWORD_BYTES: Final = 24
-
-
-def devmesh_dir() -> Path:
-    """Where the local secrets live."""
-    return Path(os.environ.get(CACHE_DIR_ENV) or DEFAULT_CACHE_DIR).expanduser() / "devmesh"
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ class EdgeProcess:
         self._config_dir = tempfile.TemporaryDirectory(prefix="tts-edge-")
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout_s: float = START_TIMEOUT_S) -> "EdgeProcess":
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> EdgeProcess:
         """Write the configuration, start Envoy, and wait until its admin says it is live."""
         config = Path(self._config_dir.name) / "envoy.yaml"
         config.write_text(render_yaml(self.settings), encoding="utf-8")
@@ -67,7 +67,7 @@ class EdgeProcess:
                 self.process.wait()
         self._config_dir.cleanup()
 
-    def __enter__(self) -> "EdgeProcess":
+    def __enter__(self) -> EdgeProcess:
         return self.start()
 
     def __exit__(self, *_: object) -> None:

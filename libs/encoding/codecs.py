@@ -9,7 +9,8 @@ utterance, so first audio is held back only by the codec's own frame size.
 from __future__ import annotations
 
 import struct
-from typing import Final, Mapping
+from collections.abc import Mapping
+from typing import Final
 
 import av
 import numpy as np

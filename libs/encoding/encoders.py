@@ -8,8 +8,9 @@ An encoder sees every sample of the utterance in order, at the output rate, and 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Final, Mapping, Protocol
+from typing import Final, Protocol
 
 import numpy as np
 

@@ -8,7 +8,8 @@ give the same file as an uninterrupted one: no encoder state has to survive the 
 
 from __future__ import annotations
 
-from typing import AsyncIterator, Final
+from collections.abc import AsyncIterator
+from typing import Final
 
 import numpy as np
 

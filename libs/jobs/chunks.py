@@ -9,7 +9,8 @@ never referenced, so it cannot replace the committed audio; the runner discards 
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 
 class ObjectStoreError(Exception):

@@ -21,8 +21,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
-from typing import Any, Final, Sequence
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -61,7 +62,7 @@ class ObjectStoreChunks(AudioChunks):
         self._opening = asyncio.Lock()
 
     @classmethod
-    def from_url(cls, url: str, endpoint_url: str = "") -> "ObjectStoreChunks":
+    def from_url(cls, url: str, endpoint_url: str = "") -> ObjectStoreChunks:
         bucket, prefix = bucket_and_prefix(url)
         return cls(bucket, prefix, endpoint_url)
 

@@ -18,9 +18,10 @@ import asyncio
 import logging
 import os
 import socket
+from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import AsyncIterator, Final, Sequence
+from typing import Final
 
 import grpc
 from redis.exceptions import RedisError
@@ -47,9 +48,14 @@ streams first; only each utterance's first sentence carries a first audio's slac
 READ_BLOCK_MS: Final = 1000
 PERMANENT_CODES: Final = frozenset(
     (
-        grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
-        grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.DATA_LOSS,
-    )  # fmt: skip
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.DATA_LOSS,
+    )
 )
 """Errors that fail a job at once: running it again cannot help (the text cannot be spoken, the voice is
 gone, its stored text does not open, a bug)."""

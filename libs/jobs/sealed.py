@@ -54,10 +54,7 @@ class JobSeal:
         """Whether `held` (a `fingerprint`) was made of `request`: under the key it names, if this
         ring still has it (a key rotated in since keeps a retried create the same request)."""
         key_id, separator, _ = held.partition(":")
-        if separator and self._keyring is not None:
-            ours = self._keyring.digest(request, key_id)
-        else:
-            ours = _plain_fingerprint(request)
+        ours = self._keyring.digest(request, key_id) if separator and self._keyring is not None else _plain_fingerprint(request)
         return ours is not None and hmac.compare_digest(ours, held)
 
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Sequence
+from typing import Any, Final
 
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
@@ -203,7 +204,7 @@ class JobStore:
     def from_url(
         cls, url: str, ttl_s: int, connection: CacheSettings = CacheSettings(), *,
         chunks: AudioChunks | None = None, keyring: KeyRing | None = None,
-    ) -> "JobStore":  # fmt: skip
+    ) -> JobStore:  # fmt: skip
         """A store on the Redis at `url`, dialled as the cache's Redis is (`connection`'s password
         file and CA, an ACL user in the URL), always as one Redis: the scripts touch the queue, the
         index and a job's keys at once, which no cluster allows."""

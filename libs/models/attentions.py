@@ -157,7 +157,7 @@ class Encoder(nn.Module):
         attn_mask = x_mask.unsqueeze(2) * x_mask.unsqueeze(-1)
         x = x * x_mask
         for index, (attn, norm_1, ffn, norm_2) in enumerate(
-            zip(self.attn_layers, self.norm_layers_1, self.ffn_layers, self.norm_layers_2)
+            zip(self.attn_layers, self.norm_layers_1, self.ffn_layers, self.norm_layers_2, strict=False)
         ):
             if index == self.cond_layer_idx and g is not None:
                 x = (x + self.spk_emb_linear(g.transpose(1, 2)).transpose(1, 2)) * x_mask

@@ -59,9 +59,9 @@ def normal_noise(
     if len(generators) != len(shape_per_item):
         raise ValueError(f"need one generator per batch item: {len(generators)} for {len(shape_per_item)} items")
     noise = torch.zeros(padded_shape, device=device)
-    for index, (shape, generator) in enumerate(zip(shape_per_item, generators)):
+    for index, (shape, generator) in enumerate(zip(shape_per_item, generators, strict=False)):
         draw = torch.randn(shape, generator=generator, device=generator.device)
-        noise[(index,) + tuple(slice(0, size) for size in shape)] = draw.to(noise.device)
+        noise[(index, *tuple(slice(0, size) for size in shape))] = draw.to(noise.device)
     return noise
 
 

@@ -67,7 +67,7 @@ class GeneratorConfig:
         return math.prod(self.upsample_rates)
 
     @staticmethod
-    def from_dict(config: dict[str, Any]) -> "GeneratorConfig":
+    def from_dict(config: dict[str, Any]) -> GeneratorConfig:
         """Read a public HiFi-GAN config.json dict (training-only keys are ignored)."""
         known = {f.name for f in fields(GeneratorConfig)}
         values: dict[str, Any] = {key: value for key, value in config.items() if key in known}
@@ -135,7 +135,7 @@ class ResBlock1(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """x [b, c, t] -> [b, c, t]; `mask` [b, 1, t] zeroes padding before every convolution."""
-        for dilated, plain in zip(self.convs1, self.convs2):
+        for dilated, plain in zip(self.convs1, self.convs2, strict=False):
             h = dilated(_masked(F.leaky_relu(x, self.lrelu_slope), mask))
             h = plain(_masked(F.leaky_relu(h, self.lrelu_slope), mask))
             x = x + h
@@ -187,12 +187,12 @@ class Generator(nn.Module):
 
         self.ups = nn.ModuleList()
         self.resblocks = nn.ModuleList()
-        for rate, kernel in zip(config.upsample_rates, config.upsample_kernel_sizes):
+        for rate, kernel in zip(config.upsample_rates, config.upsample_kernel_sizes, strict=False):
             up = nn.ConvTranspose1d(channels, channels // 2, kernel, rate, padding=(kernel - rate) // 2)
             _init_conv(up)
             self.ups.append(add_weight_norm(up))
             channels //= 2
-            for size, dilations in zip(config.resblock_kernel_sizes, config.resblock_dilation_sizes):
+            for size, dilations in zip(config.resblock_kernel_sizes, config.resblock_dilation_sizes, strict=False):
                 self.resblocks.append(block(channels, size, tuple(dilations), config.lrelu_slope))
 
         self.conv_post = nn.Conv1d(channels, 1, OUTER_KERNEL_SIZE, padding=OUTER_KERNEL_SIZE // 2, bias=config.post_bias)
@@ -222,7 +222,7 @@ class Generator(nn.Module):
         x = self.conv_pre(_masked(x, mask))
         if g is not None:
             x = x + self.cond(g)
-        for stage, (up, rate) in enumerate(zip(self.ups, self.config.upsample_rates)):
+        for stage, (up, rate) in enumerate(zip(self.ups, self.config.upsample_rates, strict=False)):
             x = up(_masked(F.leaky_relu(x, self.config.lrelu_slope), mask))
             scale *= rate
             mask = None if lengths is None else self._mask(lengths, frame_count, scale)
@@ -256,10 +256,10 @@ def receptive_field_frames(config: GeneratorConfig) -> int:
     """
     half_outer = OUTER_KERNEL_SIZE // 2
     first, last = -half_outer, config.hop_length - 1 + half_outer
-    for rate, kernel in reversed(list(zip(config.upsample_rates, config.upsample_kernel_sizes))):
+    for rate, kernel in reversed(list(zip(config.upsample_rates, config.upsample_kernel_sizes, strict=False))):
         reach = max(
             _resblock_reach(config.resblock, size, dilations)
-            for size, dilations in zip(config.resblock_kernel_sizes, config.resblock_dilation_sizes)
+            for size, dilations in zip(config.resblock_kernel_sizes, config.resblock_dilation_sizes, strict=False)
         )
         first, last = first - reach, last + reach
         padding = (kernel - rate) // 2
@@ -287,7 +287,7 @@ def load_hifigan_checkpoint(checkpoint_path: str | Path, config_json_path: str |
     config_json_path = Path(config_json_path) if config_json_path else checkpoint_path.parent / "config.json"
     config = GeneratorConfig.from_dict(json.loads(config_json_path.read_text()))
     checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
-    state_dict = checkpoint["generator"] if "generator" in checkpoint else checkpoint
+    state_dict = checkpoint.get("generator", checkpoint)
     generator = Generator(config)
     generator.load_state_dict(state_dict)
     generator.remove_weight_norm()

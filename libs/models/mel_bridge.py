@@ -60,7 +60,7 @@ class ConvStackConfig:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ConvStackConfig":
+    def from_dict(cls, data: dict) -> ConvStackConfig:
         """Inverse of `to_dict`."""
         values = dict(data)
         values["block_dilations"] = tuple(values["block_dilations"])

@@ -17,6 +17,7 @@ from libs.models.attentions import Encoder, LayerNorm
 from libs.models.commons import add_weight_norm, conv_padding, gated_activation, strip_weight_norm
 from libs.models.transforms import rational_quadratic_spline
 
+
 class DDSConv(nn.Module):
     """Dilated depth-separable convolutions (dilation kernel_size**i) with residual connections."""
 
@@ -40,7 +41,7 @@ class DDSConv(nn.Module):
         """x [b, c, t] (+ g broadcastable to it) -> [b, c, t]."""
         if g is not None:
             x = x + g
-        for sep, pointwise, norm_1, norm_2 in zip(self.convs_sep, self.convs_1x1, self.norms_1, self.norms_2):
+        for sep, pointwise, norm_1, norm_2 in zip(self.convs_sep, self.convs_1x1, self.norms_1, self.norms_2, strict=False):
             y = F.gelu(norm_1(sep(x * x_mask)))
             y = F.gelu(norm_2(pointwise(y)))
             x = x + self.drop(y)
@@ -85,7 +86,7 @@ class WN(nn.Module):
         output = torch.zeros_like(x)
         cond = self.cond_layer(g) if g is not None else None
         width = 2 * self.hidden_channels
-        for layer, (in_layer, res_skip) in enumerate(zip(self.in_layers, self.res_skip_layers)):
+        for layer, (in_layer, res_skip) in enumerate(zip(self.in_layers, self.res_skip_layers, strict=False)):
             layer_cond = cond[:, layer * width : (layer + 1) * width] if cond is not None else None
             acts = self.drop(gated_activation(in_layer(x), layer_cond, self.hidden_channels))
             res_skip_acts = res_skip(acts)
@@ -105,7 +106,7 @@ class WN(nn.Module):
 class Flip(nn.Module):
     """Reverses the channel order so the next coupling layer transforms the other half."""
 
-    def forward(self, x: torch.Tensor, *args: object, reverse: bool = False, **kwargs: object):  # noqa: ANN201
+    def forward(self, x: torch.Tensor, *args: object, reverse: bool = False, **kwargs: object):
         x = torch.flip(x, [1])
         if reverse:
             return x
@@ -120,7 +121,7 @@ class ElementwiseAffine(nn.Module):
         self.m = nn.Parameter(torch.zeros(channels, 1))
         self.logs = nn.Parameter(torch.zeros(channels, 1))
 
-    def forward(self, x: torch.Tensor, x_mask: torch.Tensor, reverse: bool = False, **kwargs: object):  # noqa: ANN201
+    def forward(self, x: torch.Tensor, x_mask: torch.Tensor, reverse: bool = False, **kwargs: object):
         if reverse:
             return (x - self.m) * torch.exp(-self.logs) * x_mask
         y = (self.m + torch.exp(self.logs) * x) * x_mask
@@ -130,7 +131,7 @@ class ElementwiseAffine(nn.Module):
 class Log(nn.Module):
     """y = log(x) on positive inputs (durations), exp in reverse."""
 
-    def forward(self, x: torch.Tensor, x_mask: torch.Tensor, reverse: bool = False, **kwargs: object):  # noqa: ANN201
+    def forward(self, x: torch.Tensor, x_mask: torch.Tensor, reverse: bool = False, **kwargs: object):
         if reverse:
             return torch.exp(x) * x_mask
         y = torch.log(torch.clamp_min(x, 1e-5)) * x_mask
@@ -167,7 +168,7 @@ class ResidualCouplingLayer(nn.Module):
         """Hidden features of the untouched half that set the shift and scale."""
         return self.enc(self.pre(x0) * x_mask, x_mask, g=g)
 
-    def forward(self, x: torch.Tensor, x_mask: torch.Tensor, g: torch.Tensor | None = None, reverse: bool = False):  # noqa: ANN201
+    def forward(self, x: torch.Tensor, x_mask: torch.Tensor, g: torch.Tensor | None = None, reverse: bool = False):
         x0, x1 = torch.split(x, [self.half_channels] * 2, 1)
         stats = self.post(self.conditioning(x0, x_mask, g)) * x_mask
         if self.mean_only:
@@ -237,7 +238,7 @@ class ConvFlow(nn.Module):
         nn.init.zeros_(self.proj.weight)
         nn.init.zeros_(self.proj.bias)
 
-    def forward(self, x: torch.Tensor, x_mask: torch.Tensor, g: torch.Tensor | None = None, reverse: bool = False):  # noqa: ANN201
+    def forward(self, x: torch.Tensor, x_mask: torch.Tensor, g: torch.Tensor | None = None, reverse: bool = False):
         x0, x1 = torch.split(x, [self.half_channels] * 2, 1)
         h = self.proj(self.convs(self.pre(x0), x_mask, g=g)) * x_mask
         batch, channels, length = x0.shape

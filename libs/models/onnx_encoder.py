@@ -31,9 +31,10 @@ import io
 import logging
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Final
+from typing import Any, Final
 
 import numpy as np
 import torch
@@ -134,7 +135,7 @@ def export_graph(
     # default training mode would switch the caller's model (and its dropout) on.
     wrapper = module.eval()
     if dynamic_axes is None:
-        token_axes = {name: {tensor.dim() - 1: "tokens"} for name, tensor in zip(input_names, example)}
+        token_axes = {name: {tensor.dim() - 1: "tokens"} for name, tensor in zip(input_names, example, strict=False)}
         # Every output of the text side is [1, channels, tokens].
         token_axes |= {name: {2: "tokens"} for name in output_names}
     else:
@@ -186,7 +187,7 @@ def _cache_key(acoustic: VitsAcoustic, prefix: str | tuple[str, ...]) -> str:
     for name, tensor in sorted(weights.items()):
         if name.startswith(INFERENCE_UNUSED_PREFIXES):
             continue
-        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode("utf-8"))
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
         digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy())
     return digest.hexdigest()
 
@@ -272,7 +273,7 @@ class OnnxTextEncoder(_CachedGraph):
     @classmethod
     def load(
         cls, acoustic: VitsAcoustic, cache_dir: str | Path | None = None, device: str | torch.device = "cpu"
-    ) -> "OnnxTextEncoder":
+    ) -> OnnxTextEncoder:
         """The encoder of `acoustic` on onnxruntime's providers for `device`, from the cache when a
         good copy is there, else exported (and cached)."""
         return cls._load(
@@ -307,7 +308,7 @@ class OnnxFrontEnd(_CachedGraph):
     @classmethod
     def load(
         cls, acoustic: VitsAcoustic, cache_dir: str | Path | None = None, device: str | torch.device = "cpu"
-    ) -> "OnnxFrontEnd":
+    ) -> OnnxFrontEnd:
         """The front end of `acoustic` on onnxruntime's providers for `device`, from the cache when a
         good copy is there, else exported (and cached)."""
         return cls._load(
@@ -367,7 +368,7 @@ def _cached_session(
         error = probe_error(session)
     except ExecutionProviderError:
         raise  # the device is at fault, not the file: exporting again would not help
-    except Exception as failure:  # noqa: BLE001 - whatever is wrong with the file, re-exporting fixes it
+    except Exception as failure:
         _log.warning("cached %s %s does not load (%s); exporting it again", what, path, failure)
         return None
     if error > PROBE_TOLERANCE:
@@ -386,7 +387,7 @@ def _encoder_probe_error(session: Any, acoustic: VitsAcoustic) -> float:
     with torch.no_grad(), torch.autocast("cpu", enabled=False):
         reference = acoustic.enc_p(ids, torch.full((1,), PROBE_TOKENS, dtype=torch.long))[:3]
     outputs = session.run(list(OUTPUT_NAMES), {INPUT_NAME: ids.numpy()})
-    return max(float(np.abs(output - expected.numpy()).max()) for output, expected in zip(outputs, reference))
+    return max(float(np.abs(output - expected.numpy()).max()) for output, expected in zip(outputs, reference, strict=False))
 
 
 def _front_end_probe_error(session: Any, acoustic: VitsAcoustic) -> float:
@@ -399,7 +400,7 @@ def _front_end_probe_error(session: Any, acoustic: VitsAcoustic) -> float:
         hidden, m_p, logs_p, _ = acoustic.enc_p(ids, torch.full((1,), PROBE_TOKENS, dtype=torch.long))
         reference = (m_p, logs_p, acoustic.dp.sample_log_durations(hidden, x_mask, noise))
     outputs = session.run(list(FRONT_END_OUTPUT_NAMES), {FRONT_END_INPUT_NAMES[0]: ids.numpy(), FRONT_END_INPUT_NAMES[1]: noise.numpy()})
-    return max(float(np.abs(output - expected.numpy()).max()) for output, expected in zip(outputs, reference))
+    return max(float(np.abs(output - expected.numpy()).max()) for output, expected in zip(outputs, reference, strict=False))
 
 
 def _write_cache(path: Path, model: bytes, what: str) -> None:

@@ -116,7 +116,7 @@ class OnnxStreamNetwork:
         kinds: tuple[StepKind, ...] = STEP_KINDS,
         cache_dir: str | Path | None = None,
         device: str | torch.device = "cpu",
-    ) -> "OnnxStreamNetwork":
+    ) -> OnnxStreamNetwork:
         """Graphs of the `kinds` of step of `network` (input `channels`, first steps at least
         `first_width` frames) on `threads` threads each and onnxruntime's providers for `device`,
         from the cache when good copies are there, else exported and cached under `name`. Several
@@ -238,7 +238,7 @@ class _ProbeStream:
     outputs: dict[StepKind, StepOutput]
 
     @classmethod
-    def run(cls, network: StreamNetwork, channels: int, first_width: int) -> "_ProbeStream":
+    def run(cls, network: StreamNetwork, channels: int, first_width: int) -> _ProbeStream:
         # Widths unlike the traced ones (an export that fixed a width fails here), one stream of
         # first + later + last steps, and a sentence that is a single step.
         first, later, last, only = first_width + 5, 23, 19, 13
@@ -262,7 +262,7 @@ class _ProbeStream:
         expected = self.outputs[kind]
         if len(outputs) != 1 + len(expected.state) or outputs[0][0].shape != tuple(expected.values.shape):
             return float("inf")
-        pairs = [(outputs[0][0], expected.values), *zip(outputs[1:], expected.state)]
+        pairs = [(outputs[0][0], expected.values), *zip(outputs[1:], expected.state, strict=False)]
         return max(float(np.abs(output - reference.numpy()).max()) if output.shape == tuple(reference.shape) else float("inf") for output, reference in pairs)
 
 
@@ -297,6 +297,6 @@ def _network_key(network: StreamNetwork, first_width: int) -> str:
     configs = [repr(getattr(module, "config", None)) for module in network.modules.modules()]
     digest.update(repr((first_width, repr(network.modules), configs)).encode("utf-8"))
     for name, tensor in sorted(network.modules.state_dict().items()):
-        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode("utf-8"))
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
         digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy())
     return digest.hexdigest()

@@ -67,7 +67,7 @@ class PiperVoiceConfig:
     """Size of the phoneme id space."""
 
     @staticmethod
-    def from_dict(config: dict[str, Any]) -> "PiperVoiceConfig":
+    def from_dict(config: dict[str, Any]) -> PiperVoiceConfig:
         """Read the dict of a Piper .onnx.json."""
         inference = config.get("inference", {})
         phoneme_id_map = {str(k): [int(i) for i in v] for k, v in config["phoneme_id_map"].items()}
@@ -301,7 +301,7 @@ LATENT_OUTPUT: Final = "latent_z"
 
 
 @lru_cache(maxsize=4)
-def _latent_session(onnx_path: str, num_threads: int):  # noqa: ANN202
+def _latent_session(onnx_path: str, num_threads: int):
     """An onnxruntime session of the voice with the decoder's input z added as a second output."""
     import onnx
     import onnxruntime

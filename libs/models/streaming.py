@@ -27,8 +27,8 @@ stream's step that needs no padding and no mask also traces into a graph (`trace
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 from torch import nn
@@ -104,7 +104,7 @@ class _Step:
         self,
         items: Sequence[StepInput],
         first_width: int,
-        weights: "ConvWeights",
+        weights: ConvWeights,
         packed: PackedKernels | None = None,
     ) -> None:
         self.first = all(item.state is None for item in items)
@@ -145,13 +145,13 @@ class _Step:
         x, scale = signal.data, signal.scale
         width = x.size(-1)
         firsts = [self.first_position(index, signal) for index in range(len(self.starts))]
-        if all(first >= low * scale and first + width <= high * scale for first, low, high in zip(firsts, self.lows, self.highs)):
+        if all(first >= low * scale and first + width <= high * scale for first, low, high in zip(firsts, self.lows, self.highs, strict=False)):
             return x
         self.masked_any = True
         positions = torch.arange(width, device=x.device)
         rows = [
             (positions + first >= low * scale) & (positions + first < high * scale)
-            for first, low, high in zip(firsts, self.lows, self.highs)
+            for first, low, high in zip(firsts, self.lows, self.highs, strict=False)
         ]
         return x * torch.stack(rows)[:, None, None, :].to(x.dtype)
 
@@ -195,7 +195,7 @@ class _Step:
         joined = self.joined(self.masked(signal), signal.scale, halo, halo // 2, halo // 2)
         return _Signal(self.conv2d(conv, joined, conv.dilation[0]), signal.lag + halo // 2, signal.scale)
 
-    def residual_conv(self, conv: nn.Conv1d, signal: _Signal, slope: float | None) -> tuple[_Signal, "_Kept"]:
+    def residual_conv(self, conv: nn.Conv1d, signal: _Signal, slope: float | None) -> tuple[_Signal, _Kept]:
         """The first convolution of a residual branch, over the signal leaky-ReLU'd with `slope`
         (None: as it is), and the signal kept for the branch's residual add (`residual`).
 
@@ -209,7 +209,7 @@ class _Step:
         output = _Signal(self.conv2d(conv, activated, conv.dilation[0]), signal.lag + halo // 2, signal.scale)
         return output, _Kept(joined, signal.lag, halo)
 
-    def residual(self, kept: "_Kept", branch: _Signal) -> _Signal:
+    def residual(self, kept: _Kept, branch: _Signal) -> _Signal:
         """`branch` plus the signal `residual_conv` kept, held back to line up with the branch (as
         `delay` would hold it back, from the joined input's columns instead of a tail of its own)."""
         positions = branch.lag - kept.lag
@@ -332,7 +332,7 @@ def _residual_block(step: _Step, block: ResidualBlock, x: _Signal) -> _Signal:
 
 def _resblock(step: _Step, block: nn.Module, x: _Signal, slope: float) -> _Signal:
     if isinstance(block, ResBlock1):
-        for dilated, plain in zip(block.convs1, block.convs2):
+        for dilated, plain in zip(block.convs1, block.convs2, strict=False):
             h, kept = step.residual_conv(dilated, x, slope)
             h = step.conv(plain, _pointwise(h, F.leaky_relu(h.data, slope)))
             x = step.residual(kept, h)
@@ -384,7 +384,7 @@ def _wavenet(step: _Step, wavenet: WN, x: _Signal, g: torch.Tensor | None) -> _S
         weight, bias = step.parameters(wavenet.cond_layer)
         cond = F.conv2d(g, weight, bias)
     output: _Signal | None = None
-    for layer, (in_layer, res_skip) in enumerate(zip(wavenet.in_layers, wavenet.res_skip_layers)):
+    for layer, (in_layer, res_skip) in enumerate(zip(wavenet.in_layers, wavenet.res_skip_layers, strict=False)):
         x_in, kept = step.residual_conv(in_layer, x, None)
         layer_cond = None if cond is None else cond[:, layer * 2 * hidden : (layer + 1) * 2 * hidden]
         acts = step.pointwise_conv(res_skip, _pointwise(x_in, gated_activation(x_in.data, layer_cond, hidden)))
@@ -403,7 +403,7 @@ class StreamNetwork:
     def __init__(
         self,
         modules: nn.Module,
-        forward: Callable[[_Step, _Signal, "torch.Tensor | None"], _Signal],
+        forward: Callable[[_Step, _Signal, torch.Tensor | None], _Signal],
     ) -> None:
         self.modules = modules
         self.forward = forward
@@ -415,7 +415,7 @@ class StreamNetwork:
         """The full first step's kernels (bf16: the only dtype that packs)."""
 
     @classmethod
-    def vocoder(cls, vocoder: MelVocoder) -> "StreamNetwork":
+    def vocoder(cls, vocoder: MelVocoder) -> StreamNetwork:
         """Mel -> waveform: the mel adapter (if any) and the HiFi-GAN generator."""
 
         def forward(step: _Step, x: _Signal, g: torch.Tensor | None) -> _Signal:
@@ -426,7 +426,7 @@ class StreamNetwork:
         return cls(vocoder, forward)
 
     @classmethod
-    def latent_to_mel(cls, flow: ResidualCouplingBlock, head: ConvStack) -> "StreamNetwork":
+    def latent_to_mel(cls, flow: ResidualCouplingBlock, head: ConvStack) -> StreamNetwork:
         """Prior sample z_p -> mel: the VITS flow in reverse, then the mel head."""
         modules = nn.ModuleList([flow, head])
 

@@ -88,7 +88,7 @@ class VitsConfig:
     """Text-encoder layer before which the speaker embedding is added."""
 
     @staticmethod
-    def from_dict(config: dict[str, Any]) -> "VitsConfig":
+    def from_dict(config: dict[str, Any]) -> VitsConfig:
         """Build from a dict with any subset of the field names (unknown keys are ignored)."""
         known = {f.name for f in fields(VitsConfig)}
         return VitsConfig(**{key: value for key, value in config.items() if key in known})
@@ -139,7 +139,7 @@ class TextEncoder(nn.Module):
         )
         self.proj = nn.Conv1d(config.hidden_channels, config.inter_channels * 2, 1)
 
-    def forward(self, ids: torch.Tensor, lengths: torch.Tensor, g: torch.Tensor | None = None):  # noqa: ANN201
+    def forward(self, ids: torch.Tensor, lengths: torch.Tensor, g: torch.Tensor | None = None):
         """ids [b, t] -> (hidden [b, h, t], m [b, c, t], logs [b, c, t], x_mask [b, 1, t])."""
         x = (self.emb(ids) * math.sqrt(self.hidden_channels)).transpose(1, 2)
         x_mask = sequence_mask(lengths, ids.size(1)).unsqueeze(1).to(x.dtype)
@@ -277,7 +277,7 @@ class EncoderOutput:
     g: torch.Tensor | None
     """Speaker embedding [b, gin, 1], None for a single-speaker model."""
 
-    def float(self) -> "EncoderOutput":
+    def float(self) -> EncoderOutput:
         """The same outputs in float32 (after a reduced-precision encoder)."""
         as_float = lambda t: None if t is None else t.float()  # noqa: E731
         return EncoderOutput(

@@ -17,13 +17,13 @@ import hashlib
 import logging
 import time
 from collections import Counter
-from typing import AsyncIterator, Callable, Final
+from collections.abc import AsyncIterator, Callable
+from typing import Final
 
 import redis.asyncio as aioredis
-
-from libs.cache.sealing import KeyRing, SealError
 from redis.exceptions import RedisError
 
+from libs.cache.sealing import KeyRing, SealError
 from libs.synthesis.text_side import Lexicon, TextSide
 from libs.text.frontend import Sentence
 from libs.voice.registry import Voice
@@ -115,7 +115,7 @@ class Promoter:
                 pipe.incrby(key, pending[member])
                 pipe.expire(key, int(self._window_s) + 1)
             totals = (await pipe.execute())[::2]
-        promoted = [member for member, total in zip(members, totals) if total >= self._promote_after]
+        promoted = [member for member, total in zip(members, totals, strict=False) if total >= self._promote_after]
         if promoted:
             async with self._client.pipeline(transaction=False) as pipe:
                 for member in promoted:
@@ -134,7 +134,7 @@ class Promoter:
             return []
         values = await self._client.mget([TEXT_PREFIX + digest for digest in digests])
         sentences = []
-        for digest, value in zip(digests, values):
+        for digest, value in zip(digests, values, strict=False):
             if value is None:
                 continue  # expired with its promotion
             try:

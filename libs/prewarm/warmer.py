@@ -14,9 +14,10 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AsyncIterator, Final, Sequence
+from typing import Final
 
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry, Counter
@@ -106,7 +107,7 @@ class CacheWarmer:
     async def run(self) -> None:
         """Warm at start-up (once the workers have reported their model), then keep warm until cancelled."""
         while self._pool.model_info() is None:
-            await asyncio.sleep(0.2)
+            await self._pool.changed.wait()  # pulsed when a worker reports its model
         next_check_s = 0.0
         known: set[tuple[str, str]] = set()
         while True:
@@ -174,7 +175,7 @@ class CacheWarmer:
                     pipe.expire(head_key(key), self._ttl_s)
                 kept = (await pipe.execute())[::2]
             renewed += sum(1 for still in kept if still)
-            missing.setdefault(voice_name, []).extend(s for s, still in zip(sentences, kept) if not still)
+            missing.setdefault(voice_name, []).extend(s for s, still in zip(sentences, kept, strict=False) if not still)
         for stale in set(self._sentences) - set(wanted):  # no longer hot: forget its sentences
             del self._sentences[stale]
         for voice_name, sentences in missing.items():

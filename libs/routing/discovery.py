@@ -18,8 +18,9 @@ import asyncio
 import ipaddress
 import logging
 import socket
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Final, Iterable, Protocol, Sequence
+from typing import Final, Protocol
 
 from libs.routing.endpoints import Endpoint
 
@@ -107,7 +108,7 @@ class DnsDiscovery:
     async def _refresh(self, target: Endpoint) -> None:
         try:
             ips = await self._resolver(target.host, target.port)
-        except (OSError, asyncio.TimeoutError) as error:
+        except (TimeoutError, OSError) as error:
             if target not in self._failing:
                 _log.warning("resolving %s failed (%s); keeping its %d known workers", target, error, len(self._last.get(target, ())))
                 self._failing.add(target)

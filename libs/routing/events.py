@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Callable, Final
+from collections.abc import Callable
+from typing import Final
 
 EventHook = Callable[[str, str, str], None]
 """`on_event(kind, zone, reason)`: called synchronously on the routing path, so it must be cheap."""

@@ -10,8 +10,9 @@ import enum
 import math
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Final, Iterable
+from typing import Final
 
 import grpc
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import Any, Callable, Final, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final
 
 from libs.routing.discovery import Publish, Snapshot, pod_endpoint
 from libs.routing.endpoints import Endpoint

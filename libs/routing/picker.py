@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Collection, Final, Literal
+from typing import Final, Literal
 
 from libs.routing import events
-from libs.routing.events import EventHook, ignore_event
 from libs.routing.endpoints import Endpoint
+from libs.routing.events import EventHook, ignore_event
 from libs.routing.health import EndpointStatus, HealthTable
 
 PickStrategy = Literal["power_of_two", "least_outstanding"]
@@ -69,10 +70,7 @@ class Picker:
         remote = [status for status in candidates if status.endpoint.zone != local_zone]
         remote_fresh = [status for status in remote if status.endpoint.zone not in failed_zones]
         remote_failed = [status for status in remote if status.endpoint.zone in failed_zones]
-        if local_zone in failed_zones:
-            tiers = [remote_fresh, local, remote_failed]
-        else:
-            tiers = [local, remote_fresh, remote_failed]
+        tiers = [remote_fresh, local, remote_failed] if local_zone in failed_zones else [local, remote_fresh, remote_failed]
         for tier in tiers:
             if tier:
                 chosen = self._choose_by_load(tier)

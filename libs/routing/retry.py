@@ -10,15 +10,16 @@ import random
 import re
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Final, Iterable
+from typing import Final
 
 import grpc
 
 from libs.routing import events
-from libs.wire.headers import PUSHBACK_METADATA_KEY
-from libs.settings.fields import setting
 from libs.routing.events import EventHook, ignore_event
+from libs.settings.fields import setting
+from libs.wire.headers import PUSHBACK_METADATA_KEY
 
 RETRYABLE_CODES: Final = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED}

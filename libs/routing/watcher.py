@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Mapping
+from typing import Final
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc

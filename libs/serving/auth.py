@@ -22,8 +22,9 @@ import inspect
 import logging
 import math
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Final
+from typing import Any, Final
 
 import grpc
 
@@ -118,7 +119,7 @@ class TokenBucket:
             return 0.0
         return (1.0 - self._tokens) / self.rate_per_s
 
-    def resized(self, rate_per_s: float, burst: float, now_s: float) -> "TokenBucket":
+    def resized(self, rate_per_s: float, burst: float, now_s: float) -> TokenBucket:
         """The bucket with new limits, keeping what it holds (up to the new burst)."""
         self._refill(now_s)
         bucket = TokenBucket(rate_per_s, burst, now_s)
@@ -164,7 +165,7 @@ class ApiKeyGate:
         self._streams: dict[str, int] = {}
 
     @classmethod
-    def from_settings(cls, settings: AuthSettings, on_refused: Callable[[str], None] = lambda reason: None) -> "ApiKeyGate | None":
+    def from_settings(cls, settings: AuthSettings, on_refused: Callable[[str], None] = lambda reason: None) -> ApiKeyGate | None:
         """The gate of `settings`, or None when no keys file is set (everyone may call). KeysFileError
         if the file cannot be read or parsed."""
         if not settings.enabled:

@@ -12,7 +12,8 @@ are left as they are.
 from __future__ import annotations
 
 import inspect
-from typing import Any, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import grpc
 from google.protobuf.message import Message

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import socket
 import logging
+import socket
 import ssl
 from dataclasses import dataclass
 from typing import Any

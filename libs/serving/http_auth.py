@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Awaitable, Callable, Final, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final
 
 from libs.serving.auth import ApiKeyGate, Refusal
 

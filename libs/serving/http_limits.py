@@ -13,7 +13,8 @@ forwarded for, as at the gRPC door (libs.serving.clients). The app finds who it 
 from __future__ import annotations
 
 import json
-from typing import Any, Awaitable, Callable, Final
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
 
 from libs.serving.clients import FORWARDED_FOR, ClientIdentity
 

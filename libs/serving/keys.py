@@ -25,9 +25,10 @@ import re
 import secrets
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Final, Mapping, Sequence
+from typing import Any, Final
 
 from libs.serving.tls import file_signature
 from libs.settings.files import SettingFileError

@@ -14,7 +14,8 @@ import ctypes
 import ctypes.util
 import logging
 import time
-from typing import Callable, Final
+from collections.abc import Callable
+from typing import Final
 
 _log = logging.getLogger(__name__)
 

@@ -20,9 +20,10 @@ import math
 import os
 import threading
 import time
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from libs.voice.chunking import VOCODER_SCHEDULE, ChunkSchedule
 from libs.wire.errors import InvalidRequestError
@@ -219,7 +220,7 @@ class DeadlineExecutor(Executor):
             error: BaseException | None = None
             try:
                 result = fn(*args, **kwargs)
-            except BaseException as raised:  # noqa: BLE001 - the caller gets its own error
+            except BaseException as raised:
                 error = raised
             # Counted before the caller hears of it, so whatever the caller does next (a worker
             # resetting its meter once the model has loaded) comes after.
@@ -245,7 +246,7 @@ class StreamPlayback:
     """Audio made since (seconds)."""
 
     @classmethod
-    def opening(cls, first_audio: bool) -> "StreamPlayback":
+    def opening(cls, first_audio: bool) -> StreamPlayback:
         """A stream whose first request starts its audio (`first_audio`) or continues a playing listener's."""
         return cls(None if first_audio else float("-inf"))
 
@@ -254,7 +255,7 @@ class StreamPlayback:
         """True while the stream's listener has heard nothing."""
         return self.started_s is None
 
-    def deadline(self, received_s: float, playback_slack_ms: float) -> "PlaybackDeadline":
+    def deadline(self, received_s: float, playback_slack_ms: float) -> PlaybackDeadline:
         """The deadline of a request that arrived at `received_s` with `playback_slack_ms` of slack
         (negative: overdue already); InvalidRequestError when the slack is not a finite number."""
         if not math.isfinite(playback_slack_ms):
@@ -321,7 +322,7 @@ async def stamped(requests: AsyncIterator[RequestT]) -> AsyncIterator[tuple[Requ
         try:
             async for request in requests:
                 await queue.put((request, time.monotonic()))
-        except Exception as error:  # noqa: BLE001 - handed to the consumer, raised there in order
+        except Exception as error:
             await queue.put((error, 0.0))
             return
         await queue.put((end, 0.0))

@@ -15,9 +15,10 @@ import gc
 import logging
 import signal
 import socket
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Coroutine, Final, Mapping, Sequence, TypeVar
+from typing import Any, Final, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc

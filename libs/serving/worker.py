@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Callable, Final, Mapping, Protocol
+from typing import Any, Final, Protocol
 
 import grpc
 from prometheus_client import CollectorRegistry

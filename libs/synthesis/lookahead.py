@@ -77,5 +77,5 @@ class Lookahead:
             try:
                 async with asyncio.timeout(timeout_s):
                     await self._changed.wait()
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass

@@ -12,9 +12,9 @@ before it end, so they are exact to one mel frame at any speed and any output ra
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Sequence
 
 import numpy as np
 

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, replace
-from typing import Any, AsyncIterator, Coroutine, Final
+from typing import Any, Final
 
 import grpc
 import numpy as np

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import grpc
 
@@ -22,8 +22,8 @@ from libs.synthesis.options import SynthesisOptions
 from libs.synthesis.output import AudioChunk, AudioOutput
 from libs.synthesis.pipeline import UtterancePipeline
 from libs.synthesis.text_side import TextSide
-from libs.text.ssml import looks_like_ssml
 from libs.text.frontend import Sentence
+from libs.text.ssml import looks_like_ssml
 from libs.upstream.metrics import SHED_CLIENT_LIMIT, SHED_GATEWAY_FULL
 from libs.upstream.pool import WorkerPool
 from libs.voice.inputs import SynthesisParams
@@ -89,7 +89,7 @@ class Synthesizer:
         return self._speak(sentences, options, timeout_s, self._take_slot(client))
 
     async def _speak(
-        self, sentences: AsyncIterator[Sentence], options: SynthesisOptions, timeout_s: float | None, slot: "_Slot"
+        self, sentences: AsyncIterator[Sentence], options: SynthesisOptions, timeout_s: float | None, slot: _Slot
     ) -> AsyncGenerator[AudioChunk, None]:
         voice = options.voice
         pipeline = UtterancePipeline(
@@ -128,7 +128,7 @@ class Synthesizer:
             limits.append(max(1, math.floor(capacity * self._max_client_share)))
         return min(limits, default=None)
 
-    def _take_slot(self, client: str) -> "_Slot":
+    def _take_slot(self, client: str) -> _Slot:
         """Count one stream of `client` until its slot is released (or dropped), or shed it with
         RESOURCE_EXHAUSTED when the gateway is full or the client holds its limit of streams."""
         if self._open_streams >= self._max_streams:

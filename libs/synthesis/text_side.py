@@ -25,24 +25,24 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
-from typing import AsyncIterator, Callable, Final, TypeVar
+from typing import Final, TypeVar
 
 from cachetools import LRUCache, TTLCache
 
 from libs.settings.fields import setting
 from libs.telemetry import tracing
 from libs.text.errors import EmptyTextError, TextTooLongError
-from libs.text.long_words import DEFAULT_MAX_WORD_CHARS
 from libs.text.frontend import DEFAULT_MAX_PHONEME_IDS, NO_WORDS, Sentence, TextFrontend
 from libs.text.lexicon import DEFAULT_LEXICON_CHECK_S, LexiconFile
-from libs.text.phonemizer_pool import FrontendSpec, PhonemizerPool
+from libs.text.long_words import DEFAULT_MAX_WORD_CHARS
 from libs.text.normalize import has_speakable_characters
+from libs.text.phonemizer_pool import FrontendSpec, PhonemizerPool
 from libs.text.reading import ReadingRules
-from libs.text.ssml import MAX_BREAK_MS, SsmlSegment, looks_like_ssml, parse_ssml
 from libs.text.sentences import DEFAULT_MAX_CHUNK_CHARS, IncrementalSentenceSplitter, is_cut_short
+from libs.text.ssml import MAX_BREAK_MS, SsmlSegment, looks_like_ssml, parse_ssml
 from libs.voice.registry import Voice
 from libs.wire.errors import InvalidRequestError
 from libs.wire.limits import MAX_PHONEME_IDS
@@ -271,7 +271,7 @@ class TextSide:
                 asked_s = loop.time()
                 try:
                     piece = await reader.next(clocks.timeout_s(asked_s))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     clocks.waited(loop.time() - asked_s)
                     if clocks.overdue(loop.time()):
                         chunk = splitter.cut_pending()  # None: one word so far, which may go on

@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, Future
-from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from libs.telemetry.metrics import WorkerMetrics
 from libs.telemetry.tracing import step_span

@@ -16,12 +16,12 @@ routing event hooks in libs/upstream/metrics.py, on the same registry.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Final, Iterable, Iterator, Protocol
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Final, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-
 
 LATENCY_BUCKETS_S: Final = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0)
 """Time to first audio and total synthesis time: 10 ms to 10 s, finest where the targets are (< 300 ms)."""

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import gc
 import sys
-from typing import Final, Iterator
+from collections.abc import Iterator
+from typing import Final
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric

@@ -28,9 +28,10 @@ import asyncio
 import contextvars
 import inspect
 import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Final, Iterator, Mapping, Sequence
+from typing import Any, Final
 
 import grpc
 import grpc.aio
@@ -109,7 +110,7 @@ class TracingConfig:
     """OTEL_SDK_DISABLED: no SDK, every span is a no-op."""
 
     @classmethod
-    def from_env(cls, service_name: str, zone: str = "local", environ: Mapping[str, str] | None = None) -> "TracingConfig":
+    def from_env(cls, service_name: str, zone: str = "local", environ: Mapping[str, str] | None = None) -> TracingConfig:
         """Read the config from `environ` (os.environ if None); raise ValueError on a bad value."""
         env = os.environ if environ is None else environ
         sampler = (env.get("OTEL_TRACES_SAMPLER") or DEFAULT_SAMPLER).strip().lower()

@@ -188,7 +188,7 @@ def _as_piper_ipa(separated_ipa: str, separated_mnemonics: str | None) -> str:
     if len(ipa_words) != len(mnemonic_words):
         return separated_ipa.replace(_SEPARATOR, "")
     words: list[str] = []
-    for ipa_word, mnemonic_word in zip(ipa_words, mnemonic_words):
+    for ipa_word, mnemonic_word in zip(ipa_words, mnemonic_words, strict=False):
         ipa_tokens = ipa_word.split(_SEPARATOR)
         mnemonic_tokens = mnemonic_word.split(_SEPARATOR)
         # A superscript phoneme is written without a separator, so counts differ only when the word

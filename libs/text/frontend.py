@@ -19,8 +19,8 @@ Deliberate differences from Piper, none of which touches ordinary text:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
@@ -202,7 +202,7 @@ class TextFrontend:
                 cut = cut_sentence(chunk, phonemized, self._budget, self._phonemes_alone)
                 pieces = [(starts[index], cut[0].phonemes)] + [(piece.text_start, piece.phonemes) for piece in cut[1:]]
             ends = [start for start, _ in pieces[1:]] + [starts[index + 1]]
-            for (start, phonemes), end in zip(pieces, ends):
+            for (start, phonemes), end in zip(pieces, ends, strict=False):
                 sentences.extend(self._finished(plan, chunk[start:end].strip(), phonemes, plan.written(start, end).strip()))
         return sentences
 

@@ -12,35 +12,30 @@ espeak-ng's own phonemes, so a chosen reading sounds like the rest of the senten
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Final
+from typing import Final
 
 from libs.text.heteronym_readings import NOUN, OTHER_READINGS, STRESS_PAIRS, VERB, reading_ipa, readings
 
 _DETERMINERS: Final = frozenset(
-    "the a an this these those my your his her its our their every each no any some another whose "
-    "which what first new old big good great latest whole world personal main final public private "
-    "formal official written detailed strong bold major minor huge annual recent".split()
+    ["the", "a", "an", "this", "these", "those", "my", "your", "his", "her", "its", "our", "their", "every", "each", "no", "any", "some", "another", "whose", "which", "what", "first", "new", "old", "big", "good", "great", "latest", "whole", "world", "personal", "main", "final", "public", "private", "formal", "official", "written", "detailed", "strong", "bold", "major", "minor", "huge", "annual", "recent"]
 )
-_PREPOSITIONS: Final = frozenset("of in on for with about from by at into under without per during after".split())
+_PREPOSITIONS: Final = frozenset(["of", "in", "on", "for", "with", "about", "from", "by", "at", "into", "under", "without", "per", "during", "after"])
 _VERB_BEFORE: Final = frozenset(
-    "to will would shall should can could may might must do did don't doesn't didn't won't wouldn't can't cannot "
-    "couldn't shouldn't i you we they please let's not never always often usually also just rarely sometimes "
-    "who that gladly strongly".split()
+    ["to", "will", "would", "shall", "should", "can", "could", "may", "might", "must", "do", "did", "don't", "doesn't", "didn't", "won't", "wouldn't", "can't", "cannot", "couldn't", "shouldn't", "i", "you", "we", "they", "please", "let's", "not", "never", "always", "often", "usually", "also", "just", "rarely", "sometimes", "who", "that", "gladly", "strongly"]
 )
-_THIRD_PERSON: Final = frozenset("he she it".split())
-_COPULAS: Final = frozenset("is are was were be been am seems seemed felt so very too quite".split())
+_THIRD_PERSON: Final = frozenset(["he", "she", "it"])
+_COPULAS: Final = frozenset(["is", "are", "was", "were", "be", "been", "am", "seems", "seemed", "felt", "so", "very", "too", "quite"])
 _NOT_PLURAL_NOUNS: Final = frozenset(
-    "its his hers ours yours theirs this thus was has does always sometimes perhaps unless whereas besides "
-    "towards afterwards becomes goes makes takes needs wants".split()
+    ["its", "his", "hers", "ours", "yours", "theirs", "this", "thus", "was", "has", "does", "always", "sometimes", "perhaps", "unless", "whereas", "besides", "towards", "afterwards", "becomes", "goes", "makes", "takes", "needs", "wants"]
 )
-_OBJECTS: Final = frozenset("the a an your my his her our their its it them him me us this these those".split())
-_BE_HAVE: Final = frozenset("have has had 've was were been being is are be 's".split())
-_PAST_CUES: Final = frozenset("yesterday ago last already earlier once previously finally".split())
-_PRESENT_CUES: Final = frozenset("every always usually often sometimes daily tomorrow each now never".split())
+_OBJECTS: Final = frozenset(["the", "a", "an", "your", "my", "his", "her", "our", "their", "its", "it", "them", "him", "me", "us", "this", "these", "those"])
+_BE_HAVE: Final = frozenset(["have", "has", "had", "'ve", "was", "were", "been", "being", "is", "are", "be", "'s"])
+_PAST_CUES: Final = frozenset(["yesterday", "ago", "last", "already", "earlier", "once", "previously", "finally"])
+_PRESENT_CUES: Final = frozenset(["every", "always", "usually", "often", "sometimes", "daily", "tomorrow", "each", "now", "never"])
 _MODALS: Final = frozenset(
-    "to will would can could should must might may shall do does don't doesn't won't can't cannot please let's".split()
+    ["to", "will", "would", "can", "could", "should", "must", "might", "may", "shall", "do", "does", "don't", "doesn't", "won't", "can't", "cannot", "please", "let's"]
 )
 _WORD: Final = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
 
@@ -91,7 +86,7 @@ class _Context:
 def _part_of_speech(context: _Context) -> str | None:
     """NOUN or VERB for a noun/verb pair from the words around it, or None without a cue."""
     previous, following = context.previous, context.next
-    if previous in _DETERMINERS or previous in _PREPOSITIONS - {"to"} or previous.endswith("'s") or previous.endswith("s'"):
+    if previous in _DETERMINERS or previous in _PREPOSITIONS - {"to"} or previous.endswith(("'s", "s'")):
         return NOUN
     if previous in _VERB_BEFORE:
         return VERB
@@ -139,10 +134,9 @@ def _after_name(context: _Context) -> bool:
 
 
 _METAL_AFTER: Final = frozenset(
-    "pipe pipes paint poisoning pencil pencils weight weights content levels exposure shot crystal acid "
-    "batteries battery solder roof sheet sheets free based lined dust".split()
+    ["pipe", "pipes", "paint", "poisoning", "pencil", "pencils", "weight", "weights", "content", "levels", "exposure", "shot", "crystal", "acid", "batteries", "battery", "solder", "roof", "sheet", "sheets", "free", "based", "lined", "dust"]
 )
-_METAL_BEFORE: Final = frozenset("of with heavy molten toxic red white".split())
+_METAL_BEFORE: Final = frozenset(["of", "with", "heavy", "molten", "toxic", "red", "white"])
 
 
 def _lead(context: _Context) -> str | None:
@@ -154,9 +148,7 @@ def _lead(context: _Context) -> str | None:
 
 
 _LIVE_NOUNS: Final = frozenset(
-    "music show shows broadcast broadcasts performance performances audience stream streams event events coverage "
-    "album recording wire wires animals bait ammunition tv television concert concerts version band feed chat "
-    "updates demo sound radio match footage theater theatre shell round rounds".split()
+    ["music", "show", "shows", "broadcast", "broadcasts", "performance", "performances", "audience", "stream", "streams", "event", "events", "coverage", "album", "recording", "wire", "wires", "animals", "bait", "ammunition", "tv", "television", "concert", "concerts", "version", "band", "feed", "chat", "updates", "demo", "sound", "radio", "match", "footage", "theater", "theatre", "shell", "round", "rounds"]
 )
 
 
@@ -181,9 +173,9 @@ def _lives(context: _Context) -> str | None:
     return None
 
 
-_RIP_AFTER: Final = frozenset("up down apart off open through into out away".split())
-_CRY_BEFORE: Final = frozenset("in into to of with shed single crocodile happy her his my their your a one wiped joyful bitter".split())
-_CRY_AFTER: Final = frozenset("rolled ran fell streamed trickled slid of welled came in".split())
+_RIP_AFTER: Final = frozenset(["up", "down", "apart", "off", "open", "through", "into", "out", "away"])
+_CRY_BEFORE: Final = frozenset(["in", "into", "to", "of", "with", "shed", "single", "crocodile", "happy", "her", "his", "my", "their", "your", "a", "one", "wiped", "joyful", "bitter"])
+_CRY_AFTER: Final = frozenset(["rolled", "ran", "fell", "streamed", "trickled", "slid", "of", "welled", "came", "in"])
 
 
 def _tear(context: _Context) -> str | None:
@@ -213,7 +205,7 @@ def _wound(context: _Context) -> str | None:
     return None
 
 
-_FISH_CUES: Final = frozenset("fishing fish boat lake pond caught catch catching striped sea largemouth smallmouth fried grilled baked fillet hooked bite biting swam".split())
+_FISH_CUES: Final = frozenset(["fishing", "fish", "boat", "lake", "pond", "caught", "catch", "catching", "striped", "sea", "largemouth", "smallmouth", "fried", "grilled", "baked", "fillet", "hooked", "bite", "biting", "swam"])
 
 
 def _bass(context: _Context) -> str | None:
@@ -228,7 +220,7 @@ def _bow(context: _Context) -> str | None:
     following, previous = context.next, context.previous
     if following in ("tie", "ties", "and", "string", "strings", "hunter", "hunting", "hunters") or previous in ("violin", "cello", "hair", "ribbon", "pink", "red", "silk", "crossbow", "wrapped", "tied", "big"):
         return "ribbon"
-    if following in ("down", "to", "before", "out", "deeply", "low", "their", "his", "her", "your", "of") or previous in _VERB_BEFORE or previous == "a" and context.before_previous in ("take", "took", "takes", "taking"):
+    if following in ("down", "to", "before", "out", "deeply", "low", "their", "his", "her", "your", "of") or previous in _VERB_BEFORE or (previous == "a" and context.before_previous in ("take", "took", "takes", "taking")):
         return "bend"
     if previous in ("ship's", "the") and following in ("of", "", "was", "cut", "rose"):
         return "bend"
@@ -247,8 +239,7 @@ def _dove(context: _Context) -> str | None:
 
 
 _TINY_AFTER: Final = frozenset(
-    "details detail amounts amount quantities quantity traces trace changes particles differences fraction "
-    "fractions part portion scale bit errors variations crack cracks organisms creatures holes hole insects".split()
+    ["details", "detail", "amounts", "amount", "quantities", "quantity", "traces", "trace", "changes", "particles", "differences", "fraction", "fractions", "part", "portion", "scale", "bit", "errors", "variations", "crack", "cracks", "organisms", "creatures", "holes", "hole", "insects"]
 )
 
 
@@ -334,7 +325,7 @@ _RULES: Final[dict[str, Callable[[_Context], str | None]]] = {
 }
 
 HETERONYMS: Final = frozenset(STRESS_PAIRS) | frozenset(OTHER_READINGS)
-__all__ = ["HETERONYMS", "HeteronymReading", "NOUN", "VERB", "choose_reading", "heteronym_readings", "reading_ipa", "readings"]
+__all__ = ["HETERONYMS", "NOUN", "VERB", "HeteronymReading", "choose_reading", "heteronym_readings", "reading_ipa", "readings"]
 """Every word whose reading is chosen here."""
 
 

@@ -22,6 +22,7 @@ Pieces are plain sentences: cached, resumed and reported like any other.
 
 from __future__ import annotations
 
+import itertools
 import math
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
@@ -129,7 +130,7 @@ def _cut_clause(
         cut = best_break(text, low, high, target, floor=start) if low <= high else None
         bounds.append(cut if cut is not None else _character_cut(text, max(target, bounds[-1] + 1), end))
     bounds.append(end)
-    spans = list(zip(bounds, bounds[1:]))
+    spans = list(itertools.pairwise(bounds))
     pieces: list[Piece] = []
     for index, (part_start, part_end) in enumerate(spans):
         last = index == len(spans) - 1
@@ -199,7 +200,7 @@ def _grouped(units: list[Piece], budget: IdBudget) -> list[Piece]:
             low = middle + 1
     groups: list[list[Piece]] = []
     total = 0
-    for unit, weight in zip(reversed(units), reversed(weights)):
+    for unit, weight in zip(reversed(units), reversed(weights), strict=False):
         if not groups or total + weight > low:
             groups.append([])
             total = 0

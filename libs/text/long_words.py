@@ -29,7 +29,7 @@ _APOSTROPHE_LOOKBACK: Final = 8
 
 @functools.lru_cache(maxsize=8)
 def _long_token(min_chars: int) -> re.Pattern[str]:
-    return re.compile(r"\S{%d,}" % min_chars)
+    return re.compile(rf"\S{{{min_chars},}}")
 
 
 def break_long_words(text: str, max_word_chars: int = DEFAULT_MAX_WORD_CHARS) -> str:

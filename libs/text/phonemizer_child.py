@@ -18,6 +18,7 @@ a terminal or a process manager sends to the whole group while the gateway drain
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -37,10 +38,8 @@ _LEXICON_FILES: dict[str, LexiconFile] = {}
 
 
 def _die_with_parent() -> None:
-    try:
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: stdin closing still ends the process
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # not Linux: stdin closing still ends the process
-        pass
 
 
 def _answer(request: dict[str, Any], frontends: dict[str, TextFrontend]) -> dict[str, Any]:

@@ -209,7 +209,7 @@ class PhonemizerPool:
             child.voices.add(spec.voice)
             async with asyncio.timeout(self.call_timeout_s):
                 answer = await child.answer()
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._replace(child, f"gave no answer within {self.call_timeout_s:g} s on {len(chunk)} characters")
             raise PhonemizerTimeoutError(self.call_timeout_s) from None
         except (_ChildDied, ConnectionError):
@@ -257,7 +257,7 @@ class PhonemizerPool:
             try:
                 async with asyncio.timeout(_CLOSE_GRACE_S):
                     await child.process.wait()
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 child.process.kill()
                 await child.process.wait()
         self._children.clear()
@@ -294,7 +294,7 @@ class PhonemizerPool:
             try:
                 async with asyncio.timeout(self.call_timeout_s):
                     await child.answer()
-            except (asyncio.TimeoutError, _ChildDied, ConnectionError, ValueError):
+            except (TimeoutError, _ChildDied, ConnectionError, ValueError):
                 self._replace(child, "did not finish an abandoned request")
                 return
             self._idle.put_nowait(child)
@@ -305,7 +305,7 @@ class PhonemizerPool:
         try:
             async with asyncio.timeout(1.0):
                 await child.process.wait()
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     def _replace(self, child: _Child, why: str) -> None:
@@ -324,7 +324,7 @@ class PhonemizerPool:
                 try:
                     self._idle.put_nowait(await self._spawn())
                     return
-                except (OSError, ValueError, PhonemizerError, asyncio.TimeoutError) as error:
+                except (TimeoutError, OSError, ValueError, PhonemizerError) as error:
                     delay_s = _RESPAWN_BACKOFF_S[min(attempt, len(_RESPAWN_BACKOFF_S) - 1)]
                     _log.error("a text process failed to start (%s); trying again in %g s", error, delay_s)
                     await asyncio.sleep(delay_s)

@@ -49,12 +49,7 @@ _SPACE_RUN: Final = re.compile(r"\s*")
 _MARK_RUN: Final = re.compile(r"[.?!]*")
 _CLOSER_RUN: Final = re.compile("[" + _CLOSER_CLASS + "]*")
 _ABBREVIATIONS: Final = frozenset(
-    """
-    mr mrs ms mx dr prof sr jr st mt ft rev hon gen col lt sgt capt cmdr gov sen rep pres
-    vs etc eg ie cf al approx dept est fig figs no nos vol vols pp ch sec inc ltd co corp bros
-    jan feb mar apr jun jul aug sep sept oct nov dec mon tue tues wed thu thur thurs fri sat sun
-    am pm para paras rm apt art eq ste op tel pt ave blvd rd ln hwy univ misc govt intl appt
-    """.split()
+    ["mr", "mrs", "ms", "mx", "dr", "prof", "sr", "jr", "st", "mt", "ft", "rev", "hon", "gen", "col", "lt", "sgt", "capt", "cmdr", "gov", "sen", "rep", "pres", "vs", "etc", "eg", "ie", "cf", "al", "approx", "dept", "est", "fig", "figs", "no", "nos", "vol", "vols", "pp", "ch", "sec", "inc", "ltd", "co", "corp", "bros", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "mon", "tue", "tues", "wed", "thu", "thur", "thurs", "fri", "sat", "sun", "am", "pm", "para", "paras", "rm", "apt", "art", "eq", "ste", "op", "tel", "pt", "ave", "blvd", "rd", "ln", "hwy", "univ", "misc", "govt", "intl", "appt"]
 )
 
 # Where a long stretch of text without a sentence end is best cut, best first (see `best_break`).
@@ -63,10 +58,7 @@ _ABBREVIATIONS: Final = frozenset(
 # yet confirm is one. A new clause often starts with a conjunction; a cut just before one falls
 # where a reader breathes. Each kind is found by a regular expression, at C speed.
 CONJUNCTIONS: Final = frozenset(
-    """
-    and but or nor so yet because which who whom whose that while whereas although though
-    when whenever where wherever if unless until since then after before
-    """.split()
+    ["and", "but", "or", "nor", "so", "yet", "because", "which", "who", "whom", "whose", "that", "while", "whereas", "although", "though", "when", "whenever", "where", "wherever", "if", "unless", "until", "since", "then", "after", "before"]
 )
 _CLAUSE_BREAKS: Final = re.compile(r"[,;:.?!\u2014\u2013-][" + _CLOSER_CLASS + r"]*\s+")
 # A word after whitespace, followed by a character that is not a letter inside the stretch read;

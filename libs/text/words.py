@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from itertools import accumulate
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Final, Iterable, Mapping, Sequence
+from itertools import accumulate
+from typing import Final
 
 from libs.text.phoneme_ids import BOS, PAD
 
@@ -67,7 +68,7 @@ def word_spans(
     if not written or not spoken:
         return ()
     if len(written) == len(spoken):
-        return tuple(WordSpan(word, said[0][1], said[-1][2]) for word, said in zip(written, spoken))
+        return tuple(WordSpan(word, said[0][1], said[-1][2]) for word, said in zip(written, spoken, strict=False))
     alone = [_sounds(phonemes_of(word)) for word in written]
     said = [_sounds(phoneme for phoneme, _, _ in word) for word in spoken]
     spans: list[WordSpan] = []
@@ -151,7 +152,7 @@ def _split(words: Sequence[str], sounds: Sequence[str], spoken: Sequence[tuple[s
     cut at phoneme boundaries in proportion to each word's sounds on its own."""
     total = max(sum(len(sound) for sound in sounds), 1)
     spans, start, taken = [], 0, 0
-    for index, (word, sound) in enumerate(zip(words, sounds)):
+    for index, (word, sound) in enumerate(zip(words, sounds, strict=False)):
         taken += len(sound)
         left = len(words) - index - 1
         end = len(spoken) - left if left == 0 else round(len(spoken) * taken / total)

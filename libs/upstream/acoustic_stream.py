@@ -10,7 +10,8 @@ worker's frames are bit-identical to the ones the broken call would have sent.
 from __future__ import annotations
 
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Final
+from typing import Any, Final
 
 import grpc
 
-from libs.wire.headers import MODEL_VERSION_METADATA_KEY, STREAM_ACCEPTED_METADATA, STREAM_LIMIT_METADATA_KEY
 from libs.routing.attempts import AttemptFailure
+from libs.wire.headers import MODEL_VERSION_METADATA_KEY, STREAM_ACCEPTED_METADATA, STREAM_LIMIT_METADATA_KEY
 
 
 class Deadline:
@@ -71,11 +72,11 @@ async def accepted(call: Any, timeout_s: float) -> Accepted:
     try:
         async with asyncio.timeout(timeout_s):
             headers = await call.initial_metadata()
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise WorkerSilent() from None
     if call.done():
         raise StreamRefused()
-    named = {key: value for key, value in headers or ()}
+    named = dict(headers or ())
     if STREAM_ACCEPTED_METADATA[0] in named:
         return Accepted(str(named.get(MODEL_VERSION_METADATA_KEY, "")), _stream_limit(named.get(STREAM_LIMIT_METADATA_KEY)))
     # Headers without the admission header: a refusal (or a broken connection) whose status is a
@@ -139,7 +140,7 @@ async def failure_of(call: Any, error: BaseException, silence_s: float) -> Attem
             code = await call.code()
         details = await call.details()
         trailers = await call.trailing_metadata()
-    except (asyncio.TimeoutError, grpc.aio.AioRpcError, asyncio.CancelledError):
+    except (TimeoutError, grpc.aio.AioRpcError, asyncio.CancelledError):
         return AttemptFailure(grpc.StatusCode.UNAVAILABLE, f"stream broke: {type(error).__name__}")
     if code is grpc.StatusCode.OK:
         code = grpc.StatusCode.UNAVAILABLE  # ended without finishing the work: as good as a broken stream

@@ -6,7 +6,8 @@ code (`resumed`, `shed`), and registered on the gateway's own registry next to G
 
 from __future__ import annotations
 
-from typing import Callable, Final
+from collections.abc import Callable
+from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 

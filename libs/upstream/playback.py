@@ -10,7 +10,7 @@ dry, plus the audio that will reach it before the request's own audio (docs/ARCH
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from libs.serving.scheduling import VOCODER_LAG_FRAMES
 

@@ -14,26 +14,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Final
+from typing import Final
 
 import grpc
 from opentelemetry.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 
-from libs.upstream.settings import UpstreamSettings, channel_credentials, channel_options
-from libs.routing.attempts import Attempts
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
 from libs.pb.tts.vocoder.v1 import vocoder_pb2_grpc
 from libs.routing import events
+from libs.routing.attempts import Attempts
 from libs.routing.discovery import DiscoverySource, DnsDiscovery, Publish, Resolver, Snapshot, is_ip_literal, system_resolver
 from libs.routing.endpoints import Endpoint
 from libs.routing.health import EndpointStatus, HealthConfig, HealthTable, Serving
-from libs.routing.watcher import HealthWatcher, WatchConfig
 from libs.routing.picker import Picker, PickerConfig
 from libs.routing.retry import RetryBudget, RetryBudgetConfig, RetryConfig, RetryPolicy
+from libs.routing.watcher import HealthWatcher, WatchConfig
 from libs.telemetry.tracing import client_interceptors
 from libs.upstream.metrics import RoutingMetrics
+from libs.upstream.settings import UpstreamSettings, channel_credentials, channel_options
 
 _log = logging.getLogger(__name__)
 

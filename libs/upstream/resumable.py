@@ -87,7 +87,7 @@ class ResumableCall(ABC):
             # dropped: dropping cancels it, and it would end as CANCELLED mid-bookkeeping.
             async with asyncio.timeout(CLOSE_TIMEOUT_S):
                 await call.code()
-        except (*CALL_ERRORS, asyncio.TimeoutError):
+        except (TimeoutError, *CALL_ERRORS):
             pass
         self._drop()
 

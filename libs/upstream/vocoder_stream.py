@@ -12,9 +12,11 @@ already has is dropped, so it hears no gap and no repeat.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Final, Iterator, Sequence
+from typing import Any, Final
 
 import grpc
 import numpy as np
@@ -111,10 +113,8 @@ class ResumableVocoderStream(ResumableCall):
         async with self._lock:
             self._writing_done = True
             if self._call is not None:
-                try:
+                with contextlib.suppress(CALL_ERRORS):
                     await self._call.done_writing()
-                except CALL_ERRORS:
-                    pass
 
     async def ready(self) -> None:
         """Open the call now (as `samples` would), retrying elsewhere like any failed attempt."""
@@ -215,7 +215,7 @@ class ResumableVocoderStream(ResumableCall):
                 # A worker that hangs while being primed is as silent as one that hangs later.
                 async with asyncio.timeout(self._timeout_s):
                     await self._prime(self._call)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise WorkerSilent() from None
 
     async def _prime(self, call: Any) -> None:

@@ -11,8 +11,9 @@ flow and mel head's steps do too (`libs.models.onnx_stream`).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Final, Iterator, Sequence
+from typing import Final
 
 import numpy as np
 import torch
@@ -33,8 +34,8 @@ from libs.models.vits import (
 )
 from libs.voice.assets import VoiceAssets, default_voice_assets
 from libs.voice.batching import padding_groups
-from libs.voice.inputs import SynthesisInputs, SynthesisParams
 from libs.voice.chunking import ACOUSTIC_SCHEDULE, ChunkSchedule, context_window
+from libs.voice.inputs import SynthesisInputs, SynthesisParams
 from libs.voice.precision import resolve_precision
 from libs.voice.runtime import BatchedEngine, EngineSettings, ModelRuntime, run_stream_steps, stream_version_parts
 
@@ -167,7 +168,7 @@ class AcousticEngine(BatchedEngine):
         self.stream_backend = "torch" if self._onnx is None else "onnxruntime"
         """Where a sentence's flow + mel head steps run (`EngineSettings.stream_backend`; a
         multi-speaker voice's stay in torch)."""
-    
+
     def _load_onnx_graphs(self) -> tuple[OnnxFrontEnd | None, OnnxTextEncoder | None]:
         """(front end, encoder): the onnxruntime graph the text side runs in, or neither for "torch"."""
         if self.encoder_backend not in ENCODER_BACKENDS:
@@ -189,7 +190,7 @@ class AcousticEngine(BatchedEngine):
         device: str | None = None,
         schedule: ChunkSchedule = ACOUSTIC_SCHEDULE,
         settings: EngineSettings = EngineSettings(),
-    ) -> "AcousticEngine":
+    ) -> AcousticEngine:
         """The acoustic model of `assets` (a Piper voice + the trained mel head)."""
         voice = assets.piper_models()
         head = load_mel_head(assets.mel_head_path)
@@ -220,7 +221,7 @@ class AcousticEngine(BatchedEngine):
         )
 
     @classmethod
-    def load_default(cls, device: str | None = None, settings: EngineSettings = EngineSettings()) -> "AcousticEngine":
+    def load_default(cls, device: str | None = None, settings: EngineSettings = EngineSettings()) -> AcousticEngine:
         """The default voice."""
         return cls.load(default_voice_assets(), device=device, settings=settings)
 

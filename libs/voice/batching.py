@@ -16,9 +16,10 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Callable, Final, Generic, Sequence, TypeVar
+from typing import Final, Generic, TypeVar
 
 DEFAULT_MAX_BATCH: Final = 8
 DEFAULT_MAX_WAIT_MS: Final = 3.0
@@ -190,14 +191,14 @@ class MicroBatcher(Generic[JobT, ResultT]):
             results = list(self._run_batch([job.payload for job in live]))
             if len(results) != len(live):
                 raise RuntimeError(f"run_batch returned {len(results)} results for {len(live)} jobs")
-            for job, result in zip(live, results):
+            for job, result in zip(live, results, strict=False):
                 job.future.set_result(result)
         except Exception:
             # Which job broke the batch is unknown: rerun them one by one so only its caller fails.
             for job in live:
                 try:
                     job.future.set_result(self._run_batch([job.payload])[0])
-                except Exception as error:  # noqa: BLE001 - the caller gets its own error
+                except Exception as error:
                     job.future.set_exception(error)
                     failed += 1
         compute_s = time.perf_counter() - started_s
@@ -205,7 +206,7 @@ class MicroBatcher(Generic[JobT, ResultT]):
         if self._on_batch is not None:
             try:
                 self._on_batch(BatchStats(len(live), tuple(started_s - job.submitted_s for job in live), compute_s, failed))
-            except Exception:  # noqa: BLE001 - a metrics hook must not stop the compute thread
+            except Exception:
                 logger.exception("batch stats callback failed")
 
 

@@ -8,7 +8,8 @@ ModelVersionMismatchError for the two fields that name another worker's model).
 from __future__ import annotations
 
 import math
-from typing import Final, Sequence
+from collections.abc import Sequence
+from typing import Final
 
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.voice.registry import UnknownVoiceError

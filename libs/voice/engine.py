@@ -3,11 +3,11 @@
 under any chunking (docs/ARCHITECTURE.md, "Determinism" and "Exact streaming and resume"). How they run (device, precision, batching) is `EngineSettings`.
 """
 
+from libs.models.mel_bridge import MelVocoder
 from libs.voice.acoustic_engine import AcousticEngine, SentencePlan, model_version_of
 from libs.voice.inputs import DEFAULT_NOISE_SCALE, DEFAULT_NOISE_W, SynthesisParams
 from libs.voice.precision import DEFAULT_PRECISION, PRECISIONS
 from libs.voice.runtime import EngineSettings
-from libs.models.mel_bridge import MelVocoder
 from libs.voice.vocoder_engine import VocoderEngine, VocoderStream
 
 __all__ = [

@@ -7,10 +7,11 @@ phoneme-id map and espeak-ng voice its text frontend needs.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Final, Mapping, Sequence
+from typing import Final
 
 from libs.wire.errors import echo
 

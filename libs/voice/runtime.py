@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Final, Sequence
+from typing import Final
 
 import torch
 
@@ -178,6 +179,6 @@ def run_stream_steps(
             with runtime.autocast():
                 items = [jobs[index] for index in members]
                 results = stream_step(network, items, runtime.device, first_width, runtime.weights_dtype)
-            for index, result in zip(members, results):
+            for index, result in zip(members, results, strict=False):
                 outputs[index] = result
     return outputs  # type: ignore[return-value]

@@ -16,8 +16,9 @@ InvalidRequestError that says what to fix, never a crash or a model fed garbage.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 

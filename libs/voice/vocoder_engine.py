@@ -9,8 +9,8 @@ a stream's steps run in onnxruntime (`libs.models.onnx_stream`), the same steps 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -77,7 +77,7 @@ class VocoderEngine(BatchedEngine):
         device: str | None = None,
         schedule: ChunkSchedule = VOCODER_SCHEDULE,
         settings: EngineSettings = EngineSettings(),
-    ) -> "VocoderEngine":
+    ) -> VocoderEngine:
         """The default voice's vocoder: trained mel adapter + the Piper decoder body (or its fine-tuned copy)."""
         voice = assets.piper_models()
         vocoder = load_mel_vocoder(assets.trained_dir, voice.decoder)
@@ -106,7 +106,7 @@ class VocoderEngine(BatchedEngine):
         device: str | None = None,
         schedule: ChunkSchedule = VOCODER_SCHEDULE,
         settings: EngineSettings = EngineSettings(),
-    ) -> "VocoderEngine":
+    ) -> VocoderEngine:
         """A public HiFi-GAN generator (mel in) as the vocoder."""
         weights = hashlib.sha256(repr(generator.config).encode())
         for name, tensor in sorted(generator.state_dict().items()):
@@ -125,7 +125,7 @@ class VocoderEngine(BatchedEngine):
         )
 
     @classmethod
-    def load_default(cls, device: str | None = None, settings: EngineSettings = EngineSettings()) -> "VocoderEngine":
+    def load_default(cls, device: str | None = None, settings: EngineSettings = EngineSettings()) -> VocoderEngine:
         """The default voice."""
         return cls.load(default_voice_assets(), device=device, settings=settings)
 
@@ -166,7 +166,7 @@ class VocoderEngine(BatchedEngine):
         replaces: the sentence's first, since each step builds on the layer tails of all before it."""
         return 0
 
-    def open_stream(self, origin_frame: int = 0, emit_from_frame: int | None = None) -> "VocoderStream":
+    def open_stream(self, origin_frame: int = 0, emit_from_frame: int | None = None) -> VocoderStream:
         """A stream for one sentence. `origin_frame` is the sentence frame index of the first mel
         frame that will be pushed; samples are returned from `emit_from_frame` on (default: the
         origin). A stream that starts mid-sentence must be primed with at least `context_frames`

@@ -6,8 +6,9 @@ once; `SliceCutter` turns either into the same slices, so the vocoder sees ident
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Sequence
+from typing import Final
 
 import numpy as np
 

@@ -13,9 +13,10 @@ knows are looked at, however many unknown ones the request carries.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Callable, Iterator, TypeVar
+from functools import cache
+from typing import TypeVar
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, FileDescriptor
@@ -93,7 +94,7 @@ def _utf8_problem(name: str, raw: object) -> str | None:
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _bytes_twin(descriptor: Descriptor) -> type[Message]:
     """The message class of `descriptor` with every string field (its file's and its imports') as bytes."""
     pool = descriptor_pool.DescriptorPool()

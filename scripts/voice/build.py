@@ -226,7 +226,7 @@ def build(config: BuildConfig, out_dir: Path, work_dir: Path, threads: int) -> N
         "heldout_texts": len(heldout_sentences()),
         "utterances": len(utterances),
         "frames": sum(u.latent.shape[-1] for u in utterances),
-        "corpus_sha256": _sha256_of(sorted(CORPUS_DIR.glob("*.txt")) + [Path(__file__).with_name("corpus.py")]),
+        "corpus_sha256": _sha256_of([*sorted(CORPUS_DIR.glob("*.txt")), Path(__file__).with_name("corpus.py")]),
         "voice_sha256": voice.onnx_sha256,
     }
     write_manifest(

@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Final
+from typing import Final
 
 import torch
 
 from libs.audio.mel import mel_spectrogram
 from libs.models.piper_import import PiperVoiceModels, load_piper_voice
 from libs.models.vits import DEFAULT_NOISE_SCALE, DEFAULT_NOISE_W, synthesis_generator
-from libs.voice.inputs import SynthesisInputs, SynthesisParams
 from libs.text.frontend import TextFrontend
+from libs.voice.inputs import SynthesisInputs, SynthesisParams
 
 VOICE_NAME: Final = "en_US-joe-medium"
 Log = Callable[[str], None]

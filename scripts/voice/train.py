@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch import nn
@@ -181,7 +181,7 @@ def train_mel_adapter(
     """Stage 2: mel -> latent, from true mels and from the head's predicted mels."""
     torch.manual_seed(config.seed)
     predicted_mels = predict_whole(head, [u.latent for u in utterances])
-    pairs = [(u.mel, u.latent) for u in utterances] + [(mel, u.latent) for mel, u in zip(predicted_mels, utterances)]
+    pairs = [(u.mel, u.latent) for u in utterances] + [(mel, u.latent) for mel, u in zip(predicted_mels, utterances, strict=False)]
     adapter = MelAdapter()
     report = train_regression(adapter, pairs, config, "mel adapter", log)
     return adapter, report

@@ -4,24 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 from concurrent.futures import Executor
-from typing import Any, AsyncIterator
+from typing import Any
 
 import grpc
 
 from libs.audio.slicing import DEFAULT_SLICE_MS
+from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
+from libs.pb.tts.common.v1 import mel_pb2
 from libs.serving.admission import Admission
 from libs.serving.memory import RELEASER
 from libs.serving.scheduling import PlaybackDeadline, StreamPlayback, stamped, vocoder_frames_out
-from libs.serving.status import abort_for
-from libs.wire.mel_slices import SliceCutter, to_message
 from libs.serving.server import StreamTracker
-from libs.voice.checks import SentenceOrder, check_sentence_frames, check_sentence_request
-from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
-from libs.pb.tts.common.v1 import mel_pb2
+from libs.serving.status import abort_for
 from libs.telemetry import tracing
 from libs.telemetry.inference import InferenceRunner
 from libs.telemetry.metrics import STAGE_CHUNK, STAGE_PLAN, AcousticMetrics
+from libs.voice.checks import SentenceOrder, check_sentence_frames, check_sentence_request
+from libs.wire.mel_slices import SliceCutter, to_message
 
 _log = logging.getLogger(__name__)
 

@@ -5,25 +5,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+from libs.cache.mel_cache import MelCache
+from libs.prewarm.promotion import CountingTextSide
 from libs.serving.auth import ApiKeyGate, ApiKeyInterceptor
 from libs.serving.clients import ClientIdentity
+from libs.serving.http import HttpListener, HttpTls
 from libs.serving.http_auth import ApiKeyAsgi
 from libs.serving.server import PortUnavailableError, ServiceRuntime, freeze_startup_heap, run_service
-from libs.telemetry.metrics import GatewayMetrics
-from libs.cache.mel_cache import MelCache
-from libs.voice.registry import default_registry
 from libs.synthesis.synthesizer import Synthesizer
-from libs.prewarm.promotion import CountingTextSide
+from libs.telemetry.metrics import GatewayMetrics
 from libs.text.phonemizer_pool import PhonemizerPool
-from libs.serving.http import HttpListener, HttpTls
+from libs.upstream.pool import WorkerPool
+from libs.voice.registry import default_registry
 from services.gateway.background_work import BackgroundWork
 from services.gateway.http_api import SpeechApi
 from services.gateway.servicer import SERVICE_NAME, TextToSpeechServicer, add_to_server
 from services.settings import GatewaySettings, load_gateway_settings
-from libs.upstream.pool import WorkerPool
 
 _log = logging.getLogger(__name__)
 

@@ -67,7 +67,7 @@ class BackgroundWork:
         cls, settings: GatewaySettings, synthesizer: Synthesizer, text_side: CountingTextSide, text_executor: Executor,
         phonemizers: PhonemizerPool, registry: VoiceRegistry, pool: WorkerPool, metrics_registry: CollectorRegistry,
         keyring: KeyRing | None = None,
-    ) -> "BackgroundWork":  # fmt: skip
+    ) -> BackgroundWork:  # fmt: skip
         """`text_side` is the live streams' (its sentences are counted for promotion); `keyring` is
         the cache's (promoted texts, job texts and job audio are sealed as its values are)."""
         cache = settings.cache

@@ -17,10 +17,11 @@ from __future__ import annotations
 import base64
 import json
 import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Final, Mapping, Sequence
+from typing import Any, Final
 
 import grpc
 from sse_starlette.sse import EventSourceResponse
@@ -227,7 +228,7 @@ class SpeechApi:
                     }
                     for voice in self._registry.voices()
                 ],
-                "aliases": {name: self._registry.default_name for name in OPENAI_VOICES},
+                "aliases": dict.fromkeys(OPENAI_VOICES, self._registry.default_name),
             }
         )
 

@@ -11,7 +11,8 @@ Errors are OpenAI-shaped through the same status table as the speech route (serv
 
 from __future__ import annotations
 
-from typing import Any, Final, Mapping
+from collections.abc import Mapping
+from typing import Any, Final
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -23,7 +24,15 @@ from libs.jobs.metrics import JobMetrics
 from libs.jobs.requests import check_idempotency_key, check_job_text, job_spec, job_status_for, page_bounds
 from libs.jobs.store import JobRecord, JobStore
 from libs.voice.registry import VoiceRegistry
-from services.gateway.http_api import _HTTP_STATUS, MODEL_ALIASES, MODEL_ID, OPENAI_VOICES, RESPONSE_FORMATS, HttpError, read_json_body
+from services.gateway.http_api import (
+    _HTTP_STATUS,
+    MODEL_ALIASES,
+    MODEL_ID,
+    OPENAI_VOICES,
+    RESPONSE_FORMATS,
+    HttpError,
+    read_json_body,
+)
 
 JOBS_PATH: Final = "/v1/audio/jobs"
 BODY_OVERHEAD_BYTES: Final = 64 * 1024

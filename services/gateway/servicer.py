@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from typing import Any, AsyncGenerator, AsyncIterator
+from typing import Any
 
 import grpc
 
@@ -113,7 +115,7 @@ class TextToSpeechServicer:
             ssml=isinstance(message, tts_pb2.SynthesizeRequest) and message.ssml,
         )
 
-    def _call(self, method: str, context: grpc.aio.ServicerContext) -> "_CallScope":
+    def _call(self, method: str, context: grpc.aio.ServicerContext) -> _CallScope:
         return _CallScope(self._metrics, method, context)
 
 
@@ -134,10 +136,8 @@ def closed_when_done(context: grpc.aio.ServicerContext, chunks: AsyncGenerator[A
 
 
 async def _close(chunks: AsyncGenerator[Any, None]) -> None:
-    try:
+    with contextlib.suppress(RuntimeError):  # still running: the handler is unwinding and closes it itself
         await chunks.aclose()
-    except RuntimeError:  # still running: the handler is unwinding and closes it itself
-        pass
 
 
 def client_of(context: grpc.aio.ServicerContext, clients: ClientIdentity) -> str:
@@ -199,7 +199,7 @@ class _CallScope:
         self._voice = ""
         self._last_audio_s: float | None = None
 
-    async def __aenter__(self) -> "_CallScope":
+    async def __aenter__(self) -> _CallScope:
         self._metrics.inflight_streams.inc()
         return self
 

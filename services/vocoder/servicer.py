@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from concurrent.futures import Executor
-from typing import Any, AsyncIterator
+from typing import Any
 
 import grpc
 import numpy as np
 
+from libs.pb.tts.vocoder.v1 import vocoder_pb2, vocoder_pb2_grpc
 from libs.serving.admission import Admission
 from libs.serving.memory import RELEASER
 from libs.serving.scheduling import VOCODER_LAG_FRAMES, StreamPlayback, stamped
-from libs.serving.status import abort_for
 from libs.serving.server import StreamTracker
-from libs.voice.vocode_session import StreamSlices
-from libs.pb.tts.vocoder.v1 import vocoder_pb2, vocoder_pb2_grpc
+from libs.serving.status import abort_for
 from libs.telemetry.inference import InferenceRunner
 from libs.telemetry.metrics import STAGE_CHUNK, VocoderMetrics
+from libs.voice.vocode_session import StreamSlices
 
 CANCEL_GRACE_S = 0.1
 
@@ -62,7 +63,7 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
                 # later than its mel; a step whose audio starts earlier in the sentence is due that much sooner.
                 anchor_s = max(0, anchor.first_frame - VOCODER_LAG_FRAMES) * frame_s
 
-                def step_due(session: Any) -> float:
+                def step_due(session: Any, anchor: Any = anchor, deadline: Any = deadline, anchor_s: float = anchor_s) -> float:
                     if session.sentence_index != anchor.sentence_index:
                         return deadline.at_s
                     return deadline.at_offset_s(session.next_sample / engine.sample_rate_hz - anchor_s)

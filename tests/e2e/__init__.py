@@ -1,1 +1,0 @@
-"""Helpers that run the real mesh (Redis + three services) as processes on loopback for tests."""

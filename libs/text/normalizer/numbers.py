@@ -12,11 +12,8 @@ from typing import Final
 MAX_CARDINAL_DIGITS: Final = 15
 """Longest digit string read as one number (hundreds of trillions); longer ones are read digit by digit."""
 
-_ONES: Final = (
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
-    "sixteen seventeen eighteen nineteen"
-).split()
-_TENS: Final = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+_ONES: Final = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
+_TENS: Final = ["_", "_", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
 _SCALES: Final = ("", "thousand", "million", "billion", "trillion")
 _ORDINAL_WORDS: Final = {
     "one": "first",

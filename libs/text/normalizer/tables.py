@@ -132,7 +132,7 @@ MAGNITUDES: Final[dict[str, str]] = {
 }
 
 MONTHS: Final = (
-    "January February March April May June July August September October November December".split()
+    ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"]
 )
 MONTH_ABBREVIATIONS: Final[dict[str, str]] = {
     "Jan": "January",
@@ -263,23 +263,9 @@ BEFORE_NUMBER: Final[dict[str, str]] = {
 
 # A Roman numeral after these is a count: "Chapter IV" is "chapter four", "World War II" "two".
 ROMAN_CARDINAL_CONTEXT: Final = frozenset(
-    """
-    chapter chapters part parts book books volume volumes act acts scene section article appendix phase
-    episode season stage level grade class type war round title schedule psalm canto movement symphony
-    edition series star wars rocky bowl game vol ch pt world
-    """.split()
+    ["chapter", "chapters", "part", "parts", "book", "books", "volume", "volumes", "act", "acts", "scene", "section", "article", "appendix", "phase", "episode", "season", "stage", "level", "grade", "class", "type", "war", "round", "title", "schedule", "psalm", "canto", "movement", "symphony", "edition", "series", "star", "wars", "rocky", "bowl", "game", "vol", "ch", "pt", "world"]
 )
 # A Roman numeral after one of these names is a regnal number: "Henry VIII" is "Henry the Eighth".
 REGNAL_NAMES: Final = frozenset(
-    """
-    Henry Edward George William Richard Charles James John Elizabeth Mary Anne Victoria Louis Philip
-    Frederick Alexander Peter Ivan Nicholas Catherine Constantine Leo Pius Benedict Gregory Innocent
-    Clement Boniface Urban Paul Francis Ferdinand Alfonso Carlos Juan Napoleon Ramesses Ramses Rameses
-    Amenhotep Thutmose Ptolemy Cleopatra Darius Xerxes Otto Wilhelm Friedrich Karl Gustav Christian
-    Harald Olaf Haakon Sancho Pedro Manuel Joseph Leopold Rudolf Sigismund Stephen Malcolm David Robert
-    Kenneth Duncan Llywelyn Umberto Victor Emmanuel Felipe Juan Rama Hussein Abdullah Mohammed Selim
-    Suleiman Mehmed Murad Bayezid Ahmed Mustafa Innocent Sixtus Julius Adrian Celestine Martin Eugene
-    Nicholas Calixtus Alexios Basil Michael Romanos Andronikos Manuel Justinian Theodosius Valentinian
-    Jr Sr
-    """.split()
+    ["Henry", "Edward", "George", "William", "Richard", "Charles", "James", "John", "Elizabeth", "Mary", "Anne", "Victoria", "Louis", "Philip", "Frederick", "Alexander", "Peter", "Ivan", "Nicholas", "Catherine", "Constantine", "Leo", "Pius", "Benedict", "Gregory", "Innocent", "Clement", "Boniface", "Urban", "Paul", "Francis", "Ferdinand", "Alfonso", "Carlos", "Juan", "Napoleon", "Ramesses", "Ramses", "Rameses", "Amenhotep", "Thutmose", "Ptolemy", "Cleopatra", "Darius", "Xerxes", "Otto", "Wilhelm", "Friedrich", "Karl", "Gustav", "Christian", "Harald", "Olaf", "Haakon", "Sancho", "Pedro", "Manuel", "Joseph", "Leopold", "Rudolf", "Sigismund", "Stephen", "Malcolm", "David", "Robert", "Kenneth", "Duncan", "Llywelyn", "Umberto", "Victor", "Emmanuel", "Felipe", "Juan", "Rama", "Hussein", "Abdullah", "Mohammed", "Selim", "Suleiman", "Mehmed", "Murad", "Bayezid", "Ahmed", "Mustafa", "Innocent", "Sixtus", "Julius", "Adrian", "Celestine", "Martin", "Eugene", "Nicholas", "Calixtus", "Alexios", "Basil", "Michael", "Romanos", "Andronikos", "Manuel", "Justinian", "Theodosius", "Valentinian", "Jr", "Sr"]
 )

@@ -11,7 +11,8 @@ recognise is left as it is, for espeak-ng to read.
 from __future__ import annotations
 
 import re
-from typing import Callable, Final
+from collections.abc import Callable
+from typing import Final
 
 from libs.text.normalizer import numbers
 from libs.text.normalizer.addresses import email, phone, url
@@ -87,10 +88,9 @@ _PATTERN: Final = re.compile(
 _ROMAN_VALUES: Final = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100, "D": 500, "M": 1000}
 _VALID_ROMAN: Final = re.compile(r"M{0,3}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})")
 _YEAR_CUES: Final = frozenset(
-    "in since by from until till of year years circa during before after around between and to the early mid late "
-    "spring summer autumn fall winter christmas".split()
+    ["in", "since", "by", "from", "until", "till", "of", "year", "years", "circa", "during", "before", "after", "around", "between", "and", "to", "the", "early", "mid", "late", "spring", "summer", "autumn", "fall", "winter", "christmas"]
 )
-_RATIO_CUES: Final = frozenset("a an ratio odds scale mix mixed won lost beat score".split())
+_RATIO_CUES: Final = frozenset(["a", "an", "ratio", "odds", "scale", "mix", "mixed", "won", "lost", "beat", "score"])
 _FRACTION_NAMES: Final = {2: ("half", "halves"), 4: ("quarter", "quarters")}
 _PREVIOUS_WORD: Final = re.compile(r"([A-Za-z]+)\W{0,3}$")
 _NEXT_WORD: Final = re.compile(r"\W{0,2}([A-Za-z]+)")
@@ -312,7 +312,7 @@ def _is_year(match: re.Match[str], digits: str) -> bool:
     if len(digits) != 4 or not (1000 <= int(digits) <= 2099):
         return False
     previous = _previous_word(match)
-    if previous.lower() in _YEAR_CUES and (previous.lower() in ("year", "in", "since", "circa") or int(digits) >= 1100) or previous in MONTHS or previous.rstrip(".") in MONTH_ABBREVIATIONS:
+    if (previous.lower() in _YEAR_CUES and (previous.lower() in ("year", "in", "since", "circa") or int(digits) >= 1100)) or previous in MONTHS or previous.rstrip(".") in MONTH_ABBREVIATIONS:
         return True
     following = match.string[match.end() : match.end() + 3]
     return following == "" or following[0] in ".,;:!?)-\u2013" or following.lstrip().startswith(("BC", "AD", "CE"))
@@ -392,7 +392,7 @@ def _street_or_title(match: re.Match[str], word: str, dotted: bool, next_is_capi
     previous_text = match.string[max(0, match.start() - 2) : match.start()]
     after_name = len(previous_text) == 2 and previous_text[1] == " " and (previous_text[0].isalnum())
     previous = _previous_word(match)
-    if after_name and previous[:1].isupper() or previous_text[:1].isdigit():
+    if (after_name and previous[:1].isupper()) or previous_text[:1].isdigit():
         words = "Street" if word == "St" else "Drive"
         return words + "." if dotted and _ends_sentence(match) else words
     if next_is_capitalised:

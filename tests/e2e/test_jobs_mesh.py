@@ -1,0 +1,212 @@
+"""Long-form jobs on a real mesh: runners are real gateway processes on the mesh's workers and Redis,
+the API is the mesh's own gateway (which runs no jobs itself here), over HTTP and gRPC.
+
+The job's file is compared sample for sample with streaming the same text; a runner killed with
+SIGKILL mid-job is replaced by another that takes the job over and resumes after the last sentence
+done, and the file is still the streamed one; a cancel stops the runner's work.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+
+from libs.pb.tts.v1 import jobs_pb2, jobs_pb2_grpc, tts_pb2
+from tests.support.client import synthesize
+from tests.support.gateway_process import extra_gateway
+from tests.support.mesh import Mesh, ServiceProcess
+
+SENTENCES = [
+    "The lighthouse keeper climbed the stairs every evening at dusk.",
+    "He trimmed the wick and polished the great lens until it shone.",
+    "Ships passed far out at sea, their lights small and steady.",
+    "In winter the storms came from the north without warning.",
+    "The keeper wrote each one down in a heavy leather book.",
+    "Nobody read the book, but he kept writing all the same.",
+    "One spring a letter arrived asking for his records.",
+    "He sent the book away and started a new one that night.",
+    "The new book filled more slowly than the old one had.",
+    "Years later the light was automated and the keeper retired.",
+]
+TEXT = " ".join(SENTENCES)
+ANIMALS = ("badger", "heron", "otter", "falcon", "beetle", "walrus", "gecko", "magpie", "puffin", "lemur", "newt", "raven")
+COLOURS = ("amber", "silver", "olive", "scarlet", "golden", "ivory", "violet", "copper", "indigo", "coral", "russet", "teal")
+MANY_SENTENCES = [f"The {colour} {animal} waits." for colour in COLOURS for animal in ANIMALS][:140]
+"""More sentences than a runner speaks in one utterance (SENTENCES_PER_UTTERANCE), and short enough for one Synthesize."""
+CLAIM_IDLE_S = 2.0
+RUNNER_ARGS = ["--job-runners", "1", "--job-claim-idle-s", str(CLAIM_IDLE_S)]
+JOB_TIMEOUT_S = 300.0
+
+
+@pytest.fixture(scope="module")
+def job_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
+    """A mesh whose gateway serves the job API but runs no jobs: runners are started by each test."""
+    # Admission by measured real-time capacity is not under test, and on a shared machine it refuses at random.
+    env = {"TTS_JOB_RUNNERS": "0", "TTS_REALTIME_HEADROOM": "0"}
+    running = Mesh(log_dir=tmp_path_factory.mktemp("jobs-mesh"), env=env).start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@contextmanager
+def runner(mesh: Mesh, log_path: Path) -> Iterator[ServiceProcess]:
+    with extra_gateway(mesh, log_path, RUNNER_ARGS) as process:
+        yield process
+
+
+def http(mesh: Mesh, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(mesh.http_url + path, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            payload = reply.read()
+            kind = reply.headers.get("Content-Type", "")
+            return reply.status, json.loads(payload) if kind.startswith("application/json") else payload
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def wait_for(mesh: Mesh, job_id: str, done: Any, timeout_s: float = JOB_TIMEOUT_S) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status, job = http(mesh, "GET", f"/v1/audio/jobs/{job_id}")
+        assert status == 200, job
+        if done(job):
+            return job
+        assert job["status"] not in ("failed", "cancelled"), job
+        assert time.monotonic() < deadline, f"job still {job} after {timeout_s} s"
+        time.sleep(0.1)
+
+
+def pcm(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype="<i2")
+
+
+def streamed_pcm(mesh: Mesh, text: str = TEXT, **fields: Any) -> np.ndarray:
+    spoken = synthesize(mesh.gateway_address, text, encoding=tts_pb2.LINEAR_PCM, **fields)
+    return pcm(b"".join(response.audio for response in spoken.responses))
+
+
+def test_job_file_equals_streaming_the_same_text_sample_for_sample(job_mesh: Mesh, tmp_path: Path) -> None:
+    text = " ".join(MANY_SENTENCES)
+    with runner(job_mesh, tmp_path / "runner.log"):
+        status, job = http(job_mesh, "POST", "/v1/audio/jobs", {"model": "tts-1", "input": text, "voice": "alloy", "response_format": "pcm"})
+        assert status == 202, job
+        assert job["status"] == "queued" and job["sample_rate_hz"] == 24000
+        finished = wait_for(job_mesh, job["id"], lambda j: j["status"] == "succeeded")
+        status, audio = http(job_mesh, "GET", f"/v1/audio/jobs/{job['id']}/audio")
+        status_mp3, mp3 = http(job_mesh, "GET", f"/v1/audio/jobs/{job['id']}/audio?format=mp3")
+    assert status == 200 and status_mp3 == 200
+    streamed = streamed_pcm(job_mesh, text, sample_rate_hz=24000)
+    assert len(pcm(audio)) == len(streamed) and np.array_equal(pcm(audio), streamed)
+    assert finished["progress"]["audio_seconds"] == pytest.approx(len(streamed) / 24000, abs=1e-3)
+    assert finished["progress"]["characters_done"] == len(text)
+    assert finished["progress"]["sentences_done"] == len(MANY_SENTENCES)
+    assert mp3[:2] in (b"\xff\xfb", b"\xff\xf3", b"\xff\xf2") and len(mp3) > 1000  # MPEG audio frames
+
+
+def test_runner_killed_mid_job_is_replaced_and_the_file_is_unchanged(job_mesh: Mesh, tmp_path: Path) -> None:
+    text = " ".join(reversed(SENTENCES))  # not in the cache yet: the first runner dies mid-synthesis
+    with grpc.insecure_channel(job_mesh.gateway_address) as channel:
+        stub = jobs_pb2_grpc.LongFormSynthesisStub(channel)
+        job = stub.CreateJob(jobs_pb2.CreateJobRequest(text=text, encoding=tts_pb2.LINEAR_PCM))
+        with runner(job_mesh, tmp_path / "first.log") as first:
+            wait_for(job_mesh, job.id, lambda j: j["progress"]["sentences_done"] >= 2)
+            first.process.kill()  # SIGKILL: no shutdown, the job stays claimed by a dead consumer
+            first.process.wait()
+        at_kill = stub.GetJob(jobs_pb2.GetJobRequest(id=job.id))
+        assert at_kill.state == jobs_pb2.JOB_STATE_RUNNING and 2 <= at_kill.sentences_done < len(SENTENCES)
+        with runner(job_mesh, tmp_path / "second.log") as second:
+            wait_for(job_mesh, job.id, lambda j: j["status"] == "succeeded")
+            metrics = second_metrics(job_mesh, second)
+        done = stub.GetJob(jobs_pb2.GetJobRequest(id=job.id))
+        audio = b"".join(chunk.audio for chunk in stub.GetJobAudio(jobs_pb2.GetJobAudioRequest(id=job.id)))
+    assert done.attempts == 2
+    assert metrics["tts_jobs_resumed_total"] == 1
+    # The second runner spoke only what the first had not: resumed at the first unfinished sentence.
+    assert metrics["tts_jobs_audio_seconds_total"] == pytest.approx(done.audio_s - at_kill.audio_s, abs=1e-6)
+    assert np.array_equal(pcm(audio), streamed_pcm(job_mesh, text))
+
+
+def second_metrics(mesh: Mesh, process: ServiceProcess) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{process.metrics_port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    return {sample.name: sample.value for family in text_string_to_metric_families(text) for sample in family.samples if not sample.labels}
+
+
+def test_cancel_stops_the_runner_and_frees_it_for_the_next_job(job_mesh: Mesh, tmp_path: Path) -> None:
+    long_text = " ".join([TEXT] * 4)
+    with runner(job_mesh, tmp_path / "runner.log") as process:
+        _, job = http(job_mesh, "POST", "/v1/audio/jobs", {"input": long_text, "response_format": "wav"})
+        wait_for(job_mesh, job["id"], lambda j: j["progress"]["sentences_done"] >= 1)
+        status, cancelled = http(job_mesh, "DELETE", f"/v1/audio/jobs/{job['id']}")
+        cancelled_at = time.monotonic()
+        assert status == 200 and cancelled["status"] == "cancelled"
+        while finished_cancelled(process) < 1:
+            assert time.monotonic() - cancelled_at < 2.0, "the runner still works on a cancelled job"
+            time.sleep(0.02)
+        stopped_after = http(job_mesh, "GET", f"/v1/audio/jobs/{job['id']}")[1]["progress"]["sentences_done"]
+        _, follow = http(job_mesh, "POST", "/v1/audio/jobs", {"input": SENTENCES[0], "response_format": "flac"})
+        wait_for(job_mesh, follow["id"], lambda j: j["status"] == "succeeded", timeout_s=60)
+        status, audio = http(job_mesh, "GET", f"/v1/audio/jobs/{job['id']}/audio")
+    assert stopped_after < len(SENTENCES) * 4
+    assert status == 409 and "cancelled" in audio["error"]["message"]
+
+
+def finished_cancelled(process: ServiceProcess) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{process.metrics_port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "tts_jobs_finished_total" and sample.labels.get("outcome") == "cancelled":
+                return sample.value
+    return 0.0
+
+
+def test_create_is_idempotent_and_checked(job_mesh: Mesh) -> None:
+    body = {"input": "A short note.", "response_format": "mp3"}
+    first = http(job_mesh, "POST", "/v1/audio/jobs", body, {"Idempotency-Key": "retry-me"})
+    again = http(job_mesh, "POST", "/v1/audio/jobs", body, {"Idempotency-Key": "retry-me"})
+    other = http(job_mesh, "POST", "/v1/audio/jobs", {**body, "input": "Another note."}, {"Idempotency-Key": "retry-me"})
+    too_long = http(job_mesh, "POST", "/v1/audio/jobs", {"input": "a" * 1_000_001})
+    assert first[0] == again[0] == 202 and first[1]["id"] == again[1]["id"]
+    assert other[0] == 409 and first[1]["id"] in other[1]["error"]["message"]
+    assert too_long[0] == 400 and "1000000" in too_long[1]["error"]["message"]
+    with grpc.insecure_channel(job_mesh.gateway_address) as channel:
+        stub = jobs_pb2_grpc.LongFormSynthesisStub(channel)
+        with pytest.raises(grpc.RpcError) as missing:
+            stub.GetJob(jobs_pb2.GetJobRequest(id="no-such-job"))
+        listed = stub.ListJobs(jobs_pb2.ListJobsRequest(page_size=1000))
+        retried = stub.CreateJob(jobs_pb2.CreateJobRequest(text="A short note.", encoding=tts_pb2.MP3, idempotency_key="retry-me"))
+        page = stub.ListJobs(jobs_pb2.ListJobsRequest(page_size=1))
+        cancelled = stub.CancelJob(jobs_pb2.CancelJobRequest(id=retried.id))
+        stub.DeleteJob(jobs_pb2.DeleteJobRequest(id=retried.id))
+        with pytest.raises(grpc.RpcError) as deleted:
+            stub.GetJob(jobs_pb2.GetJobRequest(id=retried.id))
+        queued = stub.CreateJob(jobs_pb2.CreateJobRequest(text="Nobody runs this one."))  # no runner in this test
+        with pytest.raises(grpc.RpcError) as unfinished:
+            list(stub.GetJobAudio(jobs_pb2.GetJobAudioRequest(id=queued.id)))
+        stub.DeleteJob(jobs_pb2.DeleteJobRequest(id=queued.id))
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+    assert first[1]["id"] in [job.id for job in listed.jobs]
+    assert retried.id == first[1]["id"]
+    assert len(page.jobs) == 1 and page.next_page_token == "1"
+    assert cancelled.state == jobs_pb2.JOB_STATE_CANCELLED
+    assert deleted.value.code() == grpc.StatusCode.NOT_FOUND
+    assert unfinished.value.code() == grpc.StatusCode.FAILED_PRECONDITION

@@ -1,0 +1,57 @@
+"""`make run` as a newcomer runs it: the embedded Redis, the three services and the edge start from
+nothing, and the mesh speaks through each door of the edge (gRPC, the HTTP API and the page)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import httpx
+
+from libs.edge.envoy import DEFAULT_EDGE_PORT
+from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
+from tests.support.mesh import free_port
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 240.0
+
+
+def test_make_run_starts_the_mesh_behind_the_edge_and_speaks(tmp_path: Path) -> None:
+    log = (tmp_path / "run.log").open("wb")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("REDIS_URL", None)
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "scripts.run_mesh", "--redis-port", str(free_port())],
+        cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while b"[run] ready" not in (tmp_path / "run.log").read_bytes():
+            assert runner.poll() is None, (tmp_path / "run.log").read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, "make run was not ready in time"
+            time.sleep(0.5)
+        edge = f"127.0.0.1:{DEFAULT_EDGE_PORT}"
+        with grpc.insecure_channel(edge) as channel:
+            request = tts_pb2.SynthesizeRequest(text="Hello from make run.", encoding=tts_pb2.LINEAR_PCM)
+            audio = b"".join(r.audio for r in tts_pb2_grpc.TextToSpeechStub(channel).Synthesize(request, timeout=60))
+        assert len(audio) > 22050  # over half a second of 16-bit speech
+        speech = httpx.post(
+            f"http://{edge}/v1/audio/speech", json={"model": "tts-1", "voice": "alloy", "input": "And over HTTP."}, timeout=60
+        )
+        assert speech.status_code == 200 and speech.headers["content-type"] == "audio/mpeg" and len(speech.content) > 1000
+        page = httpx.get(f"http://{edge}/", timeout=10)
+        assert page.status_code == 200 and "<html" in page.text
+        assert httpx.get(f"http://{edge}/healthz", timeout=10).status_code == 200
+    finally:
+        os.killpg(runner.pid, signal.SIGINT)
+        try:
+            runner.wait(timeout=60)
+        finally:
+            if runner.poll() is None:
+                os.killpg(runner.pid, signal.SIGKILL)
+    assert runner.returncode == 0, (tmp_path / "run.log").read_text(errors="replace")[-3000:]

@@ -1,0 +1,75 @@
+"""The web page in a real headless Chromium, served and proxied by the real edge in front of the real
+mesh: it speaks a sentence over grpc-web, the audio reaches Web Audio as it arrives and plays, each
+word is highlighted in order while it is spoken, and the console stays clean."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from libs.edge.envoy import EdgeSettings
+from libs.edge.process import EdgeProcess
+from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
+from tests.support.mesh import Mesh, free_port
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (`apt-get install chromium`; .ci/run installs it)")
+TEXT = "Every word lights up while it is spoken."
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--autoplay-policy=no-user-gesture-required",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def page_url(mesh: Mesh) -> Iterator[str]:
+    port = free_port()
+    settings = EdgeSettings(
+        port=port, admin_port=free_port(), gateway_grpc_port=int(mesh.gateway_address.rsplit(":", 1)[1]),
+        gateway_http_port=mesh.http_port, cors_origins=(f"http://127.0.0.1:{port}",), access_log=False,
+    )  # fmt: skip
+    with EdgeProcess(settings):
+        yield f"http://127.0.0.1:{port}/"
+
+
+def _grpc_words_and_samples(mesh: Mesh) -> tuple[list[str], int]:
+    with grpc.insecure_channel(mesh.gateway_address) as channel:
+        stub = tts_pb2_grpc.TextToSpeechStub(channel)
+        responses = list(stub.Synthesize(tts_pb2.SynthesizeRequest(text=TEXT, encoding=tts_pb2.FLOAT_PCM), timeout=60))
+    words = [word.text for response in responses if response.HasField("sentence") for word in response.sentence.words]
+    return words, sum(len(response.audio) for response in responses) // 4
+
+
+def test_the_page_speaks_plays_and_highlights_every_word(mesh: Mesh, page_url: str) -> None:
+    from playwright.sync_api import sync_playwright
+
+    expected_words, expected_samples = _grpc_words_and_samples(mesh)
+    problems: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.on("console", lambda message: problems.append(message.text) if message.type == "error" else None)
+            page.on("pageerror", lambda error: problems.append(str(error)))
+            page.goto(page_url)
+            page.wait_for_function("document.querySelectorAll('#voice option').length > 0", timeout=30_000)
+            page.fill("#text", TEXT)
+            page.click("#speak")
+            page.wait_for_function("window.ttsPage.done || window.ttsPage.error", timeout=60_000)
+            state = page.evaluate("window.ttsPage")
+            assert state["error"] is None, state["error"]
+            assert state["firstAudioMs"] is not None and state["firstAudioMs"] > 0
+            assert state["samplesScheduled"] == expected_samples  # every sample reached Web Audio
+            # Wait for playback to pass the last word; every word lit up once, in order.
+            page.wait_for_function("window.ttsPage.wordsShown.length >= window.ttsPage.words.length", timeout=30_000)
+            state = page.evaluate("window.ttsPage")
+            assert [word["text"] for word in state["words"]] == expected_words
+            assert state["wordsShown"] == expected_words
+            status = page.text_content("#status") or ""
+            assert "First audio after" in status
+        finally:
+            browser.close()
+    assert not problems, problems

@@ -1,0 +1,105 @@
+"""The HTTP door's own armour: a cap on the requests one client has open at once (429 past it, other
+clients unaffected, the slot freed when the response ends), and TLS when it is given a certificate
+(plaintext otherwise), served by a real uvicorn on a real port."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from pathlib import Path
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+from libs.devmesh.certs import make_mesh_tls
+from libs.serving.http import HttpListener, HttpTls
+from libs.serving.http_limits import ClientRequestLimit
+from tests.support.mesh import free_port
+
+
+def _held_app(release: asyncio.Event) -> Starlette:
+    async def speak(request: Request) -> PlainTextResponse:
+        await release.wait()
+        return PlainTextResponse("audio")
+
+    return Starlette(routes=[Route("/v1/audio/speech", speak, methods=["POST"])])
+
+
+async def _post_all(app: ClientRequestLimit, client: str, count: int) -> list[asyncio.Task[httpx.Response]]:
+    transport = httpx.ASGITransport(app=app, client=(client, 40000))
+    http = httpx.AsyncClient(transport=transport, base_url="http://door")
+    return [asyncio.create_task(http.post("/v1/audio/speech", json={})) for _ in range(count)]
+
+
+async def test_one_client_past_its_limit_gets_429_while_another_client_is_served() -> None:
+    release = asyncio.Event()
+    limited = ClientRequestLimit(_held_app(release), max_per_client=3)
+    greedy = await _post_all(limited, "10.0.0.7", 5)
+    await asyncio.sleep(0.2)
+    refused = [task.result() for task in greedy if task.done()]
+    waiting = [task for task in greedy if not task.done()]
+    assert [response.status_code for response in refused] == [429, 429]
+    assert refused[0].headers["retry-after"] == "1" and refused[0].json()["error"]["code"] == "client_limit"
+    assert limited.open_requests("ipv4:10.0.0.7") == 3
+    other = await _post_all(limited, "10.0.0.8", 1)
+    await asyncio.sleep(0.1)
+    assert limited.open_requests("ipv4:10.0.0.8") == 1  # admitted, not refused
+    release.set()
+    served = await asyncio.gather(*waiting, *other)
+    assert [response.status_code for response in served] == [200] * 4
+    assert limited.open_requests("ipv4:10.0.0.7") == 0 and limited.open_requests("ipv4:10.0.0.8") == 0
+
+
+async def test_a_freed_slot_admits_the_next_request() -> None:
+    release = asyncio.Event()
+    release.set()
+    limited = ClientRequestLimit(_held_app(release), max_per_client=1)
+    for _ in range(3):  # one at a time: never over the limit
+        (task,) = await _post_all(limited, "10.0.0.9", 1)
+        assert (await task).status_code == 200
+
+
+async def _speak_over(listener: HttpListener, url: str, **client_options: object) -> httpx.Response:
+    await listener.start()
+    try:
+        async with httpx.AsyncClient(timeout=10, **client_options) as client:  # type: ignore[arg-type]
+            return await client.post(url, json={})
+    finally:
+        await listener.stop()
+
+
+async def test_the_door_speaks_plain_http_without_a_certificate() -> None:
+    release = asyncio.Event()
+    release.set()
+    port = free_port()
+    listener = HttpListener(_held_app(release), "127.0.0.1", port, max_requests_per_client=2)
+    assert listener.scheme == "http"
+    response = await _speak_over(listener, f"http://127.0.0.1:{port}/v1/audio/speech")
+    assert response.status_code == 200 and response.text == "audio"
+
+
+async def test_the_door_speaks_only_tls_with_a_certificate(tmp_path: Path) -> None:
+    release = asyncio.Event()
+    release.set()
+    public = make_mesh_tls(tmp_path / "public")  # its worker certificate names 127.0.0.1
+    tls = HttpTls(str(public.worker_cert), str(public.worker_key))
+    port = free_port()
+    listener = HttpListener(_held_app(release), "127.0.0.1", port, tls=tls)
+    assert listener.scheme == "https"
+    await listener.start()
+    try:
+        trusting = ssl.create_default_context(cafile=str(public.ca))
+        async with httpx.AsyncClient(timeout=10, verify=trusting) as client:
+            response = await client.post(f"https://127.0.0.1:{port}/v1/audio/speech", json={})
+        assert response.status_code == 200 and response.text == "audio"
+        async with httpx.AsyncClient(timeout=10) as client:
+            with pytest.raises(httpx.HTTPError):  # plaintext to a TLS port: no HTTP answer
+                await client.post(f"http://127.0.0.1:{port}/v1/audio/speech", json={})
+            with pytest.raises(httpx.ConnectError):  # a client that does not trust the door's CA
+                await client.post(f"https://127.0.0.1:{port}/v1/audio/speech", json={})
+    finally:
+        await listener.stop()

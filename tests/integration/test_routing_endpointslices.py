@@ -1,0 +1,204 @@
+"""Kubernetes discovery: EndpointSlices become pods with their zone, ready and terminating honoured.
+
+`snapshot_of_slices` is checked on slices as the API server writes them. End to end, lightkube's
+real async client lists and watches a small API server over real HTTP (it serves the EndpointSlice
+list and watch endpoints from a dict, which is all the gateway reads), and the real WorkerPool opens
+a channel and a health Watch to each pod: grpc.health.v1 servers on 127.0.0.x, one per pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import pytest
+import uvicorn
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from lightkube import AsyncClient, KubeConfig
+from lightkube.config.models import Cluster, User
+from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+from libs.routing.endpoints import Endpoint, parse_endpoint
+from libs.routing.kubernetes import EndpointSliceDiscovery, snapshot_of_slices
+from libs.upstream.pool import WorkerPool
+from libs.upstream.settings import UpstreamSettings
+from tests.support.faults.toy_mesh import wait_until
+
+NAMESPACE = "tts"
+TARGET = parse_endpoint("zone-a=acoustic:50052", "acoustic")
+
+
+def _slice(name: str, pods: list[dict[str, Any]], port: int = 50052, service: str = "acoustic") -> dict[str, Any]:
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"kubernetes.io/service-name": service}},
+        "addressType": "IPv4",
+        "ports": [{"name": "grpc", "port": port, "protocol": "TCP"}],
+        "endpoints": pods,
+    }
+
+
+def _pod(ip: str, zone: str, *, ready: bool = True, serving: bool = True, terminating: bool = False) -> dict[str, Any]:
+    return {"addresses": [ip], "zone": zone, "conditions": {"ready": ready, "serving": serving, "terminating": terminating}}
+
+
+def test_ready_pods_are_live_terminating_and_unready_ones_drain_and_each_keeps_its_zone() -> None:
+    slices = [
+        _slice("acoustic-1", [_pod("10.0.0.1", "zone-a"), _pod("10.0.0.2", "zone-b", ready=False, terminating=True)]),
+        _slice("acoustic-2", [_pod("10.0.0.3", "zone-c", ready=False), {"addresses": ["10.0.0.4"], "conditions": {}}]),
+    ]
+    snapshot = snapshot_of_slices(TARGET, slices)
+    assert snapshot.live == {
+        Endpoint("zone-a", "10.0.0.1:50052", "acoustic"),
+        Endpoint("zone-a", "10.0.0.4:50052", "acoustic"),  # no zone in the slice: the target's; ready unset: ready
+    }
+    assert snapshot.draining == {Endpoint("zone-b", "10.0.0.2:50052", "acoustic"), Endpoint("zone-c", "10.0.0.3:50052", "acoustic")}
+
+
+def test_a_slice_of_another_port_or_address_type_adds_no_pod() -> None:
+    other_port = _slice("a", [_pod("10.0.0.1", "zone-a")], port=9102)
+    other_port["ports"].append({"name": "metrics", "port": 9103, "protocol": "TCP"})
+    fqdn = {**_slice("b", [_pod("10.0.0.2", "zone-a")]), "addressType": "FQDN"}
+    assert snapshot_of_slices(TARGET, [other_port, fqdn]).live == frozenset()
+    # A single port that differs (a Service whose targetPort is not its port) is the pods' port.
+    only = _slice("c", [_pod("10.0.0.5", "zone-a")], port=8443)
+    assert snapshot_of_slices(TARGET, [only]).live == {Endpoint("zone-a", "10.0.0.5:8443", "acoustic")}
+
+
+class FakeApiServer:
+    """The EndpointSlice list and watch of one namespace, over HTTP, from `slices`."""
+
+    def __init__(self) -> None:
+        self.slices: dict[str, dict[str, Any]] = {}
+        self.version = 1
+        self.watches: list[asyncio.Queue[dict[str, Any] | None]] = []
+        self.watch_versions: list[str | None] = []
+        path = f"/apis/discovery.k8s.io/v1/namespaces/{NAMESPACE}/endpointslices"
+        self.app = Starlette(routes=[Route(path, self._endpointslices)])
+
+    def apply(self, endpoint_slice: dict[str, Any], event: str = "MODIFIED") -> None:
+        self.version += 1
+        endpoint_slice["metadata"]["resourceVersion"] = str(self.version)
+        name = endpoint_slice["metadata"]["name"]
+        if event == "DELETED":
+            self.slices.pop(name, None)
+        else:
+            event = event if name in self.slices else "ADDED"
+            self.slices[name] = endpoint_slice
+        for queue in self.watches:
+            queue.put_nowait({"type": event, "object": endpoint_slice})
+
+    async def _endpointslices(self, request: Request) -> Any:
+        selector = request.query_params.get("labelSelector", "")
+        wanted = dict(part.split("=", 1) for part in selector.split(",") if part)
+
+        def matches(endpoint_slice: dict[str, Any]) -> bool:
+            labels = endpoint_slice["metadata"]["labels"]
+            return all(labels.get(key) == value for key, value in wanted.items())
+
+        if request.query_params.get("watch") not in ("true", "1"):
+            items = [item for item in self.slices.values() if matches(item)]
+            body = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSliceList", "metadata": {"resourceVersion": str(self.version)}, "items": items}
+            return JSONResponse(body)
+        self.watch_versions.append(request.query_params.get("resourceVersion"))
+        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self.watches.append(queue)
+
+        async def events() -> AsyncIterator[bytes]:
+            while (event := await queue.get()) is not None:
+                if matches(event["object"]):
+                    yield (json.dumps(event) + "\n").encode()
+
+        return StreamingResponse(events(), media_type="application/json")
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+async def api_server() -> AsyncIterator[tuple[FakeApiServer, str]]:
+    fake = FakeApiServer()
+    port = _free_port("127.0.0.1")
+    server = uvicorn.Server(uvicorn.Config(fake.app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    task = asyncio.create_task(server.serve())
+    await wait_until(lambda: server.started, timeout_s=10)
+    yield fake, f"http://127.0.0.1:{port}"
+    for queue in fake.watches:
+        queue.put_nowait(None)
+    server.should_exit = True
+    await task
+
+
+async def _health_server(ip: str, port: int) -> grpc.aio.Server:
+    server = grpc.aio.server()
+    servicer = health.aio.HealthServicer()
+    await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    server.add_insecure_port(f"{ip}:{port}")
+    await server.start()
+    return server
+
+
+async def test_gateway_follows_endpointslices_adding_ready_pods_and_draining_terminating_ones(
+    api_server: tuple[FakeApiServer, str],
+) -> None:
+    fake, url = api_server
+    port = _free_port("127.0.0.41")
+    ips = ["127.0.0.41", "127.0.0.42", "127.0.0.43"]
+    servers = [await _health_server(ip, port) for ip in ips]
+    fake.apply(_slice("acoustic-x", [_pod(ips[0], "zone-a"), _pod(ips[1], "zone-b")], port=port))
+    upstream = UpstreamSettings(
+        acoustic=(parse_endpoint(f"zone-a=acoustic:{port}", "acoustic"),),
+        vocoder=(parse_endpoint(f"zone-a=vocoder:{port}", "vocoder"),),
+        discovery="kubernetes",
+    )
+
+    def client() -> AsyncClient:
+        config = KubeConfig.from_one(cluster=Cluster(server=url), user=User(token="gateway-token"), namespace=NAMESPACE)
+        return AsyncClient(config=config, trust_env=False)
+
+    pool = WorkerPool(
+        upstream, "zone-a", registry=CollectorRegistry(),
+        discovery=lambda targets, publish: EndpointSliceDiscovery(targets, publish, NAMESPACE, client_factory=client),
+    )  # fmt: skip
+    table = pool.table("acoustic")
+    pod = {ip: Endpoint(zone, f"{ip}:{port}", "acoustic") for ip, zone in zip(ips, ["zone-a", "zone-b", "zone-a"], strict=False)}
+    pool.start()
+    try:
+        # Listed first: a channel and a Watch per pod, each in the zone its slice names.
+        await wait_until(lambda: all(table.tracks(pod[ip]) and table.is_available(pod[ip]) for ip in ips[:2]), timeout_s=10)
+        assert {status.endpoint for status in table.statuses()} == {pod[ips[0]], pod[ips[1]]}
+        assert fake.watch_versions and fake.watch_versions[0] is not None  # the watch starts where the list ended
+        # A new ready pod is added from the watch.
+        fake.apply(_slice("acoustic-x", [_pod(ips[0], "zone-a"), _pod(ips[1], "zone-b"), _pod(ips[2], "zone-a")], port=port))
+        await wait_until(lambda: table.tracks(pod[ips[2]]) and table.is_available(pod[ips[2]]), timeout_s=5)
+        # A terminating pod takes no new stream while one of its streams is still running...
+        table.stream_started(pod[ips[0]])
+        fake.apply(_slice("acoustic-x", [_pod(ips[0], "zone-a", ready=False, terminating=True), _pod(ips[1], "zone-b"), _pod(ips[2], "zone-a")], port=port))
+        await wait_until(lambda: table.status(pod[ips[0]]).draining, timeout_s=5)
+        assert not table.is_available(pod[ips[0]])
+        await pool.reap()
+        assert table.tracks(pod[ips[0]])  # ...and stays known until that stream ends
+        table.stream_finished(pod[ips[0]])
+        assert pod[ips[0]] in await pool.reap()
+        # A deleted slice drains its pods.
+        fake.apply(_slice("acoustic-x", [], port=port), event="DELETED")
+        await wait_until(lambda: all(table.status(pod[ip]).draining for ip in ips[1:]), timeout_s=5)
+        assert set(await pool.reap()) == {pod[ips[1]], pod[ips[2]]}
+        assert table.statuses() == []
+    finally:
+        await pool.close()
+        for server in servers:
+            await server.stop(None)

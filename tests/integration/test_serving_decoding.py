@@ -1,0 +1,77 @@
+"""A request whose bytes do not parse gets INVALID_ARGUMENT naming what is wrong, from any server that
+registers the generated stubs (the workers), not gRPC's UNKNOWN with a parser's exception."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+
+from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
+from libs.pb.tts.common.v1 import mel_pb2
+from libs.serving.decoding import RequestDecodingInterceptor
+
+BAD_UTF8_VOICE = b"\x22\x02\xc3\x28"  # field 4 (voice), two bytes that are not UTF-8
+CORRUPT = b"\x1a\xff\xff\xff\x0f"  # a length that runs far past the message
+
+
+class _Acoustic(acoustic_pb2_grpc.AcousticServicer):
+    async def SynthesizeMel(
+        self, request_iterator: AsyncIterator[acoustic_pb2.SentenceRequest], context
+    ) -> AsyncIterator[mel_pb2.MelSlices]:
+        async for request in request_iterator:
+            yield mel_pb2.MelSlices(slices=[mel_pb2.MelSlice(utterance_id=request.utterance_id)])
+
+    async def GetModelInfo(self, request: acoustic_pb2.GetModelInfoRequest, context) -> acoustic_pb2.ModelInfo:
+        return acoustic_pb2.ModelInfo(model_version="v1")
+
+
+@pytest.fixture()
+async def address() -> AsyncIterator[str]:
+    server = grpc.aio.server(interceptors=[RequestDecodingInterceptor()])
+    acoustic_pb2_grpc.add_AcousticServicer_to_server(_Acoustic(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        await server.stop(None)
+
+
+async def _stream(address: str, messages: list[bytes]) -> list[bytes] | grpc.aio.AioRpcError:
+    async with grpc.aio.insecure_channel(address) as channel:
+        try:
+            return [
+                answer
+                async for answer in channel.stream_stream("/tts.acoustic.v1.Acoustic/SynthesizeMel")(iter(messages), timeout=10)
+            ]
+        except grpc.aio.AioRpcError as error:
+            return error
+
+
+async def test_a_string_field_that_is_not_utf8_is_invalid_argument_naming_the_field(address: str) -> None:
+    good = acoustic_pb2.SentenceRequest(utterance_id="u").SerializeToString()
+    outcome = await _stream(address, [good, BAD_UTF8_VOICE])
+    assert isinstance(outcome, grpc.aio.AioRpcError)
+    assert outcome.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "field `voice` is not valid UTF-8: byte 0xc3" in outcome.details()
+
+
+async def test_corrupt_bytes_are_invalid_argument_for_streams_and_unary_calls(address: str) -> None:
+    outcome = await _stream(address, [CORRUPT])
+    assert isinstance(outcome, grpc.aio.AioRpcError) and outcome.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "not a valid tts.acoustic.v1.SentenceRequest" in outcome.details()
+    async with grpc.aio.insecure_channel(address) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await channel.unary_unary("/tts.acoustic.v1.Acoustic/GetModelInfo")(CORRUPT, timeout=10)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_valid_requests_pass_untouched(address: str) -> None:
+    outcome = await _stream(address, [acoustic_pb2.SentenceRequest(utterance_id="kept").SerializeToString()])
+    assert not isinstance(outcome, grpc.aio.AioRpcError)
+    assert mel_pb2.MelSlices.FromString(outcome[0]).slices[0].utterance_id == "kept"
+    async with grpc.aio.insecure_channel(address) as channel:
+        info = await channel.unary_unary("/tts.acoustic.v1.Acoustic/GetModelInfo")(b"", timeout=10)
+    assert acoustic_pb2.ModelInfo.FromString(info).model_version == "v1"

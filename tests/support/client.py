@@ -1,0 +1,56 @@
+"""A small blocking client for the public API, recording what arrived and when."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import grpc
+import numpy as np
+
+from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
+
+
+@dataclass
+class Spoken:
+    """Everything one call returned."""
+
+    responses: list[tts_pb2.SynthesizeResponse]
+    first_audio_s: float
+    """Seconds from the call to the first non-empty audio piece."""
+    total_s: float
+    """Seconds from the call to the end of the stream."""
+
+    @property
+    def samples(self) -> np.ndarray:
+        """All audio as float in [-1, 1] (LINEAR_PCM responses)."""
+        pcm = b"".join(response.audio for response in self.responses)
+        return np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32767.0
+
+    @property
+    def sample_rate_hz(self) -> int:
+        return self.responses[0].sample_rate_hz
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.samples) / self.sample_rate_hz
+
+
+def collect(stream: Iterable[tts_pb2.SynthesizeResponse], started: float) -> Spoken:
+    """Drain a response stream, timing the first audio."""
+    responses: list[tts_pb2.SynthesizeResponse] = []
+    first_audio_s = float("nan")
+    for response in stream:
+        if response.audio and not responses:
+            first_audio_s = time.monotonic() - started
+        responses.append(response)
+    return Spoken(responses, first_audio_s, time.monotonic() - started)
+
+
+def synthesize(address: str, text: str, timeout_s: float = 120.0, **fields: object) -> Spoken:
+    """One Synthesize call."""
+    with grpc.insecure_channel(address) as channel:
+        stub = tts_pb2_grpc.TextToSpeechStub(channel)
+        started = time.monotonic()
+        return collect(stub.Synthesize(tts_pb2.SynthesizeRequest(text=text, **fields), timeout=timeout_s), started)

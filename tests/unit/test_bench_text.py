@@ -1,0 +1,41 @@
+"""`make bench-text`: its README section is what it wrote, and on the held-out written forms our
+front end reads at most a third of piper-tts's phoneme errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.text_front_end import (
+    WRITTEN_FORMS,
+    WRITTEN_FORMS_HELD_OUT,
+    load_written_forms,
+    our_front_end,
+    phoneme_error_rate,
+    piper_front_end,
+)
+from scripts import render_docs
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_readme_text_bench_section_is_what_bench_text_md_renders_to() -> None:
+    begin, end = render_docs.markers("text-bench")
+    readme = README.read_text(encoding="utf-8")
+    assert begin in readme and end in readme, "README.md lost its text-bench markers"
+    in_readme = readme.split(begin, 1)[1].split(end, 1)[0]
+    assert in_readme == render_docs._without_title(render_docs.TEXT_RESULTS.read_text(encoding="utf-8"))
+
+
+def test_the_written_form_set_is_large_enough() -> None:
+    forms = load_written_forms(WRITTEN_FORMS) + load_written_forms(WRITTEN_FORMS_HELD_OUT)
+    assert len(forms) >= 300
+    assert all(form.spoken and all(spoken.strip() for spoken in form.spoken) for form in forms)
+
+
+def test_held_out_phoneme_error_rate_is_at_most_a_third_of_piper_tts() -> None:
+    forms = load_written_forms(WRITTEN_FORMS_HELD_OUT)
+    piper = piper_front_end()
+    ours, _ = phoneme_error_rate(forms, our_front_end(), piper)
+    theirs, _ = phoneme_error_rate(forms, piper, piper)
+    assert theirs.rate > 0.1  # the set does hold forms espeak-ng reads wrongly
+    assert ours.rate <= theirs.rate / 3

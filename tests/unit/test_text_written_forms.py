@@ -1,0 +1,122 @@
+"""Written forms read as a person says them (libs.text.normalizer): each kind, the bounds, and that
+plain words pass through untouched."""
+
+from __future__ import annotations
+
+import pytest
+
+from libs.text.normalizer import MAX_EXPANSION, expand_written_forms, numbers
+
+
+@pytest.mark.parametrize(
+    ("digits", "words"),
+    [
+        ("0", "zero"),
+        ("7", "seven"),
+        ("13", "thirteen"),
+        ("40", "forty"),
+        ("42", "forty-two"),
+        ("100", "one hundred"),
+        ("101", "one hundred one"),
+        ("1000", "one thousand"),
+        ("1234", "one thousand two hundred thirty-four"),
+        ("1000000", "one million"),
+        ("2500000", "two million five hundred thousand"),
+        ("7000000000", "seven billion"),
+    ],
+)
+def test_cardinals(digits: str, words: str) -> None:
+    assert numbers.cardinal(digits) == words
+
+
+@pytest.mark.parametrize(
+    ("digits", "words"),
+    [("1", "first"), ("2", "second"), ("3", "third"), ("5", "fifth"), ("12", "twelfth"), ("20", "twentieth"),
+     ("21", "twenty-first"), ("100", "one hundredth"), ("73", "seventy-third")],
+)  # fmt: skip
+def test_ordinals(digits: str, words: str) -> None:
+    assert numbers.ordinal(digits) == words
+
+
+@pytest.mark.parametrize(
+    ("digits", "words"),
+    [("1066", "ten sixty-six"), ("1900", "nineteen hundred"), ("1905", "nineteen oh five"), ("1999", "nineteen ninety-nine"),
+     ("2000", "two thousand"), ("2005", "two thousand five"), ("2010", "twenty ten"), ("2026", "twenty twenty-six")],
+)  # fmt: skip
+def test_years(digits: str, words: str) -> None:
+    assert numbers.year(digits) == words
+
+
+def test_a_number_past_fifteen_digits_is_read_digit_by_digit() -> None:
+    assert numbers.cardinal("1234567890123456") == "one two three four five six seven eight nine zero one two three four five six"
+
+
+@pytest.mark.parametrize(
+    ("written", "spoken"),
+    [
+        ("It costs $3.50.", "It costs three dollars fifty."),
+        ("Gum is $0.99 here.", "Gum is ninety-nine cents here."),
+        ("They raised $2.5 million.", "They raised two point five million dollars."),
+        ("It was €4.99 or £5 or ¥500.", "It was four euros ninety-nine or five pounds or five hundred yen."),
+        ("We paid 100 USD.", "We paid one hundred dollars."),
+        ("Her birthday is 12/25/2026.", "Her birthday is December twenty-fifth, twenty twenty-six."),
+        ("Due 2024-01-05.", "Due January fifth, twenty twenty-four."),
+        ("See you Jan. 15th then.", "See you January fifteenth then."),
+        ("We met on March 3, 1985.", "We met on March third, nineteen eighty-five."),
+        ("The train leaves at 9:05 sharp.", "The train leaves at nine oh five sharp."),
+        ("It starts at 10:30 a.m. today.", "It starts at ten thirty a.m. today."),
+        ("Call me at 3pm.", "Call me at three p.m."),
+        ("World War II ended in 1945.", "World War two ended in nineteen forty-five."),
+        ("Henry VIII had six wives.", "Henry the eighth had six wives."),
+        ("Read Chapter IV tonight.", "Read Chapter four tonight."),
+        ("Add 1/2 cup of milk.", "Add one half cup of milk."),
+        ("Pour 1 1/2 cups.", "Pour one and a half cups."),
+        ("I ran 10 km in 42 min.", "I ran ten kilometers in forty-two minutes."),
+        ("The file is 250 MB.", "The file is two hundred fifty megabytes."),
+        ("It is 1 km away.", "It is one kilometer away."),
+        ("Today is 72°F.", "Today is seventy-two degrees Fahrenheit."),
+        ("Turn to p. 5, para. 3.", "Turn to page five, paragraph three."),
+        ("Sales rose 12%.", "Sales rose twelve percent."),
+        ("It was -5 outside.", "It was minus five outside."),
+        ("Pi is about 3.14.", "Pi is about three point one four."),
+        ("She came 2nd.", "She came second."),
+        ("It was popular in the 1990s.", "It was popular in the nineteen nineties."),
+        ("Call 555-0123 now.", "Call five five five, zero one two three now."),
+        ("Mail info@example.com today.", "Mail info at example dot com today."),
+        ("Go to www.python.org now.", "Go to W W W dot python dot org now."),
+        ("Dr. Smith lives on Elm St. Then he left.", "Doctor Smith lives on Elm Street. Then he left."),
+        ("St. Mary's church.", "Saint Mary's church."),
+        ("Apples, pears, etc. are fine.", "Apples, pears, et cetera are fine."),
+        ("Read pages 5-10 tonight.", "Read pages five to ten tonight."),
+        ("The ratio was 3:1.", "The ratio was three to one."),
+        ("Tom & Jerry.", "Tom and Jerry."),
+        ("It is item #5.", "It is item number five."),
+        ("Version 2.1.3 is out.", "Version two point one point three is out."),
+    ],
+)
+def test_written_forms_become_spoken_words(written: str, spoken: str) -> None:
+    assert expand_written_forms(written) == spoken
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The quick brown fox jumps over the lazy dog.",
+        "I have a dream, she said, and he listened.",
+        "MP3 players and COVIDs are words with digits inside.",
+        "A line\nbroken in two.\n\nA new paragraph.",
+    ],
+)
+def test_text_without_written_forms_is_unchanged(text: str) -> None:
+    assert expand_written_forms(text) == text
+
+
+def test_an_abbreviation_that_ends_a_sentence_keeps_the_full_stop() -> None:
+    assert expand_written_forms("We sell pens, paper, etc. Then we close.") == "We sell pens, paper, et cetera. Then we close."
+
+
+def test_expansion_is_bounded_per_character_on_hostile_text() -> None:
+    hostile = "9" * 40 + " " + "1," * 300 + " " + "$1.0" * 200 + " " + "a@b." * 300 + " " + "12/12/12 " * 100
+    spoken = expand_written_forms(hostile)
+    assert len(spoken) <= MAX_EXPANSION * len(hostile)
+    assert spoken.startswith("nine nine nine nine")  # forty digits: read one by one, not as a number
