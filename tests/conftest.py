@@ -15,6 +15,8 @@ because model loading takes seconds.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -24,10 +26,15 @@ import torch
 
 from libs.devmesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from libs.models.piper_import import PiperVoiceModels, load_piper_voice
+from libs.scheduling.ledger import LEDGER_DIR_ENV
 from libs.text.phonemizer_pool import PhonemizerPool
 from tests.support.mesh import Mesh, free_port
 
 LAYERS = ("unit", "integration", "e2e")
+
+# Processes that share a CPU budget find each other in a ledger (libs.scheduling.ledger): the suite's
+# meshes get one of their own, apart from anything else running on this machine.
+os.environ.setdefault(LEDGER_DIR_ENV, tempfile.mkdtemp(prefix="tts-test-ledger-"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -3,10 +3,11 @@
 A worker that takes a stream it cannot serve makes every stream on it slower and may run out of
 memory. It refuses at stream start instead, with RESOURCE_EXHAUSTED and a `grpc-retry-pushback-ms`
 hint, and the gateway reroutes. The limits: open streams, inference queue depth, process resident
-memory (CPU) and free GPU memory (CUDA devices), and real-time capacity: a stream whose listener
-would push the demand (one audio second per second per open stream) past `--realtime-headroom` of
-the worker's measured capacity is refused, so the streams already admitted keep playing without
-gaps. Each is a setting; 0 switches a limit off.
+memory (CPU) and free GPU memory (CUDA devices), and real time. The gateway admits a listener only
+when the listeners it already serves keep playing (libs.synthesis.admission, by their buffers); the
+worker is the backstop for what no one gateway sees: it refuses when its most urgent step is already
+late to start, and when its streams exceed `--realtime-overcommit` times what it makes in real time
+(libs.scheduling.capacity). Each is a setting; 0 switches a limit off.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from typing import Final
 
 import grpc
 
-from libs.serving.scheduling import RealtimeMeter
+from libs.scheduling.scheduler import Scheduler
 from libs.settings.fields import setting
 from libs.wire.headers import (
+    GATEWAY_METADATA_KEY,
     MODEL_VERSION_METADATA_KEY,
     PUSHBACK_METADATA_KEY,
     STREAM_ACCEPTED_METADATA,
@@ -43,9 +45,12 @@ DEFAULT_MAX_RSS_MB: Final = 0
 DEFAULT_MIN_FREE_GPU_MB: Final = 512
 # About one chunk's compute on a busy worker: long enough for a stream to finish or a queue to drain.
 DEFAULT_PUSHBACK_MS: Final = 200
-# Capacity is measured while busy and steps vary with sentence length: a tenth is kept in reserve so
-# the admitted streams' first steps and slow sentences still fit.
+# The share of the real-time capacity that listeners may need: a tenth stays for what the cost model
+# does not see coming (a longer sentence, another process on the cores).
 DEFAULT_REALTIME_HEADROOM: Final = 0.9
+# Streams with audio buffered need less than one audio second per second for a while, so the gateway
+# may hold more streams than the capacity; twice it is what no buffer covers for long.
+DEFAULT_REALTIME_OVERCOMMIT: Final = 2.0
 
 _MIB: Final = 1024 * 1024
 
@@ -76,7 +81,12 @@ class AdmissionSettings:
     )  # fmt: skip
     realtime_capacity: float = setting(
         0.0, env="TTS_REALTIME_CAPACITY", unit="audio s per s", minimum=0,
-        doc="the worker's real-time capacity, if known; 0 measures it while serving",
+        doc="the worker's real-time capacity, if known; 0 computes it from its CPU budget and measured costs",
+    )  # fmt: skip
+    realtime_overcommit: float = setting(
+        DEFAULT_REALTIME_OVERCOMMIT, env="TTS_REALTIME_OVERCOMMIT", unit="ratio", minimum=1,
+        doc="streams a worker holds, as a multiple of the usable real-time capacity, before it refuses new ones "
+        "(the gateway admits by its listeners' buffers; this is the backstop)",
     )  # fmt: skip
     pushback_ms: int = setting(
         DEFAULT_PUSHBACK_MS, env="TTS_OVERLOAD_PUSHBACK_MS", unit="ms", minimum=0,
@@ -112,8 +122,12 @@ def refusal_reason(
     rss_mb: float,
     free_gpu_mb: float | None,
     capacity_audio_s_per_s: float = 0.0,
+    behind_s: float = 0.0,
+    step_s: float = 0.0,
 ) -> str | None:
-    """Why a new stream must be refused given the worker's state, or None to admit it."""
+    """Why a new stream must be refused given the worker's state, or None to admit it: `behind_s` is
+    how late the most urgent waiting step is to start, `step_s` what one step takes now (0: not known,
+    and then lateness is not judged)."""
     if settings.max_streams and open_streams >= settings.max_streams:
         return f"{open_streams} streams open (limit {settings.max_streams})"
     if settings.max_queue_depth and queue_depth >= settings.max_queue_depth:
@@ -122,14 +136,16 @@ def refusal_reason(
         return f"process memory {rss_mb:.0f} MiB is above {settings.max_rss_mb} MiB"
     if settings.min_free_gpu_mb and free_gpu_mb is not None and free_gpu_mb < settings.min_free_gpu_mb:
         return f"free GPU memory {free_gpu_mb:.0f} MiB is below {settings.min_free_gpu_mb} MiB"
+    if open_streams == 0 or not settings.realtime_headroom:
+        return None  # a worker serving no stream always takes one: there is nothing to protect
+    if step_s > 0 and behind_s > step_s:
+        return f"its most urgent step is {behind_s * 1000:.0f} ms late to start: the listeners it serves would run dry"
     usable = capacity_audio_s_per_s * settings.realtime_headroom
-    # A worker serving no stream always takes one: refusing it could only leave the capacity estimate
-    # where a bad window (a loaded machine, work that made no audio) put it, with no stream to
-    # measure a better one.
-    if usable > 0 and open_streams > 0 and open_streams + 1 > usable:
+    most = usable * settings.realtime_overcommit
+    if usable > 0 and open_streams + 1 > most:
         return (
-            f"{open_streams + 1} streams would need {open_streams + 1} audio s per s; the worker makes "
-            f"{capacity_audio_s_per_s:.1f} and admits up to {settings.realtime_headroom:.0%} of that"
+            f"{open_streams + 1} streams would be {settings.realtime_overcommit:g} times more than the "
+            f"{usable:.1f} audio s per s it makes for listeners"
         )
     return None
 
@@ -142,12 +158,14 @@ class Admission:
         settings: AdmissionSettings,
         rss_mb: Callable[[], float] = process_rss_mb,
         gpu_free_mb: Callable[[str], float | None] = free_gpu_mb,
-        meter: RealtimeMeter | None = None,
+        scheduler: Scheduler | None = None,
     ) -> None:
         self.settings = settings
         self.open_streams = 0
-        self.meter = meter
-        """Where the measured real-time capacity comes from (None: only a pinned `realtime_capacity` counts)."""
+        self.by_gateway: dict[str, int] = {}
+        """Open streams per opening gateway's id ("" for a caller that named none)."""
+        self.scheduler = scheduler
+        """Where the real-time capacity and lateness come from (None: only a pinned `realtime_capacity` counts)."""
         self._rss_mb = rss_mb
         self._gpu_free_mb = gpu_free_mb
 
@@ -165,6 +183,8 @@ class Admission:
             rss_mb=self._rss_mb() if settings.max_rss_mb else 0.0,
             free_gpu_mb=self._gpu_free_mb(device) if settings.min_free_gpu_mb else None,
             capacity_audio_s_per_s=self.capacity_audio_s_per_s,
+            behind_s=self.scheduler.behind_s() if self.scheduler is not None else 0.0,
+            step_s=self.scheduler.step_lead_s() if self.scheduler is not None else 0.0,
         )
         if reason is not None:
             _log.warning("refusing a new stream: %s", reason)
@@ -173,8 +193,10 @@ class Admission:
                 f"worker overloaded: {reason}; retry on another worker",
                 trailing_metadata=((PUSHBACK_METADATA_KEY, str(settings.pushback_ms)),),
             )
+        gateway = next((str(value) for key, value in context.invocation_metadata() or () if key == GATEWAY_METADATA_KEY), "")[:64]
         self.open_streams += 1
-        context.add_done_callback(self._stream_done)
+        self.by_gateway[gateway] = self.by_gateway.get(gateway, 0) + 1
+        context.add_done_callback(lambda _context: self._stream_done(gateway))
         # Headers now tell the gateway the stream is accepted before it writes (see its `accepted`).
         model_version = str(getattr(engine, "model_version", ""))
         await context.send_initial_metadata(
@@ -192,7 +214,7 @@ class Admission:
         limits = [self.settings.max_streams] if self.settings.max_streams else []
         usable = self.capacity_audio_s_per_s * self.settings.realtime_headroom
         if usable > 0:
-            limits.append(max(1, math.floor(usable)))
+            limits.append(max(1, math.floor(usable * self.settings.realtime_overcommit)))
         return min(limits, default=0)
 
     @property
@@ -200,12 +222,15 @@ class Admission:
         """Audio seconds per second this worker can make: the pinned setting, else the measured one (0: unknown)."""
         if self.settings.realtime_capacity > 0:
             return self.settings.realtime_capacity
-        return 0.0 if self.meter is None else self.meter.capacity_audio_s_per_s
+        return 0.0 if self.scheduler is None else self.scheduler.capacity.streams()
 
     @property
     def demand_audio_s_per_s(self) -> float:
         """Audio seconds per second the open streams need: one each, as each listener plays in real time."""
         return float(self.open_streams)
 
-    def _stream_done(self, _context: object) -> None:
+    def _stream_done(self, gateway: str) -> None:
         self.open_streams -= 1
+        left = self.by_gateway.pop(gateway, 1) - 1
+        if left > 0:
+            self.by_gateway[gateway] = left

@@ -7,6 +7,7 @@ Servicers never pick status codes themselves: they raise (or let through) domain
 from __future__ import annotations
 
 import logging
+import math
 from typing import Final
 
 import grpc
@@ -15,6 +16,7 @@ from libs.text.errors import TextError
 from libs.voice.batching import Overloaded
 from libs.voice.registry import UnknownVoiceError
 from libs.wire.errors import DownstreamError, InvalidRequestError, ModelVersionMismatchError, NoWorkerError, shortened
+from libs.wire.headers import PUSHBACK_METADATA_KEY
 
 _log = logging.getLogger(__name__)
 
@@ -50,7 +52,15 @@ def _status_for(error: BaseException) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, "internal error; see the server log"
 
 
+def retry_after_s(error: BaseException) -> float | None:
+    """When a caller refused with `error` may retry and find room (None: not said)."""
+    return getattr(error, "retry_after_s", None) if isinstance(error, DownstreamError) else None
+
+
 async def abort_for(context: grpc.aio.ServicerContext, error: BaseException) -> None:
-    """Abort the call with the status `grpc_status_for` gives `error` (raises, as context.abort does)."""
+    """Abort the call with the status `grpc_status_for` gives `error` (raises, as context.abort does);
+    a refusal that says when to retry carries it as `grpc-retry-pushback-ms`."""
     code, message = grpc_status_for(error)
-    await context.abort(code, message)
+    after_s = retry_after_s(error)
+    trailers = ((PUSHBACK_METADATA_KEY, str(max(1, math.ceil(after_s * 1000)))),) if after_s is not None else ()
+    await context.abort(code, message, trailing_metadata=trailers)

@@ -13,8 +13,9 @@ from typing import Any, Final, Protocol
 import grpc
 from prometheus_client import CollectorRegistry
 
+from libs.scheduling.executor import DeadlineExecutor
+from libs.scheduling.scheduler import Scheduler
 from libs.serving.admission import Admission, AdmissionSettings
-from libs.serving.scheduling import DeadlineExecutor, RealtimeMeter
 from libs.serving.server import ServerSettings, ServiceRuntime, freeze_startup_heap
 from libs.settings.fields import setting
 from libs.telemetry.metrics import WorkerMetrics
@@ -22,11 +23,11 @@ from libs.voice.precision import DEFAULT_PRECISION, PRECISIONS
 
 _log = logging.getLogger(__name__)
 
-# The vocoder is the heaviest step: two streams' steps side by side keep both cores busy whenever
-# the acoustic worker idles (8 streams of mixed texts on 2 cores: 23.6 audio s/s with one, 27.0 with two).
+# The vocoder's steps are the heaviest: two side by side keep both cores busy whenever the acoustic
+# worker idles.
 DEFAULT_INFERENCE_THREADS: Final[Mapping[str, int]] = {"acoustic": 1, "vocoder": 2}
-# Urgent threads take first audios and steps due within URGENT_HORIZON_S at normal priority, the
-# inference threads the rest at a lower one (libs.serving.scheduling.DeadlineExecutor).
+# Urgent threads take first audios and steps that must start soon at normal priority, the inference
+# threads what can wait at a lower one (libs.scheduling.executor).
 DEFAULT_URGENT_THREADS: Final[Mapping[str, int]] = {"acoustic": 2, "vocoder": 2}
 SCHEDULING_ORDERS: Final = ("deadline", "arrival")
 """How waiting model steps are ordered: earliest playback deadline first, or first come first served."""
@@ -84,14 +85,15 @@ def inference_executor(settings: WorkerSettings) -> DeadlineExecutor:
     )
 
 
-def realtime_admission(settings: AdmissionSettings, executor: DeadlineExecutor, metrics: WorkerMetrics) -> Admission:
-    """The worker's admission, with its real-time capacity measured on `executor`'s threads and
-    capacity, demand and load exported in `metrics`."""
-    meter = RealtimeMeter(threads=executor.threads)
-    executor.on_run = meter.ran
-    admission = Admission(settings, meter=meter)
+def worker_scheduling(
+    kind: str, executor: DeadlineExecutor, settings: AdmissionSettings, metrics: WorkerMetrics, batched: Callable[[], bool]
+) -> tuple[Scheduler, Admission]:
+    """The worker's scheduler (cost model and capacity on `executor`) and its admission, with capacity,
+    demand and load exported in `metrics`."""
+    scheduler = Scheduler(kind, executor, metrics, batched=batched)
+    admission = Admission(settings, scheduler=scheduler)
     metrics.track_realtime(lambda: admission.capacity_audio_s_per_s, lambda: admission.demand_audio_s_per_s)
-    return admission
+    return scheduler, admission
 
 
 def engine_settings(settings: WorkerSettings, on_batch: Callable[..., None] | None = None) -> Any:
@@ -124,6 +126,7 @@ async def run_worker(
     register: Callable[[grpc.aio.Server], None],
     load_engine: Callable[[], Any],
     install_engine: Callable[[Any], None],
+    on_stop: Callable[[], None] | None = None,
 ) -> None:
     """A worker's life: serve health at once (NOT_SERVING), load and warm the engine in `executor`
     (`load_engine`), hand it to the servicer (`install_engine`), go SERVING, and run until signalled."""
@@ -146,6 +149,8 @@ async def run_worker(
         stop.cancel()
         await runtime.shutdown()
         executor.shutdown(wait=False, cancel_futures=True)
+        if on_stop is not None:
+            on_stop()
 
 
 class WorkerServiceSettingsLike(Protocol):

@@ -11,6 +11,7 @@ audio sooner (docs/ARCHITECTURE.md, "Scheduling and admission").
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Final
 
 from libs.upstream.playback import PlaybackClock
@@ -20,9 +21,13 @@ MIN_SENTENCES_AHEAD: Final = 2
 MAX_SENTENCES_AHEAD: Final = 4
 """Sentences the producer may have started that are not fully vocoded yet (bounds the mel it holds)."""
 AUDIO_AHEAD_S: Final = 5.0
-"""Past MIN_SENTENCES_AHEAD, a sentence starts only while less audio than this is ahead of it (the
-listener's buffer plus the audio before it): two ordinary sentences, enough to cover the next one's
-acoustic and vocoder steps on a busy worker many times over."""
+"""Past MIN_SENTENCES_AHEAD, a sentence starts whenever less audio than this is ahead of it (the
+listener's buffer plus the audio before it): about two ordinary sentences. Listeners that hold this
+much let the gateway admit a new stream while the mesh is full for a moment (libs.synthesis.admission)."""
+LOOKAHEAD_COVER: Final = 4.0
+"""A sentence also starts while the audio ahead of it is less than this many times its way to first
+audio as the mesh runs now (libs.upstream.pool.WorkerPool.first_audio_s): on a slow or busy machine
+the work starts earlier."""
 MIN_RECHECK_S: Final = 0.01
 FIRST_AUDIO_RECHECK_S: Final = 0.02
 
@@ -34,15 +39,17 @@ class Lookahead:
         self,
         clock: PlaybackClock,
         max_sentences: int = MAX_SENTENCES_AHEAD,
-        audio_ahead_s: float = AUDIO_AHEAD_S,
+        audio_ahead_s: float | Callable[[int], float] = AUDIO_AHEAD_S,
         min_sentences: int = MIN_SENTENCES_AHEAD,
     ) -> None:
+        """`audio_ahead_s`: the audio ahead below which a sentence may start, or a function of the
+        sentence's index that says it."""
         if not 1 <= min_sentences <= max_sentences:
             raise ValueError(f"need 1 <= min_sentences <= max_sentences, got {min_sentences} and {max_sentences}")
         self._clock = clock
         self._min_sentences = min_sentences
         self._max_sentences = max_sentences
-        self._audio_ahead_s = audio_ahead_s
+        self._audio_ahead_s = audio_ahead_s if callable(audio_ahead_s) else lambda _index, value=audio_ahead_s: value
         self._vocoded = 0
         self._changed = asyncio.Event()
 
@@ -67,10 +74,11 @@ class Lookahead:
             # it for the gateway's loop and the workers (a cached text's sentences all come at once).
             if in_flight < self._max_sentences and self._clock.started:
                 ahead_s = self._clock.slack_s(self._clock.position_s(sentence_index))
-                if ahead_s < self._audio_ahead_s:
+                wanted_s = self._audio_ahead_s(sentence_index)
+                if ahead_s < wanted_s:
                     return
                 # The listener will have played that far by then (at least a moment: no busy loop).
-                timeout_s = max(MIN_RECHECK_S, ahead_s - self._audio_ahead_s)
+                timeout_s = max(MIN_RECHECK_S, ahead_s - wanted_s)
             elif not self._clock.started:
                 timeout_s = FIRST_AUDIO_RECHECK_S  # look again soon after the first audio
             self._changed.clear()

@@ -27,7 +27,9 @@ DEFAULT_MAX_STREAMS: Final = 256
 DEFAULT_MAX_STREAMS_PER_CLIENT: Final = 64
 # Half of what the workers behind the gateway take: one client flooding it leaves the other half to
 # everyone else, and a client alone still gets most of the mesh.
-DEFAULT_MAX_CLIENT_SHARE: Final = 0.5
+DEFAULT_ADMISSION_HEADROOM: Final = 0.9
+"""A tenth of the capacity stays for what the cost model does not see coming (a longer sentence than
+the text suggests, another process on the cores)."""
 MIN_OUTPUT_SAMPLE_RATE_HZ: Final = 8000
 MAX_OUTPUT_SAMPLE_RATE_HZ: Final = 48000
 
@@ -49,10 +51,11 @@ class RequestLimits:
         doc="streams one client address may have open at a gateway, and as many HTTP requests; more are refused with "
         "RESOURCE_EXHAUSTED (HTTP 429) (0: no limit)",
     )  # fmt: skip
-    max_client_share: float = setting(
-        DEFAULT_MAX_CLIENT_SHARE, env="TTS_MAX_CLIENT_SHARE", unit="ratio", minimum=0, maximum=1,
-        doc="share of the workers' stream capacity (what they say they take at once, added up) one client may hold; "
-        "more streams are refused with RESOURCE_EXHAUSTED (0: no share limit)",
+    admission_headroom: float = setting(
+        DEFAULT_ADMISSION_HEADROOM, env="TTS_ADMISSION_HEADROOM", unit="ratio", minimum=0, maximum=1,
+        doc="share of the mesh's real-time capacity the listeners may need: a new stream that would make one run dry "
+        "is refused with RESOURCE_EXHAUSTED and a retry hint, and under contention a client over an equal share is "
+        "refused first (0: no real-time admission)",
     )  # fmt: skip
 
 

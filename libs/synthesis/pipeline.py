@@ -8,7 +8,8 @@ Two concurrent parts share the work, so audio flows as soon as it exists:
   model made starts with that head, before the vocoder has answered; a sentence without one gets its
   head written from the vocoder's first samples.
 The producer runs ahead of the reader as far as the listener's buffer calls for (`Lookahead`: two
-sentences always, up to `lookahead_sentences` while less than 5 s of audio is ahead of the next),
+sentences always, up to `lookahead_sentences` while the audio ahead of the next is less than its way
+to first audio takes, several times over, and never less than a floor),
 so sentence k+1's acoustic work overlaps sentence k's vocoding, without synthesising the whole text
 before the first audio.
 
@@ -42,8 +43,9 @@ from libs.cache.mel_cache import MelCache
 from libs.cache.single_flight import SingleFlight
 from libs.pb.tts.acoustic.v1 import acoustic_pb2
 from libs.pb.tts.common.v1 import mel_pb2
+from libs.synthesis.admission import Listener
 from libs.synthesis.cache_checks import head_problem, mel_problem
-from libs.synthesis.lookahead import MAX_SENTENCES_AHEAD, Lookahead
+from libs.synthesis.lookahead import AUDIO_AHEAD_S, LOOKAHEAD_COVER, MAX_SENTENCES_AHEAD, Lookahead
 from libs.text.frontend import Sentence
 from libs.text.words import WordSpan
 from libs.upstream.acoustic_stream import ResumableAcousticStream, sentence_request
@@ -125,7 +127,9 @@ class UtterancePipeline:
         timeout_s: float | None,
         slice_ms: float = DEFAULT_SLICE_MS,
         lookahead_sentences: int = DEFAULT_LOOKAHEAD_SENTENCES,
+        listener: Listener | None = None,
     ) -> None:
+        """`listener`, when given, is told the listener's clock once audio flows (for admission)."""
         self._pool = pool
         self._cache = cache
         self._flights = flights
@@ -141,6 +145,8 @@ class UtterancePipeline:
         # had for it (None when it had none). Resolved with None for sentences that never come.
         self._lookups: dict[int, asyncio.Future[tuple[str, AudioHead | None] | None]] = {}
         self._sentence_count: int | None = None
+        self._listener = listener
+        self._sentence_ids: dict[int, int] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._room = asyncio.Semaphore(OUTPUT_PIECES)
         """Pieces that may still be queued for the client; `run` gives one back when the client takes one."""
@@ -153,7 +159,9 @@ class UtterancePipeline:
             raise NoWorkerError("no acoustic worker has reported its model yet; retry shortly")
         # The listener's buffer, as the client is given audio: every worker request carries its slack.
         clock = PlaybackClock(info.hop_length / info.sample_rate_hz)
-        self._lookahead = Lookahead(clock, self._max_sentences_ahead)
+        if self._listener is not None:
+            self._listener.clock = clock
+        self._lookahead = Lookahead(clock, self._max_sentences_ahead, audio_ahead_s=self._audio_ahead_s)
         acoustic = ResumableAcousticStream(self._pool, self._deadline, clock)
         vocoder = ResumableVocoderStream(self._pool, self._deadline, info.hop_length, clock)
         # Pieces are bounded by `_room`; an error or the end always gets in, however full it is.
@@ -176,6 +184,14 @@ class UtterancePipeline:
             if close is not None:  # a text still arriving (a client's stream of pieces) is read no further
                 await close()
 
+    def _audio_ahead_s(self, sentence_index: int) -> float:
+        """How much audio the listener should hold before sentence `sentence_index` starts: the floor,
+        or enough to cover that sentence's way to its first audio LOOKAHEAD_COVER times over, as the
+        mesh runs now."""
+        ids = self._sentence_ids.get(sentence_index, 0)
+        first_audio_s = self._pool.first_audio_s(ids) if ids else 0.0
+        return max(AUDIO_AHEAD_S, LOOKAHEAD_COVER * first_audio_s)
+
     async def _guard(self, work: Coroutine[Any, Any, None], output: asyncio.Queue[Any]) -> None:
         try:
             await work
@@ -194,6 +210,7 @@ class UtterancePipeline:
         index = 0
         async for sentence in sentences:
             assert self._lookahead is not None
+            self._sentence_ids[index] = len(sentence.phoneme_ids)
             await self._lookahead.wait_turn(index)  # moved on by the reader as sentences are fully vocoded
             async for slices in self._sentence_slices(index, sentence, info, acoustic):
                 await vocoder.send(slices)

@@ -9,25 +9,30 @@ text -> sentences (libs.synthesis.text_side) -> cache or acoustic worker -> voco
 
 from __future__ import annotations
 
-import math
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Final
 
 import grpc
 
 from libs.cache.codec import CachedMel
 from libs.cache.mel_cache import MelCache
 from libs.cache.single_flight import SingleFlight
+from libs.scheduling.capacity import SharedCapacity
+from libs.synthesis.admission import DEFAULT_AUDIO_S_PER_CHAR, Listener, RealtimeAdmission
 from libs.synthesis.options import SynthesisOptions
 from libs.synthesis.output import AudioChunk, AudioOutput
 from libs.synthesis.pipeline import UtterancePipeline
 from libs.synthesis.text_side import TextSide
 from libs.text.frontend import Sentence
 from libs.text.ssml import looks_like_ssml
-from libs.upstream.metrics import SHED_CLIENT_LIMIT, SHED_GATEWAY_FULL
+from libs.upstream.metrics import SHED_CLIENT_LIMIT, SHED_GATEWAY_FULL, SHED_REALTIME
 from libs.upstream.pool import WorkerPool
 from libs.voice.inputs import SynthesisParams
 from libs.wire.errors import DownstreamError
+
+STREAMED_TEXT_AUDIO_S: Final = 10.0
+"""The audio a stream whose text is still arriving is expected to need, until its text says more."""
 
 
 class Synthesizer:
@@ -41,17 +46,20 @@ class Synthesizer:
         text_side: TextSide,
         max_streams: int,
         max_streams_per_client: int = 0,
-        max_client_share: float = 0.0,
+        admission: RealtimeAdmission | None = None,
+        capacity: SharedCapacity | None = None,
     ) -> None:
         """At most `max_streams` streams at once, and of one named client (a caller that names none,
-        "", has no limit of its own) at most `max_streams_per_client` (0: no limit) and at most
-        `max_client_share` (0: no limit) of the streams the workers take at once."""
+        "", has no limit of its own) at most `max_streams_per_client` (0: no limit); a listener only
+        when `admission` (None: no such test) says every listener keeps playing. `capacity` counts
+        the audio this gateway passes on, for the CPU ledger it shares with co-located workers."""
         self._pool = pool
         self._cache = cache
         self.text_side = text_side
         self._max_streams = max_streams
         self._max_streams_per_client = max_streams_per_client
-        self._max_client_share = max_client_share
+        self.admission = admission
+        self._capacity = capacity
         self._open_streams = 0
         self._client_streams: dict[str, int] = {}  # only clients with a stream open: bounded by the streams
         self._flights: SingleFlight[CachedMel] = SingleFlight()
@@ -62,7 +70,8 @@ class Synthesizer:
         """The audio of `text`. Raises at once for text that cannot be spoken, or when the gateway or
         `client` (who the caller is, for its stream limit) has no room; the returned iterator yields
         chunks as they are produced."""
-        slot = self._take_slot(client)  # before the text costs anything
+        expected_s = self.admission.expected_audio_s(len(text)) if self.admission is not None else 0.0
+        slot = self._take_slot(client, expected_s, len(text))  # before the text costs anything
         try:
             if options.ssml or looks_like_ssml(text):
                 sentences = await self.text_side.ssml_sentences(options.voice, text, options.lexicon)
@@ -78,15 +87,15 @@ class Synthesizer:
     ) -> AsyncGenerator[AudioChunk, None]:
         """The audio of text that arrives in `pieces` (joined as sent): each sentence is spoken as
         soon as it is complete, the rest when the pieces end. Raises at once when there is no room."""
-        slot = self._take_slot(client)
-        sentences = self.text_side.incremental_sentences(options.voice, pieces, options.lexicon)
+        slot = self._take_slot(client, STREAMED_TEXT_AUDIO_S)
+        sentences = self.text_side.incremental_sentences(options.voice, _counted(pieces, slot), options.lexicon)
         return self._speak(sentences, options, timeout_s, slot)
 
     def speak(
         self, sentences: AsyncIterator[Sentence], options: SynthesisOptions, timeout_s: float | None, client: str = ""
     ) -> AsyncGenerator[AudioChunk, None]:
         """The audio of sentences already phonemised (by `text_side`, or a caller that cut a long text itself)."""
-        return self._speak(sentences, options, timeout_s, self._take_slot(client))
+        return self._speak(sentences, options, timeout_s, self._take_slot(client, 0.0))
 
     async def _speak(
         self, sentences: AsyncIterator[Sentence], options: SynthesisOptions, timeout_s: float | None, slot: _Slot
@@ -100,6 +109,7 @@ class Synthesizer:
             params=SynthesisParams(options.speaker_id, options.speed, voice.noise_scale, voice.noise_w),
             utterance_id=options.request_id,
             timeout_s=timeout_s,  # the client's deadline bounds every downstream call
+            listener=slot.listener,
         )
         output = AudioOutput(options.encoding, options.sample_rate_hz, options.include_alignment)
         pieces = pipeline.run(sentences)
@@ -107,12 +117,15 @@ class Synthesizer:
         try:
             async for piece in pieces:
                 chunk = output.push(piece)
+                if self._capacity is not None:
+                    self._capacity.produced(len(piece.samples) / piece.sample_rate_hz)
                 if chunk is not None:
                     last = chunk
                     yield chunk
             tail = output.finish()
             if tail and last is not None:
                 yield AudioChunk(tail, last.sentence_index, last.audio_offset_s + last.audio_duration_s, 0.0, False, None)
+            slot.finished = True
         finally:
             # The client's place is free the moment its stream is over; then the pipeline is closed
             # here, not left to the garbage collector, and its end cancels the worker streams.
@@ -120,17 +133,13 @@ class Synthesizer:
             await pieces.aclose()  # type: ignore[attr-defined]
 
     def client_limit(self) -> int | None:
-        """Streams one client may hold now: the per-client limit, or its share of what the workers
-        take at once if that is fewer (at least one). None: no limit."""
-        limits = [self._max_streams_per_client] if self._max_streams_per_client else []
-        capacity = self._pool.stream_capacity() if self._max_client_share else None
-        if capacity is not None:
-            limits.append(max(1, math.floor(capacity * self._max_client_share)))
-        return min(limits, default=None)
+        """Streams one client may hold at most (None: no limit)."""
+        return self._max_streams_per_client or None
 
-    def _take_slot(self, client: str) -> _Slot:
+    def _take_slot(self, client: str, expected_audio_s: float, characters: int = 0) -> _Slot:
         """Count one stream of `client` until its slot is released (or dropped), or shed it with
-        RESOURCE_EXHAUSTED when the gateway is full or the client holds its limit of streams."""
+        RESOURCE_EXHAUSTED when the gateway is full, the client holds its limit of streams, or the
+        mesh cannot keep one more listener playing (`admission`)."""
         if self._open_streams >= self._max_streams:
             self._pool.metrics.shed(SHED_GATEWAY_FULL)
             raise DownstreamError(
@@ -145,15 +154,24 @@ class Synthesizer:
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"this client already has {held} streams open here, its limit; finish or cancel one before starting another",
             )
+        listener = Listener(client, expected_audio_s)
+        if self.admission is not None:
+            refusal = self.admission.refusal(client, expected_audio_s)
+            if refusal is not None:
+                self._pool.metrics.shed(SHED_REALTIME)
+                raise DownstreamError(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal, retry_after_s=self.admission.retry_after_s())
+            self.admission.add(listener)
         self._open_streams += 1
         self._client_streams[client] = held + 1
-        return _Slot(self, client)
+        return _Slot(self, client, listener, characters)
 
-    def _give_back(self, client: str) -> None:
+    def _give_back(self, client: str, listener: Listener, state: dict[str, int]) -> None:
         self._open_streams -= 1
         left = self._client_streams.pop(client) - 1
         if left:
             self._client_streams[client] = left
+        if self.admission is not None:
+            self.admission.remove(listener, bool(state["finished"]), state["characters"])
 
 
 class _Slot:
@@ -161,5 +179,28 @@ class _Slot:
     the stream ends, or when the slot is dropped unused (a response the door never started to send
     still frees its place)."""
 
-    def __init__(self, synthesizer: Synthesizer, client: str) -> None:
-        self.release = weakref.finalize(self, synthesizer._give_back, client)
+    def __init__(self, synthesizer: Synthesizer, client: str, listener: Listener, characters: int) -> None:
+        self.listener = listener
+        self._state = {"finished": 0, "characters": characters}
+        self.release = weakref.finalize(self, synthesizer._give_back, client, listener, self._state)
+
+    @property
+    def finished(self) -> bool:
+        """Whether the stream's audio was all delivered (its text then teaches the audio per character)."""
+        return bool(self._state["finished"])
+
+    @finished.setter
+    def finished(self, value: bool) -> None:
+        self._state["finished"] = int(value)
+
+    def text_arrived(self, characters: int) -> None:
+        """More of a streamed text arrived: its listener needs at least that text's audio."""
+        self._state["characters"] += characters
+        self.listener.expected_audio_s = max(self.listener.expected_audio_s, self._state["characters"] * DEFAULT_AUDIO_S_PER_CHAR)
+
+
+async def _counted(pieces: AsyncIterator[str], slot: _Slot) -> AsyncIterator[str]:
+    """`pieces` of a streamed text, each counted into its listener's expected audio."""
+    async for piece in pieces:
+        slot.text_arrived(len(piece))
+        yield piece

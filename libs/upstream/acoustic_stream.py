@@ -70,7 +70,13 @@ class ResumableAcousticStream(ResumableCall):
                 resumed.CopyFrom(request)
                 resumed.start_frame = self._next_frame
                 if self._clock is not None:
-                    resumed.playback_slack_ms = self._clock.slack_ms(request.sentence_index, self._next_frame)
+                    # What follows this worker's step before the listener hears it: the vocoder's step
+                    # and the hops to it and back, so the slack the worker gets is its own.
+                    after_s = self._pool.step_lead_s(None, "vocoder") + self._pool.round_trip_s(self._endpoint)
+                    resumed.playback_slack_ms = self._clock.slack_ms(request.sentence_index, self._next_frame) - 1000.0 * after_s
+                pacing = self._pool.vocoder_pacing(None)
+                if pacing is not None:
+                    resumed.vocoder_pacing.CopyFrom(pacing)
                 self._owed_since_s = time.monotonic()  # a sentence is pending: the worker owes its next chunk
                 await self._call.write(resumed)
                 while True:
@@ -92,7 +98,7 @@ class ResumableAcousticStream(ResumableCall):
                 await self._recover(error)
 
     def _start(self, endpoint: Endpoint, timeout_s: float | None) -> Any:
-        return self._pool.acoustic_stub(endpoint).SynthesizeMel(timeout=timeout_s)
+        return self._pool.acoustic_stub(endpoint).SynthesizeMel(timeout=timeout_s, metadata=self._pool.call_metadata)
 
     def _position(self) -> str:
         return f"in sentence {self._sentence_index} at frame {self._next_frame}"

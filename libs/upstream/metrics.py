@@ -22,6 +22,8 @@ SHED_RETRY_BUDGET: Final = "retry_budget"
 """A worker refused and the retry budget had no token for another attempt."""
 SHED_CLIENT_LIMIT: Final = "client_limit"
 """The client (its address) already has its maximum of streams open at this gateway."""
+SHED_REALTIME: Final = "realtime"
+"""One more listener would make the listeners the mesh serves run dry (libs.synthesis.admission)."""
 
 
 class RoutingMetrics:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from libs.serving.scheduling import VOCODER_LAG_FRAMES
+from libs.scheduling.stream import DEFAULT_VOCODER_LAG_FRAMES
 
 
 class PlaybackClock:
@@ -70,7 +70,7 @@ class PlaybackClock:
         """`slack_s` of `frame` of sentence `sentence_index`, in milliseconds, as the workers take it."""
         return 1000.0 * self.slack_s(self.position_s(sentence_index, frame))
 
-    def vocoder_slack_ms(self, sentence_index: int, frame: int) -> float:
-        """The slack of mel slices from `frame` on: the vocoder's samples lag its mel, so they carry
-        the audio of frames VOCODER_LAG_FRAMES earlier."""
-        return self.slack_ms(sentence_index, max(0, frame - VOCODER_LAG_FRAMES))
+    def vocoder_slack_ms(self, sentence_index: int, frame: int, lag_frames: int = DEFAULT_VOCODER_LAG_FRAMES) -> float:
+        """The slack of mel slices from `frame` on: the vocoder's samples trail its mel by `lag_frames`,
+        so they carry the audio of frames that much earlier."""
+        return self.slack_ms(sentence_index, max(0, frame - lag_frames))

@@ -14,15 +14,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import grpc
 from opentelemetry.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
+from libs.pb.tts.common.v1 import load_pb2
 from libs.pb.tts.vocoder.v1 import vocoder_pb2_grpc
 from libs.routing import events
 from libs.routing.attempts import Attempts
@@ -33,8 +35,10 @@ from libs.routing.picker import Picker, PickerConfig
 from libs.routing.retry import RetryBudget, RetryBudgetConfig, RetryConfig, RetryPolicy
 from libs.routing.watcher import HealthWatcher, WatchConfig
 from libs.telemetry.tracing import client_interceptors
+from libs.upstream.loads import LOAD_TIMEOUT_S, KnownLoad, LoadWatcher, summed_capacity
 from libs.upstream.metrics import RoutingMetrics
 from libs.upstream.settings import UpstreamSettings, channel_credentials, channel_options
+from libs.wire.headers import GATEWAY_METADATA_KEY
 
 _log = logging.getLogger(__name__)
 
@@ -121,6 +125,12 @@ class WorkerPool:
             source = DnsDiscovery(self.targets, self._on_snapshot, settings.discovery_interval_s, resolver)
         self._discovery: DiscoverySource = source
         self._tasks: list[asyncio.Task[None]] = []
+        self.gateway_id = uuid.uuid4().hex[:16]
+        """This gateway's id on the workers (`GATEWAY_METADATA_KEY`), so each can say whose streams it holds."""
+        self.call_metadata: tuple[tuple[str, str], ...] = ((GATEWAY_METADATA_KEY, self.gateway_id),)
+        """Metadata every worker stream of this gateway opens with."""
+        self.loads = LoadWatcher(self._serving_endpoints, self._ask_load)
+        """What each serving worker last said it can take on (libs.upstream.loads)."""
 
     def _channel(self, endpoint: Endpoint, server_name: str) -> grpc.aio.Channel:
         options, interceptors = channel_options(self.settings), client_interceptors()
@@ -140,6 +150,7 @@ class WorkerPool:
             loop.create_task(self._discovery.run(), name="worker-discovery"),
             loop.create_task(self._reap_forever(), name="worker-drain"),
         ]
+        self.loads.start()
         for task in self._tasks:
             task.add_done_callback(_log_if_failed)
 
@@ -148,6 +159,7 @@ class WorkerPool:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.loads.stop()
         for watcher in self._watchers.values():
             await watcher.stop()
         for task in self._info_tasks.values():
@@ -194,6 +206,7 @@ class WorkerPool:
                     info_task.cancel()
                 self._model_info.pop(endpoint, None)
                 self._info_fresh.discard(endpoint)
+                self.loads.forget(endpoint)
                 closing.append((self._watchers[kind].forget(endpoint), self._channels.pop(endpoint, None)))
                 _log.info("worker %s drained and forgotten", endpoint)
                 gone.append(endpoint)
@@ -221,13 +234,65 @@ class WorkerPool:
         )
         return vocoders and acoustics
 
-    def stream_capacity(self) -> int | None:
-        """Streams the available workers take at once, as they said when they admitted one: the
-        smaller of the acoustic and the vocoder sums. None while unknown (no worker has said) or
-        unbounded (a worker without a limit)."""
-        sums = [_summed_limits(self._tables[kind].statuses()) for kind in KINDS]
-        known = [total for total in sums if total is not None]
-        return min(known) if known else None
+    def _serving_endpoints(self) -> list[Endpoint]:
+        return [
+            status.endpoint
+            for kind in KINDS
+            for status in self._tables[kind].statuses()
+            if status.serving is Serving.SERVING and status.endpoint in self._channels
+        ]
+
+    def _ask_load(self, endpoint: Endpoint) -> Any:
+        stub = self.acoustic_stub(endpoint) if endpoint.kind == "acoustic" else self.vocoder_stub(endpoint)
+        return stub.GetLoad(load_pb2.GetLoadRequest(), timeout=LOAD_TIMEOUT_S)
+
+    def available_loads(self, kind: str) -> list[KnownLoad]:
+        """The last loads of the `kind` workers new streams may go to now."""
+        return self.loads.loads(status.endpoint for status in self._tables[kind].statuses() if status.available)
+
+    def realtime_capacity(self) -> float:
+        """Streams the mesh keeps playing in real time, as its workers say (0: not known): the smaller
+        of the acoustic and the vocoder sums (each worker's own figure already counts the processes it
+        shares its CPU with)."""
+        sums = [summed_capacity(self.available_loads(kind)) for kind in KINDS]
+        return min(sums) if all(total > 0 for total in sums) else 0.0
+
+    def other_gateways_streams(self) -> int:
+        """Streams other gateways hold on the available workers, as the workers last said (of whichever
+        kind counts more)."""
+        return max(
+            sum(count for known in self.available_loads(kind) for gateway, count in known.load.open_streams_by_gateway.items() if gateway != self.gateway_id)
+            for kind in KINDS
+        )
+
+    def step_lead_s(self, endpoint: Endpoint | None, kind: str) -> float:
+        """How long a step of `endpoint` (None: the slowest available `kind` worker) takes now, nearly
+        always, with a round trip to it on top (0: not known)."""
+        loads = [known] if endpoint is not None and (known := self.loads.load(endpoint)) else self.available_loads(kind)
+        return max((known.load.step_lead_ms / 1000.0 + known.rtt_s for known in loads), default=0.0)
+
+    def round_trip_s(self, endpoint: Endpoint | None) -> float:
+        """A round trip to `endpoint`, as its load asks measure it (0: not known)."""
+        known = self.loads.load(endpoint) if endpoint is not None else None
+        return known.rtt_s if known is not None else 0.0
+
+    def vocoder_pacing(self, endpoint: Endpoint | None) -> load_pb2.VocoderPacing | None:
+        """How the vocoder at `endpoint` (None: any available one) steps through mel, if it said."""
+        loads = [known] if endpoint is not None and (known := self.loads.load(endpoint)) else self.available_loads("vocoder")
+        for known in loads:
+            if known.load.HasField("pacing") and known.load.pacing.lag_frames > 0:
+                return known.load.pacing
+        return None
+
+    def first_audio_s(self, phoneme_ids: int) -> float:
+        """How long a sentence of `phoneme_ids` takes to its first audio on an idle mesh, nearly always:
+        its plan and first chunk on the slowest available acoustic worker, then the vocoder's step
+        (0: not known)."""
+        acoustic = self.available_loads("acoustic")
+        if not acoustic:
+            return 0.0
+        plan = max(known.load.plan_fixed_ms + known.load.plan_per_id_ms * phoneme_ids + known.load.first_chunk_ms for known in acoustic)
+        return plan / 1000.0 + self.step_lead_s(None, "vocoder") + max(known.rtt_s for known in acoustic)
 
     def endpoint_statuses(self) -> list[EndpointStatus | UnroutableTarget]:
         """Every pod's status, and an unroutable stand-in for each configured target, so a zone whose
@@ -313,16 +378,6 @@ class WorkerPool:
             self.changed.set()
             self.changed.clear()
             return
-
-
-def _summed_limits(statuses: list[EndpointStatus]) -> int | None:
-    """The stream limits of the available endpoints added up; one that has not said yet counts as
-    the mean of those that have. None if none has said, or one takes streams without limit."""
-    limits = [status.stream_limit for status in statuses if status.available]
-    said = [limit for limit in limits if limit is not None]
-    if not said or 0 in said:
-        return None
-    return round(sum(said) * len(limits) / len(said))
 
 
 def _log_if_failed(task: asyncio.Task[None]) -> None:

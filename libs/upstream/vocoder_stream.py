@@ -24,6 +24,7 @@ import numpy as np
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.pb.tts.vocoder.v1 import vocoder_pb2
 from libs.routing.endpoints import Endpoint
+from libs.scheduling.stream import DEFAULT_VOCODER_LAG_FRAMES
 from libs.upstream.calls import CALL_ERRORS, Deadline, StreamEnded, WorkerSilent
 from libs.upstream.playback import PlaybackClock
 from libs.upstream.pool import WorkerPool
@@ -31,9 +32,9 @@ from libs.upstream.resumable import ResumableCall
 from libs.wire.errors import DownstreamError
 from libs.wire.limits import MAX_FRAMES_PER_MESSAGE
 
-# A vocoder answers a step once its frames have arrived: at most 128 frames, plus the 21 its output
-# lags the mel. Past this many unanswered frames (with a wide margin) it owes samples even before
-# the sentence's last slice, so its silence counts against the attempt timeout.
+# A vocoder answers a step once its frames have arrived: its longest step plus the frames its output
+# trails the mel. Past this many unanswered frames (a wide margin over both) it owes samples even
+# before the sentence's last slice, so its silence counts against the attempt timeout.
 UNANSWERED_FRAMES_OWED: Final = 384
 
 
@@ -139,6 +140,9 @@ class ResumableVocoderStream(ResumableCall):
             except CALL_ERRORS as error:
                 await self._recover(error)
                 continue
+            if reply.busy:  # the worker is working through its queue: not silent
+                self._owed_since_s = time.monotonic() if self._owes() else None
+                continue
             fresh = self._take(reply)
             if fresh is not None:
                 yield fresh
@@ -199,7 +203,7 @@ class ResumableVocoderStream(ResumableCall):
         return current.frames_sent - self._start_of(current.index) // self._hop_length >= UNANSWERED_FRAMES_OWED
 
     def _start(self, endpoint: Endpoint, timeout_s: float | None) -> Any:
-        return self._pool.vocoder_stub(endpoint).Vocode(timeout=timeout_s)
+        return self._pool.vocoder_stub(endpoint).Vocode(timeout=timeout_s, metadata=self._pool.call_metadata)
 
     def _owed_on_open(self) -> float | None:
         return time.monotonic() if self._owes() else None
@@ -237,7 +241,10 @@ class ResumableVocoderStream(ResumableCall):
         """`message` with the time its listener can wait for it (none without a clock: "now")."""
         if self._clock is not None:
             first = message.slices[0]
-            message.playback_slack_ms = self._clock.vocoder_slack_ms(first.sentence_index, first.first_frame)
+            pacing = self._pool.vocoder_pacing(self._endpoint)
+            lag_frames = pacing.lag_frames if pacing is not None else DEFAULT_VOCODER_LAG_FRAMES
+            slack_ms = self._clock.vocoder_slack_ms(first.sentence_index, first.first_frame, lag_frames)
+            message.playback_slack_ms = slack_ms - 1000.0 * self._pool.round_trip_s(self._endpoint)
         return message
 
 

@@ -320,6 +320,18 @@ class AcousticEngine(BatchedEngine):
             if stop > begin:
                 yield output.values[:, begin - first : stop - first].numpy()
 
+    def step_frames(self, total_frames: int) -> list[int]:
+        """Prior frames each of `mel_chunks`'s steps takes for a sentence of `total_frames` (its first
+        step takes the network's lag on top of the schedule's first chunk): what each step costs by."""
+        if self._network is None:
+            return [end - start for start, end in self.schedule.bounds(total_frames)]
+        widths, position, index = [], 0, 0
+        while position < total_frames:
+            end = min(total_frames, position + self.schedule.chunk_frames(index) + (self.lag_frames if index == 0 else 0))
+            widths.append(end - position)
+            position, index = end, index + 1
+        return widths
+
     def _step_batch(self, jobs: Sequence[StepInput]) -> list[StepOutput]:
         """Several sentences' steps; steps of similar sizes run as one padded call."""
         assert self._network is not None

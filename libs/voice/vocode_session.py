@@ -41,6 +41,9 @@ class VocoderStreamLike(Protocol):
     @property
     def done(self) -> bool: ...
 
+    @property
+    def next_step_frames(self) -> int: ...
+
 
 OpenStream = Callable[[int, int], VocoderStreamLike]
 """`open_stream(origin_frame, emit_from_frame)`, as VocoderEngine.open_stream."""
@@ -119,6 +122,11 @@ class SentenceSession:
     def has_step(self) -> bool:
         """Whether `step` has work to do now."""
         return self._stream is not None and self._stream.step_ready()
+
+    @property
+    def next_step_frames(self) -> int:
+        """Mel frames the next step takes (what it costs by)."""
+        return self._stream.next_step_frames if self._stream is not None else 0
 
     def step(self) -> SampleBlock | None:
         """Run one vocoding step; return its samples, if any (the sentence's last block always)."""

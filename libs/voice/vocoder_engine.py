@@ -247,6 +247,12 @@ class VocoderStream:
         """The sentence has no more frames: its last step may run."""
         self._ended = True
 
+    @property
+    def next_step_frames(self) -> int:
+        """Mel frames the next step takes (a last step: what is left): what it costs by."""
+        size = self.engine.schedule.chunk_frames(self._step_index)
+        return size if self._pending_frames >= size or not self._ended else self._pending_frames
+
     def step_ready(self) -> bool:
         """Whether `step` has work: a whole step of frames, or the last step of an ended sentence."""
         if self._done:

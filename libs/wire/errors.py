@@ -30,9 +30,11 @@ class NoWorkerError(MeshError):
 class DownstreamError(MeshError):
     """A worker call failed; carries the worker's status so the client sees the real cause."""
 
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+    def __init__(self, code: grpc.StatusCode, message: str, retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.retry_after_s = retry_after_s
+        """For a refusal (RESOURCE_EXHAUSTED): when a retry may find room (seconds; None: not known)."""
 
 
 MAX_ECHO_CHARS: Final = 64

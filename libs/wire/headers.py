@@ -13,7 +13,9 @@ MODEL_VERSION_METADATA_KEY: Final = "tts-model-version"
 (the gateway only reuses cached audio made by that very model)."""
 STREAM_LIMIT_METADATA_KEY: Final = "tts-stream-limit"
 """Header a worker sends with STREAM_ACCEPTED_METADATA: how many streams it takes at once ("0": no
-limit of its own). The gateway adds these up into the capacity behind it, of which one client may
-hold only a share."""
+limit of its own)."""
+GATEWAY_METADATA_KEY: Final = "tts-gateway"
+"""Header a gateway sends when it opens a worker stream: its id, so a worker can say how many of its
+streams each gateway holds (`WorkerLoad.open_streams_by_gateway`)."""
 PUSHBACK_METADATA_KEY: Final = "grpc-retry-pushback-ms"
 """Trailing metadata key a worker sets to say how long to wait (milliseconds) or, if negative, not to retry."""

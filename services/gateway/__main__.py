@@ -10,11 +10,13 @@ from pathlib import Path
 
 from libs.cache.mel_cache import MelCache
 from libs.prewarm.promotion import CountingTextSide
+from libs.scheduling.capacity import AudioCost, SharedCapacity, with_children_cpu
 from libs.serving.auth import ApiKeyGate, ApiKeyInterceptor
 from libs.serving.clients import ClientIdentity
 from libs.serving.http import HttpListener, HttpTls
 from libs.serving.http_auth import ApiKeyAsgi
 from libs.serving.server import PortUnavailableError, ServiceRuntime, freeze_startup_heap, run_service
+from libs.synthesis.admission import RealtimeAdmission
 from libs.synthesis.synthesizer import Synthesizer
 from libs.telemetry.metrics import GatewayMetrics
 from libs.text.phonemizer_pool import PhonemizerPool
@@ -62,9 +64,13 @@ async def serve(settings: GatewaySettings) -> None:
     text_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="text")
     phonemizers = PhonemizerPool(settings.text.text_processes, settings.text.text_process_timeout_s)
     text_side = CountingTextSide(text_executor, settings.limits.max_text_chars, settings.text, phonemizers)
+    # Listeners are admitted by the mesh's real-time capacity and their buffers; the gateway's own CPU
+    # (its text processes' included) goes into the ledger it shares with workers on the same budget.
+    admission = RealtimeAdmission(pool.realtime_capacity, pool.other_gateways_streams, settings.limits.admission_headroom)
+    capacity = SharedCapacity("gateway", cost=AudioCost(with_children_cpu(phonemizers.pids)))
     synthesizer = Synthesizer(
         pool=pool, cache=cache, text_side=text_side, max_streams=settings.limits.max_streams,
-        max_streams_per_client=settings.limits.max_streams_per_client, max_client_share=settings.limits.max_client_share,
+        max_streams_per_client=settings.limits.max_streams_per_client, admission=admission, capacity=capacity,
     )  # fmt: skip
     clients = ClientIdentity(settings.clients.trusted_proxies)  # per-client limits see through the edge
     servicer = TextToSpeechServicer(registry=registry, synthesizer=synthesizer, metrics=metrics, clients=clients)
@@ -108,6 +114,7 @@ async def serve(settings: GatewaySettings) -> None:
     await runtime.shutdown()
     await background.close()
     await pool.close()
+    capacity.close()
     await cache.close()
     await phonemizers.close()
     text_executor.shutdown(wait=False, cancel_futures=True)

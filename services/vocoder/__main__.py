@@ -6,8 +6,9 @@ import sys
 from collections.abc import Callable
 
 from libs.pb.tts.vocoder.v1 import vocoder_pb2, vocoder_pb2_grpc
+from libs.scheduling.scheduler import Scheduler
 from libs.serving.server import run_service
-from libs.serving.worker import WorkerSettings, engine_settings, inference_executor, realtime_admission, run_worker
+from libs.serving.worker import WorkerSettings, engine_settings, inference_executor, run_worker, worker_scheduling
 from libs.telemetry.metrics import VocoderMetrics
 from services.settings import WorkerServiceSettings, load_worker_settings
 from services.vocoder.servicer import VocoderServicer
@@ -15,13 +16,20 @@ from services.vocoder.servicer import VocoderServicer
 SERVICE_NAME = vocoder_pb2.DESCRIPTOR.services_by_name["Vocoder"].full_name
 
 
-def load_engine(settings: WorkerSettings, on_batch: Callable[..., None] | None = None):
-    """Load the default voice's vocoder and warm it up (runs in the inference thread)."""
+def load_engine(settings: WorkerSettings, scheduler: Scheduler, on_batch: Callable[..., None] | None = None):
+    """Load the default voice's vocoder, warm it up and measure its steps' costs (runs in the inference thread)."""
+    from libs.scheduling.stream import VocoderPacing
+    from libs.voice.calibration import vocoder_steps
     from libs.voice.engine import VocoderEngine
 
     # on_batch feeds the batch metrics whenever the engine batches (EngineSettings.batching.max_batch > 1).
     engine = VocoderEngine.load_default(settings=engine_settings(settings, on_batch))
     engine.warm_up()
+    scheduler.pacing = VocoderPacing(lag_frames=engine.lag_frames, schedule=engine.schedule)
+    scheduler.first_step_units = engine.schedule.chunk_frames(0)
+    scheduler.longest_step_units = engine.schedule.max_chunk_frames
+    if settings.max_batch <= 1:  # a batch's steps cost the batcher's thread, not the stream's
+        scheduler.calibrate(lambda: vocoder_steps(engine))
     return engine
 
 
@@ -29,15 +37,18 @@ async def serve(settings: WorkerServiceSettings) -> None:
     """Run the vocoder worker until SIGTERM/SIGINT."""
     metrics = VocoderMetrics()
     executor = inference_executor(settings.worker)
-    servicer = VocoderServicer(metrics, executor, realtime_admission(settings.admission, executor, metrics))
+    batched = settings.worker.max_batch > 1
+    scheduler, admission = worker_scheduling("vocoder", executor, settings.admission, metrics, lambda: batched)
+    servicer = VocoderServicer(metrics, scheduler, admission)
     await run_worker(
         settings,
         SERVICE_NAME,
         metrics.registry,
         executor,
         register=lambda server: vocoder_pb2_grpc.add_VocoderServicer_to_server(servicer, server),
-        load_engine=lambda: load_engine(settings.worker, metrics.observe_batch),
+        load_engine=lambda: load_engine(settings.worker, scheduler, metrics.observe_batch),
         install_engine=servicer.install,
+        on_stop=scheduler.close,
     )
 
 

@@ -10,12 +10,11 @@ import numpy as np
 
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.pb.tts.vocoder.v1 import vocoder_pb2, vocoder_pb2_grpc
-from libs.serving.admission import Admission, AdmissionSettings
-from libs.serving.scheduling import DeadlineExecutor
+from libs.scheduling.executor import DeadlineExecutor
 from libs.telemetry.metrics import VocoderMetrics
 from libs.wire.mel_slices import cut_whole_mel, to_message
 from services.vocoder.servicer import VocoderServicer
-from tests.support.faults.toy_mesh import HOP_LENGTH, N_MELS, SAMPLE_RATE_HZ, toy_vocoder_engine
+from tests.support.faults.toy_mesh import HOP_LENGTH, N_MELS, SAMPLE_RATE_HZ, toy_scheduling, toy_vocoder_engine
 
 BUFFERED_STREAMS = 4
 BUFFERED_FRAMES = 1500  # 13 steps each: they are still running when the new stream arrives
@@ -37,7 +36,8 @@ async def _run(by_deadline: bool) -> tuple[int, dict[str, bytes]]:
     stream was served (from its request to its last answer), and every stream's samples."""
     executor = DeadlineExecutor(1, by_deadline=by_deadline)
     server = grpc.aio.server()
-    servicer = VocoderServicer(VocoderMetrics(), executor, Admission(AdmissionSettings()))
+    metrics = VocoderMetrics()
+    servicer = VocoderServicer(metrics, *toy_scheduling("vocoder", executor, metrics))
     servicer.engine = toy_vocoder_engine()
     vocoder_pb2_grpc.add_VocoderServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")

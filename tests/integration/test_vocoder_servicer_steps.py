@@ -9,11 +9,10 @@ import numpy as np
 
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.pb.tts.vocoder.v1 import vocoder_pb2, vocoder_pb2_grpc
-from libs.serving.admission import Admission, AdmissionSettings
 from libs.telemetry.metrics import VocoderMetrics
 from libs.wire.mel_slices import cut_whole_mel, to_message
 from services.vocoder.servicer import VocoderServicer
-from tests.support.faults.toy_mesh import HOP_LENGTH, N_MELS, SAMPLE_RATE_HZ, toy_vocoder_engine
+from tests.support.faults.toy_mesh import HOP_LENGTH, N_MELS, SAMPLE_RATE_HZ, toy_scheduling, toy_vocoder_engine
 
 FRAMES = 200
 
@@ -21,7 +20,8 @@ FRAMES = 200
 async def _vocode(requests: list[vocoder_pb2.VocodeRequest]) -> list[vocoder_pb2.VocodeResponse]:
     executor = ThreadPoolExecutor(1)
     server = grpc.aio.server()
-    servicer = VocoderServicer(VocoderMetrics(), executor, Admission(AdmissionSettings()))
+    metrics = VocoderMetrics()
+    servicer = VocoderServicer(metrics, *toy_scheduling("vocoder", executor, metrics))
     servicer.engine = toy_vocoder_engine()
     vocoder_pb2_grpc.add_VocoderServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")

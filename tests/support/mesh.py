@@ -69,9 +69,8 @@ class Mesh:
     """Mutual TLS to the workers, a Redis password and sealed cache values (False: all plaintext)."""
     secrets: LocalSecrets | None = None
     """The secrets in use (made at start when `secure`)."""
-    max_client_share: float = 0.0
-    """The gateway's --max-client-share. Off by default: tests and benchmarks stand for many clients
-    from one loopback address, which the share would count as one."""
+    admission_headroom: float | None = None
+    """The gateway's --admission-headroom (None: its default; 0: no real-time admission)."""
 
     @property
     def gateway_address(self) -> str:
@@ -98,7 +97,7 @@ class Mesh:
                     "--vocoder", f"{self.zone}={vocoder.address}",
                     "--redis-url", f"redis://127.0.0.1:{self.redis.config.port}/0",
                     "--http-port", str(self.http_port),
-                    "--max-client-share", str(self.max_client_share),
+                    *(["--admission-headroom", str(self.admission_headroom)] if self.admission_headroom is not None else []),
                     *self.gateway_secret_args(),
                 ],
             )  # fmt: skip

@@ -11,7 +11,8 @@ from prometheus_client import CollectorRegistry
 
 from libs.routing.endpoints import Endpoint
 from libs.routing.health import HealthConfig, HealthTable, Serving
-from libs.telemetry.inference import InferenceRunner
+from libs.scheduling.costs import CostModel
+from libs.scheduling.runner import StepRunner
 from libs.telemetry.metrics import AcousticMetrics, GatewayMetrics, VocoderMetrics
 from libs.voice.batching import BatchingConfig, BatchStats, MicroBatcher
 
@@ -53,14 +54,15 @@ def test_batcher_callback_fills_batch_size_queue_and_batch_inference_time() -> N
 
 def test_unbatched_steps_time_the_wait_for_the_inference_thread() -> None:
     metrics = AcousticMetrics()
+    costs = CostModel(("plan", "chunk"))
     release = threading.Event()
 
     async def scenario() -> list[str]:
         with ThreadPoolExecutor(max_workers=1) as executor:
-            runner = InferenceRunner(executor, metrics, batched=lambda: False)
+            runner = StepRunner(executor, metrics, costs, batched=lambda: False)
             # The first step holds the only thread for about 50 ms; the second waits for it.
-            first = asyncio.ensure_future(runner.run("plan", lambda: (release.wait(5), "plan")[1]))
-            second = asyncio.ensure_future(runner.run("chunk", lambda: "chunk"))
+            first = asyncio.ensure_future(runner.run("plan", 10, lambda: (release.wait(5), "plan")[1]))
+            second = asyncio.ensure_future(runner.run("chunk", 32, lambda: "chunk"))
             await asyncio.sleep(0.05)
             release.set()
             return [await first, await second]
@@ -85,12 +87,13 @@ def _spin(seconds: float) -> None:
 
 def test_unbatched_steps_count_their_cpu_time_by_stage_and_first_audio() -> None:
     metrics = AcousticMetrics()
+    costs = CostModel(("plan", "chunk"))
 
     async def scenario() -> None:
         with ThreadPoolExecutor(max_workers=1) as executor:
-            runner = InferenceRunner(executor, metrics, batched=lambda: False)
-            await runner.run("plan", _spin, 0.03, first_audio=True)
-            await runner.run("chunk", time.sleep, 0.05)  # waits, burns nothing
+            runner = StepRunner(executor, metrics, costs, batched=lambda: False)
+            await runner.run("plan", 100, _spin, 0.03, first_audio=True)
+            await runner.run("chunk", 50, time.sleep, 0.05)  # waits, burns nothing
 
     asyncio.run(scenario())
     registry = metrics.registry
@@ -100,16 +103,19 @@ def test_unbatched_steps_count_their_cpu_time_by_stage_and_first_audio() -> None
     # CPU time, not wall time: 50 ms asleep costs the machine (almost) nothing.
     assert value(registry, "tts_acoustic_step_cpu_seconds_total", stage="chunk", first_audio="false") < 0.02
     assert value(registry, "tts_acoustic_inference_seconds_sum", stage="chunk") >= 0.05
+    # The cost model learned the same: 0.03 s for a plan of 100 ids, next to nothing for the chunk.
+    assert costs.cpu_s("plan", 100) >= 0.03 and costs.cpu_s("chunk", 50) < 0.02
 
 
 def test_batched_steps_leave_queue_and_batch_size_to_the_batcher() -> None:
     metrics = VocoderMetrics()
+    costs = CostModel(("chunk",))
     started: list[float] = []
 
     async def scenario() -> None:
         with ThreadPoolExecutor(max_workers=1) as executor:
-            runner = InferenceRunner(executor, metrics, batched=lambda: True)
-            await runner.run("chunk", lambda: None, on_start=started.append)
+            runner = StepRunner(executor, metrics, costs, batched=lambda: True)
+            await runner.run("chunk", 64, lambda: None, on_start=started.append)
 
     asyncio.run(scenario())
     registry = metrics.registry
@@ -119,6 +125,7 @@ def test_batched_steps_leave_queue_and_batch_size_to_the_batcher() -> None:
     assert value(registry, "tts_vocoder_batch_size_count") == 0
     # The stream's thread only waited for the batch: the batcher's thread did the work.
     assert registry.get_sample_value("tts_vocoder_step_cpu_seconds_total", {"stage": "chunk", "first_audio": "false"}) is None
+    assert costs.stages["chunk"].observations == 0  # nor is it this stream's cost
 
 
 def test_healthy_endpoints_are_read_from_the_health_table_at_scrape_time() -> None:

@@ -28,6 +28,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from libs.models.hifigan import Generator, GeneratorConfig
 from libs.pb.tts.acoustic.v1 import acoustic_pb2_grpc
 from libs.pb.tts.vocoder.v1 import vocoder_pb2_grpc
+from libs.scheduling.scheduler import Scheduler
 from libs.serving.admission import Admission, AdmissionSettings
 from libs.telemetry.metrics import AcousticMetrics, VocoderMetrics
 from libs.voice.chunking import ACOUSTIC_SCHEDULE
@@ -56,6 +57,9 @@ class ToyAcousticEngine:
     batcher = None
     acoustic = SimpleNamespace(config=SimpleNamespace(n_vocab=256))  # the phoneme ids the servicer accepts
 
+    lag_frames = 0
+    """Its chunks take no more frames than they give (a real engine's first takes the flow's lag too)."""
+
     def __init__(self, chunk_delay_s: float = 0.02) -> None:
         self.chunk_delay_s = chunk_delay_s
         self.schedule = ACOUSTIC_SCHEDULE
@@ -71,11 +75,23 @@ class ToyAcousticEngine:
         frames = FRAMES_PER_PHONEME * len(phoneme_ids)
         return SimpleNamespace(frame_count=frames, phoneme_frames=[FRAMES_PER_PHONEME] * len(phoneme_ids), seed=seed)
 
+    def step_frames(self, total_frames: int) -> list[int]:
+        return [end - start for start, end in self.schedule.bounds(total_frames)]
+
     def mel_chunks(self, plan: Any, start_frame: int = 0):  # type: ignore[no-untyped-def]
         mel = np.random.default_rng(plan.seed).normal(-5.0, 1.5, size=(N_MELS, plan.frame_count)).astype(np.float32)
         for start, end in self.schedule.bounds(plan.frame_count, start_frame):
             time.sleep(self.chunk_delay_s)  # model time, so a stream can be broken while it runs
             yield mel[:, max(start, start_frame) : end]
+
+
+def _scheduling(kind: str, executor: Any, metrics: Any) -> tuple[Scheduler, Admission]:
+    """A worker's scheduler on `executor` and an admission with the default settings."""
+    scheduler = Scheduler(kind, executor, metrics)
+    return scheduler, Admission(AdmissionSettings(), scheduler=scheduler)
+
+
+toy_scheduling = _scheduling
 
 
 def toy_vocoder_engine() -> VocoderEngine:
@@ -141,12 +157,12 @@ class ToyMesh:
                 health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
                 if kind == "acoustic":
                     metrics: Any = AcousticMetrics()
-                    servicer: Any = AcousticServicer(VOICE, metrics, self.executor, Admission(AdmissionSettings()))
+                    servicer: Any = AcousticServicer(VOICE, metrics, *_scheduling("acoustic", self.executor, metrics))
                     servicer.engine = ToyAcousticEngine(chunk_delay_s)
                     acoustic_pb2_grpc.add_AcousticServicer_to_server(servicer, server)
                 else:
                     metrics = VocoderMetrics()
-                    servicer = VocoderServicer(metrics, self.executor, Admission(AdmissionSettings()))
+                    servicer = VocoderServicer(metrics, *_scheduling("vocoder", self.executor, metrics))
                     servicer.engine = vocoder_engine
                     vocoder_pb2_grpc.add_VocoderServicer_to_server(servicer, server)
                 port = server.add_insecure_port("127.0.0.1:0")

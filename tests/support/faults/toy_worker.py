@@ -24,11 +24,10 @@ from prometheus_client import start_http_server
 
 from libs.pb.tts.acoustic.v1 import acoustic_pb2_grpc
 from libs.pb.tts.vocoder.v1 import vocoder_pb2_grpc
-from libs.serving.admission import Admission, AdmissionSettings
 from libs.telemetry.metrics import AcousticMetrics, VocoderMetrics
 from services.acoustic.servicer import AcousticServicer
 from services.vocoder.servicer import VocoderServicer
-from tests.support.faults.toy_mesh import VOICE, ToyAcousticEngine, toy_vocoder_engine
+from tests.support.faults.toy_mesh import VOICE, ToyAcousticEngine, toy_scheduling, toy_vocoder_engine
 
 
 async def serve(kind: str, host: str, port: int, metrics_port: int, chunk_delay_s: float, grace_s: float) -> None:
@@ -38,12 +37,12 @@ async def serve(kind: str, host: str, port: int, metrics_port: int, chunk_delay_
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if kind == "acoustic":
         metrics: Any = AcousticMetrics()
-        servicer: Any = AcousticServicer(VOICE, metrics, executor, Admission(AdmissionSettings()))
+        servicer: Any = AcousticServicer(VOICE, metrics, *toy_scheduling("acoustic", executor, metrics))
         servicer.engine = ToyAcousticEngine(chunk_delay_s)
         acoustic_pb2_grpc.add_AcousticServicer_to_server(servicer, server)
     else:
         metrics = VocoderMetrics()
-        servicer = VocoderServicer(metrics, executor, Admission(AdmissionSettings()))
+        servicer = VocoderServicer(metrics, *toy_scheduling("vocoder", executor, metrics))
         servicer.engine = toy_vocoder_engine()
         vocoder_pb2_grpc.add_VocoderServicer_to_server(servicer, server)
     server.add_insecure_port(f"{host}:{port}")

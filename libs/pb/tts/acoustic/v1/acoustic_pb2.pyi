@@ -1,14 +1,15 @@
+from libs.pb.tts.common.v1 import load_pb2 as _load_pb2
 from libs.pb.tts.common.v1 import mel_pb2 as _mel_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SentenceRequest(_message.Message):
-    __slots__ = ("utterance_id", "sentence_index", "phoneme_ids", "voice", "speaker_id", "speed", "noise_scale", "noise_w", "seed", "expected_model_version", "start_frame", "slice_ms", "dtype", "playback_slack_ms")
+    __slots__ = ("utterance_id", "sentence_index", "phoneme_ids", "voice", "speaker_id", "speed", "noise_scale", "noise_w", "seed", "expected_model_version", "start_frame", "slice_ms", "dtype", "playback_slack_ms", "vocoder_pacing")
     UTTERANCE_ID_FIELD_NUMBER: _ClassVar[int]
     SENTENCE_INDEX_FIELD_NUMBER: _ClassVar[int]
     PHONEME_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -23,6 +24,7 @@ class SentenceRequest(_message.Message):
     SLICE_MS_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     PLAYBACK_SLACK_MS_FIELD_NUMBER: _ClassVar[int]
+    VOCODER_PACING_FIELD_NUMBER: _ClassVar[int]
     utterance_id: str
     sentence_index: int
     phoneme_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -37,7 +39,8 @@ class SentenceRequest(_message.Message):
     slice_ms: float
     dtype: _mel_pb2.MelDType
     playback_slack_ms: float
-    def __init__(self, utterance_id: _Optional[str] = ..., sentence_index: _Optional[int] = ..., phoneme_ids: _Optional[_Iterable[int]] = ..., voice: _Optional[str] = ..., speaker_id: _Optional[int] = ..., speed: _Optional[float] = ..., noise_scale: _Optional[float] = ..., noise_w: _Optional[float] = ..., seed: _Optional[int] = ..., expected_model_version: _Optional[str] = ..., start_frame: _Optional[int] = ..., slice_ms: _Optional[float] = ..., dtype: _Optional[_Union[_mel_pb2.MelDType, str]] = ..., playback_slack_ms: _Optional[float] = ...) -> None: ...
+    vocoder_pacing: _load_pb2.VocoderPacing
+    def __init__(self, utterance_id: _Optional[str] = ..., sentence_index: _Optional[int] = ..., phoneme_ids: _Optional[_Iterable[int]] = ..., voice: _Optional[str] = ..., speaker_id: _Optional[int] = ..., speed: _Optional[float] = ..., noise_scale: _Optional[float] = ..., noise_w: _Optional[float] = ..., seed: _Optional[int] = ..., expected_model_version: _Optional[str] = ..., start_frame: _Optional[int] = ..., slice_ms: _Optional[float] = ..., dtype: _Optional[_Union[_mel_pb2.MelDType, str]] = ..., playback_slack_ms: _Optional[float] = ..., vocoder_pacing: _Optional[_Union[_load_pb2.VocoderPacing, _Mapping]] = ...) -> None: ...
 
 class GetModelInfoRequest(_message.Message):
     __slots__ = ()

@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from libs.pb.tts.acoustic.v1 import acoustic_pb2 as tts_dot_acoustic_dot_v1_dot_acoustic__pb2
+from libs.pb.tts.common.v1 import load_pb2 as tts_dot_common_dot_v1_dot_load__pb2
 from libs.pb.tts.common.v1 import mel_pb2 as tts_dot_common_dot_v1_dot_mel__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -45,6 +46,11 @@ class AcousticStub:
                 request_serializer=tts_dot_acoustic_dot_v1_dot_acoustic__pb2.GetModelInfoRequest.SerializeToString,
                 response_deserializer=tts_dot_acoustic_dot_v1_dot_acoustic__pb2.ModelInfo.FromString,
                 _registered_method=True)
+        self.GetLoad = channel.unary_unary(
+                '/tts.acoustic.v1.Acoustic/GetLoad',
+                request_serializer=tts_dot_common_dot_v1_dot_load__pb2.GetLoadRequest.SerializeToString,
+                response_deserializer=tts_dot_common_dot_v1_dot_load__pb2.WorkerLoad.FromString,
+                _registered_method=True)
 
 
 class AcousticServicer:
@@ -58,6 +64,8 @@ class AcousticServicer:
         The worker sends its response headers as soon as it accepts the stream, before reading any
         request; an overloaded worker instead ends the call with RESOURCE_EXHAUSTED and the
         grpc-retry-pushback-ms trailer. The gateway writes only after the headers arrive.
+        A message without slices says the worker is busy with the stream's next step: a busy worker is
+        not a silent one.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -65,6 +73,13 @@ class AcousticServicer:
 
     def GetModelInfo(self, request, context):
         """What model this worker runs; the gateway keys its cache on model_version.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetLoad(self, request, context):
+        """What this worker can take on now: capacity, open streams, step costs (polled by the gateway).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -82,6 +97,11 @@ def add_AcousticServicer_to_server(servicer, server):
                     servicer.GetModelInfo,
                     request_deserializer=tts_dot_acoustic_dot_v1_dot_acoustic__pb2.GetModelInfoRequest.FromString,
                     response_serializer=tts_dot_acoustic_dot_v1_dot_acoustic__pb2.ModelInfo.SerializeToString,
+            ),
+            'GetLoad': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLoad,
+                    request_deserializer=tts_dot_common_dot_v1_dot_load__pb2.GetLoadRequest.FromString,
+                    response_serializer=tts_dot_common_dot_v1_dot_load__pb2.WorkerLoad.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -138,6 +158,33 @@ class Acoustic:
             '/tts.acoustic.v1.Acoustic/GetModelInfo',
             tts_dot_acoustic_dot_v1_dot_acoustic__pb2.GetModelInfoRequest.SerializeToString,
             tts_dot_acoustic_dot_v1_dot_acoustic__pb2.ModelInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLoad(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tts.acoustic.v1.Acoustic/GetLoad',
+            tts_dot_common_dot_v1_dot_load__pb2.GetLoadRequest.SerializeToString,
+            tts_dot_common_dot_v1_dot_load__pb2.WorkerLoad.FromString,
             options,
             channel_credentials,
             insecure,

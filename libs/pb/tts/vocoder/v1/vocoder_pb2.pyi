@@ -1,3 +1,4 @@
+from libs.pb.tts.common.v1 import load_pb2 as _load_pb2
 from libs.pb.tts.common.v1 import mel_pb2 as _mel_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -18,17 +19,19 @@ class VocodeRequest(_message.Message):
     def __init__(self, slices: _Optional[_Iterable[_Union[_mel_pb2.MelSlice, _Mapping]]] = ..., context_only: _Optional[bool] = ..., playback_slack_ms: _Optional[float] = ...) -> None: ...
 
 class VocodeResponse(_message.Message):
-    __slots__ = ("utterance_id", "sentence_index", "first_sample", "samples", "sample_rate_hz", "is_last")
+    __slots__ = ("utterance_id", "sentence_index", "first_sample", "samples", "sample_rate_hz", "is_last", "busy")
     UTTERANCE_ID_FIELD_NUMBER: _ClassVar[int]
     SENTENCE_INDEX_FIELD_NUMBER: _ClassVar[int]
     FIRST_SAMPLE_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
     IS_LAST_FIELD_NUMBER: _ClassVar[int]
+    BUSY_FIELD_NUMBER: _ClassVar[int]
     utterance_id: str
     sentence_index: int
     first_sample: int
     samples: bytes
     sample_rate_hz: int
     is_last: bool
-    def __init__(self, utterance_id: _Optional[str] = ..., sentence_index: _Optional[int] = ..., first_sample: _Optional[int] = ..., samples: _Optional[bytes] = ..., sample_rate_hz: _Optional[int] = ..., is_last: _Optional[bool] = ...) -> None: ...
+    busy: bool
+    def __init__(self, utterance_id: _Optional[str] = ..., sentence_index: _Optional[int] = ..., first_sample: _Optional[int] = ..., samples: _Optional[bytes] = ..., sample_rate_hz: _Optional[int] = ..., is_last: _Optional[bool] = ..., busy: _Optional[bool] = ...) -> None: ...

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from libs.pb.tts.common.v1 import load_pb2 as tts_dot_common_dot_v1_dot_load__pb2
 from libs.pb.tts.vocoder.v1 import vocoder_pb2 as tts_dot_vocoder_dot_v1_dot_vocoder__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -39,6 +40,11 @@ class VocoderStub:
                 request_serializer=tts_dot_vocoder_dot_v1_dot_vocoder__pb2.VocodeRequest.SerializeToString,
                 response_deserializer=tts_dot_vocoder_dot_v1_dot_vocoder__pb2.VocodeResponse.FromString,
                 _registered_method=True)
+        self.GetLoad = channel.unary_unary(
+                '/tts.vocoder.v1.Vocoder/GetLoad',
+                request_serializer=tts_dot_common_dot_v1_dot_load__pb2.GetLoadRequest.SerializeToString,
+                response_deserializer=tts_dot_common_dot_v1_dot_load__pb2.WorkerLoad.FromString,
+                _registered_method=True)
 
 
 class VocoderServicer:
@@ -57,6 +63,13 @@ class VocoderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetLoad(self, request, context):
+        """What this worker can take on now: capacity, open streams, step costs, pacing (polled by the gateway).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_VocoderServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -64,6 +77,11 @@ def add_VocoderServicer_to_server(servicer, server):
                     servicer.Vocode,
                     request_deserializer=tts_dot_vocoder_dot_v1_dot_vocoder__pb2.VocodeRequest.FromString,
                     response_serializer=tts_dot_vocoder_dot_v1_dot_vocoder__pb2.VocodeResponse.SerializeToString,
+            ),
+            'GetLoad': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLoad,
+                    request_deserializer=tts_dot_common_dot_v1_dot_load__pb2.GetLoadRequest.FromString,
+                    response_serializer=tts_dot_common_dot_v1_dot_load__pb2.WorkerLoad.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -93,6 +111,33 @@ class Vocoder:
             '/tts.vocoder.v1.Vocoder/Vocode',
             tts_dot_vocoder_dot_v1_dot_vocoder__pb2.VocodeRequest.SerializeToString,
             tts_dot_vocoder_dot_v1_dot_vocoder__pb2.VocodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLoad(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tts.vocoder.v1.Vocoder/GetLoad',
+            tts_dot_common_dot_v1_dot_load__pb2.GetLoadRequest.SerializeToString,
+            tts_dot_common_dot_v1_dot_load__pb2.WorkerLoad.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,187 @@
+"""What a worker's model steps cost on the machine it runs on, measured, not assumed.
+
+Each stage's step costs CPU time in proportion to its size plus a fixed part (`LinearCost`: a plan
+per phoneme id, a flow + mel head chunk or a vocoder step per frame). The fit starts from a
+calibration at warm-up and follows every step that runs after, so it holds on any CPU, at any
+precision, and moves when the machine does. How long a step takes on the clock is its CPU time
+stretched by contention: other threads on the same cores, and a CPU quota's throttling
+(`Contention`, wall time over CPU time of recent steps). Deadlines, guards and capacity are all
+computed from these two (docs/ARCHITECTURE.md, "Scheduling and admission").
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+DECAY: Final = 0.97
+"""Weight an observation keeps per later observation: the fit follows the last ~30 steps of a stage."""
+SPREAD_SIGMAS: Final = 2.0
+"""A step's high estimate is its mean plus this many standard deviations of the recent relative error
+(about the 98th percentile of a normal spread)."""
+MIN_RELATIVE_SPREAD: Final = 0.1
+"""The high estimate is never below the mean times 1 + SPREAD_SIGMAS x this: a fit that has seen only
+steady steps still leaves room for the next one to vary."""
+CONTENTION_QUANTILE: Final = 0.9
+"""The share of recent steps whose stretch `Contention.high` stays above."""
+QUANTILE_STEP: Final = 0.05
+"""How far one step moves `Contention.high`, as a share of it: it follows a change within ~20 steps."""
+BACKGROUND_SLOWDOWN: Final = 1134 / 110
+"""How much longer a step takes on a thread at nice 10 than at nice 0 when both want the same core:
+the kernel's weights are 1024 for nice 0 and 110 for nice 10, so the low thread gets 110/1134."""
+
+
+@dataclass
+class LinearCost:
+    """CPU seconds of one stage's step as `fixed_s + per_unit_s * units`, fitted by exponentially
+    weighted least squares to the steps observed, with the spread of their relative error."""
+
+    fixed_s: float = 0.0
+    """CPU seconds every step costs whatever its size."""
+    per_unit_s: float = 0.0
+    """CPU seconds per unit (phoneme id, frame)."""
+    relative_sd: float = MIN_RELATIVE_SPREAD
+    """Standard deviation of (observed / predicted - 1) over recent steps."""
+    observations: int = 0
+    """Steps observed since the fit started."""
+    _w: float = field(default=0.0, repr=False)
+    _wx: float = field(default=0.0, repr=False)
+    _wy: float = field(default=0.0, repr=False)
+    _wxx: float = field(default=0.0, repr=False)
+    _wxy: float = field(default=0.0, repr=False)
+    _wsq: float = field(default=0.0, repr=False)
+
+    def observe(self, units: float, cpu_s: float) -> None:
+        """A step of `units` took `cpu_s` CPU seconds."""
+        if units <= 0 or not math.isfinite(cpu_s) or cpu_s < 0:
+            return
+        if self.observations:
+            predicted = self.predict(units)
+            if predicted > 0:
+                error = cpu_s / predicted - 1.0
+                self._wsq = DECAY * self._wsq + (1 - DECAY) * error * error
+                self.relative_sd = max(MIN_RELATIVE_SPREAD, math.sqrt(self._wsq))
+        self._w = DECAY * self._w + 1.0
+        self._wx = DECAY * self._wx + units
+        self._wy = DECAY * self._wy + cpu_s
+        self._wxx = DECAY * self._wxx + units * units
+        self._wxy = DECAY * self._wxy + units * cpu_s
+        self.observations += 1
+        self._refit()
+
+    def _refit(self) -> None:
+        variance = self._w * self._wxx - self._wx * self._wx
+        # Sizes that barely vary cannot separate the fixed part from the slope: cost is then per unit.
+        if variance <= 1e-9 * max(1.0, self._w * self._wxx):
+            self.fixed_s, self.per_unit_s = 0.0, self._wy / self._wx if self._wx > 0 else 0.0
+            return
+        slope = (self._w * self._wxy - self._wx * self._wy) / variance
+        intercept = (self._wy - slope * self._wx) / self._w
+        if slope < 0 or intercept < 0:  # noise on few sizes: keep the physically meaningful form
+            slope, intercept = max(0.0, slope), max(0.0, intercept)
+            if slope == 0.0 and intercept == 0.0:
+                slope = self._wy / self._wx if self._wx > 0 else 0.0
+        self.fixed_s, self.per_unit_s = intercept, slope
+
+    def predict(self, units: float) -> float:
+        """Expected CPU seconds of a step of `units`."""
+        return self.fixed_s + self.per_unit_s * max(0.0, units)
+
+    def predict_high(self, units: float) -> float:
+        """CPU seconds a step of `units` stays under nearly always (mean plus SPREAD_SIGMAS spreads)."""
+        return self.predict(units) * (1.0 + SPREAD_SIGMAS * self.relative_sd)
+
+
+@dataclass
+class Contention:
+    """How much the clock stretches a step's CPU time now: wall seconds over CPU seconds of recent steps
+    on threads at normal priority (other threads on the same cores, a CPU quota's throttling).
+
+    Both figures are exponentially weighted: the mean, and a running estimate of the CONTENTION_QUANTILE
+    (each step moves it up when the step was stretched more, down otherwise, by steps that balance at
+    that quantile), which one step preempted for long cannot blow up as a standard deviation would."""
+
+    mean: float = 1.0
+    """Recent wall / CPU, at least 1."""
+    high: float = 1.0
+    """The stretch recent steps stayed under CONTENTION_QUANTILE of the time."""
+
+    def observe(self, wall_s: float, cpu_s: float) -> None:
+        """A step took `wall_s` on the clock and `cpu_s` of CPU."""
+        if cpu_s <= 1e-5 or not math.isfinite(wall_s):
+            return
+        ratio = max(1.0, wall_s / cpu_s)
+        self.mean += (1 - DECAY) * (ratio - self.mean)
+        step = QUANTILE_STEP * self.high
+        if ratio > self.high:
+            self.high += step * CONTENTION_QUANTILE
+        else:
+            self.high = max(1.0, self.high - step * (1 - CONTENTION_QUANTILE))
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    """What one queued step is expected to take, for the executor's order."""
+
+    cpu_s: float = 0.0
+    """Expected CPU seconds."""
+    wall_s: float = 0.0
+    """Wall seconds it stays under nearly always on a thread at normal priority, as the cores are shared now."""
+    lead_s: float = 0.0
+    """How long before its deadline it must start: `wall_s` plus what must follow it before the
+    listener has the audio (the next worker's step, the hops)."""
+
+    @property
+    def background_lead_s(self) -> float:
+        """The same on a thread at the background priority, where the step may run BACKGROUND_SLOWDOWN
+        times slower when urgent work holds the cores."""
+        return self.lead_s - self.wall_s + self.cpu_s * BACKGROUND_SLOWDOWN
+
+
+NO_ESTIMATE: Final = StepEstimate()
+
+
+class CostModel:
+    """One worker's stages: a `LinearCost` each, and the contention of its urgent threads. Thread-safe:
+    the inference threads observe, the event loop estimates."""
+
+    def __init__(self, stages: Iterable[str]) -> None:
+        self._costs = {stage: LinearCost() for stage in stages}
+        self.contention = Contention()
+        self._lock = threading.Lock()
+
+    @property
+    def stages(self) -> Mapping[str, LinearCost]:
+        """The fit of every stage (read-only use)."""
+        return self._costs
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether every stage has seen at least one step."""
+        return all(cost.observations for cost in self._costs.values())
+
+    def observe(self, stage: str, units: float, cpu_s: float, wall_s: float | None = None) -> None:
+        """A `stage` step of `units` took `cpu_s` of CPU (and `wall_s` on the clock, when it ran at
+        normal priority: only those tell how urgent work is stretched)."""
+        with self._lock:
+            self._costs[stage].observe(units, cpu_s)
+            if wall_s is not None:
+                self.contention.observe(wall_s, cpu_s)
+
+    def cpu_s(self, stage: str, units: float) -> float:
+        """Expected CPU seconds of a `stage` step of `units`."""
+        return self._costs[stage].predict(units)
+
+    def wall_s(self, stage: str, units: float) -> float:
+        """Wall seconds a `stage` step of `units` stays under nearly always, at normal priority, now."""
+        with self._lock:
+            return self._costs[stage].predict_high(units) * self.contention.high
+
+    def estimate(self, stage: str, units: float, after_s: float = 0.0) -> StepEstimate:
+        """The estimate of a `stage` step of `units` followed by `after_s` of other work before its
+        listener has the audio."""
+        wall_s = self.wall_s(stage, units)
+        return StepEstimate(cpu_s=self.cpu_s(stage, units), wall_s=wall_s, lead_s=wall_s + max(0.0, after_s))

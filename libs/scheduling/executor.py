@@ -1,0 +1,245 @@
+"""A worker's inference threads, taking the waiting model step whose listener needs it first.
+
+Every step is queued with its deadline (when its listener needs the audio it leads to) and its
+estimate (libs.scheduling.costs: how long it takes on the clock now, and what must follow it). Its
+latest start is the deadline less its lead. The threads take:
+
+- a playing listener's step once its latest start is closer than the first audio at the head of the
+  queue takes to run (it would otherwise be late behind it);
+- otherwise a stream's first audio, in arrival order: a listener that has heard nothing is waiting,
+  one that holds audio loses nothing by waiting;
+- otherwise the playing step that must start first.
+
+With lanes, urgent threads run at the process's own priority and take first audios and steps that
+must start soon; background threads run at a lower OS priority and take only steps that would still
+be in time at that priority when urgent work holds every core. The cores are shared with other
+processes (the other worker, the gateway), and the OS knows nothing of deadlines: without lanes,
+one worker making audio ahead of need would take a core from another worker's first audio.
+
+Order changes only when a step runs, never what it computes, so audio stays bit-identical however
+streams are interleaved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from libs.scheduling.costs import NO_ESTIMATE, StepEstimate
+
+BACKGROUND_NICE: Final = 10
+"""The OS nice value of background threads (libs.scheduling.costs.BACKGROUND_SLOWDOWN is what it costs them)."""
+MAX_IDLE_WAIT_S: Final = 60.0
+"""The longest an urgent thread sleeps before looking at the queue again (a wait may not exceed what the OS takes)."""
+
+
+@dataclass(order=True)
+class _Call:
+    start_by_s: float
+    order: int
+    deadline_s: float = field(compare=False)
+    estimate: StepEstimate = field(compare=False)
+    future: Future = field(compare=False)
+    fn: Callable[..., Any] = field(compare=False)
+    args: tuple[Any, ...] = field(compare=False)
+    kwargs: dict[str, Any] = field(compare=False)
+
+    @property
+    def background_start_by_s(self) -> float:
+        """The latest start on a background thread."""
+        return self.deadline_s - self.estimate.background_lead_s
+
+
+RunObserver = Callable[[bool, float, float], None]
+"""Called after every call with (ran at normal priority, wall seconds, CPU seconds)."""
+
+_lane = threading.local()
+
+
+def on_normal_priority() -> bool:
+    """Whether the calling thread runs at the process's own priority (an urgent thread, a thread of an
+    executor without lanes, or any other thread): only such a step's wall time tells how the cores
+    stretch urgent work."""
+    return getattr(_lane, "normal_priority", True)
+
+
+class DeadlineExecutor(Executor):
+    """A thread pool whose threads take the queued call that must start first (module docstring).
+
+    `submit` queues a call due now with no estimate (plain calls keep arrival order among themselves);
+    `submit_by` one due at `deadline_s` (`time.monotonic()`) with its `estimate`, marked `first_audio`
+    for a step of a stream whose listener has heard nothing yet. Ties go in arrival order. With
+    `by_deadline` False every call counts as due when submitted: plain arrival order (and no lanes).
+    """
+
+    def __init__(
+        self,
+        threads: int,
+        name: str = "inference",
+        on_run: RunObserver | None = None,
+        by_deadline: bool = True,
+        urgent_threads: int = 0,
+        background_nice: int = BACKGROUND_NICE,
+    ) -> None:
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1, got {threads}")
+        if urgent_threads < 0:
+            raise ValueError(f"urgent_threads must not be negative, got {urgent_threads}")
+        self.threads = threads
+        self.urgent_threads = urgent_threads
+        self.by_deadline = by_deadline
+        self.on_run = on_run
+        self._lanes = by_deadline and urgent_threads > 0
+        self._background_nice = background_nice if self._lanes else 0
+        self._playing: list[_Call] = []
+        self._first: list[_Call] = []
+        self._order = itertools.count()
+        self._condition = threading.Condition()
+        self._shut_down = False
+        self._queued_cpu_s = 0.0
+        self.completed = 0
+        """Calls run so far: a worker whose steps wait in its queue is busy, not hung, while this moves."""
+        lanes = [(False, index) for index in range(threads)]
+        if self._lanes:
+            lanes += [(True, index) for index in range(urgent_threads)]
+        self._workers = [
+            threading.Thread(target=self._work, args=(urgent,), name=f"{name}_{'urgent' if urgent else 'step'}_{index}", daemon=True)
+            for urgent, index in lanes
+        ]
+        for worker in self._workers:
+            worker.start()
+
+    @property
+    def queue_depth(self) -> int:
+        """Calls waiting for a thread."""
+        return len(self._playing) + len(self._first)
+
+    @property
+    def queued_cpu_s(self) -> float:
+        """Expected CPU seconds of the calls waiting for a thread."""
+        return self._queued_cpu_s
+
+    def lateness_s(self) -> float:
+        """How late the playing step that must start first already is for its start (0: it is not)."""
+        with self._condition:
+            if not self._playing:
+                return 0.0
+            return max(0.0, time.monotonic() - self._playing[0].start_by_s)
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        return self.submit_by(time.monotonic(), fn, *args, **kwargs)
+
+    def submit_by(
+        self,
+        deadline_s: float,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        first_audio: bool = False,
+        estimate: StepEstimate = NO_ESTIMATE,
+        **kwargs: Any,
+    ) -> Future:
+        """Queue `fn(*args, **kwargs)`, due at `deadline_s` and expected to take `estimate`;
+        `first_audio` for a step of a stream whose listener has heard nothing yet."""
+        future: Future = Future()
+        if not self.by_deadline:
+            deadline_s, first_audio = time.monotonic(), False
+        elif math.isnan(deadline_s):  # it would break the heap's order
+            deadline_s = time.monotonic()
+        call = _Call(deadline_s - estimate.lead_s, next(self._order), deadline_s, estimate, future, fn, args, kwargs)
+        with self._condition:
+            if self._shut_down:
+                raise RuntimeError("cannot schedule new calls after shutdown")
+            heapq.heappush(self._first if first_audio else self._playing, call)
+            self._queued_cpu_s += estimate.cpu_s
+            # With lanes, the thread woken must be of the call's lane: wake them all (they are few).
+            self._condition.notify_all() if self._lanes else self._condition.notify()
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._condition:
+            self._shut_down = True
+            if cancel_futures:
+                for heap in (self._playing, self._first):
+                    for call in heap:
+                        call.future.cancel()
+                    heap.clear()
+                self._queued_cpu_s = 0.0
+            self._condition.notify_all()
+        if wait:
+            for worker in self._workers:
+                if worker is not threading.current_thread():
+                    worker.join()
+
+    def _pop(self, heap: list[_Call]) -> _Call:
+        call = heapq.heappop(heap)
+        self._queued_cpu_s = max(0.0, self._queued_cpu_s - call.estimate.cpu_s)
+        return call
+
+    def _take(self, urgent: bool) -> tuple[_Call | None, float | None]:
+        """(the call this thread runs next, or None; how long to wait before looking again, or None
+        for "until woken"). Called with the lock held."""
+        now = time.monotonic()
+        playing, first = self._playing, self._first
+        if not self._lanes:
+            if not first:
+                return (self._pop(playing) if playing else None), None
+            if playing and playing[0].start_by_s <= now + first[0].estimate.wall_s:
+                return self._pop(playing), None
+            return self._pop(first), None
+        if not urgent:  # the background lane: only what is still in time at the background priority
+            if playing and playing[0].background_start_by_s > now:
+                return self._pop(playing), None
+            return None, None  # an urgent thread takes it; woken by the next submit
+        if first and not (playing and playing[0].start_by_s <= now + first[0].estimate.wall_s):
+            return self._pop(first), None
+        if not playing:
+            return None, None
+        top = playing[0]
+        if top.background_start_by_s <= now:
+            return self._pop(playing), None
+        # A background thread may still take it in time; if none does, it becomes urgent then.
+        return None, min(top.background_start_by_s - now, MAX_IDLE_WAIT_S)
+
+    def _work(self, urgent: bool) -> None:
+        if not urgent and self._background_nice:
+            with contextlib.suppress(OSError):  # raising one's own nice value never needs a privilege
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self._background_nice)
+        normal_priority = urgent or not self._lanes
+        _lane.normal_priority = normal_priority
+        while True:
+            with self._condition:
+                while True:
+                    call, wait_s = self._take(urgent)
+                    if call is not None or self._shut_down:
+                        break
+                    self._condition.wait(wait_s)
+                if call is None:
+                    return
+                if self._lanes and self._playing:
+                    self._condition.notify_all()  # the new top may be for the other lane
+            if not call.future.set_running_or_notify_cancel():
+                continue  # its caller stopped waiting before it started
+            started_s, started_cpu_s = time.perf_counter(), time.thread_time()
+            error: BaseException | None = None
+            try:
+                result = call.fn(*call.args, **call.kwargs)
+            except BaseException as raised:  # the caller gets its own error
+                error = raised
+            # Counted before the caller hears of it, so whatever the caller does next comes after.
+            self.completed += 1
+            if self.on_run is not None:
+                self.on_run(normal_priority, time.perf_counter() - started_s, time.thread_time() - started_cpu_s)
+            if error is not None:
+                call.future.set_exception(error)
+            else:
+                call.future.set_result(result)

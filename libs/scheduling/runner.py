@@ -1,0 +1,115 @@
+"""A worker's model steps on its inference executor: queued by deadline with their estimate, timed into
+the cost model and the metrics, traced in the caller's trace.
+
+`loop.run_in_executor` does not carry context variables into the thread, so a span started there
+would begin a new trace; `StepRunner.run` runs the step in a copy of the caller's context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from concurrent.futures import Executor
+from typing import Any, Final, TypeVar
+
+from libs.scheduling.costs import CostModel
+from libs.scheduling.executor import DeadlineExecutor, on_normal_priority
+from libs.telemetry.metrics import WorkerMetrics
+from libs.telemetry.tracing import step_span
+
+T = TypeVar("T")
+
+HEARTBEAT_S: Final = 1.0
+"""How often a stream whose next step waits in a busy worker's queue tells its gateway it is not forgotten."""
+
+
+class StepRunner:
+    """Runs model steps on `executor` and records their queue time, run time and CPU time in
+    `metrics` and their cost in `costs`."""
+
+    def __init__(self, executor: Executor, metrics: WorkerMetrics, costs: CostModel, batched: Callable[[], bool]) -> None:
+        """`batched()` says whether the engine now runs its steps through a dynamic batcher (whose
+        `on_batch` callback then reports queue time and batch size instead, and whose steps' CPU is
+        the batcher's thread's, not the stream's)."""
+        self.executor = executor
+        self.costs = costs
+        self._metrics = metrics
+        self._batched = batched
+
+    async def run(
+        self,
+        stage: str,
+        units: float,
+        function: Callable[..., T],
+        *args: Any,
+        deadline_s: float | None = None,
+        first_audio: bool = False,
+        after_s: float = 0.0,
+        span: str | None = None,
+        span_attributes: Mapping[str, Any] | None = None,
+        on_start: Callable[[float], None] | None = None,
+    ) -> T:
+        """`function(*args)` on the executor, as a model step of `stage` and size `units`.
+
+        `deadline_s` (`time.monotonic()`; None: now) is when its listener needs the audio, and
+        `after_s` what must follow the step before then; `first_audio` marks a step of a stream whose
+        listener has heard nothing yet. `span` names a span around the step (child of the caller's
+        current span); `on_start` is called on the executor thread with the `time.perf_counter()`
+        at which the step starts.
+        """
+        submitted_s = time.perf_counter()
+        context = contextvars.copy_context()
+        batched = self._batched()
+
+        def timed() -> T:
+            started_s, started_cpu_s = time.perf_counter(), time.thread_time()
+            if on_start is not None:
+                on_start(started_s)
+            try:
+                if span is None:
+                    return context.run(function, *args)
+                return context.run(_in_span, span, span_attributes, function, args)
+            finally:
+                wall_s, cpu_s = time.perf_counter() - started_s, time.thread_time() - started_cpu_s
+                self._metrics.observe_step(stage, started_s - submitted_s, wall_s, batched)
+                if not batched:
+                    self._metrics.observe_step_cpu(stage, first_audio, cpu_s)
+                    self.costs.observe(stage, units, cpu_s, wall_s if on_normal_priority() else None)
+
+        if isinstance(self.executor, DeadlineExecutor):
+            estimate = self.costs.estimate(stage, units, after_s)
+            due_s = time.monotonic() if deadline_s is None else deadline_s
+            return await asyncio.wrap_future(self.executor.submit_by(due_s, timed, first_audio=first_audio, estimate=estimate))
+        return await asyncio.get_running_loop().run_in_executor(self.executor, timed)
+
+    def steps_done(self) -> int:
+        """Steps this runner's executor has finished so far (0 for a plain executor)."""
+        return getattr(self.executor, "completed", 0)
+
+
+async def with_heartbeats(step: Awaitable[T], progress: Callable[[], int], every_s: float = HEARTBEAT_S) -> AsyncIterator[T | None]:
+    """Yields None every `every_s` while `step` is still waiting, as long as the worker made progress
+    (`progress()` moved: other steps finished) since the last one; then the step's result. A worker
+    that is busy but working tells its caller so; one whose threads are stuck says nothing."""
+    task = asyncio.ensure_future(step)
+    try:
+        seen = progress()
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=every_s)
+            if done:
+                yield task.result()
+                return
+            now = progress()
+            if now != seen:
+                seen = now
+                yield None
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+def _in_span(name: str, attributes: Mapping[str, Any] | None, function: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    with step_span(name, attributes):
+        return function(*args)

@@ -1,0 +1,100 @@
+"""Everything one worker schedules its model steps with: the executor, the cost model, the capacity,
+and the runner that ties them together; and what the worker tells its gateways about its load."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Executor
+
+from libs.pb.tts.common.v1 import load_pb2
+from libs.scheduling.calibration import Calibration, calibrate
+from libs.scheduling.capacity import SharedCapacity
+from libs.scheduling.costs import CostModel
+from libs.scheduling.executor import DeadlineExecutor
+from libs.scheduling.runner import StepRunner
+from libs.scheduling.stream import VocoderPacing
+from libs.telemetry.metrics import WorkerMetrics
+from libs.voice.calibration import STAGE_CHUNK, STAGE_PLAN, CalibrationStep
+
+STAGES = {"acoustic": (STAGE_PLAN, STAGE_CHUNK), "vocoder": (STAGE_CHUNK,)}
+"""The cost model's stages of each worker kind."""
+
+
+class Scheduler:
+    """One worker's scheduling parts."""
+
+    def __init__(
+        self,
+        kind: str,
+        executor: Executor,
+        metrics: WorkerMetrics,
+        capacity: SharedCapacity | None = None,
+        batched: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.kind = kind
+        self.executor = executor
+        self.costs = CostModel(STAGES[kind])
+        self.capacity = capacity or SharedCapacity(kind)
+        self.runner = StepRunner(executor, metrics, self.costs, batched)
+        self.pacing: VocoderPacing | None = None
+        """A vocoder's pacing, once its engine is loaded (libs.scheduling.stream.VocoderPacing)."""
+        self.longest_step_units = 0
+        """Frames of the longest chunk step of this worker's schedule (what its step lead is quoted for)."""
+        self.first_step_units = 0
+        """Frames of a sentence's first chunk step (an acoustic worker's first chunk takes the flow's lag too)."""
+
+    def calibrate(self, workload: Callable[[], Iterable[CalibrationStep]]) -> Calibration:
+        """Measure the costs on as many threads at once as the budget has cores (run it off the event loop)."""
+        lanes = getattr(self.executor, "threads", 1) + getattr(self.executor, "urgent_threads", 0)
+        threads = max(1, min(math.ceil(self.capacity.budget.cores), lanes))
+        result = calibrate(self.costs, self.capacity.cost, workload, threads)
+        self.capacity.publish()
+        return result
+
+    def produced(self, audio_s: float) -> None:
+        """The worker made `audio_s` of a listener's audio."""
+        self.capacity.produced(audio_s)
+
+    def behind_s(self) -> float:
+        """How late the most urgent waiting step already is for its start (0: none is)."""
+        return self.executor.lateness_s() if isinstance(self.executor, DeadlineExecutor) else 0.0
+
+    def step_lead_s(self) -> float:
+        """Wall seconds this worker's longest step takes now, nearly always (0: not known)."""
+        return self.costs.wall_s(STAGE_CHUNK, self.longest_step_units) if self.longest_step_units else 0.0
+
+    def load(self, by_gateway: Mapping[str, int], pinned_capacity: float = 0.0) -> load_pb2.WorkerLoad:
+        """What this worker can take on now, with `by_gateway` its open streams per gateway id
+        (`pinned_capacity`: a capacity set by the operator)."""
+        costs = self.costs
+        load = load_pb2.WorkerLoad(
+            capacity_streams=pinned_capacity or self.capacity.streams(),
+            open_streams=sum(by_gateway.values()),
+            open_streams_by_gateway=by_gateway,
+            cpu_s_per_audio_s=self.capacity.cost.cpu_s_per_audio_s,
+            budget_cores=self.capacity.budget.cores,
+            step_lead_ms=1000.0 * self.step_lead_s(),
+            queued_cpu_s=getattr(self.executor, "queued_cpu_s", 0.0),
+        )
+        if self.kind == "acoustic" and costs.calibrated:
+            plan = costs.stages[STAGE_PLAN]
+            stretch = costs.wall_s(STAGE_PLAN, 1.0) / max(plan.predict(1.0), 1e-12)
+            load.plan_fixed_ms = 1000.0 * plan.fixed_s * stretch
+            load.plan_per_id_ms = 1000.0 * plan.per_unit_s * stretch
+            load.first_chunk_ms = 1000.0 * costs.wall_s(STAGE_CHUNK, self.first_step_units)
+        if self.pacing is not None:
+            schedule = self.pacing.schedule
+            load.pacing.CopyFrom(
+                load_pb2.VocoderPacing(
+                    lag_frames=self.pacing.lag_frames,
+                    first_step_frames=schedule.first_chunk_frames,
+                    step_growth=schedule.growth,
+                    max_step_frames=schedule.max_chunk_frames,
+                )
+            )
+        return load
+
+    def close(self) -> None:
+        """Leave the ledger (at shutdown)."""
+        self.capacity.close()

@@ -1,0 +1,181 @@
+"""One stream's schedule on a worker: when its listener needs each step's audio.
+
+Each request from the gateway says how long its listener can wait (`playback_slack_ms`): the audio
+buffered ahead of the listener, or, overdue, minus how long it has waited (a first audio, or a
+listener that ran dry), less what the gateway knows must follow this worker's step (the next
+worker's step, the hops). The worker turns that into a deadline on its own clock when the request
+arrives and moves it on by the audio each step makes (docs/ARCHITECTURE.md, "Scheduling and
+admission").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from libs.voice.chunking import VOCODER_SCHEDULE, ChunkSchedule
+from libs.wire.errors import InvalidRequestError
+
+RequestT = TypeVar("RequestT")
+
+DEFAULT_VOCODER_LAG_FRAMES: Final = 21
+"""The default voice's vocoder lag (frames its samples trail its mel: `VocoderEngine.lag_frames`); an
+acoustic request that carries no pacing of its vocoder is paced with it (a test ties the two)."""
+READ_AHEAD_REQUESTS: Final = 16
+"""Requests a worker reads ahead of the one it works on: enough that each is stamped when it
+arrives, few enough that gRPC flow control still holds back a gateway that writes too much."""
+
+
+@dataclass(frozen=True)
+class VocoderPacing:
+    """How a vocoder turns mel into audio: in steps of `schedule`, its samples trailing the mel by
+    `lag_frames`. The acoustic worker paces its chunks by it: a chunk is needed when the audio before
+    the vocoder step it completes runs out."""
+
+    lag_frames: int = DEFAULT_VOCODER_LAG_FRAMES
+    """Frames the vocoder's samples trail its mel."""
+    schedule: ChunkSchedule = VOCODER_SCHEDULE
+    """The vocoder's steps."""
+
+    @classmethod
+    def from_message(cls, message: Any) -> VocoderPacing:
+        """The pacing a request carries (`tts.acoustic.v1.VocoderPacing`), or the default one when it
+        carries none or one that makes no sense."""
+        if message is None or message.lag_frames <= 0 or message.first_step_frames <= 0:
+            return DEFAULT_PACING
+        try:
+            schedule = ChunkSchedule(
+                first_chunk_frames=int(message.first_step_frames),
+                growth=float(message.step_growth) if message.step_growth >= 1 else 1.0,
+                max_chunk_frames=max(int(message.max_step_frames), int(message.first_step_frames)),
+            )
+        except ValueError:
+            return DEFAULT_PACING
+        return cls(lag_frames=int(message.lag_frames), schedule=schedule)
+
+    def frames_out(self, mel_frames: int, total_frames: int) -> int:
+        """Frames of a sentence's audio the vocoder can have made once its first `mel_frames` of mel
+        are in: whole steps only, each trailing its mel by `lag_frames`; the sentence's last step
+        takes what is left and ends its audio."""
+        if mel_frames >= total_frames:
+            return total_frames
+        end, index = 0, 0
+        while end + self.schedule.chunk_frames(index) <= mel_frames:
+            end += self.schedule.chunk_frames(index)
+            index += 1
+        return max(0, end - self.lag_frames)
+
+
+DEFAULT_PACING: Final = VocoderPacing()
+
+
+@dataclass
+class StreamPlayback:
+    """A worker's own view of one stream's listener: when the stream's first audio was made here, and
+    how much audio it has made since. A listener starts playing at its first audio, not when it asked,
+    so the audio made here says when it runs dry at the earliest; a request's slack, measured by the
+    gateway, may have been taken before the listener started and then says "overdue" too soon."""
+
+    started_s: float | None
+    """When the stream's first audio was made (`time.monotonic()`); None while its listener has heard
+    nothing; -inf for a stream that opened on a playing listener (a resumed one)."""
+    made_s: float = 0.0
+    """Audio made since (seconds)."""
+
+    @classmethod
+    def opening(cls, first_audio: bool) -> StreamPlayback:
+        """A stream whose first request starts its audio (`first_audio`) or continues a playing listener's."""
+        return cls(None if first_audio else float("-inf"))
+
+    @property
+    def first_audio(self) -> bool:
+        """True while the stream's listener has heard nothing."""
+        return self.started_s is None
+
+    def deadline(self, received_s: float, playback_slack_ms: float) -> PlaybackDeadline:
+        """The deadline of a request that arrived at `received_s` with `playback_slack_ms` of slack
+        (negative: overdue already); InvalidRequestError when the slack is not a finite number."""
+        if not math.isfinite(playback_slack_ms):
+            raise InvalidRequestError(
+                f"playback_slack_ms is {playback_slack_ms}; send a finite number of milliseconds (the audio the "
+                "listener holds before this request's audio, negative when overdue)"
+            )
+        return PlaybackDeadline(received_s + float(playback_slack_ms) / 1000.0, self)
+
+    def made(self, audio_s: float, done_s: float | None = None) -> None:
+        """A step done at `done_s` (now by default) made `audio_s` of the listener's audio."""
+        if self.started_s is None:
+            self.started_s = time.monotonic() if done_s is None else done_s
+        self.made_s += max(0.0, audio_s)
+
+
+@dataclass
+class PlaybackDeadline:
+    """When the listener of one request needs its next audio, on this worker's `time.monotonic()` clock."""
+
+    listener_s: float
+    """When the listener needs the audio of the request's next step, by the request's slack."""
+    stream: StreamPlayback
+    """The request's stream."""
+
+    @property
+    def first_audio(self) -> bool:
+        """True while the stream's listener has heard nothing: the step goes before others that are
+        not about to run dry (libs.scheduling.executor)."""
+        return self.stream.first_audio
+
+    @property
+    def at_s(self) -> float:
+        """The deadline of the request's next step: by its slack, or later when the audio this worker
+        made since the stream's first audio lasts longer."""
+        return self.at_offset_s(0.0)
+
+    def at_offset_s(self, offset_s: float) -> float:
+        """The deadline of a step whose audio starts `offset_s` after the audio the request's slack
+        was measured for (negative: before it)."""
+        by_slack = self.listener_s + offset_s
+        if self.stream.started_s is None:
+            return by_slack
+        return max(by_slack, self.stream.started_s + self.stream.made_s)
+
+    def advance(self, audio_s: float, done_s: float | None = None) -> None:
+        """A step done at `done_s` (now by default) made `audio_s` of audio: the next one is needed that
+        much later."""
+        self.listener_s += max(0.0, audio_s)
+        self.stream.made(audio_s, done_s)
+
+
+async def stamped(requests: AsyncIterator[RequestT]) -> AsyncIterator[tuple[RequestT, float]]:
+    """`requests` with the `time.monotonic()` at which each arrived.
+
+    A background task reads up to READ_AHEAD_REQUESTS ahead, so a request that arrives while the
+    stream's previous one is still being worked on is stamped then, not when its turn comes (its
+    slack was measured when it was sent). An error reading the stream is raised in order.
+    """
+    queue: asyncio.Queue[tuple[Any, float]] = asyncio.Queue(READ_AHEAD_REQUESTS)
+    end = object()
+
+    async def read() -> None:
+        try:
+            async for request in requests:
+                await queue.put((request, time.monotonic()))
+        except Exception as error:  # handed to the consumer, raised there in order
+            await queue.put((error, 0.0))
+            return
+        await queue.put((end, 0.0))
+
+    reader = asyncio.ensure_future(read())
+    try:
+        while True:
+            item, received_s = await queue.get()
+            if item is end:
+                return
+            if isinstance(item, Exception):
+                raise item
+            yield item, received_s
+    finally:
+        reader.cancel()

@@ -1,0 +1,159 @@
+"""Whether the gateway can take one more listener: only when every listener it serves keeps playing.
+
+The mesh makes audio at its real-time capacity R (audio seconds per second, what its workers say they
+hold: libs.upstream.loads), shared by every open stream. Listener i holds b_i seconds of audio and
+still needs r_i more. By time t it needs min(r_i, t - b_i) seconds more than it holds (none before
+b_i), and the mesh can make R * t by then; so the listeners all keep playing, with the work done
+earliest-need first as the workers do it, exactly when
+
+    sum_i min(r_i, max(0, t - b_i)) <= R * t    for every t > 0,
+
+which only needs checking where the left side bends (each b_i and b_i + r_i). A new listener holds
+nothing. So a burst of new streams is admitted up to R at once, while a stream arriving among
+listeners who hold seconds of audio is admitted even above R for a while: their buffers pay for its
+start. Streams other gateways hold on the same workers are taken off R, one audio second per second each.
+
+Fairness conserves work: a client alone may fill the mesh. When it is full, a client holding more
+than an equal share of it is tested against what is left once every other active client's share is
+set aside, so its new streams are refused while the others' still fit.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from libs.upstream.playback import PlaybackClock
+
+DEFAULT_AUDIO_S_PER_CHAR: Final = 0.07
+"""Audio seconds per character of English text at speed 1, until this gateway has measured its own."""
+RATE_WEIGHT: Final = 0.1
+"""Share of the difference to a finished stream's audio per character that is taken."""
+EPSILON_S: Final = 1e-6
+MIN_RETRY_AFTER_S: Final = 0.2
+MAX_RETRY_AFTER_S: Final = 10.0
+
+
+@dataclass
+class Listener:
+    """One open stream as admission sees it."""
+
+    client: str
+    """Who it counts against (an API key or an address; "" for work no listener waits for)."""
+    expected_audio_s: float
+    """The audio it will have in all (an estimate until its text is all spoken)."""
+    clock: PlaybackClock | None = None
+    """Its listener's clock, once its audio flows."""
+    id: int = field(default_factory=itertools.count().__next__)
+
+    def buffered_s(self) -> float:
+        """Audio its listener holds now."""
+        return self.clock.buffered_s() if self.clock is not None else 0.0
+
+    def remaining_s(self) -> float:
+        """Audio it still needs made."""
+        delivered = self.clock.delivered_s if self.clock is not None else 0.0
+        return max(0.0, self.expected_audio_s - delivered)
+
+
+def keeps_playing(listeners: Sequence[tuple[float, float]], rate: float) -> bool:
+    """Whether a mesh making `rate` audio seconds per second keeps every listener (buffered seconds,
+    remaining seconds) playing: the module docstring's test."""
+    needing = [(max(0.0, held), remaining) for held, remaining in listeners if remaining > 0]
+    if not needing:
+        return True
+    if rate <= 0:
+        return False
+    # Just after now, every listener that holds nothing needs a second per second.
+    if sum(1 for held, _ in needing if held <= EPSILON_S) > rate + EPSILON_S:
+        return False
+    for t in sorted({held for held, _ in needing} | {held + remaining for held, remaining in needing}):
+        if t <= EPSILON_S:
+            continue
+        needed = sum(min(remaining, max(0.0, t - held)) for held, remaining in needing)
+        if needed > rate * t + EPSILON_S:
+            return False
+    return True
+
+
+class RealtimeAdmission:
+    """The listeners of one gateway, and the test a new one must pass."""
+
+    def __init__(self, capacity: Callable[[], float], other_streams: Callable[[], int], headroom: float) -> None:
+        """`capacity()` is the mesh's real-time capacity (0: unknown, and then every listener is
+        admitted); `other_streams()` the streams other gateways hold on the same workers; `headroom`
+        the share of the capacity listeners may need."""
+        self._capacity = capacity
+        self._other_streams = other_streams
+        self._headroom = headroom
+        self._listeners: dict[int, Listener] = {}
+        self.audio_s_per_char = DEFAULT_AUDIO_S_PER_CHAR
+
+    @property
+    def listeners(self) -> Iterable[Listener]:
+        return self._listeners.values()
+
+    def expected_audio_s(self, characters: int) -> float:
+        """The audio a text of `characters` makes, by what this gateway has measured."""
+        return characters * self.audio_s_per_char
+
+    def refusal(self, client: str, expected_audio_s: float) -> str | None:
+        """Why a new listener of `client` that expects `expected_audio_s` of audio cannot be taken now,
+        or None. Work no listener waits for (client "") is never refused here."""
+        if not client or not self._headroom:
+            return None
+        capacity = self._capacity()
+        if capacity <= 0:
+            return None
+        rate = capacity * self._headroom - self._other_streams()
+        demand = [(listener.buffered_s(), listener.remaining_s()) for listener in self._listeners.values() if listener.client]
+        demand.append((0.0, max(expected_audio_s, EPSILON_S)))
+        if not keeps_playing(demand, rate):
+            return (
+                f"the mesh makes {capacity:.1f} audio s per s and its {len(demand) - 1} listeners need that to keep "
+                "playing; retry when one ends"
+            )
+        reserve = self._reserve_for_others(client, rate)
+        if reserve > 0 and not keeps_playing(demand, rate - reserve):
+            return (
+                "the mesh is nearly full and this client already holds more than an equal share of it; its other "
+                "streams go first when the mesh is busy: retry when one ends"
+            )
+        return None
+
+    def retry_after_s(self) -> float:
+        """When a refused listener may find room: about when the listener nearest its end has all its
+        audio, at an equal share of the capacity (at least MIN_RETRY_AFTER_S, at most MAX_RETRY_AFTER_S)."""
+        capacity = self._capacity()
+        listeners = [listener for listener in self._listeners.values() if listener.client]
+        if capacity <= 0 or not listeners:
+            return MIN_RETRY_AFTER_S
+        soonest_s = min(listener.remaining_s() for listener in listeners) * len(listeners) / capacity
+        return min(MAX_RETRY_AFTER_S, max(MIN_RETRY_AFTER_S, soonest_s))
+
+    def _reserve_for_others(self, client: str, rate: float) -> float:
+        """The capacity kept for other clients when `client` holds more than an equal share: what each
+        other active client's equal share has left (0 when `client` is within its own)."""
+        held: dict[str, int] = {}
+        for listener in self._listeners.values():
+            if listener.client:
+                held[listener.client] = held.get(listener.client, 0) + 1
+        others = [count for name, count in held.items() if name != client]
+        if not others:
+            return 0.0
+        share = rate / (len(others) + 1)
+        if held.get(client, 0) + 1 <= share:
+            return 0.0
+        return sum(max(0.0, share - count) for count in others)
+
+    def add(self, listener: Listener) -> None:
+        self._listeners[listener.id] = listener
+
+    def remove(self, listener: Listener, finished: bool = False, characters: int = 0) -> None:
+        """`listener` is over; when it `finished` whole, its text of `characters` teaches the audio per character."""
+        self._listeners.pop(listener.id, None)
+        if finished and characters > 0 and listener.clock is not None and listener.clock.delivered_s > 0:
+            measured = listener.clock.delivered_s / characters
+            self.audio_s_per_char += RATE_WEIGHT * (measured - self.audio_s_per_char)
