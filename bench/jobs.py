@@ -28,6 +28,7 @@ import numpy as np
 import redis
 
 from bench.mesh import BenchMesh
+from bench.report import run_heading
 from bench.texts import LONG, PARAGRAPH, unique_variants
 from libs.devmesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
@@ -221,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             mesh.stop()
     print(json.dumps(results, indent=2))
     if args.out is not None:
-        args.out.write_text(markdown(results))
+        args.out.write_text(f"{run_heading('Long-form jobs', 'make bench-jobs')}\n\n{markdown(results)}", encoding="utf-8")
     return 0
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from bench.report import run_heading
 from libs.text.frontend import TextFrontend
 from libs.text.heteronyms import readings
 from libs.text.phoneme_ids import default_voice_config_path, load_espeak_voice, load_phoneme_id_map
@@ -288,7 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines = report_lines(misses)
     print("\n".join(lines))
     if arguments.out is not None:
-        arguments.out.write_text("# make bench-text\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
+        heading = run_heading("Text front end", "make bench-text")
+        arguments.out.write_text(heading + "\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
     if arguments.misses:
         print("\nread wrongly by ours:")
         print("\n".join(misses))
