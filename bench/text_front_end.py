@@ -283,7 +283,7 @@ def report_lines(misses: list[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--misses", action="store_true", help="list every written form and heteronym read wrongly")
-    parser.add_argument("--out", type=Path, help="also write the report here as markdown (README's text-bench section)")
+    parser.add_argument("--out", type=Path, help="also write the report here as markdown (docs/performance.md's text-bench section)")
     arguments = parser.parse_args(argv)
     misses: list[str] = []
     lines = report_lines(misses)

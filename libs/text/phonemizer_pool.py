@@ -43,10 +43,13 @@ _log = logging.getLogger(__name__)
 
 CHILD_MODULE: Final = "libs.text.phonemizer_child"
 DEFAULT_START_TIMEOUT_S: Final = 60.0
+"""Longest a text process may take to load espeak-ng and say it is ready before its start counts as failed."""
 # The answer for a 1,000-character chunk is at most a few hundred KB (ids and phonemes, JSON).
 _ANSWER_LIMIT_BYTES: Final = 8 * 1024 * 1024
 _RESPAWN_BACKOFF_S: Final = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+"""Waits between attempts to start a text process that failed to start: a broken install retries slowly, never in a loop."""
 _CLOSE_GRACE_S: Final = 2.0
+"""How long a closing pool lets each text process exit on its own before it is killed."""
 _REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 
 
