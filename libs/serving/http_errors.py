@@ -82,7 +82,8 @@ def openai_shaped_app(routes: Sequence[BaseRoute]) -> Starlette:
 async def http_exception_handler(request: Request, error: Exception) -> JSONResponse:
     """Starlette's own refusals (no such route: 404, a method the route does not take: 405) in the
     same shape, saying what the API does take."""
-    assert isinstance(error, HTTPException)
+    if not isinstance(error, HTTPException):  # registered for HTTPException only
+        raise error
     method, path = request.method, request.url.path
     headers = dict(error.headers or {})
     if error.status_code == 404:
@@ -100,7 +101,7 @@ def _routes(request: Request) -> list[str]:
     """The app's routes as "METHOD /path" (HEAD, which comes with GET, left out)."""
     return [
         f"{method} {route.path}"
-        for route in getattr(request.app, "routes", ())
+        for route in request.app.routes
         if isinstance(route, Route)
         for method in sorted((route.methods or set()) - {"HEAD"})
     ]

@@ -7,9 +7,10 @@ synthesis API as the gRPC servicer (libs.synthesis), and maps errors through the
 included. Audio streams as it is produced: the encoded bytes (`stream_format: "audio"`) or
 server-sent events (`"sse"`: `speech.audio.delta` with base64 audio, then `speech.audio.done`).
 
-`POST /v1/audio/speech/captioned` takes the same body and answers when the audio is complete: JSON
-with the audio (base64) and each word's start and end in seconds, or, with `caption_format: "vtt"`,
-WebVTT captions (a cue per sentence, a timestamp tag before each word).
+`POST /v1/audio/speech/captioned` takes the same body (`caption_format` in place of `stream_format`)
+and answers when the audio is complete: JSON with the audio (base64) and each word's start and end
+in seconds, or, with `caption_format: "vtt"`, WebVTT captions (a cue per sentence, a timestamp tag
+before each word).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Mount, Route
+from starlette.routing import Match, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from libs.encoding.encoders import encoding_of
@@ -56,6 +57,7 @@ _log = logging.getLogger(__name__)
 
 METHOD: Final = "POST /v1/audio/speech"
 CAPTIONED_METHOD: Final = "POST /v1/audio/speech/captioned"
+API_PREFIX: Final = "/v1/"
 
 
 def http_error_for(error: BaseException) -> HttpError:
@@ -86,7 +88,7 @@ class SpeechApi:
             Route("/v1/audio/voices", self.voices, methods=["GET"]),
         ]
         if self._web_dir is not None:
-            routes.append(Mount("/", StaticFiles(directory=self._web_dir, html=True), name="page"))
+            routes.append(_PageMount("/", StaticFiles(directory=self._web_dir, html=True), name="page"))
         return openai_shaped_app(routes)
 
     async def speech(self, request: Request) -> Response:
@@ -238,6 +240,17 @@ def _vtt_escape(text: str) -> str:
 
 def _model(model_id: str) -> dict[str, Any]:
     return {"id": model_id, "object": "model", "created": 0, "owned_by": "tts-mesh"}
+
+
+class _PageMount(Mount):
+    """The web page's files at `/`, for every path but the API's: under `/v1/` the API routes alone
+    answer, so a known route asked with another method is 405 (with `Allow`) and an unknown one 404,
+    rather than a file that is not there."""
+
+    def matches(self, scope: Any) -> tuple[Match, Any]:
+        if str(scope.get("path", "")).startswith(API_PREFIX):
+            return Match.NONE, {}
+        return super().matches(scope)
 
 
 class _ClosesBody:

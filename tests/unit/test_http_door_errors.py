@@ -4,6 +4,7 @@ metrics count each refusal by its gRPC code. The synthesizer is never reached by
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -102,3 +103,16 @@ def test_an_unknown_route_or_method_is_answered_in_the_same_shape(door: tuple[Te
 def test_one_table_gives_each_grpc_code_its_http_status(code: grpc.StatusCode, status: int, kind: str) -> None:
     assert http_status_for(code) == (status, kind)
     assert all(400 <= status < 600 for status, _ in HTTP_STATUS.values())
+
+
+def test_with_the_web_page_at_the_root_api_paths_are_still_routes_not_files(tmp_path: Path) -> None:
+    (tmp_path / "index.html").write_text("<!doctype html><title>page</title>", encoding="utf-8")
+    api = SpeechApi(_NoSynthesis(), default_registry(), GatewayMetrics(), MAX_BODY_BYTES, tmp_path)  # type: ignore[arg-type]
+    client = TestClient(api.app())
+    assert client.get("/").text.startswith("<!doctype html>")
+    wrong_method = client.get("/v1/audio/speech")
+    assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "POST"
+    assert openai_error(wrong_method)["code"] == "method_not_allowed"
+    missing = client.post("/v1/audio/transcriptions", json={})
+    assert missing.status_code == 404 and openai_error(missing)["code"] == "not_found"
+    assert client.get("/missing.js").status_code == 404
