@@ -139,7 +139,7 @@ def measure_with_live(mesh: BenchMesh, args: argparse.Namespace) -> dict[str, An
     before, loaded_start = http_json(url)["progress"]["audio_seconds"], time.monotonic()
     time.sleep(args.window_s)
     after, loaded_end = http_json(url)["progress"]["audio_seconds"], time.monotonic()
-    http_json(url, "DELETE")
+    http_json(url + "/cancel", "POST")
     live.stop()
     baseline, during = live.window(base_start, base_end), live.window(loaded_start, loaded_end)
     rate = (after - before) / (loaded_end - loaded_start)

@@ -9,13 +9,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from libs.cache.mel_cache import MelCache
-from libs.prewarm.promotion import CountingTextSide
 from libs.serving.auth import ApiKeyGate, ApiKeyInterceptor
 from libs.serving.clients import ClientIdentity
 from libs.serving.http import HttpListener, HttpTls
 from libs.serving.http_auth import ApiKeyAsgi
 from libs.serving.server import PortUnavailableError, ServiceRuntime, freeze_startup_heap, run_service
 from libs.synthesis.synthesizer import Synthesizer
+from libs.synthesis.text_side import TextSide
 from libs.telemetry.metrics import GatewayMetrics
 from libs.text.phonemizer_pool import PhonemizerPool
 from libs.upstream.pool import WorkerPool
@@ -61,7 +61,11 @@ async def serve(settings: GatewaySettings) -> None:
     # crashes it cannot take the gateway down.
     text_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="text")
     phonemizers = PhonemizerPool(settings.text.text_processes, settings.text.text_process_timeout_s)
-    text_side = CountingTextSide(text_executor, settings.limits.max_text_chars, settings.text, phonemizers)
+    # Long-form jobs and prewarming; the live streams' text side tells prewarming's promotion of each sentence.
+    background = BackgroundWork.from_settings(settings, registry, metrics.registry, cache.keyring)
+    text_side = TextSide(
+        text_executor, settings.limits.max_text_chars, settings.text, phonemizers, on_sentence=background.on_sentence
+    )
     synthesizer = Synthesizer(
         pool=pool, cache=cache, text_side=text_side, max_streams=settings.limits.max_streams,
         max_streams_per_client=settings.limits.max_streams_per_client, max_client_share=settings.limits.max_client_share,
@@ -69,9 +73,7 @@ async def serve(settings: GatewaySettings) -> None:
     clients = ClientIdentity(settings.clients.trusted_proxies)  # per-client limits see through the edge
     servicer = TextToSpeechServicer(registry=registry, synthesizer=synthesizer, metrics=metrics, clients=clients)
     add_to_server(servicer, runtime.server)
-    background = BackgroundWork.from_settings(
-        settings, synthesizer, text_side, text_executor, phonemizers, registry, pool, metrics.registry, cache.keyring
-    )  # long-form jobs and prewarming
+    background.speak_with(synthesizer, text_executor, phonemizers, registry, pool)  # job runners, the cache warmer
     background.add_to_server(runtime.server)
     http = None
     if settings.http.http_port:

@@ -236,9 +236,13 @@ def test_the_jobs_http_api_is_routed_through_the_edge(mesh: Mesh, edge: EdgeSett
     listed = httpx.get(jobs_url, params={"limit": 1000}, timeout=10)
     assert audio.status_code == 200 and audio.content == _direct_job_audio(mesh, job_id) and audio.content
     assert job_id in {entry["id"] for entry in listed.json()["data"]}
-    cancelled = httpx.delete(f"{jobs_url}/{job_id}", headers={"origin": ORIGIN}, timeout=10)
+    cancelled = httpx.post(f"{jobs_url}/{job_id}/cancel", headers={"origin": ORIGIN}, timeout=10)
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "succeeded"  # it had ended
     assert cancelled.headers["access-control-allow-origin"] == ORIGIN
+    deleted = httpx.delete(f"{jobs_url}/{job_id}", headers={"origin": ORIGIN}, timeout=10)
+    assert deleted.status_code == 200 and deleted.json() == {"id": job_id, "object": "audio.job", "deleted": True}
+    assert deleted.headers["access-control-allow-origin"] == ORIGIN
+    assert httpx.get(f"{jobs_url}/{job_id}", timeout=10).status_code == 404
 
 
 def test_cors_answers_the_configured_origins_only(edge: EdgeSettings) -> None:
@@ -257,7 +261,7 @@ def test_cors_answers_the_configured_origins_only(edge: EdgeSettings) -> None:
     assert allowed.headers.get("access-control-allow-origin") == ORIGIN
     assert "x-grpc-web" in allowed.headers.get("access-control-allow-headers", "")
     assert "access-control-allow-origin" not in preflight("https://evil.example").headers
-    # The long-form service and the jobs HTTP API answer the same origins; a page may cancel a job.
+    # The long-form service and the jobs HTTP API answer the same origins; a page may delete a job.
     for path, method, header in (
         (f"{JOBS_SERVICE}/CreateJob", "POST", "x-grpc-web"),
         ("/v1/audio/jobs/some-id", "DELETE", "idempotency-key"),
