@@ -22,6 +22,7 @@ from libs.voice.registry import default_registry
 from scripts import render_docs
 from services.gateway.http_api import SpeechApi
 from services.gateway.jobs_http import JobsHttpApi
+from services.gateway.speech_body import JobBody, SpeechBody, parse_body
 from tts_mesh.cli import _parser as cli_parser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -223,7 +224,9 @@ def test_the_readme_http_calls_hit_real_routes_with_bodies_the_doors_take() -> N
             continue
         body = json.loads(command.split(" -d '", 1)[1].split("'", 1)[0])
         if "/v1/audio/speech" in command:
-            speech._parse(body)  # raises HttpError for a field or value the door refuses
+            parse_body(SpeechBody, body).options(registry)  # raises HttpError for a field or value the door refuses
+        elif "/v1/audio/jobs" in command:
+            parse_body(JobBody, body).spec(registry)
         bodies += 1
     assert bodies >= 2
 
