@@ -1,9 +1,9 @@
 """How a run of Chinese characters is read: numbered pinyin per character, words for prosody.
 
-1. pypinyin reads the run with its phrase dictionary (its own longest-match segmentation: 银行
+1. jieba cuts the run into words, and pypinyin reads each word with its phrase dictionary (银行
    yin2 hang2, 行走 xing2 zou3); a character outside every phrase gets its most common reading.
 2. `polyphones.PHRASES` puts in words and idioms that dictionary lacks or reads in an older sense.
-3. jieba cuts the run into words and tags each with its part of speech; `polyphones` rules read
+3. jieba also tags each word with its part of speech; `polyphones` rules read
    the function words and one-character verbs from those neighbours (跑得快 de5, 我们得走 dei3,
    很长 chang2, 长得快 zhang3, 按时还 huan2, 那只猫 zhi1).
 4. A reduplicated one-syllable verb's second syllable is neutral (想想 xiang3 xiang5).
@@ -54,16 +54,23 @@ def _jieba():
     return jieba.posseg
 
 
-def _pypinyin(run: str) -> list[str]:
+def _pypinyin(words: list[str]) -> list[str]:
+    """pypinyin's readings of a run cut into jieba's words: a word in its phrase dictionary is read
+    as that phrase, any other with pypinyin's own segmentation inside the word. A phrase never
+    spans two of jieba's words, so 他在行走 is not read with the phrase 在行 (zai4 hang2)."""
     from pypinyin import Style, lazy_pinyin
+    from pypinyin.constants import PHRASES_DICT
 
-    readings = lazy_pinyin(run, style=Style.TONE3, neutral_tone_with_five=True, errors=lambda chars: [""] * len(chars))
-    if len(readings) != len(run):  # never seen; read character by character rather than misalign
-        readings = [
-            (lazy_pinyin(ch, style=Style.TONE3, neutral_tone_with_five=True, errors=lambda chars: [""] * len(chars)) or [""])[0]
-            for ch in run
-        ]
-    return [reading if _PINYIN.match(reading) else "" for reading in readings]
+    def no_reading(chars: str) -> list[str]:
+        return [""] * len(chars)
+
+    readings: list[str] = []
+    for word in words:
+        read = lazy_pinyin([word] if word in PHRASES_DICT else word, style=Style.TONE3, neutral_tone_with_five=True, errors=no_reading)
+        if len(read) != len(word):  # never seen; read character by character rather than misalign
+            read = [(lazy_pinyin(ch, style=Style.TONE3, neutral_tone_with_five=True, errors=no_reading) or [""])[0] for ch in word]
+        readings.extend(reading if _PINYIN.match(reading) else "" for reading in read)
+    return readings
 
 
 def tagged_words(run: str) -> list[tuple[str, str]]:
@@ -74,8 +81,8 @@ def tagged_words(run: str) -> list[tuple[str, str]]:
 def read_run(run: str, after: str = "") -> list[ReadWord]:
     """The prosodic words of one run of Han characters with their citation readings; `after` is
     the text that follows the run (a clause end or not matters to some rules)."""
-    readings = _pypinyin(run)
     words = tagged_words(run)
+    readings = _pypinyin([word for word, _ in words])
     word_of: list[int] = []
     starts: list[tuple[str, str, int]] = []
     position = 0
