@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -71,7 +72,7 @@ def test_every_id_is_in_the_voice_map_and_the_words_span_their_ids(mandarin, id_
     assert [word.text for word in sentence.words][:4] == ["今天", "是", "2024", "年"]
     assert "iPhone" in [word.text for word in sentence.words]
     ends = [(word.first_id, word.end_id) for word in sentence.words]
-    assert all(a < b <= c for (a, b), (c, _) in zip(ends, ends[1:], strict=False))
+    assert all(a < b <= c for (a, b), (c, _) in itertools.pairwise(ends))
 
 
 def test_an_english_word_is_read_by_espeak_ng_as_its_cmn_voice_reads_it(mandarin) -> None:
