@@ -81,7 +81,7 @@ docs: $(DEV)
 
 ## Rebuild the default voice's trained pieces (mel head, mel adapter) from nothing: seeded, CPU only.
 voice: $(DEV)
-	$(PY) -m scripts.voice.build
+	$(PY) -m scripts.voice.build $(if $(VOICE),--voice $(VOICE))
 
 ## Time to first audio, throughput, batch sweep and memory, side by side with piper-tts.
 bench: $(DEV)

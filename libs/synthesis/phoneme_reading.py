@@ -29,7 +29,7 @@ from libs.wire.errors import InvalidRequestError
 LANGUAGES: Final[Mapping[str, tuple[str, str]]] = {
     "en": ("en-US", "en-us"),
     "en-us": ("en-US", "en-us"),
-    "en-gb": ("en-GB", "en-gb"),
+    "en-gb": ("en-GB", "en-gb-x-rp"),  # what Piper's en_GB voices are read with
     "zh": ("zh-CN", "cmn"),
     "zh-cn": ("zh-CN", "cmn"),
     "zh-hans": ("zh-CN", "cmn"),

@@ -139,6 +139,8 @@ def train_regression(
     rng = random.Random(config.seed)
     optimiser = torch.optim.Adam(model.parameters(), lr=config.learning_rate, betas=(0.9, 0.99))
     rf = model.receptive_field_frames
+    if config.segment_frames <= 2 * rf:  # every frame of a crop would be masked out: a loss of 0/0
+        raise ValueError(f"{name}: segment_frames {config.segment_frames} must be over twice its receptive field ({rf} frames)")
     losses: list[float] = []
     started_s = time.perf_counter()
     model.train()
