@@ -36,7 +36,8 @@ from cachetools import LRUCache, TTLCache
 from libs.settings.fields import setting
 from libs.telemetry import tracing
 from libs.text.errors import EmptyTextError, TextTooLongError
-from libs.text.frontend import DEFAULT_MAX_PHONEME_IDS, NO_WORDS, Sentence, TextFrontend
+from libs.text.frontend import DEFAULT_MAX_PHONEME_IDS, NO_WORDS, Sentence
+from libs.text.frontends import Frontend, frontend_for
 from libs.text.lexicon import DEFAULT_LEXICON_CHECK_S, LexiconFile
 from libs.text.long_words import DEFAULT_MAX_WORD_CHARS
 from libs.text.normalize import has_speakable_characters
@@ -161,16 +162,16 @@ class TextSide:
         self._pool = pool if pool is not None else PhonemizerPool(limits.text_processes, limits.text_process_timeout_s)
         self.max_text_chars = max_text_chars
         self.limits = limits
-        self._frontends: dict[str, TextFrontend] = {}
+        self._frontends: dict[str, Frontend] = {}
         self._specs: dict[str, FrontendSpec] = {}
         self._memo = _phoneme_memo(limits)
 
-    def frontend(self, voice: Voice) -> TextFrontend:
+    def frontend(self, voice: Voice) -> Frontend:
         """The frontend of `voice` that normalises and cuts its text here (its espeak-ng half runs in
         the pool's processes)."""
         frontend = self._frontends.get(voice.name)
         if frontend is None:
-            frontend = TextFrontend(
+            frontend = frontend_for(  # Mandarin or espeak-ng, by the voice's espeak-ng voice (libs.text.frontends)
                 voice.phoneme_id_map(),
                 espeak_voice=voice.espeak_voice,
                 max_text_chars=self.max_text_chars,

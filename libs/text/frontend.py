@@ -104,6 +104,10 @@ class Sentence:
     """Silence after its speech (SSML breaks), in seconds."""
     marks_after: tuple[tuple[str, float], ...] = ()
     """SSML marks after its speech: (name, seconds into the silence after it)."""
+    pinyin: tuple[str, ...] = ()
+    """How a Mandarin sentence is read: numbered pinyin as said (tone sandhi applied, neutral tone
+    5), one syllable per Chinese character, a word of another script as itself; empty for other
+    languages (libs.text.zh)."""
 
 
 class TextFrontend:

