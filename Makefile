@@ -12,7 +12,7 @@ OUT ?= hello.wav
 
 .DEFAULT_GOAL := help
 .PHONY: help venv run run-zones certs web say test test-fast proto docs voice bench bench-load bench-quality bench-faults \
-	bench-doors bench-hostile bench-text bench-jobs fuzz idle-keepalive k8s-validate image
+	bench-doors bench-hostile bench-text bench-text-zh bench-jobs fuzz idle-keepalive k8s-validate image
 
 ## List the targets.
 help:
@@ -81,7 +81,7 @@ docs: $(DEV)
 
 ## Rebuild the default voice's trained pieces (mel head, mel adapter) from nothing: seeded, CPU only.
 voice: $(DEV)
-	$(PY) -m scripts.voice.build
+	$(PY) -m scripts.voice.build $(if $(VOICE),--voice $(VOICE))
 
 ## Time to first audio, throughput, batch sweep and memory, side by side with piper-tts.
 bench: $(DEV)
@@ -102,6 +102,10 @@ bench-doors: $(DEV)
 ## Phoneme error rate and heteronym accuracy of the text front end against piper-tts, and its cost.
 bench-text: $(DEV)
 	$(PY) -m bench.text_front_end --out bench/text.md
+
+## Mandarin reading: polyphone accuracy and phoneme error rate against the gold sets, next to espeak-ng's.
+bench-text-zh: $(DEV)
+	$(PY) -m bench.text_zh --out bench/text_zh.md
 
 ## A 100,000-character job alone and next to 8 live streams; the cache's hit rate with promotion.
 bench-jobs: $(DEV)

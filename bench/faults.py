@@ -3,7 +3,7 @@
     python -m bench.faults [--log-dir DIR]
 
 Starts two zones of workers (unbatched float32, so audio can be compared sample for sample),
-Redis and a gateway on loopback, as the fault tests do (tests/faults/), runs every scenario once
+Redis and a gateway on loopback, as the fault tests do (tests/support/faults/), runs every scenario once
 and prints one row per scenario: requests, completed, identical to the fault-free audio, client
 errors, and p95 time to first audio next to the fault-free p95 of the same requests.
 """

@@ -35,6 +35,7 @@ import httpx
 
 from bench.idle_keepalive import GOAWAY_MARKS, HELD_SENTENCES, hold_one_stream
 from bench.mesh import BenchMesh
+from bench.report import run_heading
 from libs.devmesh.launcher import service_command
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
 from libs.pb.tts.common.v1 import mel_pb2
@@ -611,7 +612,8 @@ def main(argv: list[str] | None = None) -> int:
         f"<= {DELAY_LIMIT_S * 1000:.0f} ms, every service < {RSS_LIMIT_BYTES / 1024**3:.1f} GiB, no process lost, speaks after)."
     )
     print("\n" + table + summary)
-    args.out.write_text(table + "\n" + summary.strip() + "\n", encoding="utf-8")
+    heading = run_heading("Hostile callers", "make bench-hostile")
+    args.out.write_text(f"{heading}\n\n{table}\n{summary.strip()}\n", encoding="utf-8")
     print(f"written to {args.out}; service logs in {log_dir}")
     return 0 if met == len(rows) else 1
 

@@ -28,6 +28,7 @@ import numpy as np
 import redis
 
 from bench.mesh import BenchMesh
+from bench.report import run_heading
 from bench.texts import LONG, PARAGRAPH, unique_variants
 from libs.devmesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
@@ -138,7 +139,7 @@ def measure_with_live(mesh: BenchMesh, args: argparse.Namespace) -> dict[str, An
     before, loaded_start = http_json(url)["progress"]["audio_seconds"], time.monotonic()
     time.sleep(args.window_s)
     after, loaded_end = http_json(url)["progress"]["audio_seconds"], time.monotonic()
-    http_json(url, "DELETE")
+    http_json(url + "/cancel", "POST")
     live.stop()
     baseline, during = live.window(base_start, base_end), live.window(loaded_start, loaded_end)
     rate = (after - before) / (loaded_end - loaded_start)
@@ -221,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             mesh.stop()
     print(json.dumps(results, indent=2))
     if args.out is not None:
-        args.out.write_text(markdown(results))
+        args.out.write_text(f"{run_heading('Long-form jobs', 'make bench-jobs')}\n\n{markdown(results)}", encoding="utf-8")
     return 0
 
 

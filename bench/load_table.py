@@ -37,6 +37,7 @@ from bench import piper_baseline
 from bench.loadgen import LoadConfig, run_load
 from bench.measure import STALL_BAR_S, RequestResult, percentile
 from bench.mesh import WORKERS, BenchMesh, start_mesh
+from bench.report import run_heading
 from bench.speed import pin_cores
 from bench.texts import PARAGRAPH, unique_variants
 
@@ -311,7 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         table += f"\nThe same streams, mesh with worker flags `{args.baseline_args}`:\n\n" + render(baseline, [])
     print(table)
     if args.out:
-        Path(args.out).write_text(table, encoding="utf-8")
+        heading = run_heading("Many listeners at once", "make bench-load")
+        Path(args.out).write_text(f"{heading}\n\n{table}", encoding="utf-8")
     return 0
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import redis
 
 from bench.mesh import BenchMesh
+from bench.report import run_heading
 from bench.texts import LONG, split_sentences, unique_variants
 from libs.audio.mel import DEFAULT_HOP_LENGTH as HOP_LENGTH
 from libs.cache.codec import decode_mel
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     for result in results:
         print(json.dumps(result), flush=True)
     if args.out is not None:
-        args.out.write_text(markdown(args, results))
+        args.out.write_text(f"{run_heading('Prewarming', 'make bench-jobs')}\n\n{markdown(args, results)}", encoding="utf-8")
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -59,3 +60,10 @@ def render_markdown(rows: Sequence[Row], title: str, notes: Sequence[str] = ()) 
         lines.append("")
         lines.extend(f"- {note}" for note in notes)
     return "\n".join(lines) + "\n"
+
+
+def run_heading(name: str, command: str) -> str:
+    """The first line of a benchmark's output file: what ran, by which command, and when (UTC).
+
+    docs/performance.md shows each output file under this line, so a table always says its date."""
+    return f"## {name} (`{command}`, {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC)"

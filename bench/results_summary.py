@@ -1,6 +1,6 @@
-"""The part of `bench/results.md` (the table `make bench` writes) that README.md shows.
+"""The part of `bench/results.md` (the table `make bench` writes) that docs/performance.md shows.
 
-The README quotes no benchmark number by hand: `make docs` (scripts/render_docs.py) copies this
+The docs quote no benchmark number by hand: `make docs` (scripts/render_docs.py) copies this
 summary between its `<!-- bench:begin -->` and `<!-- bench:end -->` markers, and a test fails when
 the two differ. Rows and notes are copied verbatim, so every number in the summary is in the file.
 """
@@ -12,21 +12,21 @@ import textwrap
 from typing import Final
 
 INTRO_WIDTH_CHARS: Final = 100
-"""Width the summary's opening sentence is wrapped to, as the README's prose is."""
+"""Width the summary's opening sentence is wrapped to, as the docs' prose is."""
 
 SUMMARY_ROWS: Final = re.compile(
     r"(first audio p50, ms, cache |throughput, |max-batch \d+: throughput, |peak RSS all processes, )"
 )
-"""Rows the README shows, by the start of their measure: first audio p50, throughput (also across the
+"""Rows the summary shows, by the start of their measure: first audio p50, throughput (also across the
 max-batch sweep) and the memory of all processes. The p95s, the sweep's latencies and the memory of
 each service stay in the file."""
 
 SUMMARY_NOTES: Final = re.compile(r"Target |.*pinned to CPUs")
-"""Notes the README shows: every target with its verdict, and the machine the run was pinned to."""
+"""Notes the summary shows: every target with its verdict, and the machine the run was pinned to."""
 
 
 def summary_markdown(results_markdown: str) -> str:
-    """The README's summary of `results_markdown` (the text of bench/results.md)."""
+    """The summary of `results_markdown` (the text of bench/results.md)."""
     lines = results_markdown.splitlines()
     title = next((line.removeprefix("## ") for line in lines if line.startswith("## ")), None)
     table = [line for line in lines if line.startswith("|")]

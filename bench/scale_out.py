@@ -5,10 +5,10 @@
 Starts 3 acoustic and 3 vocoder worker processes per zone in two zones, each on its own loopback
 address (127.0.0.x) and all of a kind and zone on one port behind one name, and two gateways (one per
 zone: the real WorkerPool and synthesis API, in this process, without a cache) that find the workers
-by re-resolving the names every 2 s (the production default; tests/faults/pod_fleet.py). The workers
+by re-resolving the names every 2 s (the production default; tests/support/faults/pod_fleet.py). The workers
 are the services themselves (`python -m services.acoustic` / `services.vocoder` with the installed
 default voice, plaintext, one model thread each, real-time admission off), all started at once;
-`--toy` runs the real servicers around small engines instead (tests/faults/toy_mesh.py), ready in a
+`--toy` runs the real servicers around small engines instead (tests/support/faults/toy_mesh.py), ready in a
 second.
 
 Then, with `--clients` utterances always in flight:
@@ -41,8 +41,8 @@ GRACE_S = 60.0
 """How long a SIGTERMed worker's streams in flight get to finish."""
 SERVICE_WORKER_ARGS = ("--realtime-headroom", "0")
 """The real-time limit off: 16 listeners ask for more audio per second than 12 model processes on two
-shared cores make (each measured 1.6 to 3.9 audio s per s), so with it on the workers refuse streams,
-rightly, and the run would measure shedding instead of where streams go."""
+shared cores make, so with it on the workers refuse streams, rightly, and the run would measure
+shedding instead of where streams go."""
 
 
 def _spread_line(label: str, inflight: dict[str, float]) -> str:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from bench.report import run_heading
 from libs.text.frontend import TextFrontend
 from libs.text.heteronyms import readings
 from libs.text.phoneme_ids import default_voice_config_path, load_espeak_voice, load_phoneme_id_map
@@ -282,13 +283,14 @@ def report_lines(misses: list[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--misses", action="store_true", help="list every written form and heteronym read wrongly")
-    parser.add_argument("--out", type=Path, help="also write the report here as markdown (README's text-bench section)")
+    parser.add_argument("--out", type=Path, help="also write the report here as markdown (docs/performance.md's text-bench section)")
     arguments = parser.parse_args(argv)
     misses: list[str] = []
     lines = report_lines(misses)
     print("\n".join(lines))
     if arguments.out is not None:
-        arguments.out.write_text("# make bench-text\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
+        heading = run_heading("Text front end", "make bench-text")
+        arguments.out.write_text(heading + "\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
     if arguments.misses:
         print("\nread wrongly by ours:")
         print("\n".join(misses))

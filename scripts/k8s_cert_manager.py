@@ -4,7 +4,7 @@ cert-manager.io/v1), which the Kubernetes schemas of scripts/k8s_validate.py do 
 Strict as that validation is: a field cert-manager does not define for these kinds (of those the
 overlays may use) is an error, and so are missing required fields, values outside cert-manager's
 enums and durations it would not parse. Cross-references (an issuer that exists, a Secret a pod
-mounts) are checked by tests/test_k8s_manifests.py.
+mounts) are checked by tests/integration/test_k8s_manifests.py.
 """
 
 from __future__ import annotations

@@ -1,32 +1,45 @@
-"""`make docs`: write the generated parts of README.md from their sources.
+"""`make docs`: write the generated parts of the docs from their sources.
 
-These sections are generated, each between `<!-- NAME:begin -->` and `<!-- NAME:end -->` markers:
+Each generated part sits in a page between `<!-- NAME:begin -->` and `<!-- NAME:end -->` markers:
 
-- `settings`: the table of every flag and variable, from the settings' declarations;
-- `bench`: the benchmark summary, from `bench/results.md` (the table `make bench` writes);
-- `doors`: what each front door and encoding costs, from `bench/doors.md` (`make bench-doors`);
-- `fastpath`: `make bench` before and after a change, from `bench/fast_path.md` (`python -m bench.compare`);
-- `text-bench`: how well the text front end reads, from `bench/text.md` (`make bench-text`).
+- docs/settings.md, `settings`: every flag and variable, from the settings' declarations
+  (`python -m services.settings` prints the same table);
+- docs/performance.md, one part per benchmark output in bench/ (each file is what its benchmark
+  writes; a rerun replaces it):
+  - `bench`: the summary of `bench/results.md` (`make bench`);
+  - `fastpath`: `bench/fast_path.md` (`python -m bench.compare`, `make bench` before and after a change);
+  - `load`: `bench/load.md` (`make bench-load`);
+  - `doors`: `bench/doors.md` (`make bench-doors`);
+  - `text-bench`: `bench/text.md` (`make bench-text`);
+  - `jobs-bench` and `prewarm-bench`: `bench/jobs.md` and `bench/prewarm.md` (`make bench-jobs`);
+  - `hostile`: `bench/hostile.md` (`make bench-hostile`).
 
     python -m scripts.render_docs [--check]
 
-With --check it only says whether README.md is up to date (exit 1 when it is not).
+With --check it only says whether every page is up to date (exit 1 when one is not).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.results_summary import summary_markdown
 from services.settings import markdown_table
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-BENCH_RESULTS = README.parent / "bench" / "results.md"
-DOORS_RESULTS = README.parent / "bench" / "doors.md"
-FAST_PATH_RESULTS = README.parent / "bench" / "fast_path.md"
-TEXT_RESULTS = README.parent / "bench" / "text.md"
+ROOT = Path(__file__).resolve().parent.parent
+SETTINGS_PAGE = ROOT / "docs" / "settings.md"
+PERFORMANCE = ROOT / "docs" / "performance.md"
+BENCH_RESULTS = ROOT / "bench" / "results.md"
+FAST_PATH_RESULTS = ROOT / "bench" / "fast_path.md"
+LOAD_RESULTS = ROOT / "bench" / "load.md"
+DOORS_RESULTS = ROOT / "bench" / "doors.md"
+TEXT_RESULTS = ROOT / "bench" / "text.md"
+JOBS_RESULTS = ROOT / "bench" / "jobs.md"
+PREWARM_RESULTS = ROOT / "bench" / "prewarm.md"
+HOSTILE_RESULTS = ROOT / "bench" / "hostile.md"
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -34,47 +47,72 @@ def markers(name: str) -> tuple[str, str]:
     return f"<!-- {name}:begin -->\n", f"<!-- {name}:end -->"
 
 
-def generated_sections() -> dict[str, str]:
-    """Each generated section's name and content, rendered from its source now."""
+def generated_sections() -> dict[Path, dict[str, Callable[[], str]]]:
+    """Each page with a generated part, and how each of its parts is rendered from its source now.
+
+    The paths are read when this is called, so a test can point any of them elsewhere."""
     return {
-        "settings": markdown_table(),
-        "bench": summary_markdown(BENCH_RESULTS.read_text(encoding="utf-8")),
-        "doors": _without_title(DOORS_RESULTS.read_text(encoding="utf-8")),
-        "fastpath": _without_title(FAST_PATH_RESULTS.read_text(encoding="utf-8")),
-        "text-bench": _without_title(TEXT_RESULTS.read_text(encoding="utf-8")),
+        SETTINGS_PAGE: {"settings": markdown_table},
+        PERFORMANCE: {
+            "bench": lambda: summary_markdown(BENCH_RESULTS.read_text(encoding="utf-8")),
+            "fastpath": lambda: bench_output(FAST_PATH_RESULTS),
+            "load": lambda: bench_output(LOAD_RESULTS),
+            "doors": lambda: bench_output(DOORS_RESULTS),
+            "text-bench": lambda: bench_output(TEXT_RESULTS),
+            "jobs-bench": lambda: bench_output(JOBS_RESULTS),
+            "prewarm-bench": lambda: bench_output(PREWARM_RESULTS),
+            "hostile": lambda: bench_output(HOSTILE_RESULTS),
+        },
     }
 
 
-def _without_title(markdown: str) -> str:
-    """A results file's body: its first heading becomes a line saying where the numbers come from."""
-    lines = markdown.strip().splitlines()
+def bench_output(path: Path) -> str:
+    """A benchmark's output file as a page shows it: its heading (what ran, by which command, when)
+    becomes a line saying where the numbers come from, and the file is named."""
+    lines = path.read_text(encoding="utf-8").strip().splitlines()
+    source = f"`{_shown(path)}`"
     if lines and lines[0].startswith("#"):
-        lines[0] = "Measured by " + lines[0].lstrip("# ").strip() + ":"
+        lines[0] = f"Measured by {lines[0].lstrip('# ').strip()}; from {source}:"
+    else:
+        lines.insert(0, f"From {source}:\n")
     return "\n".join(lines) + "\n"
 
 
-def rendered(text: str) -> str:
-    """`text` (the README) with every generated section replaced by the rendered one."""
-    for name, content in generated_sections().items():
+def _shown(path: Path) -> str:
+    """`path` as the docs write it: relative to the repository root when it is inside it."""
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
+
+
+def rendered(text: str, parts: dict[str, Callable[[], str]], page: str = "the page") -> str:
+    """`text` (a page) with each of its generated `parts` replaced by the rendered one."""
+    for name, render in parts.items():
         begin, end = markers(name)
         if begin not in text or end not in text:
-            raise SystemExit(f"README.md has no {begin.strip()} ... {end} markers")
+            raise SystemExit(f"{page} has no {begin.strip()} ... {end} markers")
         head, rest = text.split(begin, 1)
         _, tail = rest.split(end, 1)
-        text = head + begin + content + end + tail
+        text = head + begin + render() + end + tail
     return text
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only check that README.md is up to date")
+    parser.add_argument("--check", action="store_true", help="only check that every generated part is up to date")
     args = parser.parse_args(argv)
-    current = README.read_text(encoding="utf-8")
-    updated = rendered(current)
+    stale = []
+    for page, parts in generated_sections().items():
+        name = _shown(page)
+        current = page.read_text(encoding="utf-8")
+        updated = rendered(current, parts, name)
+        if updated == current:
+            continue
+        stale.append(name)
+        if not args.check:
+            page.write_text(updated, encoding="utf-8")
     if args.check:
-        print("README.md is up to date" if updated == current else "README.md is stale: run `make docs`")
-        return 0 if updated == current else 1
-    README.write_text(updated, encoding="utf-8")
+        print("the docs are up to date" if not stale else f"{', '.join(stale)}: stale; run `make docs`")
+        return 1 if stale else 0
+    print(f"wrote {', '.join(stale)}" if stale else "the docs were up to date")
     return 0
 
 

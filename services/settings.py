@@ -1,9 +1,9 @@
-"""Every setting of every service, by service: the one table the flags, the README's table and the
-Kubernetes checks are all made from.
+"""Every setting of every service, by service: the one table the flags, the table of docs/settings.md
+and the Kubernetes checks are all made from.
 
 Each setting is declared once, next to the code it steers (`libs.settings.fields.setting`); a
-service's settings are the groups it is made of. `python -m services.settings` prints the README's
-table.
+service's settings are the groups it is made of. `python -m services.settings` prints the table
+that `make docs` writes into docs/settings.md.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def known_env(service: str) -> set[str]:
 
 
 def markdown_table() -> str:
-    """The README's table of every flag: one row per flag, its variable, default, unit, services and meaning."""
+    """The table of every flag (docs/settings.md): one row per flag, its variable, default, unit, services and meaning."""
     rows: dict[tuple[str, str], dict[str, object]] = {}
     for service in SERVICES:
         for item in settings_of(SERVICE_SETTINGS[service], service):

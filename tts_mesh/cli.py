@@ -4,6 +4,8 @@
     tts-mesh say --file chapter.txt -o chapter.mp3      # long text, with progress on the terminal
     echo "Hi." | tts-mesh say - --play                  # read stdin, play as it arrives
     tts-mesh voices
+    tts-mesh phonemes "我去银行。" --language zh          # how a text will be read (tts_mesh/local_commands.py)
+    tts-mesh voice add zh_CN-huayan-medium.onnx          # import a Piper voice into the catalogue
 
 The audio is written as it arrives. A WAV file gets its header sizes filled in at the end (a
 stream's WAV header cannot know them).
@@ -24,6 +26,7 @@ from typing import BinaryIO, TextIO
 
 import grpc
 
+from tts_mesh import local_commands
 from tts_mesh.client import ENCODINGS_BY_NAME, TextToSpeechClient, encoding_for_path
 
 DEFAULT_ADDRESS = os.environ.get("TTS_MESH_ADDRESS", "127.0.0.1:50051")
@@ -36,6 +39,8 @@ PLAYERS = (
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command in ("phonemes", "voice"):  # run here, no mesh needed
+        return local_commands.run(args)
     client = TextToSpeechClient(
         args.address,
         api_key=args.api_key or os.environ.get("TTS_MESH_API_KEY"),
@@ -70,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     say.add_argument("--play", action="store_true", help="also play the audio as it arrives (needs ffplay or mpv)")
     say.add_argument("--quiet", action="store_true", help="no progress or summary on standard error")
     commands.add_parser("voices", help="list the voices the service speaks")
+    local_commands.add_parsers(commands)
     return parser
 
 

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import Final
 
 DEFAULT_FAILURE_THRESHOLD: Final = 3
+"""Failed Redis calls in a row that open the breaker: a sick Redis costs at most this many timeouts."""
 DEFAULT_OPEN_S: Final = 5.0
+"""How long an open breaker skips Redis before one probe call decides whether it closes."""
 
 
 class BreakerState(enum.Enum):

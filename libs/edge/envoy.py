@@ -147,7 +147,7 @@ def _listener(settings: EdgeSettings) -> dict[str, Any]:
 
 def _virtual_host(settings: EdgeSettings) -> dict[str, Any]:
     # One policy for every route: grpc-web calls of both services, and the HTTP API, whose job routes
-    # also take DELETE (cancel) and an Idempotency-Key, and answer a create with its Location.
+    # also take DELETE (remove a job) and an Idempotency-Key, and answer a create with its Location.
     cors = {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.cors.v3.CorsPolicy",
         "allow_origin_string_match": [{"exact": origin} for origin in settings.cors_origins],

@@ -18,6 +18,7 @@ from libs.encoding.encoders import ENCODINGS, encoder_for
 from libs.jobs.store import SUCCEEDED, JobRecord, JobStore
 
 SENTENCES_PER_READ: Final = 32
+"""Sentences of a job's audio read from the store in one round trip: a download holds at most this many in memory."""
 PCM_SCALE: Final = 32767.0
 """The scale libs.encoding.pcm uses for float -> int16, so int16 -> float -> int16 gives the same samples."""
 

@@ -18,6 +18,7 @@ from libs.jobs.store import JobStore
 _log = logging.getLogger(__name__)
 
 QUEUE_POLL_S: Final = 5.0
+"""How often queue depth and lag are read from Redis: the gauges, and the runners' autoscaling signal, are at most this old."""
 OUTCOMES: Final = ("succeeded", "failed", "cancelled", "missing")
 
 

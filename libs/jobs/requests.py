@@ -4,6 +4,7 @@ options resolved as for a stream (libs.synthesis.options), errors mapped to gRPC
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Final
 
 import grpc
@@ -42,25 +43,44 @@ def job_spec(
     return JobSpec(options.voice.name, options.speed, options.encoding, options.sample_rate_hz, options.speaker_id)
 
 
+@dataclass(frozen=True)
+class PageNames:
+    """What a door calls the paging fields, for its error messages."""
+
+    size: str = "page_size"
+    token: str = "page_token"
+    next_token: str = "next_page_token"
+
+
+GRPC_PAGE_NAMES: Final = PageNames()
+
+
 def check_job_text(text: str, max_chars: int) -> None:
     """InvalidRequestError for a text no job can take (whether espeak-ng finds words in it shows when it runs)."""
     if not text.strip():
-        raise InvalidRequestError("the text is empty; send the text to speak")
+        raise InvalidRequestError("the text is empty; send the text to speak", field="text")
     if len(text) > max_chars:
-        raise InvalidRequestError(f"the text is {len(text)} characters long; a job takes at most {max_chars}")
+        raise InvalidRequestError(f"the text is {len(text)} characters long; a job takes at most {max_chars}", field="text")
 
 
 def check_idempotency_key(key: str) -> None:
     if len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
-        raise InvalidRequestError(f"the idempotency key is {len(key)} characters long; use at most {MAX_IDEMPOTENCY_KEY_CHARS}")
+        raise InvalidRequestError(
+            f"the idempotency key is {len(key)} characters long; use at most {MAX_IDEMPOTENCY_KEY_CHARS}", field="idempotency_key"
+        )
 
 
-def page_bounds(page_size: int, page_token: str) -> tuple[int, int]:
-    """(limit, offset) of a list request."""
+def page_bounds(page_size: int, page_token: str, names: PageNames = GRPC_PAGE_NAMES) -> tuple[int, int]:
+    """(limit, offset) of a list request; errors name the field to fix by its proto name and, in
+    their message, as `names` (the door's own names)."""
     if page_size < 0 or page_size > MAX_PAGE_SIZE:
-        raise InvalidRequestError(f"page_size {page_size} is out of range; use 1 to {MAX_PAGE_SIZE}, or 0 for {DEFAULT_PAGE_SIZE}")
+        raise InvalidRequestError(
+            f"{names.size} {page_size} is out of range; use 1 to {MAX_PAGE_SIZE}, or 0 for {DEFAULT_PAGE_SIZE}", field="page_size"
+        )
     if page_token and not page_token.isdigit():
-        raise InvalidRequestError("page_token is not one this service gave; send the next_page_token of the previous page")
+        raise InvalidRequestError(
+            f"{names.token} is not one this service gave; send the {names.next_token} of the previous page", field="page_token"
+        )
     return page_size or DEFAULT_PAGE_SIZE, int(page_token or 0)
 
 

@@ -46,6 +46,7 @@ utterance the pipeline looks ahead, and the runner takes audio faster than a lis
 sentence after the first carries a growing playback slack and deadline-aware workers serve live
 streams first; only each utterance's first sentence carries a first audio's slack."""
 READ_BLOCK_MS: Final = 1000
+"""How long a free runner waits on the queue for a new job before it looks for abandoned ones again."""
 PERMANENT_CODES: Final = frozenset(
     (
         grpc.StatusCode.INVALID_ARGUMENT,
@@ -62,6 +63,7 @@ gone, its stored text does not open, a bug)."""
 MAX_TRANSIENT_FAILURES: Final = 8
 """Transient failures in a row (no worker, a sick Redis or object store) a runner rides out before it fails the job."""
 MAX_BACKOFF_S: Final = 30.0
+"""Cap on the wait before a job is tried again after a transient failure (it doubles from 1 s)."""
 
 
 class _JobGone(Exception):

@@ -251,7 +251,9 @@ class JobStore:
             if not self._seal.same_request(held_fingerprint, request):
                 raise IdempotencyConflictError(idempotency_key, held_id)
             return await self.get(held_id), False
-        return await self.get(job_id), True
+        # The job as made, queued: a runner may claim it before a second read, and the answer to a
+        # create says what was created.
+        return _record(job_id, {name.encode(): str(value).encode() for name, value in fields.items()}), True
 
     async def get(self, job_id: str) -> JobRecord:
         fields = await self._client.hgetall(job_key(job_id)) if job_id else {}

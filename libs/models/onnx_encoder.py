@@ -1,8 +1,8 @@
 """The VITS text encoder (`VitsAcoustic.enc_p`) and stochastic duration predictor run by onnxruntime.
 
-On one CPU thread onnxruntime runs the encoder about a quarter faster than torch fp32 (161 ids:
-about 26 ms against 30-39 ms) and agrees with it to about 1e-5. Torch under bf16 autocast takes
-about 22 ms on a CPU with AVX-512 BF16, but it is not float32, so it moves durations. Each graph is
+On a CPU onnxruntime runs the encoder faster than torch fp32 and agrees with it to about 1e-5 (what
+it gained: docs/performance.md, "History"). Torch under bf16 autocast is faster still where the CPU
+has native bf16, but it is not float32, so it moves durations. Each graph is
 exported once with the TorchScript exporter and cached as an .onnx file under `default_cache_dir()`,
 keyed by the config and weights it holds and the torch and onnxruntime versions. A cached file is
 used only after it reproduces torch on a probe sentence; one that fails to load or disagrees is
@@ -17,9 +17,8 @@ Two graphs:
   (speaker-conditioned or deterministic predictor). A VITS2 speaker-conditioned encoder has no
   graph at all and stays in torch.
 
-Measured on 120-200 ids, 2 cores, after 0.3 s idle: the front end on two threads (`wide_session`)
-takes 20-23 ms, against 28-30 ms for the encoder and the predictor as two graphs on threads that
-sleep between operators (in the running mesh, paragraph first sentences: 25 against 28.5 ms).
+One graph on threads that spin during a call (`wide_session`) is faster than two graphs on threads
+that sleep between operators, which is why the encoder and the predictor are one graph.
 """
 
 from __future__ import annotations
@@ -62,9 +61,9 @@ _log = logging.getLogger(__name__)
 # The text side of a request's first sentence is on the path to its first audio, and when the worker
 # has nothing else to do the rest of the mesh is mostly idle too: a graph's `wide_session` then runs
 # it on both cores. Its threads spin between operators during a call (a sleeping thread woken for
-# each of ~100 operators saves nothing: 161 ids took 27-29 ms on two such threads, 28 on one) and
-# stop at the end of the call, so they never burn a core between sentences. Under load the second
-# thread only takes CPU from other streams (8 streams: 10% less throughput), so `session` runs on one.
+# each of ~100 operators gains nothing over one thread) and stop at the end of the call, so they
+# never burn a core between sentences. Under load the second thread only takes CPU from other
+# streams and lowers throughput, so `session` runs on one.
 WIDE_THREADS: Final = 2
 
 
@@ -201,10 +200,10 @@ def _cache_path(stem: str, key: str, cache_dir: str | Path | None) -> Path:
 def arena_shrinking_run() -> Any:
     """onnxruntime run options that hand the CPU arena's unused memory back when the call ends.
 
-    An arena keeps what its largest call needed: one sentence of 4,000 phoneme ids left a worker's
-    front end at 1,299 MiB instead of 523 MiB for good. With these options the same call ends at
-    535 MiB, and a call of 100 ids takes as long as before (15 ms), so every call of the text side
-    uses them; the streamed steps use them after their wide steps only (`SHRINK_FROM_FRAMES`).
+    An arena keeps what its largest call needed, so one very long sentence would hold a worker's
+    memory at its peak for good. With these options the memory comes back after the call, and an
+    ordinary call takes as long as without them, so every call of the text side uses them; the
+    streamed steps use them after their wide steps only (`SHRINK_FROM_FRAMES`).
     """
     import onnxruntime
 

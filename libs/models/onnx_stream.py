@@ -1,12 +1,8 @@
 """A stream network's float32 steps run by onnxruntime: the workers' path on CPUs without native bf16.
 
 Where oneDNN has no native bf16 (AVX2 CPUs) the workers run float32, and there onnxruntime's CPU
-convolutions (and fewer copies around them) compute our streamed networks faster than torch does.
-On one thread of the 2-core AVX2 machine, the benchmark texts streamed as the workers stream them,
-in runs paired with torch's: the vocoder (mel adapter + HiFi-GAN body) 0.067-0.076 CPU s per
-audio s instead of 0.080-0.104, the flow + mel head 0.018-0.021 instead of 0.023-0.034; a
-stream's first vocoder step (32 frames) 12 instead of 18 ms. The mesh at 8 streams of mixed texts
-went from 11.8-12.7 to 14.4-16.1 audio s per s.
+convolutions (and fewer copies around them) compute our streamed networks faster than torch does
+(`python -m bench.streaming_cost` compares the two; docs/performance.md, "History", has the numbers).
 
 The streaming itself does not change: each kind of step of one stream (first or not, last or not)
 is traced from `libs.models.streaming` (`traced_step`) into a graph of its own, whose inputs are the
@@ -122,8 +118,8 @@ class OnnxStreamNetwork:
         from the cache when good copies are there, else exported and cached under `name`. Several
         streams may run steps at once.
 
-        Every graph holds its own copy of the weights (the flow + mel head's: 25-55 MB of memory),
-        so a kind of step that is rare can be left to torch.
+        Every graph holds its own copy of the weights, so a kind of step that is rare can be left to
+        torch.
         """
         execution_providers(device)  # a device onnxruntime cannot run on fails here, before any export
         lag, scale = output_geometry(network, channels, torch.device("cpu"))
@@ -180,9 +176,9 @@ def stream_session(model: str | Path | bytes, threads: int = 1, device: str | to
     on `threads` threads, allocating host memory from one arena shared by every such session of the
     process.
 
-    Each session would otherwise keep an arena as large as the most its calls ever held at once,
-    and a memory pattern per step width: the vocoder's four graphs grew a process by 770 MB over 18
-    sentences on two threads, against 345 MB shared and without patterns, at the same speed.
+    Each session would otherwise keep an arena as large as the most its calls ever held at once, and
+    a memory pattern per step width: several graphs of one network would each hold their own, about
+    twice the memory of one shared arena without patterns, at the same speed.
     """
     import onnxruntime
 

@@ -44,8 +44,7 @@ NO_END = 2**40
 """`high` of a stream whose last frame has not arrived yet."""
 
 # Activations are [B, C, 1, W] in channels-last memory, so oneDNN convolves them in place instead of
-# reordering them on every call: the vocoder's long, narrow layers gain most (bf16, 32 channels over
-# 32768 samples: 2.2 ms instead of 4.1), the flow and mel head 5% (424 frames: 51 vs 54 ms).
+# reordering them on every call; the vocoder's long, narrow layers gain most.
 MEMORY_FORMAT = torch.channels_last
 
 LAG_PROBE_FRAMES = 256
@@ -445,7 +444,7 @@ class StreamNetwork:
     def weights(self, dtype: torch.dtype) -> ConvWeights:
         """Every convolution's weight as a [out, in, 1, k] channels-last kernel, and its bias, in
         `dtype`, made once per dtype: under bf16 autocast a step would otherwise cast them all again
-        on every call (about 2 ms of a 40 ms vocoder step)."""
+        on every call."""
         if dtype not in self._weights:
             weights: ConvWeights = {}
             for module in self.modules.modules():
@@ -467,9 +466,8 @@ class StreamNetwork:
         oneDNN lays a kernel out for the shape it convolves on every F.conv2d call. A full first
         step always has the same shapes (`first_step_width` frames, one stream, not the last step),
         so its kernels are laid out once, on the first such step, and kept: one more copy of the
-        weights. It is on the path to first audio: the flow and mel head's first step took 9.5
-        instead of 11.7 ms (70 frames), the vocoder's 8.3 instead of 9.3 (32 frames), with the
-        same numbers bit for bit. Other steps' shapes vary with sentence lengths and batches; a
+        weights. It is on the path to first audio, and the packed kernels give the same numbers bit
+        for bit (tests/integration/test_streaming_packed_first_step.py). Other steps' shapes vary with sentence lengths and batches; a
         cache of their layouts would grow with every new length, so they stay on F.conv2d. The
         packed calls are torch's own oneDNN operators (those its compiler emits for CPU
         convolutions), so they come with the pinned torch.

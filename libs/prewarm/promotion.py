@@ -17,16 +17,12 @@ import hashlib
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from libs.cache.sealing import KeyRing, SealError
-from libs.synthesis.text_side import Lexicon, TextSide
-from libs.text.frontend import Sentence
-from libs.voice.registry import Voice
 
 _log = logging.getLogger(__name__)
 
@@ -37,9 +33,6 @@ FLUSH_S: Final = 1.0
 MAX_PENDING_SENTENCES: Final = 100_000
 """Distinct sentences counted between two flushes; beyond it new ones wait for the next second."""
 
-SentenceListener = Callable[[str, str], None]
-"""Called with (voice name, sentence text) for each sentence a live request speaks."""
-
 
 def promoted_member(voice: str, text: str) -> str:
     return f"{voice}\n{text}"
@@ -48,29 +41,6 @@ def promoted_member(voice: str, text: str) -> str:
 def parse_member(member: str) -> tuple[str, str]:
     voice, _, text = member.partition("\n")
     return voice, text
-
-
-class CountingTextSide(TextSide):
-    """The live streams' text side: tells `listener` about every sentence it hands out."""
-
-    listener: SentenceListener | None = None
-
-    async def sentences(self, voice: Voice, text: str, lexicon: Lexicon | None = None) -> AsyncIterator[Sentence]:
-        return self._counted(voice, await super().sentences(voice, text, lexicon))
-
-    def incremental_sentences(
-        self, voice: Voice, pieces: AsyncIterator[str], lexicon: Lexicon | None = None
-    ) -> AsyncIterator[Sentence]:
-        return self._counted(voice, super().incremental_sentences(voice, pieces, lexicon))
-
-    async def _counted(self, voice: Voice, sentences: AsyncIterator[Sentence]) -> AsyncIterator[Sentence]:
-        try:
-            async for sentence in sentences:
-                if self.listener is not None:
-                    self.listener(voice.name, sentence.text)
-                yield sentence
-        finally:
-            await sentences.aclose()  # type: ignore[attr-defined]  # its own cleanup (a stream's reader task) now
 
 
 class Promoter:
@@ -87,7 +57,8 @@ class Promoter:
         self._pending: Counter[str] = Counter()
 
     def count(self, voice: str, text: str) -> None:
-        """One live request for the sentence (cheap: counted here, sent to Redis within a second)."""
+        """One live request for the sentence (cheap: counted here, sent to Redis within a second);
+        the live streams' text side calls it for each sentence it hands out (its `on_sentence`)."""
         member = promoted_member(voice, text)
         if member in self._pending or len(self._pending) < MAX_PENDING_SENTENCES:
             self._pending[member] += 1

@@ -29,6 +29,7 @@ _log = logging.getLogger(__name__)
 SERVICE_NAME_LABEL: Final = "kubernetes.io/service-name"
 WATCH_RETRY_BASE_S: Final = 0.5
 WATCH_RETRY_MAX_S: Final = 10.0
+"""Cap on the jittered backoff (from WATCH_RETRY_BASE_S, doubling) before a failed EndpointSlice list or watch is tried again; the last answer stays in use meanwhile."""
 WATCH_SERVER_TIMEOUT_S: Final = 300
 """The API server ends each watch after this; it is reopened from the last resource version."""
 

@@ -2,8 +2,8 @@
 
 Every request to a path under `guarded_prefixes` (by default all) needs `Authorization: Bearer <key>`. A refused request gets
 401 (with `WWW-Authenticate: Bearer`) or 429 (with `Retry-After` in whole seconds) and a JSON body
-in the shape HTTP speech APIs use, `{"error": {"message", "type", "param", "code"}}`, with the
-refusal's reason as `code`. A POST holds one of its key's streams until its response has been sent.
+in the shape HTTP speech APIs use (libs.serving.http_errors), with the refusal's reason as `code`.
+A POST holds one of its key's streams until its response has been sent.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 from libs.serving.auth import ApiKeyGate, Refusal
+from libs.serving.http_errors import error_body
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -57,7 +58,7 @@ async def _refuse(send: Send, refusal: Refusal) -> None:
     else:
         retry_after_s = max(1, math.ceil(refusal.retry_after_s or 0.0))
         status, kind, extra = 429, "rate_limit_error", [(b"retry-after", str(retry_after_s).encode())]
-    body = json.dumps({"error": {"message": str(refusal), "type": kind, "param": None, "code": refusal.reason}}).encode()
+    body = json.dumps(error_body(str(refusal), kind, code=refusal.reason)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *extra]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -4,10 +4,11 @@ The gRPC door limits the streams of one client address (`--max-streams-per-clien
 same limit at the HTTP door, with its own count. A request counts from its first byte until its
 response has been sent in full (a streamed speech response holds its slot while it plays), so a
 client that opens many requests and reads none cannot take the whole gateway. One past the limit
-is answered at once with 429, `Retry-After: 1` and a JSON body in the shape HTTP speech APIs use.
-The client is the peer's address without its port, or behind a trusted proxy the address it
-forwarded for, as at the gRPC door (libs.serving.clients). The app finds who it is under
-`scope[CLIENT_SCOPE_KEY]`, so the synthesizer's own per-client share applies to HTTP callers too.
+is answered at once with 429, `Retry-After: 1` and a JSON body in the shape HTTP speech APIs use
+(libs.serving.http_errors). The client is the peer's address without its port, or behind a trusted
+proxy the address it forwarded for, as at the gRPC door (libs.serving.clients). The app finds who it
+is under `scope[CLIENT_SCOPE_KEY]`, so the synthesizer's own per-client share applies to HTTP
+callers too.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from libs.serving.clients import FORWARDED_FOR, ClientIdentity
+from libs.serving.http_errors import error_body
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -67,7 +69,7 @@ class ClientRequestLimit:
 
 async def _refuse(send: Send, held: int) -> None:
     message = f"this client already has {held} requests open here, its limit; finish or cancel one before starting another"
-    body = json.dumps({"error": {"message": message, "type": "rate_limit_error", "param": None, "code": "client_limit"}}).encode()
+    body = json.dumps(error_body(message, "rate_limit_error", code="client_limit")).encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),

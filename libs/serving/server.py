@@ -119,9 +119,8 @@ MAX_CONNECTION_AGE_MS: Final = 5 * 60 * 1000
 MAX_CONNECTION_AGE_GRACE_MS: Final = 60 * 60 * 1000
 """How long calls in flight on a rotated connection may go on. A listener who reads at real time
 holds a stream as long as its speech lasts (5,000 characters are about 5 minutes; a streamed text
-has no end), and the gateway's worker calls last as long as the utterance: with a grace of one
-minute, every stream older than six minutes was cut (a resume on a one-worker mesh then failed with
-"no other worker is available")."""
+has no end), and the gateway's worker calls last as long as the utterance: a grace shorter than that
+cuts the stream at the connection's age plus the grace, and it can resume only on another worker."""
 
 
 def server_options(settings: ServerSettings) -> list[tuple[str, int]]:
@@ -192,9 +191,9 @@ def freeze_startup_heap() -> None:
     """Take every object alive after start-up (modules, models, stubs) out of the garbage collector's
     full passes; call it once, when the service is about to report SERVING.
 
-    A full pass walks every tracked object: in a worker, with torch and the voice loaded (about 180
-    thousand objects), one took 65 ms, and one comes due whenever enough objects have survived since
-    the last; in the middle of a request it is a stall the client hears. What start-up built lives
+    A full pass walks every tracked object (in a worker, with torch and the voice loaded, a hundred
+    thousand and more), and one comes due whenever enough objects have survived since the last; in
+    the middle of a request it is a stall the client hears. What start-up built lives
     as long as the process, so nothing is lost by never scanning it again; objects made later are
     collected as usual.
     """

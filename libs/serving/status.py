@@ -1,13 +1,16 @@
-"""The one table that turns any error into the gRPC status a caller gets.
+"""The one table that turns any error into the status a caller gets, at every door.
 
-Servicers never pick status codes themselves: they raise (or let through) domain errors, and
-`grpc_status_for` decides the code and the client-facing message.
+Servicers and HTTP routes never pick status codes themselves: they raise (or let through) domain
+errors, `grpc_status_for` decides the gRPC code and the client-facing message, and an HTTP door
+turns that code into its HTTP status and error type with `http_status_for` (`HTTP_STATUS`).
+`field_of` says which request field an error is about, so a door can name it to the client.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from typing import Final
 
 import grpc
@@ -24,6 +27,41 @@ _log = logging.getLogger(__name__)
 MAX_MESSAGE_CHARS: Final = 1024
 """Longest status message sent: the messages say what to fix in a line or two, and one that carries
 more (a worker's, relayed) is cut rather than sent whole."""
+
+
+HTTP_STATUS: Final[Mapping[grpc.StatusCode, tuple[int, str]]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: (400, "invalid_request_error"),
+    grpc.StatusCode.OUT_OF_RANGE: (400, "invalid_request_error"),
+    grpc.StatusCode.NOT_FOUND: (404, "invalid_request_error"),
+    # The request is fine but what it acts on is not in a state that allows it (a job that has not
+    # succeeded has no audio; an idempotency key already used for another request).
+    grpc.StatusCode.FAILED_PRECONDITION: (409, "invalid_request_error"),
+    grpc.StatusCode.UNAUTHENTICATED: (401, "authentication_error"),
+    grpc.StatusCode.PERMISSION_DENIED: (403, "permission_error"),
+    grpc.StatusCode.RESOURCE_EXHAUSTED: (429, "rate_limit_error"),
+    grpc.StatusCode.UNAVAILABLE: (503, "service_unavailable"),
+    grpc.StatusCode.DEADLINE_EXCEEDED: (504, "timeout"),
+}
+"""The HTTP status and OpenAI error `type` of each gRPC status code a client can act on; any other
+code is 500 `server_error` (`http_status_for`)."""
+SERVER_ERROR: Final = (500, "server_error")
+
+
+def http_status_for(code: grpc.StatusCode) -> tuple[int, str]:
+    """The HTTP status and OpenAI error type an HTTP door answers for the gRPC status `code`."""
+    return HTTP_STATUS.get(code, SERVER_ERROR)
+
+
+def field_of(error: BaseException) -> str:
+    """The request field `error` is about, by its name in the proto ("text", "voice", "speed"); ""
+    when it is about no one field."""
+    if isinstance(error, InvalidRequestError):
+        return error.field
+    if isinstance(error, TextError):
+        return "text"
+    if isinstance(error, UnknownVoiceError):
+        return "voice"
+    return ""
 
 
 def grpc_status_for(error: BaseException) -> tuple[grpc.StatusCode, str]:

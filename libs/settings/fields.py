@@ -46,7 +46,7 @@ class Setting:
     by_service: Mapping[str, Any] | None = None
     """Defaults that differ from service to service (e.g. ports), by service name."""
     show: Callable[[Any], str] = str
-    """Writes one value as a flag would take it (for --help and the README)."""
+    """Writes one value as a flag would take it (for --help and docs/settings.md)."""
 
 
 def setting(
@@ -130,7 +130,7 @@ def load(service_settings: type[_Settings], service: str, argv: Sequence[str] | 
 
 
 def render_value(value: Any, show: Callable[[Any], str] = str) -> str:
-    """A value as the README and --help show it."""
+    """A value as docs/settings.md and --help show it."""
     if isinstance(value, tuple):
         return ",".join(show(item) for item in value) or '""'
     if value == "":

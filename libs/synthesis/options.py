@@ -11,6 +11,7 @@ from typing import Final
 from libs.encoding.encoders import ENCODINGS
 from libs.pb.tts.v1 import tts_pb2
 from libs.settings.fields import setting
+from libs.text.errors import TextError
 from libs.text.frontend import DEFAULT_MAX_TEXT_CHARS
 from libs.text.pronounce import parse_lexicon_entries
 from libs.voice.checks import MAX_SPEED, MIN_SPEED
@@ -93,12 +94,14 @@ def _output_rate(encoding: int, sample_rate_hz: int, voice: Voice) -> int:
     if not MIN_OUTPUT_SAMPLE_RATE_HZ <= sample_rate_hz <= MAX_OUTPUT_SAMPLE_RATE_HZ:
         raise InvalidRequestError(
             f"sample_rate_hz {sample_rate_hz} is not supported; use {MIN_OUTPUT_SAMPLE_RATE_HZ} to "
-            f"{MAX_OUTPUT_SAMPLE_RATE_HZ} Hz, or 0 for {name}'s default of {default_hz} Hz"
+            f"{MAX_OUTPUT_SAMPLE_RATE_HZ} Hz, or 0 for {name}'s default of {default_hz} Hz",
+            field="sample_rate_hz",
         )
     if spec.sample_rates_hz is not None and sample_rate_hz not in spec.sample_rates_hz:
         rates = ", ".join(str(rate) for rate in spec.sample_rates_hz)
         raise InvalidRequestError(
-            f"{name} cannot carry {sample_rate_hz} Hz; use one of {rates}, or 0 for its default of {default_hz} Hz"
+            f"{name} cannot carry {sample_rate_hz} Hz; use one of {rates}, or 0 for its default of {default_hz} Hz",
+            field="sample_rate_hz",
         )
     return sample_rate_hz
 
@@ -116,25 +119,29 @@ def resolve_options(
     lexicon: Mapping[str, str] | None = None,
     ssml: bool = False,
 ) -> SynthesisOptions:
-    """Validate the non-text fields of a request (UnknownVoiceError for an unknown voice; a lexicon
-    entry that is not a word, or a phoneme the voice cannot speak, is a TextError naming it)."""
+    """Validate the non-text fields of a request: UnknownVoiceError for an unknown voice, else
+    InvalidRequestError whose `field` names the field to fix (a lexicon entry that is not a word, or
+    a phoneme the voice cannot speak, is one of `lexicon`, and its message names the entry)."""
     chosen = registry.get(voice)
     if speed == 0:
         speed = 1.0
     if not math.isfinite(speed) or not MIN_SPEED <= speed <= MAX_SPEED:
-        raise InvalidRequestError(f"speed {speed} is out of range; use {MIN_SPEED} to {MAX_SPEED} (0 means 1.0)")
+        raise InvalidRequestError(f"speed {speed} is out of range; use {MIN_SPEED} to {MAX_SPEED} (0 means 1.0)", field="speed")
     if encoding == tts_pb2.AUDIO_ENCODING_UNSPECIFIED:
         encoding = tts_pb2.LINEAR_PCM
     if encoding not in ENCODINGS:
         names = ", ".join(tts_pb2.AudioEncoding.Name(value) for value in ENCODINGS)
-        raise InvalidRequestError(f"audio encoding {encoding} is not supported; use one of {names}")
+        raise InvalidRequestError(f"audio encoding {encoding} is not supported; use one of {names}", field="encoding")
     sample_rate_hz = _output_rate(encoding, sample_rate_hz, chosen)
     if not 0 <= speaker_id < chosen.num_speakers:
         raise InvalidRequestError(
-            f"speaker_id {speaker_id} does not exist in voice {chosen.name!r}; use 0 to {chosen.num_speakers - 1}"
+            f"speaker_id {speaker_id} does not exist in voice {chosen.name!r}; use 0 to {chosen.num_speakers - 1}",
+            field="speaker_id",
         )
     if len(request_id) > MAX_REQUEST_ID_CHARS:
-        raise InvalidRequestError(f"request_id is {len(request_id)} characters long; use at most {MAX_REQUEST_ID_CHARS}")
+        raise InvalidRequestError(
+            f"request_id is {len(request_id)} characters long; use at most {MAX_REQUEST_ID_CHARS}", field="request_id"
+        )
     return SynthesisOptions(
         voice=chosen,
         speed=float(speed),
@@ -143,6 +150,13 @@ def resolve_options(
         speaker_id=speaker_id,
         request_id=request_id or uuid.uuid4().hex,
         include_alignment=include_alignment,
-        lexicon=parse_lexicon_entries(lexicon, chosen.phoneme_id_map(), "the request's lexicon") if lexicon else {},
+        lexicon=_checked_lexicon(lexicon, chosen) if lexicon else {},
         ssml=ssml,
     )
+
+
+def _checked_lexicon(entries: Mapping[str, str], voice: Voice) -> dict[str, tuple[str, ...]]:
+    try:
+        return parse_lexicon_entries(entries, voice.phoneme_id_map(), "the request's lexicon")
+    except TextError as error:
+        raise InvalidRequestError(str(error), field="lexicon") from error

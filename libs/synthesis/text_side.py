@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from concurrent.futures import Executor
+from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Final, TypeVar
 
@@ -35,7 +36,8 @@ from cachetools import LRUCache, TTLCache
 from libs.settings.fields import setting
 from libs.telemetry import tracing
 from libs.text.errors import EmptyTextError, TextTooLongError
-from libs.text.frontend import DEFAULT_MAX_PHONEME_IDS, NO_WORDS, Sentence, TextFrontend
+from libs.text.frontend import DEFAULT_MAX_PHONEME_IDS, NO_WORDS, Sentence
+from libs.text.frontends import Frontend, frontend_for
 from libs.text.lexicon import DEFAULT_LEXICON_CHECK_S, LexiconFile
 from libs.text.long_words import DEFAULT_MAX_WORD_CHARS
 from libs.text.normalize import has_speakable_characters
@@ -50,6 +52,9 @@ from libs.wire.limits import MAX_PHONEME_IDS
 _Result = TypeVar("_Result")
 Lexicon = Mapping[str, tuple[str, ...]]
 """A request's pronunciations: lower-cased word -> phonemes."""
+SentenceListener = Callable[[str, str], None]
+"""Told (voice name, sentence text) of each sentence a text side hands out; it must return at once
+(it runs on the event loop, in the request's path)."""
 
 # Two processes on a two-core machine: espeak-ng takes a few milliseconds per sentence, so two keep
 # up with far more streams than the workers can speak, and a crash leaves one serving.
@@ -142,23 +147,31 @@ class TextSide:
     """Sentences of phonemes and ids from text, for every voice of the registry."""
 
     def __init__(
-        self, executor: Executor, max_text_chars: int, limits: TextLimits = TextLimits(), pool: PhonemizerPool | None = None
+        self,
+        executor: Executor,
+        max_text_chars: int,
+        limits: TextLimits = TextLimits(),
+        pool: PhonemizerPool | None = None,
+        on_sentence: SentenceListener | None = None,
     ) -> None:
-        """`pool` None: a pool of `limits.text_processes` of its own, started on first use."""
+        """`pool` None: a pool of `limits.text_processes` of its own, started on first use.
+        `on_sentence` hears of every sentence `sentences` and `incremental_sentences` hand out (the
+        live streams' text side tells prewarming's promotion what listeners ask for)."""
         self._executor = executor
+        self._on_sentence = on_sentence
         self._pool = pool if pool is not None else PhonemizerPool(limits.text_processes, limits.text_process_timeout_s)
         self.max_text_chars = max_text_chars
         self.limits = limits
-        self._frontends: dict[str, TextFrontend] = {}
+        self._frontends: dict[str, Frontend] = {}
         self._specs: dict[str, FrontendSpec] = {}
         self._memo = _phoneme_memo(limits)
 
-    def frontend(self, voice: Voice) -> TextFrontend:
+    def frontend(self, voice: Voice) -> Frontend:
         """The frontend of `voice` that normalises and cuts its text here (its espeak-ng half runs in
         the pool's processes)."""
         frontend = self._frontends.get(voice.name)
         if frontend is None:
-            frontend = TextFrontend(
+            frontend = frontend_for(  # Mandarin or espeak-ng, by the voice's espeak-ng voice (libs.text.frontends)
                 voice.phoneme_id_map(),
                 espeak_voice=voice.espeak_voice,
                 max_text_chars=self.max_text_chars,
@@ -210,7 +223,7 @@ class TextSide:
         """
         chunks = await self._in_text_thread(self._chunks, voice, text)
         first = await self._phonemise(voice, chunks[0], len(chunks) > 1 and is_cut_short(chunks[0]), lexicon)
-        return self._chunk_sentences(voice, first, chunks, lexicon)
+        return self._told(voice, self._chunk_sentences(voice, first, chunks, lexicon))
 
     async def ssml_sentences(self, voice: Voice, document: str, lexicon: Lexicon | None = None) -> AsyncIterator[Sentence]:
         """The sentences of an SSML document (libs.text.ssml), each carrying its rate, the pause
@@ -256,12 +269,21 @@ class TextSide:
         if held is not None:
             yield held
 
-    async def incremental_sentences(
+    def incremental_sentences(
         self, voice: Voice, pieces: AsyncIterator[str], lexicon: Lexicon | None = None
     ) -> AsyncIterator[Sentence]:
         """Sentences of text that arrives in `pieces`, each as soon as it is complete; the rest when
         the pieces end. A sentence counts as complete once the first character after it arrives, or
         when the text is held too long (see the module docstring)."""
+        return self._told(voice, self._incremental_sentences(voice, pieces, lexicon))
+
+    def _told(self, voice: Voice, sentences: AsyncGenerator[Sentence, None]) -> AsyncIterator[Sentence]:
+        """`sentences`, each told to `on_sentence` (if any) as it is handed out."""
+        return sentences if self._on_sentence is None else _telling(self._on_sentence, voice, sentences)
+
+    async def _incremental_sentences(
+        self, voice: Voice, pieces: AsyncIterator[str], lexicon: Lexicon | None
+    ) -> AsyncGenerator[Sentence, None]:
         splitter = IncrementalSentenceSplitter(self.limits.max_pending_text_chars)
         clocks = _StreamClocks(self.limits)
         reader = _PieceReader(pieces)
@@ -327,7 +349,7 @@ class TextSide:
 
     async def _chunk_sentences(
         self, voice: Voice, first: list[Sentence], chunks: list[str], lexicon: Lexicon | None = None
-    ) -> AsyncIterator[Sentence]:
+    ) -> AsyncGenerator[Sentence, None]:
         spoken = 0
         for sentence in first:
             spoken += 1
@@ -359,6 +381,13 @@ class TextSide:
         # Run in a copy of this request's context, so the spans join its trace.
         context = contextvars.copy_context()
         return await asyncio.get_running_loop().run_in_executor(self._executor, context.run, function, *args)
+
+
+async def _telling(listener: SentenceListener, voice: Voice, sentences: AsyncGenerator[Sentence, None]) -> AsyncIterator[Sentence]:
+    async with aclosing(sentences):  # its own cleanup (a stream's reader task) runs when this one closes
+        async for sentence in sentences:
+            listener(voice.name, sentence.text)
+            yield sentence
 
 
 def _phoneme_memo(limits: TextLimits) -> LRUCache[tuple[str, str, bool], tuple[Sentence, ...]] | None:

@@ -46,9 +46,9 @@ WORDS_REMEMBERED: Final = 4096
 # Text-to-Speech: 5,000 bytes); longer texts belong in several requests or a sentence stream,
 # where the client hears audio long before a long request would finish.
 DEFAULT_MAX_TEXT_CHARS: Final = 5_000
-# The acoustic model's cost grows with the square of a sentence's ids (libs.text.long_sentences):
-# 400 ids (~200 characters of English, longer than nearly every written sentence) plan in ~125 ms
-# on one core with +10 MB, where 2,000 take 1.3 s and +240 MB.
+# The acoustic model's cost grows with the square of a sentence's ids (libs.text.long_sentences), and
+# first audio waits for the whole first sentence: 400 ids (~200 characters of English) are longer than
+# nearly every written sentence, so only run-on text is cut, into pieces a worker plans quickly.
 DEFAULT_MAX_PHONEME_IDS: Final = 400
 
 __all__ = [
@@ -104,6 +104,10 @@ class Sentence:
     """Silence after its speech (SSML breaks), in seconds."""
     marks_after: tuple[tuple[str, float], ...] = ()
     """SSML marks after its speech: (name, seconds into the silence after it)."""
+    pinyin: tuple[str, ...] = ()
+    """How a Mandarin sentence is read: numbered pinyin as said (tone sandhi applied, neutral tone
+    5), one syllable per Chinese character, a word of another script as itself; empty for other
+    languages (libs.text.zh)."""
 
 
 class TextFrontend:

@@ -1,10 +1,10 @@
 """Cutting a sentence that is too long for one model call into sentences of its own.
 
 The acoustic model's text encoder attends over the whole sentence, so its time and memory grow with
-the square of the phoneme ids: measured on one core, 400 ids take 125 ms and +10 MB, 2,000 ids
-1.3 s and +240 MB, 8,000 ids (1,000 characters of mixed scripts, which espeak-ng spells out letter
-by letter) 28 s and +4.1 GB. And first audio waits for the whole first sentence. So a sentence over
-`max_ids` ids becomes several, each with its own `^ ... $`:
+the square of the phoneme ids (what that comes to: docs/performance.md, "History"), and text that
+espeak-ng spells out letter by letter (mixed scripts) makes many ids from few characters. And first
+audio waits for the whole first sentence. So a sentence over `max_ids` ids becomes several, each
+with its own `^ ... $`:
 
 1. At espeak-ng's clause boundaries (after ", ; :", a dash): the pieces' phonemes are exactly the
    sentence's, and the pause is the one the punctuation asks for anyway.

@@ -3,7 +3,7 @@
 espeak-ng 1.52 keeps a word's suffix phonemes in a 200-byte stack buffer and, for suffixes its
 English rules let stack ("'s", "ness"), appends one per suffix without a bound: a long enough word
 ("s'" * 68, "dog" + "'s" * 80, "good" + "ness" * 70, "s?" * 100) overflows it and the process
-aborts ("buffer overflow detected"); the gateway used to die of `"s'" * 220`. No release on PyPI
+aborts ("buffer overflow detected"), and with it whatever process hosts it. No release on PyPI
 fixes it (espeakng-loader 0.2.4, espeak-ng 1.52.0, is the newest). Breaking every word longer than
 any real word removes that input for good; the phonemiser pool (libs.text.phonemizer_pool) stays
 as the safety net for crashes nobody has found yet.
@@ -16,10 +16,9 @@ import re
 import unicodedata
 from typing import Final
 
-# Each stacked suffix adds about 3 bytes of phonemes per 2 characters: the shortest word that
-# crashed here is 136 characters ("s'" * 68), the longest that did not 132. No word of a language we
-# speak is near 64 characters, and 64 characters of the densest suffix ("'s") make ~96 bytes, half
-# the buffer.
+# Each stacked suffix adds about 3 bytes of phonemes per 2 characters, so the 200-byte buffer holds
+# about 130 characters of them. No word of a language we speak is near 64 characters, and 64
+# characters of the densest suffix ("'s") make ~96 bytes, half the buffer.
 DEFAULT_MAX_WORD_CHARS: Final = 64
 # What espeak-ng reads as part of a word besides letters, marks and digits: it turns U+2019, U+00B4,
 # U+2032 and a "?" or U+2018 between two letters into an apostrophe (each crashed as "s" + it, x100).

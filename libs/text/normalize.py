@@ -1,7 +1,7 @@
 """Text normalisation before phonemisation.
 
 Piper hands text to espeak-ng unchanged, and our phonemes must equal Piper's, so every rule here
-either leaves espeak-ng's phonemes unchanged (checked in tests/test_text_normalize.py) or repairs a
+either leaves espeak-ng's phonemes unchanged (checked in tests/unit/test_text_normalize.py) or repairs a
 form that espeak-ng reads wrongly:
 
 - Unicode NFC. espeak-ng reads a decomposed "café" (e + U+0301) as "kˈeɪf"; composed it is "kæfˈeɪ".

@@ -9,7 +9,7 @@ reads one request per line on stdin and answers one line on stdout, both JSON:
   (`FrontendSpec.to_json`) comes with the first request for a voice, and the process keeps that
   voice's `TextFrontend` for the requests after it;
 - answer: {"id": n, "sentences": [[text, phonemes, [ids], [[word, first id, end id], ...]], ...]}
-  or {"id": n, "error": message}.
+  or {"id": n, "error": message}; a Mandarin sentence has a fifth item, its pinyin (space-separated).
 
 On start it loads espeak-ng and writes {"ready": pid}. It ends when stdin closes, and with the
 gateway: it asks the kernel for SIGKILL when its parent dies, and ignores SIGINT and SIGTERM, which
@@ -27,7 +27,7 @@ import sys
 from typing import Any, BinaryIO
 
 from libs.text.espeak import espeak_engine
-from libs.text.frontend import TextFrontend
+from libs.text.frontends import Frontend, frontend_for
 from libs.text.lexicon import LexiconFile
 from libs.text.pronounce import phoneme_symbols
 from libs.text.reading import ReadingRules
@@ -42,11 +42,11 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _answer(request: dict[str, Any], frontends: dict[str, TextFrontend]) -> dict[str, Any]:
+def _answer(request: dict[str, Any], frontends: dict[str, Frontend]) -> dict[str, Any]:
     voice = request["voice"]
     spec = request.get("frontend")
     if spec is not None:
-        frontends[voice] = TextFrontend(
+        frontends[voice] = frontend_for(  # by the voice's espeak-ng voice (libs.text.frontends)
             {phoneme: tuple(ids) for phoneme, ids in spec["phoneme_id_map"].items()},
             espeak_voice=spec["espeak_voice"],
             max_phoneme_ids=spec["max_phoneme_ids"],
@@ -75,6 +75,7 @@ def _answer(request: dict[str, Any], frontends: dict[str, TextFrontend]) -> dict
                 "".join(sentence.phonemes),
                 list(sentence.phoneme_ids),
                 [[word.text, word.first_id, word.end_id] for word in sentence.words],
+                *([" ".join(sentence.pinyin)] if sentence.pinyin else []),
             ]
             for sentence in sentences
         ],
@@ -83,7 +84,7 @@ def _answer(request: dict[str, Any], frontends: dict[str, TextFrontend]) -> dict
 
 def serve(requests: BinaryIO, answers: BinaryIO) -> None:
     """Answer requests until `requests` ends."""
-    frontends: dict[str, TextFrontend] = {}
+    frontends: dict[str, Frontend] = {}
     for line in requests:
         request: dict[str, Any] = {}
         try:

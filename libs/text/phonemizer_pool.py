@@ -43,10 +43,13 @@ _log = logging.getLogger(__name__)
 
 CHILD_MODULE: Final = "libs.text.phonemizer_child"
 DEFAULT_START_TIMEOUT_S: Final = 60.0
+"""Longest a text process may take to load espeak-ng and say it is ready before its start counts as failed."""
 # The answer for a 1,000-character chunk is at most a few hundred KB (ids and phonemes, JSON).
 _ANSWER_LIMIT_BYTES: Final = 8 * 1024 * 1024
 _RESPAWN_BACKOFF_S: Final = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+"""Waits between attempts to start a text process that failed to start: a broken install retries slowly, never in a loop."""
 _CLOSE_GRACE_S: Final = 2.0
+"""How long a closing pool lets each text process exit on its own before it is killed."""
 _REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 
 
@@ -390,14 +393,20 @@ def _checked_sentences(items: object, spec: FrontendSpec) -> list[Sentence]:
     max_id = spec.max_id
     sentences = []
     for item in items:
-        if not (isinstance(item, list) and len(item) == 4):
-            raise ValueError("a sentence is not [text, phonemes, ids, words]")
-        text, phonemes, ids, words = item
-        if not (isinstance(text, str) and isinstance(phonemes, str) and isinstance(ids, list) and ids):
+        if not (isinstance(item, list) and len(item) in (4, 5)):
+            raise ValueError("a sentence is not [text, phonemes, ids, words] or [text, phonemes, ids, words, pinyin]")
+        text, phonemes, ids, words = item[:4]
+        pinyin = item[4] if len(item) == 5 else ""
+        if not (isinstance(text, str) and isinstance(phonemes, str) and isinstance(ids, list) and ids and isinstance(pinyin, str)):
             raise ValueError("a sentence has fields of the wrong type")
         if spec.max_phoneme_ids is not None and len(ids) > spec.max_phoneme_ids:
             raise ValueError(f"a sentence has {len(ids)} ids, past the limit of {spec.max_phoneme_ids}")
         if not all(type(value) is int and 0 <= value <= max_id for value in ids):
             raise ValueError("a sentence has an id outside the voice's map")
-        sentences.append(Sentence(text=text, phonemes=tuple(phonemes), phoneme_ids=tuple(ids), words=_checked_words(words, len(ids))))
+        sentences.append(
+            Sentence(
+                text=text, phonemes=tuple(phonemes), phoneme_ids=tuple(ids), words=_checked_words(words, len(ids)),
+                pinyin=tuple(pinyin.split()),
+            )
+        )
     return sentences

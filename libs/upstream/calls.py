@@ -39,6 +39,7 @@ class StreamEnded(Exception):
 REFUSAL_STATUS_GRACE_S: Final = 0.2
 """How long a stream whose headers lack the admission header may take to show its refusal status."""
 REFUSAL_STATUS_POLL_S: Final = 0.002
+"""How often the call is looked at within REFUSAL_STATUS_GRACE_S: a refusal is seen within this of its status."""
 
 
 class StreamRefused(Exception):

@@ -44,7 +44,9 @@ _log = logging.getLogger(__name__)
 
 KINDS: Final = ("acoustic", "vocoder")
 MODEL_INFO_TIMEOUT_S: Final = 2.0
+"""Longest a GetModelInfo call may take; an acoustic endpoint takes streams only once its model is known."""
 MODEL_INFO_RETRY_S: Final = 1.0
+"""Pause before a SERVING endpoint whose GetModelInfo failed is asked again (one call in flight per endpoint)."""
 # Watch reconnects back off to at most this, so a restarted worker is routable again within ~2 s
 # (the channel's own reconnect backoff is capped likewise in libs.upstream.settings).
 WATCH_RECONNECT_MAX_S: Final = 2.0

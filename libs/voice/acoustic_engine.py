@@ -42,7 +42,7 @@ from libs.voice.runtime import BatchedEngine, EngineSettings, ModelRuntime, run_
 ENCODER_BACKENDS: Final = ("onnxruntime", "torch")
 # With the default schedule a sentence has a later step (neither its first nor its last) only past
 # 32 + 38 + 1024 frames (12.7 s): those stay in torch, which saves a graph's copy of the flow's
-# weights (25-55 MB of memory) for a rare step.
+# weights for a rare step.
 ONNX_STEP_KINDS: Final = tuple(kind for kind in STEP_KINDS if kind.first or kind.last)
 
 
@@ -237,9 +237,8 @@ class AcousticEngine(BatchedEngine):
 
         The text encoder and the duration predictor always run in float32, whatever the precision
         (which applies to the flow and mel head): durations are rounded up to whole frames, and less
-        precision here moves frames and costs DNSMOS. Served audio scored below float32 by 0.027
-        with the encoder's matrix products in bf16, and by 0.019-0.033 with its feed-forward layers
-        in int8; the bound is 0.02. The backend (onnxruntime or torch) still moves durations by
+        precision here moves frames and costs more DNSMOS than the bound allows (bf16 and int8 were
+        tried: docs/performance.md, "History"). The backend (onnxruntime or torch) still moves durations by
         round-off, so it is part of the model version (and so of every cache key); each combination
         is deterministic.
         """

@@ -23,6 +23,8 @@ MAX_NOISE_SCALE: Final = 2.0
 duration noise stretches phonemes without bound."""
 MIN_SLICE_MS: Final = 10.0
 MAX_SLICE_MS: Final = 1000.0
+"""Bounds of a request's `slice_ms` (0 means 40); outside them it is INVALID_ARGUMENT, so a caller can
+neither make a worker send a message for every sliver of mel nor make it hold back more than a second."""
 _DTYPES: Final = (mel_pb2.MEL_DTYPE_UNSPECIFIED, mel_pb2.MEL_DTYPE_FLOAT32, mel_pb2.MEL_DTYPE_FLOAT16)
 
 

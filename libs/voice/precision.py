@@ -12,10 +12,10 @@ DEFAULT_PRECISION: Final = "auto"
 def resolve_precision(precision: str, device: str) -> str:
     """The arithmetic an engine runs in: `precision`, with "auto" made concrete for `device`.
 
-    bf16 is 1.5-3x faster where the hardware has it (CPUs with AVX-512 BF16 or AMX, which oneDNN
-    reports as bf16-capable, and GPUs that support it) and within DNSMOS round-off of fp32. Without
-    it, torch emulates bf16 in software, slower than fp32, and oneDNN's packed bf16 kernels are
-    missing altogether, so "auto" is fp32 there.
+    bf16 is faster where the hardware has it (CPUs with AVX-512 BF16 or AMX, which oneDNN reports as
+    bf16-capable, and GPUs that support it) and within DNSMOS round-off of fp32. Without it, torch
+    emulates bf16 in software, slower than fp32, and oneDNN's packed bf16 kernels are missing
+    altogether, so "auto" is fp32 there.
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")

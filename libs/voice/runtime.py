@@ -23,16 +23,14 @@ class EngineSettings:
     """How an engine runs its model: where, in what precision, on how many threads, batched or not.
 
     With max_batch 1, a resumed stream equals the uninterrupted one bit for bit (either precision,
-    same CPU type), and chunked output equals whole-sentence output to round-off (docs/ARCHITECTURE.md,
-    "Exact streaming and resume", has the measured bounds). Batching keeps every stream within round-off of running alone (padding is masked; fp32: about
-    1e-7), but a batched kernel may sum in a different order, so it is not bit-exact; in bf16 that
-    round-off is about 5e-4, and bf16 differs from fp32 by about 2e-3 (up to 5e-2 on loud peaks).
-    Bit-exact resume therefore needs max_batch 1 (either precision, same CPU type).
+    same CPU type), and chunked output equals whole-sentence output to round-off. Batching keeps every
+    stream within round-off of running alone (padding is masked), but a batched kernel may sum in a
+    different order, so it is not bit-exact: bit-exact resume needs max_batch 1. The bounds of each
+    case are in docs/ARCHITECTURE.md, "Exact streaming and resume".
 
-    Batching pays where one big call is cheaper than many small ones (GPUs). On a 2-core CPU it
-    measured slower: 8 vocoder streams ran at 7.1 audio s/s unbatched vs 4.5 batched (fp32), 20.8 vs
-    11.4 (bf16). A batching engine needs callers on as many threads as max_batch, or no two
-    streams ever meet in a batch.
+    Batching pays where one big call is cheaper than many small ones (GPUs); on a CPU streams run side
+    by side do better, so max_batch is 1 there (the max-batch rows of `make bench`). A batching engine
+    needs callers on as many threads as max_batch, or no two streams ever meet in a batch.
     """
 
     device: str = "cpu"

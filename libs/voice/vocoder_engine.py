@@ -303,8 +303,8 @@ class VocoderStream:
         self._next_step_frame += frames.shape[1]
         if total is not None:
             # Past the end every frame is edge padding (masked to zeros), so a last step may be
-            # wider: a width seen before reuses the CPU's compiled convolutions (a new one costs
-            # ~20 ms to set up in torch, more than vocoding 40 frames), and last steps vary in length.
+            # wider: a width seen before reuses the CPU's compiled convolutions (a new one costs a
+            # set-up longer than the step itself in torch), and last steps vary in length.
             bucket = self.engine.last_step_bucket_frames
             frames = np.pad(frames, ((0, 0), (0, -frames.shape[1] % bucket)))
         job = StepInput(torch.from_numpy(np.ascontiguousarray(frames)), start, self.origin_frame, NO_END if total is None else total, self._state)

@@ -18,6 +18,11 @@ class MeshError(Exception):
 class InvalidRequestError(MeshError):
     """The request itself is wrong (bad field value, undecodable text); retrying it cannot help."""
 
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
+        """The request field that is wrong, by its name in the proto (`speed`, `lexicon`); "" when no one field is."""
+
 
 class ModelVersionMismatchError(MeshError):
     """A worker runs another model version than the caller expects (its cache keys would be wrong)."""

@@ -4,7 +4,7 @@ Workers check every request against these (libs.voice.checks, libs.voice.vocode_
 INVALID_ARGUMENT past them; the gateway keeps its own messages inside them (it cuts a cached
 sentence into VocodeRequests of at most `MAX_FRAMES_PER_MESSAGE` frames), and the servers' and
 channels' message-size limits (libs.serving.server) are sized from them. Each bound sits well above
-the largest value real traffic produces, measured as noted.
+the largest value real traffic produces, and below what would hurt a process that accepts it.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Final
 
 MAX_PHONEME_IDS: Final = 2_048
 """Phoneme ids in one sentence. The text encoder attends over all of them, so time and memory grow
-with their square: on one core 2,000 ids plan in 1.2 s holding +255 MB; 4,096 (the bound before)
-took 5.6 s and held +940 MB, which took an acoustic worker to 1.58 GiB (`make bench-hostile`). The
-gateway's text side cuts sentences far shorter (libs.text.long_sentences, 400 by default); a
+with their square; at this bound one sentence sent straight to a worker plans in about a second and
+keeps the worker well inside its memory (`make bench-hostile` sends one; twice the bound did not).
+The gateway's text side cuts sentences far shorter (libs.text.long_sentences, 400 by default); a
 1,000-character chunk of prose uncut is about 2,000 ids."""
 MAX_SENTENCE_FRAMES: Final = 65_536
 """Mel frames in one sentence: 12.7 minutes at 22,050 Hz and a hop of 256. A 1,000-character chunk
@@ -34,7 +34,7 @@ MEL_VALUE_LIMIT: Final = 32.0
 """Largest magnitude of a log-mel value. The mel recipe's floor is ln(1e-5) = -11.5 and speech
 peaks near +3; anything past ±32 (e^32) is not a mel."""
 
-# Messages, each measured at the bounds above (tests/test_wire_limits.py). A message over its
+# Messages, each measured at the bounds above (tests/unit/test_wire_limits.py). A message over its
 # receiver's limit is refused by gRPC itself with RESOURCE_EXHAUSTED, before any Python sees it.
 MAX_GATEWAY_REQUEST_BYTES: Final = 32 * 1024
 """A client's request: 5,000 characters are at most 20,000 bytes of UTF-8, and the other fields

@@ -22,6 +22,8 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, FileDescriptor
 from google.protobuf.message import DecodeError, Message
 
+from libs.wire.errors import InvalidRequestError
+
 M = TypeVar("M", bound=Message)
 
 
@@ -43,6 +45,14 @@ def request_decoder(message_type: type[M]) -> Callable[[bytes], M | UndecodableR
             return UndecodableRequest(describe_decode_failure(message_type.DESCRIPTOR, data))
 
     return decode
+
+
+def decoded(request: M | UndecodableRequest) -> M:
+    """`request` as the servicer receives it from a `request_decoder`: the message itself, or
+    InvalidRequestError with the reason it could not be parsed."""
+    if isinstance(request, UndecodableRequest):
+        raise InvalidRequestError(request.reason)
+    return request
 
 
 def describe_decode_failure(descriptor: Descriptor, data: bytes) -> str:

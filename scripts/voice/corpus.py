@@ -3,7 +3,9 @@
 Every sentence is original to this project (no third-party text, so no licence to track). The
 hand-written lines in corpus/train.txt are joined by sentences built from templates with a seeded
 generator, which adds numbers, dates, times, names and lists. corpus/heldout.txt is never trained
-on; the quality benchmark and the tests read it.
+on; the quality benchmark and the tests read it. A Mandarin voice trains on the texts of the
+Mandarin reading sets instead (bench/data/zh_*.tsv); a voice of any other language on the English
+corpus, read by its own espeak-ng voice.
 """
 
 from __future__ import annotations
@@ -81,11 +83,34 @@ def _template_sentences(count: int, seed: int) -> list[str]:
     return sentences
 
 
-def training_sentences() -> list[str]:
-    """All training sentences: the hand-written ones, then the template ones (fixed order)."""
+# A Mandarin voice learns from the project's Mandarin sentences: the reading gold set to train on,
+# its held-out set to check (their texts only; both are original to the project).
+ZH_TRAIN: Final = Path(__file__).resolve().parents[2] / "bench" / "data" / "zh_gold.tsv"
+ZH_HELDOUT: Final = Path(__file__).resolve().parents[2] / "bench" / "data" / "zh_heldout.tsv"
+
+
+def _tsv_texts(path: Path) -> list[str]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [line.split("\t")[0] for line in lines if line.strip() and not line.startswith("#")]
+
+
+def training_sentences(language: str = "en") -> list[str]:
+    """All training sentences of `language` ("en": the hand-written ones, then the template ones;
+    "zh": the Mandarin gold set's), in a fixed order."""
+    if language == "zh":
+        return _tsv_texts(ZH_TRAIN)
     return _read_lines("train.txt") + _template_sentences(TEMPLATE_SENTENCE_COUNT, CORPUS_SEED)
 
 
-def heldout_sentences() -> list[str]:
-    """The fixed held-out sentences, never trained on."""
+def heldout_sentences(language: str = "en") -> list[str]:
+    """The fixed held-out sentences of `language`, never trained on."""
+    if language == "zh":
+        return _tsv_texts(ZH_HELDOUT)
     return _read_lines("heldout.txt")
+
+
+def corpus_files(language: str = "en") -> list[Path]:
+    """The files a language's corpus is made from (for the manifest's checksum)."""
+    if language == "zh":
+        return [ZH_TRAIN, ZH_HELDOUT, Path(__file__)]
+    return [*sorted(CORPUS_DIR.glob("*.txt")), Path(__file__)]

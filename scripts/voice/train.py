@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from libs.audio.mel import mel_spectrogram
+from libs.audio.mel import MelConfig, mel_spectrogram
 from libs.models.mel_bridge import ConvStack, MelAdapter, MelHead
 from scripts.voice.teacher import Utterance
 
@@ -130,6 +130,7 @@ def train_regression(
     config: RegressionConfig,
     name: str,
     log: Log = print,
+    on_step: Callable[[], None] | None = None,
 ) -> StageReport:
     """Fit `model` so model(input) ~ target (L1 in standardised target units) on random crops."""
     model.set_statistics(
@@ -138,6 +139,8 @@ def train_regression(
     rng = random.Random(config.seed)
     optimiser = torch.optim.Adam(model.parameters(), lr=config.learning_rate, betas=(0.9, 0.99))
     rf = model.receptive_field_frames
+    if config.segment_frames <= 2 * rf:  # every frame of a crop would be masked out: a loss of 0/0
+        raise ValueError(f"{name}: segment_frames {config.segment_frames} must be over twice its receptive field ({rf} frames)")
     losses: list[float] = []
     started_s = time.perf_counter()
     model.train()
@@ -152,6 +155,8 @@ def train_regression(
         loss.backward()
         optimiser.step()
         losses.append(loss.item())
+        if on_step is not None:
+            on_step()
         if (step + 1) % max(1, config.steps // 5) == 0:
             log(f"{name}: step {step + 1}/{config.steps} loss {sum(losses[-50:]) / len(losses[-50:]):.4f} "
                 f"({time.perf_counter() - started_s:.0f} s)")
@@ -167,23 +172,25 @@ def predict_whole(model: nn.Module, features: list[torch.Tensor]) -> list[torch.
     return [model(feature.unsqueeze(0))[0] for feature in features]
 
 
-def train_mel_head(utterances: list[Utterance], config: RegressionConfig, log: Log = print) -> tuple[MelHead, StageReport]:
+def train_mel_head(
+    utterances: list[Utterance], config: RegressionConfig, log: Log = print, on_step: Callable[[], None] | None = None
+) -> tuple[MelHead, StageReport]:
     """Stage 1: latent -> mel."""
     torch.manual_seed(config.seed)
     head = MelHead()
-    report = train_regression(head, [(u.latent, u.mel) for u in utterances], config, "mel head", log)
+    report = train_regression(head, [(u.latent, u.mel) for u in utterances], config, "mel head", log, on_step)
     return head, report
 
 
 def train_mel_adapter(
-    utterances: list[Utterance], head: MelHead, config: RegressionConfig, log: Log = print
+    utterances: list[Utterance], head: MelHead, config: RegressionConfig, log: Log = print, on_step: Callable[[], None] | None = None
 ) -> tuple[MelAdapter, StageReport]:
     """Stage 2: mel -> latent, from true mels and from the head's predicted mels."""
     torch.manual_seed(config.seed)
     predicted_mels = predict_whole(head, [u.latent for u in utterances])
     pairs = [(u.mel, u.latent) for u in utterances] + [(mel, u.latent) for mel, u in zip(predicted_mels, utterances, strict=False)]
     adapter = MelAdapter()
-    report = train_regression(adapter, pairs, config, "mel adapter", log)
+    report = train_regression(adapter, pairs, config, "mel adapter", log, on_step)
     return adapter, report
 
 
@@ -208,11 +215,16 @@ def tune_adapter_through_decoder(
     utterances: list[Utterance],
     config: DecoderTuneConfig,
     log: Log = print,
+    *,
+    mel_config: MelConfig = MelConfig(),
+    on_step: Callable[[], None] | None = None,
+    speaker_conditioning: Callable[[list[int]], torch.Tensor] | None = None,
 ) -> StageReport:
     """Stage 3: tune `adapter` so decoder(adapter(mel)) sounds like the teacher audio.
 
     The decoder stays frozen except the layers named in `config.decoder_layers_to_tune`, which are
-    tuned in place.
+    tuned in place. For a voice of several speakers, `speaker_conditioning(speaker ids)` gives the
+    decoder's conditioning [batch, gin, 1] for each segment's speaker.
     """
     rng = random.Random(config.seed)
     predicted_mels = predict_whole(head, [u.latent for u in utterances])
@@ -232,7 +244,7 @@ def tune_adapter_through_decoder(
     for step in range(config.steps):
         for group in optimiser.param_groups:
             group["lr"] = _lr_at(step, config.steps, config.learning_rate)
-        mels, latents, audios = [], [], []
+        mels, latents, audios, speakers = [], [], [], []
         for item in range(config.batch_size):
             index = rng.randrange(len(utterances))
             utterance = utterances[index]
@@ -246,10 +258,12 @@ def tune_adapter_through_decoder(
             mels.append(source[:, start - context : start + frames + context])
             latents.append(utterance.latent[:, start - context : start + frames + context])
             audios.append(utterance.audio[start * HOP_LENGTH : (start + frames) * HOP_LENGTH])
+            speakers.append(utterance.speaker_id or 0)
         mel_batch, latent_batch, audio_batch = torch.stack(mels), torch.stack(latents), torch.stack(audios)
         latent = adapter(mel_batch)
-        audio = decoder(latent).squeeze(1)[:, context * HOP_LENGTH : (context + frames) * HOP_LENGTH]
-        mel_loss = (mel_spectrogram(audio) - mel_spectrogram(audio_batch)).abs().mean()
+        g = speaker_conditioning(speakers) if speaker_conditioning is not None else None
+        audio = decoder(latent, g=g).squeeze(1)[:, context * HOP_LENGTH : (context + frames) * HOP_LENGTH]
+        mel_loss = (mel_spectrogram(audio, mel_config) - mel_spectrogram(audio_batch, mel_config)).abs().mean()
         stft_loss = multi_resolution_stft_loss(audio, audio_batch, config.stft_resolutions)
         latent_loss = ((latent - latent_batch) / adapter.output_std).abs().mean()
         loss = mel_loss + stft_loss + config.latent_loss_weight * latent_loss
@@ -258,6 +272,8 @@ def tune_adapter_through_decoder(
         torch.nn.utils.clip_grad_norm_(trained, 1.0)
         optimiser.step()
         losses.append(loss.item())
+        if on_step is not None:
+            on_step()
         if (step + 1) % max(1, config.steps // 6) == 0:
             log(f"decoder-in-loop: step {step + 1}/{config.steps} loss {sum(losses[-25:]) / len(losses[-25:]):.4f} "
                 f"(mel {mel_loss.item():.3f} stft {stft_loss.item():.3f} latent {latent_loss.item():.3f}, "

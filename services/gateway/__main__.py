@@ -9,7 +9,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from libs.cache.mel_cache import MelCache
-from libs.prewarm.promotion import CountingTextSide
 from libs.scheduling.capacity import AudioCost, SharedCapacity, with_children_cpu
 from libs.serving.auth import ApiKeyGate, ApiKeyInterceptor
 from libs.serving.clients import ClientIdentity
@@ -17,13 +16,16 @@ from libs.serving.http import HttpListener, HttpTls
 from libs.serving.http_auth import ApiKeyAsgi
 from libs.serving.server import PortUnavailableError, ServiceRuntime, freeze_startup_heap, run_service
 from libs.synthesis.admission import RealtimeAdmission
+from libs.synthesis.phoneme_reading import PhonemeReader
 from libs.synthesis.synthesizer import Synthesizer
+from libs.synthesis.text_side import TextSide
 from libs.telemetry.metrics import GatewayMetrics
 from libs.text.phonemizer_pool import PhonemizerPool
 from libs.upstream.pool import WorkerPool
 from libs.voice.registry import default_registry
 from services.gateway.background_work import BackgroundWork
 from services.gateway.http_api import SpeechApi
+from services.gateway.phonemes_http import phoneme_routes
 from services.gateway.servicer import SERVICE_NAME, TextToSpeechServicer, add_to_server
 from services.settings import GatewaySettings, load_gateway_settings
 
@@ -63,7 +65,11 @@ async def serve(settings: GatewaySettings) -> None:
     # crashes it cannot take the gateway down.
     text_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="text")
     phonemizers = PhonemizerPool(settings.text.text_processes, settings.text.text_process_timeout_s)
-    text_side = CountingTextSide(text_executor, settings.limits.max_text_chars, settings.text, phonemizers)
+    # Long-form jobs and prewarming; the live streams' text side tells prewarming's promotion of each sentence.
+    background = BackgroundWork.from_settings(settings, registry, metrics.registry, cache.keyring)
+    text_side = TextSide(
+        text_executor, settings.limits.max_text_chars, settings.text, phonemizers, on_sentence=background.on_sentence
+    )
     # Listeners are admitted by the mesh's real-time capacity and their buffers; the gateway's own CPU
     # (its text processes' included) goes into the ledger it shares with workers on the same budget.
     admission = RealtimeAdmission(pool.realtime_capacity, pool.other_gateways_streams, settings.limits.admission_headroom)
@@ -75,16 +81,16 @@ async def serve(settings: GatewaySettings) -> None:
     clients = ClientIdentity(settings.clients.trusted_proxies)  # per-client limits see through the edge
     servicer = TextToSpeechServicer(registry=registry, synthesizer=synthesizer, metrics=metrics, clients=clients)
     add_to_server(servicer, runtime.server)
-    background = BackgroundWork.from_settings(
-        settings, synthesizer, text_side, text_executor, phonemizers, registry, pool, metrics.registry, cache.keyring
-    )  # long-form jobs and prewarming
+    background.speak_with(synthesizer, text_executor, phonemizers, registry, pool)  # job runners, the cache warmer
     background.add_to_server(runtime.server)
     http = None
     if settings.http.http_port:
         api = SpeechApi(synthesizer, registry, metrics, settings.http.http_max_body_bytes, _web_dir(settings.http.web_dir))
         # The same API keys as the gRPC door, on the Authorization header of every API call (/v1/...);
         # the web page's static files are public, its calls to the API carry a key like any other.
-        routes = background.http_routes()
+        routes = background.http_routes() + phoneme_routes(  # POST /v1/audio/phonemes
+            PhonemeReader(phonemizers, registry, settings.limits.max_text_chars, settings.text), metrics, settings.http.http_max_body_bytes
+        )
         app = ApiKeyAsgi(api.app(routes), gate, guarded_prefixes=("/v1/",)) if gate else api.app(routes)
         # The door's armour as at the gRPC port: as many open requests per client as streams, and
         # TLS whenever the public port has it (the same certificate).

@@ -20,10 +20,10 @@ from libs.jobs.metrics import JobMetrics
 from libs.jobs.objects import audio_chunks_for
 from libs.jobs.runner import JobRunner
 from libs.jobs.store import JobStore
-from libs.prewarm.promotion import CountingTextSide, Promoter
+from libs.prewarm.promotion import Promoter
 from libs.prewarm.warmer import CacheWarmer
 from libs.synthesis.synthesizer import Synthesizer
-from libs.synthesis.text_side import TextSide
+from libs.synthesis.text_side import SentenceListener, TextSide
 from libs.text.phonemizer_pool import PhonemizerPool
 from libs.upstream.pool import WorkerPool
 from libs.voice.registry import VoiceRegistry
@@ -49,9 +49,16 @@ def job_redis_url(settings: GatewaySettings) -> str:
 
 class BackgroundWork:
     """Jobs (the API whenever there is a Redis, runners when `--job-runners` > 0) and prewarming
-    (whenever the cache is on)."""
+    (whenever the cache is on).
 
-    def __init__(self, jobs: JobStore | None, metrics_registry: CollectorRegistry) -> None:
+    Built in two steps, because the live path and this work feed each other: `from_settings` makes
+    what needs only the settings (the job store and its API, prewarming's Redis and promotion
+    counter, whose `on_sentence` the live streams' text side is built with), and `speak_with` adds,
+    once the synthesizer exists, what speaks through it (job runners, the cache warmer)."""
+
+    def __init__(self, settings: GatewaySettings, jobs: JobStore | None, metrics_registry: CollectorRegistry) -> None:
+        self._settings = settings
+        self._metrics_registry = metrics_registry
         self.jobs = jobs
         self.job_metrics = JobMetrics(metrics_registry) if jobs is not None else None
         self._servicer: LongFormSynthesisServicer | None = None
@@ -64,14 +71,12 @@ class BackgroundWork:
 
     @classmethod
     def from_settings(
-        cls, settings: GatewaySettings, synthesizer: Synthesizer, text_side: CountingTextSide, text_executor: Executor,
-        phonemizers: PhonemizerPool, registry: VoiceRegistry, pool: WorkerPool, metrics_registry: CollectorRegistry,
-        keyring: KeyRing | None = None,
-    ) -> BackgroundWork:  # fmt: skip
-        """`text_side` is the live streams' (its sentences are counted for promotion); `keyring` is
-        the cache's (promoted texts, job texts and job audio are sealed as its values are)."""
+        cls, settings: GatewaySettings, registry: VoiceRegistry, metrics_registry: CollectorRegistry, keyring: KeyRing | None = None
+    ) -> BackgroundWork:
+        """The job store and its API (with a job Redis), prewarming's Redis client and promotion
+        counter (with the cache on); `keyring` is the cache's (promoted texts, job texts and job
+        audio are sealed as its values are)."""
         cache = settings.cache
-        zone = settings.server.zone
         store = None
         jobs_url = job_redis_url(settings)
         if jobs_url:
@@ -83,27 +88,44 @@ class BackgroundWork:
             )  # fmt: skip
         else:
             _log.info("long-form jobs are off: give them a Redis that is not a cluster (--jobs-redis-url)")
-        work = cls(store, metrics_registry)
+        work = cls(settings, store, metrics_registry)
         if store is not None and work.job_metrics is not None:
             max_chars = settings.jobs.job_max_text_chars
             work._servicer = LongFormSynthesisServicer(store=store, registry=registry, metrics=work.job_metrics, max_text_chars=max_chars)
             work._http = JobsHttpApi(store, registry, work.job_metrics, max_chars)
-            if settings.jobs.job_runners:
-                # The same text processes and thread as streams; only the length limit is a job's.
-                job_text_side = TextSide(text_executor, max_chars, settings.text, phonemizers)
-                work._runner = JobRunner(store, synthesizer, job_text_side, registry, settings.jobs, work.job_metrics)
         if cache.enabled:
-            client = redis_client(cache.url_for_zone(zone), cache, PREWARM_REDIS_TIMEOUT_S)
-            work._prewarm_client = client
+            work._prewarm_client = redis_client(cache.url_for_zone(settings.server.zone), cache, PREWARM_REDIS_TIMEOUT_S)
             prewarm = settings.prewarm
             if prewarm.promote_after:
-                work._promoter = Promoter(client, prewarm.promote_after, prewarm.promote_window_s, prewarm.promoted_keep_s, keyring)
-                text_side.listener = work._promoter.count
-            warm_text_side = TextSide(text_executor, settings.limits.max_text_chars, settings.text, phonemizers)
-            work._warmer = CacheWarmer(
-                prewarm, client, synthesizer, warm_text_side, registry, pool, settings.cache.ttl_s, work._promoter, metrics_registry
-            )
+                work._promoter = Promoter(
+                    work._prewarm_client, prewarm.promote_after, prewarm.promote_window_s, prewarm.promoted_keep_s, keyring
+                )
         return work
+
+    @property
+    def on_sentence(self) -> SentenceListener | None:
+        """What the live streams' text side tells of each sentence it hands out: promotion's count
+        (None without promotion)."""
+        return self._promoter.count if self._promoter is not None else None
+
+    def speak_with(
+        self, synthesizer: Synthesizer, text_executor: Executor, phonemizers: PhonemizerPool, registry: VoiceRegistry, pool: WorkerPool
+    ) -> None:
+        """Add what speaks through `synthesizer`: job runners (`--job-runners` > 0, with a job Redis)
+        and the cache warmer (with the cache on). Their text sides share the live streams' text
+        thread and processes, and tell nobody of their sentences: only listeners' requests count
+        towards promotion."""
+        settings = self._settings
+        if self.jobs is not None and self.job_metrics is not None and settings.jobs.job_runners:
+            # Only the length limit is a job's.
+            job_text_side = TextSide(text_executor, settings.jobs.job_max_text_chars, settings.text, phonemizers)
+            self._runner = JobRunner(self.jobs, synthesizer, job_text_side, registry, settings.jobs, self.job_metrics)
+        if self._prewarm_client is not None:
+            warm_text_side = TextSide(text_executor, settings.limits.max_text_chars, settings.text, phonemizers)
+            self._warmer = CacheWarmer(
+                settings.prewarm, self._prewarm_client, synthesizer, warm_text_side, registry, pool, settings.cache.ttl_s,
+                self._promoter, self._metrics_registry,
+            )  # fmt: skip
 
     def add_to_server(self, server: grpc.aio.Server) -> None:
         if self._servicer is not None:

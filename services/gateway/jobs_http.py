@@ -1,12 +1,15 @@
 """The HTTP door of long-form jobs, next to `/v1/audio/speech`:
 
-- `POST /v1/audio/jobs` (the speech body, `input` up to the job limit; optional `Idempotency-Key`
-  header) -> 202 with the job and its `Location`;
+- `POST /v1/audio/jobs` (the speech body without `lexicon` and `stream_format`, services.gateway.speech_body;
+  `input` up to the job limit; optional `Idempotency-Key` header) -> 202 with the job and its `Location`;
 - `GET /v1/audio/jobs` -> the newest jobs; `GET /v1/audio/jobs/{id}` -> status, progress, error;
 - `GET /v1/audio/jobs/{id}/audio[?format=mp3|opus|aac|flac|wav|pcm|mulaw|alaw|...]` -> the file;
-- `DELETE /v1/audio/jobs/{id}` -> cancels it (200 with the job).
+- `POST /v1/audio/jobs/{id}/cancel` -> stops it if it has not ended (200 with the job, as CancelJob);
+- `DELETE /v1/audio/jobs/{id}` -> cancels it if it has not ended and removes it and its audio (200
+  with `{"id", "object": "audio.job", "deleted": true}`, as DeleteJob).
 
-Errors are OpenAI-shaped through the same status table as the speech route (services.gateway.http_api).
+Each verb means what the gRPC method of the same name does (protos/tts/v1/jobs.proto). Errors are
+OpenAI-shaped through the same status table as the speech routes (libs.serving.http_errors).
 """
 
 from __future__ import annotations
@@ -14,33 +17,27 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+import grpc
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from libs.encoding.encoders import ENCODINGS, encoding_of
+from libs.encoding.encoders import encoding_of
 from libs.jobs.audio import job_audio
 from libs.jobs.metrics import JobMetrics
-from libs.jobs.requests import check_idempotency_key, check_job_text, job_spec, job_status_for, page_bounds
+from libs.jobs.requests import PageNames, check_idempotency_key, check_job_text, job_status_for, page_bounds
 from libs.jobs.store import JobRecord, JobStore
+from libs.serving import http_errors as errors
+from libs.serving.http_errors import HttpError
 from libs.voice.registry import VoiceRegistry
-from services.gateway.http_api import (
-    _HTTP_STATUS,
-    MODEL_ALIASES,
-    MODEL_ID,
-    OPENAI_VOICES,
-    RESPONSE_FORMATS,
-    HttpError,
-    read_json_body,
-)
+from libs.wire.errors import echo
+from services.gateway.speech_body import PARAMS, RESPONSE_FORMATS, JobBody, read_body
 
 JOBS_PATH: Final = "/v1/audio/jobs"
 BODY_OVERHEAD_BYTES: Final = 64 * 1024
-FORMATS: Final[Mapping[str, int]] = {
-    **{encoding.name: value for value, encoding in ENCODINGS.items()},
-    **{name: made.encoding for name, made in RESPONSE_FORMATS.items()},
-}
-"""`response_format` and `?format=` names: OpenAI's (mp3, opus, aac, flac, wav, pcm) and every encoding's own name."""
+PAGE_NAMES: Final = PageNames(size="limit", token="after", next_token="next")
+JOB_PARAMS: Final[Mapping[str, str]] = {**PARAMS, "page_size": "limit", "page_token": "after"}
+"""The HTTP parameter of each proto field a job error can name."""
 
 
 class JobsHttpApi:
@@ -59,29 +56,31 @@ class JobsHttpApi:
             Route(JOBS_PATH, self.create, methods=["POST"]),
             Route(JOBS_PATH, self.list, methods=["GET"]),
             Route(JOBS_PATH + "/{job_id}", self.get, methods=["GET"]),
-            Route(JOBS_PATH + "/{job_id}", self.cancel, methods=["DELETE"]),
+            Route(JOBS_PATH + "/{job_id}", self.delete, methods=["DELETE"]),
+            Route(JOBS_PATH + "/{job_id}/cancel", self.cancel, methods=["POST"]),
             Route(JOBS_PATH + "/{job_id}/audio", self.audio, methods=["GET"]),
         ]
 
     async def create(self, request: Request) -> Response:
         try:
-            body = await self._body(request)
-            text, spec = self._parse(body)
+            body = await read_body(request, JobBody, self._max_body_bytes, f"a job takes at most {self._max_text_chars} characters")
+            check_job_text(body.input, self._max_text_chars)
+            spec = body.spec(self._registry)
             key = request.headers.get("idempotency-key", "")
             check_idempotency_key(key)
-            record, new = await self._store.create(text, spec, key)
+            record, new = await self._store.create(body.input, spec, key)
         except Exception as error:
-            return _error(error)
+            return http_error_for(error).response()
         if new:
             self._metrics.created_total.inc()
         return JSONResponse(job_json(record), status_code=202, headers={"Location": f"{JOBS_PATH}/{record.job_id}"})
 
     async def list(self, request: Request) -> Response:
         try:
-            limit, offset = page_bounds(_int(request.query_params.get("limit", "0"), "limit"), request.query_params.get("after", ""))
+            limit, offset = page_bounds(_int(request.query_params.get("limit", "0"), "limit"), request.query_params.get("after", ""), PAGE_NAMES)
             records = await self._store.list(limit + 1, offset)
         except Exception as error:
-            return _error(error)
+            return http_error_for(error).response()
         more = len(records) > limit
         return JSONResponse(
             {"object": "list", "data": [job_json(r) for r in records[:limit]], "has_more": more, "next": str(offset + limit) if more else None}
@@ -91,60 +90,38 @@ class JobsHttpApi:
         try:
             return JSONResponse(job_json(await self._store.get(request.path_params["job_id"])))
         except Exception as error:
-            return _error(error)
+            return http_error_for(error).response()
 
     async def cancel(self, request: Request) -> Response:
+        """Stop a job that has not ended (its runner stops within a second); an ended job is returned as it is."""
         try:
             return JSONResponse(job_json(await self._store.cancel(request.path_params["job_id"])))
         except Exception as error:
-            return _error(error)
+            return http_error_for(error).response()
+
+    async def delete(self, request: Request) -> Response:
+        """Cancel a job that has not ended, and remove it and its audio."""
+        job_id = request.path_params["job_id"]
+        try:
+            await self._store.delete(job_id)
+        except Exception as error:
+            return http_error_for(error).response()
+        return JSONResponse({"id": job_id, "object": "audio.job", "deleted": True})
 
     async def audio(self, request: Request) -> Response:
         try:
             record = await self._store.get(request.path_params["job_id"])
             name = request.query_params.get("format", "")
-            if name and name not in FORMATS:
-                raise HttpError(400, f"`format` must be one of {', '.join(FORMATS)}", param="format")
-            encoding = FORMATS[name] if name else record.spec.encoding
+            if name and name not in RESPONSE_FORMATS:
+                raise HttpError(grpc.StatusCode.INVALID_ARGUMENT, f"`format` must be one of {', '.join(RESPONSE_FORMATS)}; got {echo(name)}",
+                                param="format", code="invalid_value")  # fmt: skip
+            encoding = RESPONSE_FORMATS[name].encoding if name else record.spec.encoding
             pieces = await job_audio(self._store, record, encoding)
         except Exception as error:
-            return _error(error)
+            return http_error_for(error).response()
         spec = encoding_of(encoding)
         filename = f"{record.job_id}.{spec.extension}"
         return StreamingResponse(pieces, media_type=spec.mime_type, headers={"Content-Disposition": f'attachment; filename="{filename}"'})
-
-    async def _body(self, request: Request) -> Any:
-        return await read_json_body(request, self._max_body_bytes, f"a job takes at most {self._max_text_chars} characters")
-
-    def _parse(self, body: Any) -> tuple[str, Any]:
-        if not isinstance(body, dict):
-            raise HttpError(400, "the request body must be a JSON object")
-        text = body.get("input")
-        if not isinstance(text, str):
-            raise HttpError(400, "`input` must be the text to speak", param="input")
-        model = body.get("model", MODEL_ID)
-        if model not in (MODEL_ID, *MODEL_ALIASES):
-            raise HttpError(404, f"the model {str(model)[:64]!r} does not exist; use {MODEL_ID!r}", param="model", code="model_not_found")
-        voice = body.get("voice", "")
-        if isinstance(voice, dict):
-            voice = voice.get("id", "")
-        if not isinstance(voice, str):
-            raise HttpError(400, "`voice` must be a voice name (see GET /v1/audio/voices)", param="voice")
-        name = body.get("response_format", "mp3")
-        if name not in FORMATS:
-            raise HttpError(400, f"`response_format` must be one of {', '.join(FORMATS)}", param="response_format")
-        speed = body.get("speed", 1.0)
-        if not isinstance(speed, (int, float)) or isinstance(speed, bool):
-            raise HttpError(400, "`speed` must be a number", param="speed")
-        rate = body.get("sample_rate_hz", RESPONSE_FORMATS[name].sample_rate_hz if name in RESPONSE_FORMATS else 0)
-        if not isinstance(rate, int) or isinstance(rate, bool):
-            raise HttpError(400, "`sample_rate_hz` must be an integer", param="sample_rate_hz")
-        check_job_text(text, self._max_text_chars)
-        spec = job_spec(
-            self._registry, voice="" if voice in OPENAI_VOICES else voice, speed=float(speed),
-            encoding=FORMATS[name], sample_rate_hz=rate, speaker_id=0,
-        )  # fmt: skip
-        return text, spec
 
 
 def job_json(record: JobRecord) -> dict[str, Any]:
@@ -170,18 +147,13 @@ def job_json(record: JobRecord) -> dict[str, Any]:
     }
 
 
+def http_error_for(error: BaseException) -> HttpError:
+    """The HTTP error of the job routes for `error`: job errors, then the one status table (libs.jobs.requests.job_status_for)."""
+    return errors.http_error_for(error, JOB_PARAMS, job_status_for)
+
+
 def _int(text: str, name: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise HttpError(400, f"`{name}` must be an integer", param=name) from None
-
-
-def _error(error: BaseException) -> JSONResponse:
-    if isinstance(error, HttpError):
-        return error.response()
-    code, message = job_status_for(error)
-    status, type_ = _HTTP_STATUS.get(code, (500, "server_error"))
-    if code.name == "FAILED_PRECONDITION":
-        status = 409  # the job is not in a state that allows it (not finished, a reused idempotency key)
-    return HttpError(status, message, type_=type_, code=code.name.lower(), grpc_code=code).response()
+        raise HttpError(grpc.StatusCode.INVALID_ARGUMENT, f"`{name}` must be an integer; got {echo(text)}", param=name, code="invalid_type") from None

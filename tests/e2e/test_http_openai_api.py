@@ -78,13 +78,14 @@ def test_server_sent_events_carry_the_audio_then_done(mesh: Mesh) -> None:
 @pytest.mark.parametrize(
     ("body", "status", "param"),
     [
-        ({"model": "tts-1", "voice": "alloy", "input": ""}, 400, None),
-        ({"model": "tts-1", "voice": "alloy", "input": "x" * 5001}, 400, None),
+        ({"model": "tts-1", "voice": "alloy", "input": ""}, 400, "input"),
+        ({"model": "tts-1", "voice": "alloy", "input": "x" * 5001}, 400, "input"),
         ({"model": "tts-1", "voice": "nobody", "input": "Hi."}, 404, "voice"),
         ({"model": "tts-1", "voice": "alloy", "input": "Hi.", "speed": 9}, 400, "speed"),
         ({"model": "whisper-1", "voice": "alloy", "input": "Hi."}, 404, "model"),
         ({"model": "tts-1", "voice": "alloy", "input": "Hi.", "response_format": "ogg"}, 400, "response_format"),
         ({"model": "tts-1", "voice": "alloy"}, 400, "input"),
+        ({"model": "tts-1", "voice": "alloy", "input": "Hi.", "sample_rate": 16000}, 400, "sample_rate"),
     ],
 )
 def test_bad_requests_get_openai_shaped_errors(mesh: Mesh, body: dict, status: int, param: str | None) -> None:

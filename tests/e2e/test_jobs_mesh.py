@@ -153,7 +153,7 @@ def test_cancel_stops_the_runner_and_frees_it_for_the_next_job(job_mesh: Mesh, t
     with runner(job_mesh, tmp_path / "runner.log") as process:
         _, job = http(job_mesh, "POST", "/v1/audio/jobs", {"input": long_text, "response_format": "wav"})
         wait_for(job_mesh, job["id"], lambda j: j["progress"]["sentences_done"] >= 1)
-        status, cancelled = http(job_mesh, "DELETE", f"/v1/audio/jobs/{job['id']}")
+        status, cancelled = http(job_mesh, "POST", f"/v1/audio/jobs/{job['id']}/cancel")
         cancelled_at = time.monotonic()
         assert status == 200 and cancelled["status"] == "cancelled"
         while finished_cancelled(process) < 1:
@@ -165,6 +165,9 @@ def test_cancel_stops_the_runner_and_frees_it_for_the_next_job(job_mesh: Mesh, t
         status, audio = http(job_mesh, "GET", f"/v1/audio/jobs/{job['id']}/audio")
     assert stopped_after < len(SENTENCES) * 4
     assert status == 409 and "cancelled" in audio["error"]["message"]
+    deleted = http(job_mesh, "DELETE", f"/v1/audio/jobs/{job['id']}")
+    assert deleted == (200, {"id": job["id"], "object": "audio.job", "deleted": True})
+    assert http(job_mesh, "GET", f"/v1/audio/jobs/{job['id']}")[0] == 404
 
 
 def finished_cancelled(process: ServiceProcess) -> float:

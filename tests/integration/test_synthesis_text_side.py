@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -86,3 +87,31 @@ async def test_a_request_lexicon_bypasses_the_memo_and_the_memo_can_be_off(pool:
     await _all(off, "Say tomato.")
     await _all(off, "Say tomato.")
     assert len(asked) == 4
+
+
+async def test_on_sentence_hears_each_sentence_as_it_is_handed_out_whole_streamed_or_ssml(pool: PhonemizerPool) -> None:
+    heard: list[tuple[str, str]] = []
+    text_side = TextSide(ThreadPoolExecutor(1), 5000, TextLimits(), pool, on_sentence=lambda voice, text: heard.append((voice, text)))
+    voice = default_registry().default
+    sentences = await text_side.sentences(voice, TEXT)
+    assert heard == []  # the first chunk is phonemised, but nothing is handed out yet
+    first = await anext(sentences)
+    assert heard == [(voice.name, first.text)]
+    whole = [first.text, *[sentence.text async for sentence in sentences]]
+    assert heard == [(voice.name, text) for text in whole] and len(whole) == 3
+
+    heard.clear()
+    streamed = [sentence.text async for sentence in text_side.incremental_sentences(voice, _pieces(TEXT[:20], TEXT[20:]))]
+    assert streamed == whole and heard == [(voice.name, text) for text in whole]
+
+    heard.clear()
+    ssml = [sentence.text async for sentence in await text_side.ssml_sentences(voice, f"<speak>{TEXT}</speak>")]
+    assert ssml == whole and heard == [(voice.name, text) for text in whole]
+
+    quiet = TextSide(ThreadPoolExecutor(1), 5000, TextLimits(), pool)  # no listener: the same sentences
+    assert [sentence.text async for sentence in await quiet.sentences(voice, TEXT)] == whole
+
+
+async def _pieces(*pieces: str) -> AsyncIterator[str]:
+    for piece in pieces:
+        yield piece

@@ -6,7 +6,7 @@ import grpc
 import pytest
 
 from libs.pb.tts.v1 import tts_pb2
-from libs.serving.status import grpc_status_for
+from libs.serving.status import field_of, grpc_status_for
 from libs.synthesis.options import resolve_options
 from libs.text.errors import EmptyTextError, InvalidTextError, TextTooLongError
 from libs.text.frontend import TextFrontend
@@ -94,3 +94,27 @@ def test_status_table(error: Exception, code: grpc.StatusCode) -> None:
     got, message = grpc_status_for(error)
     assert got == code
     assert "secret" not in message
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        (dict(voice="fr_FR-nobody"), "voice"),
+        (dict(speed=9.0), "speed"),
+        (dict(encoding=42), "encoding"),
+        (dict(sample_rate_hz=4000), "sample_rate_hz"),
+        (dict(speaker_id=1), "speaker_id"),
+        (dict(request_id="r" * 1000), "request_id"),
+        (dict(lexicon={"go": "g ˈoʊ"}), "lexicon"),
+    ],
+)
+def test_a_refused_option_names_its_field_for_every_door(fields: dict[str, object], field: str) -> None:
+    with pytest.raises((InvalidRequestError, UnknownVoiceError)) as refused:
+        resolve_options(default_registry(), **{**DEFAULTS, **fields})  # type: ignore[arg-type]
+    assert field_of(refused.value) == field
+
+
+def test_text_errors_are_about_the_text_and_other_errors_about_no_field() -> None:
+    assert field_of(EmptyTextError()) == field_of(TextTooLongError(11, 10)) == "text"
+    assert field_of(InvalidRequestError("the first message must carry `config`")) == ""
+    assert field_of(NoWorkerError("x")) == field_of(KeyError("x")) == ""

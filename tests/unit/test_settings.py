@@ -18,7 +18,7 @@ from services.settings import (
     markdown_table,
 )
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+SETTINGS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "settings.md"
 
 
 def _load(service: str, argv: list[str], environ: dict[str, str]):  # type: ignore[no-untyped-def]
@@ -115,10 +115,10 @@ def test_every_flag_names_its_env_var_in_help(capsys: pytest.CaptureFixture[str]
             assert item.spec.flag in help_text and item.spec.env in help_text, (service, item.spec.flag)
 
 
-def test_readme_table_is_the_rendered_declaration() -> None:
-    """`python -m services.settings` prints the table; the README carries it between its markers."""
-    text = README.read_text(encoding="utf-8")
+def test_settings_page_table_is_the_rendered_declaration() -> None:
+    """`python -m services.settings` prints the table; docs/settings.md carries it between its markers."""
+    text = SETTINGS_PAGE.read_text(encoding="utf-8")
     begin, end = "<!-- settings:begin -->\n", "<!-- settings:end -->"
-    assert begin in text and end in text, "README.md lost its settings table markers"
-    in_readme = text.split(begin, 1)[1].split(end, 1)[0]
-    assert in_readme == markdown_table(), "README's settings table is stale: run `make docs`"
+    assert begin in text and end in text, "docs/settings.md lost its settings table markers"
+    in_page = text.split(begin, 1)[1].split(end, 1)[0]
+    assert in_page == markdown_table(), "docs/settings.md's settings table is stale: run `make docs`"

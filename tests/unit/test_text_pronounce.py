@@ -115,13 +115,16 @@ def test_a_lexicon_file_that_is_bad_at_first_is_read_once_it_is_fixed(tmp_path, 
     assert lenient.entries() == {"nguyen": tuple("ŋwˈɪn")}
 
 
-def test_a_request_lexicon_is_checked_with_the_other_options() -> None:
+def test_a_request_lexicon_is_checked_with_the_other_options_and_its_error_names_the_field() -> None:
     from libs.synthesis.options import resolve_options
     from libs.voice.registry import default_registry
+    from libs.wire.errors import InvalidRequestError
 
     fields = dict(voice="", speed=0, encoding=0, sample_rate_hz=0, speaker_id=0, request_id="", include_alignment=False)
     options = resolve_options(default_registry(), **fields, lexicon={"Nguyen": "ŋ w ˈɪ n"})
     assert options.lexicon == {"nguyen": tuple("ŋwˈɪn")}
     assert resolve_options(default_registry(), **fields).lexicon == {}
-    with pytest.raises(InvalidPhonemeError, match="did you mean 'ɡ'"):
+    with pytest.raises(InvalidRequestError, match="did you mean 'ɡ'") as refused:
         resolve_options(default_registry(), **fields, lexicon={"go": "g ˈoʊ"})
+    assert refused.value.field == "lexicon"
+    assert isinstance(refused.value.__cause__, InvalidPhonemeError)
