@@ -12,15 +12,18 @@ from __future__ import annotations
 
 from typing import Final
 
+import grpc
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from libs.serving.http_errors import HttpError
 from libs.synthesis.phoneme_reading import PhonemeReader, UnknownLanguageError
 from libs.telemetry.metrics import GatewayMetrics
 from libs.voice.registry import UnknownVoiceError
 from libs.wire.errors import InvalidRequestError
-from services.gateway.http_api import HttpError, http_error_for, read_json_body
+from services.gateway.http_api import http_error_for
+from services.gateway.speech_body import PhonemesBody, read_body
 
 PHONEMES_PATH: Final = "/v1/audio/phonemes"
 METHOD: Final = "POST /v1/audio/phonemes"
@@ -31,20 +34,19 @@ def phoneme_routes(reader: PhonemeReader, metrics: GatewayMetrics, max_body_byte
 
     async def phonemes(request: Request) -> Response:
         try:
-            body = await read_json_body(request, max_body_bytes, "send a shorter `input`")
-            if not isinstance(body, dict):
-                raise HttpError(400, "the request body must be a JSON object")
-            text = _string(body, "input", required=True)
-            voice, language = _string(body, "voice"), _string(body, "language")
-            param = "language" if language and not voice else "voice"
+            body = await read_body(request, PhonemesBody, max_body_bytes, "send a shorter `input`")
+            if not body.input:
+                raise HttpError(grpc.StatusCode.INVALID_ARGUMENT, "`input` is required: the text to read", param="input",
+                                code="missing_required_parameter")  # fmt: skip
+            param = "language" if body.language and not body.voice else "voice"
             try:
-                reading = await reader.read(text, voice or None, language or None)
+                reading = await reader.read(body.input, body.voice or None, body.language or None)
             except UnknownLanguageError as error:
-                raise HttpError(400, str(error), param="language", code="unknown_language") from None
+                raise HttpError(grpc.StatusCode.INVALID_ARGUMENT, str(error), param="language", code="unknown_language") from None
             except UnknownVoiceError as error:
-                raise HttpError(400, str(error), param="voice", code="unknown_voice") from None
+                raise HttpError(grpc.StatusCode.INVALID_ARGUMENT, str(error), param="voice", code="unknown_voice") from None
             except InvalidRequestError as error:
-                raise HttpError(400, str(error), param=param) from None
+                raise HttpError(grpc.StatusCode.INVALID_ARGUMENT, str(error), param=param) from None
         except Exception as error:
             refused = http_error_for(error)
             metrics.requests_total.labels(method=METHOD, code=refused.grpc_code.name).inc()
@@ -53,14 +55,3 @@ def phoneme_routes(reader: PhonemeReader, metrics: GatewayMetrics, max_body_byte
         return JSONResponse(reading.to_json())
 
     return [Route(PHONEMES_PATH, phonemes, methods=["POST"])]
-
-
-def _string(body: dict, name: str, *, required: bool = False) -> str:
-    value = body.get(name)
-    if value is None or value == "":
-        if required:
-            raise HttpError(400, f"`{name}` is required", param=name)
-        return ""
-    if not isinstance(value, str):
-        raise HttpError(400, f"`{name}` must be a string", param=name)
-    return value

@@ -84,7 +84,19 @@ PARAMS: Final[Mapping[str, str]] = {
 """The HTTP parameter of each proto field a domain error can name (libs.serving.status.field_of)."""
 
 
-class SpeechFields(BaseModel):
+class RequestBody(BaseModel):
+    """A JSON body of the HTTP door: types as sent (no conversion), no parameter the route does not
+    take, `null` the same as leaving a parameter out."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_left_out(cls, body: Any) -> Any:
+        return {name: value for name, value in body.items() if value is not None} if isinstance(body, dict) else body
+
+
+class SpeechFields(RequestBody):
     """What every speech and job route takes.
 
     `model` and `voice` may be left out, though OpenAI's API requires both: the official `openai`
@@ -92,8 +104,6 @@ class SpeechFields(BaseModel):
     curl, the job API) need not name the one model nor repeat the default voice. A `model` that is
     sent must be one this service has, as OpenAI's API requires (404 `model_not_found` otherwise).
     """
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     input: str = Field(description="the text to speak")
     """The text to speak; the route's own limit bounds its length (a speech request's, a job's)."""
@@ -110,11 +120,6 @@ class SpeechFields(BaseModel):
     """One of RESPONSE_FORMATS."""
     sample_rate_hz: int = Field(0, description="the output rate in hertz, 0 for the format's default")
     """The output rate in hertz; 0 means the format's default (24,000 for OpenAI's pcm, else the encoding's)."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _null_is_left_out(cls, body: Any) -> Any:
-        return {name: value for name, value in body.items() if value is not None} if isinstance(body, dict) else body
 
     @field_validator("model")
     @classmethod
@@ -200,7 +205,18 @@ class JobBody(SpeechFields):
         )  # fmt: skip
 
 
-Body = TypeVar("Body", bound=SpeechFields)
+class PhonemesBody(RequestBody):
+    """What `POST /v1/audio/phonemes` takes: a text, and a voice or a language to read it in."""
+
+    input: str = Field(description="the text to read")
+    """The text to read."""
+    voice: str = Field("", description="a voice name (see GET /v1/audio/voices)")
+    """A voice to read it as; "" with a `language`."""
+    language: str = Field("", description="a BCP 47 language tag (en, en-US, zh, zh-CN)")
+    """A language to read it in, before a voice for it is installed; "" with a `voice`."""
+
+
+Body = TypeVar("Body", bound=RequestBody)
 
 
 async def read_body(request: Request, model: type[Body], max_bytes: int, what_to_do: str) -> Body:
@@ -227,7 +243,7 @@ def parse_body(model: type[Body], body: Any) -> Body:
         raise body_error(model, refused.errors()[0]) from None
 
 
-def body_error(model: type[SpeechFields], error: ErrorDetails) -> HttpError:
+def body_error(model: type[RequestBody], error: ErrorDetails) -> HttpError:
     """The HttpError for one of pydantic's errors: `param` is the top-level parameter of its location,
     the message names the exact place (`lexicon['Nguyen']`) and what it must be."""
     location = error["loc"]
