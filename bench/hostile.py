@@ -41,7 +41,6 @@ from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
 from libs.serving.server import MIN_PING_INTERVAL_MS
-from libs.synthesis.options import DEFAULT_MAX_CLIENT_SHARE
 from libs.voice.registry import default_registry
 from libs.wire.limits import MAX_PHONEME_IDS
 from tests.support.fuzz.wire_mutations import LENGTH_DELIMITED, encode_varint
@@ -549,8 +548,8 @@ def run(names: Sequence[str], log_dir: Path) -> list[Row]:
         # real-time capacity from its streams would take that for slowness and refuse the healthy calls.
         "TTS_REALTIME_HEADROOM": "0",
     }
-    # The attacker and the healthy caller are two clients, so the gateway's per-client share is on as in `make run`.
-    mesh = BenchMesh(log_dir=log_dir, env=env, max_client_share=DEFAULT_MAX_CLIENT_SHARE).start()
+    # The attacker and the healthy caller are two clients, so the gateway's fairness between them applies as in `make run`.
+    mesh = BenchMesh(log_dir=log_dir, env=env).start()
     rows: list[Row] = []
     forwarder = healthy = sampler = None
     try:

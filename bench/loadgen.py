@@ -122,8 +122,10 @@ async def synthesize_once(
     index: int,
     run_start_s: float,
     timeout_s: float,
+    metadata: Sequence[tuple[str, str]] = (),
 ) -> RequestResult:
-    """Send one request, read its whole stream, and time it (`run_start_s` is a perf_counter value)."""
+    """Send one request, read its whole stream, and time it (`run_start_s` is a perf_counter value);
+    `metadata` goes with the call (a client's `x-forwarded-for` behind a trusted proxy, an API key)."""
     started = time.perf_counter()
     first_audio: float | None = None
     audio_bytes = 0
@@ -131,7 +133,7 @@ async def synthesize_once(
     arrivals: list[tuple[float, float]] = []  # (received, audio seconds): what a player would have had when
     status, error = OK, ""
     try:
-        async for response in stub.Synthesize(request, timeout=timeout_s):
+        async for response in stub.Synthesize(request, timeout=timeout_s, metadata=tuple(metadata) or None):
             if not response.audio:
                 continue
             if first_audio is None:

@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -114,12 +114,15 @@ def run_in_process(texts: Sequence[str], requests: int, threads: int = DEFAULT_C
 class _Worker:
     """One `bench/piper_worker.py` process, and a thread that forwards each line it prints to the pool."""
 
-    def __init__(self, threads: int, events: queue.Queue[tuple[_Worker, str | None]]) -> None:
+    def __init__(
+        self, threads: int, events: queue.Queue[tuple[_Worker, str | None]], preexec: Callable[[], None] | None = None
+    ) -> None:
         # A script of its own, not multiprocessing: spawn would re-import the benchmark's main module
         # (torch, the mesh's packages) in the worker, and fork would copy the benchmark's gRPC and torch
         # threads. -I keeps the script's folder (bench/) and PYTHON* variables out of its import path.
         self.process = subprocess.Popen(
             [sys.executable, "-I", str(WORKER_SCRIPT), "--threads", str(threads)],
+            preexec_fn=preexec,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -169,8 +172,10 @@ class _Worker:
 class PiperPool:
     """Worker processes that each hold one piper voice; a context manager. Reusable across runs."""
 
-    def __init__(self, setup: PiperSetup) -> None:
+    def __init__(self, setup: PiperSetup, preexec: Callable[[], None] | None = None) -> None:
+        """`preexec` runs in each worker process before it starts (e.g. joining a CPU quota's cgroup)."""
         self.setup = setup
+        self._preexec = preexec
         self._events: queue.Queue[tuple[_Worker, str | None]] = queue.Queue()
         self._workers: list[_Worker] = []
         self.peak_rss_bytes = 0
@@ -183,7 +188,7 @@ class PiperPool:
 
     def __enter__(self) -> PiperPool:
         try:
-            self._workers = [_Worker(self.setup.threads_per_process, self._events) for _ in range(self.setup.processes)]
+            self._workers = [_Worker(self.setup.threads_per_process, self._events, self._preexec) for _ in range(self.setup.processes)]
             for _ in self._workers:
                 worker, event = self._next_event(WORKER_START_TIMEOUT_S)
                 if event["event"] != "ready":
@@ -267,6 +272,45 @@ class PiperPool:
             if next_index < requests:
                 submit()
             dispatch()
+        results.sort(key=lambda result: result.index)
+        wall_s = max(r.started_s + r.total_s for r in results) - min(r.started_s for r in results)
+        return PiperRun(self.setup, False, results, summarize(results, wall_s), 0)
+
+
+    def run_arrivals(self, texts: Sequence[str], arrivals_s: Sequence[float]) -> PiperRun:
+        """Request i (speaking texts[i % len]) sent `arrivals_s[i]` seconds after the start, whatever
+        the pool is doing (open loop): a request finding every worker busy waits in the queue."""
+        submitted: dict[int, float] = {}
+        waiting: deque[int] = deque()
+        idle = list(self._workers)
+        results: list[RequestResult] = []
+        run_start = time.monotonic()
+        pending = list(enumerate(arrivals_s))
+        while len(results) < len(arrivals_s):
+            now = time.monotonic() - run_start
+            while pending and pending[0][1] <= now:
+                index, _ = pending.pop(0)
+                submitted[index] = time.monotonic()
+                waiting.append(index)
+            while waiting and idle:
+                index = waiting.popleft()
+                idle.pop().send({"op": "speak", "index": index, "text": texts[index % len(texts)]})
+            wait_s = max(0.001, pending[0][1] - now) if pending else REQUEST_TIMEOUT_S
+            try:
+                worker, event = self._next_event(wait_s)
+            except TimeoutError:
+                if not pending:
+                    raise
+                continue
+            if event["event"] != "done":
+                raise RuntimeError(f"unexpected piper-tts worker event {event['event']!r}")
+            idle.append(worker)
+            index = event["index"]
+            text = texts[index % len(texts)]
+            results.append(
+                _result(index, text, submitted[index], event["first_audio_at_s"], event["ended_at_s"], event["samples"],
+                        event["sample_rate_hz"], run_start, event.get("chunks", ()))
+            )  # fmt: skip
         results.sort(key=lambda result: result.index)
         wall_s = max(r.started_s + r.total_s for r in results) - min(r.started_s for r in results)
         return PiperRun(self.setup, False, results, summarize(results, wall_s), 0)

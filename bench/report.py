@@ -67,3 +67,28 @@ def run_heading(name: str, command: str) -> str:
 
     docs/performance.md shows each output file under this line, so a table always says its date."""
     return f"## {name} (`{command}`, {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC)"
+
+
+def machine_header(cores: Sequence[int] | None = None) -> str:
+    """A line that says what machine a table was measured on: the CPU's model, the cores pinned, and its
+    measured single-precision matrix speed (machines here differ several times over; compare figures
+    across machines only as ratios measured in one run)."""
+    import os
+
+    import numpy as np
+
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            model = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), model)
+    except OSError:
+        pass
+    pinned = sorted(cores if cores is not None else os.sched_getaffinity(0))
+    size = 1024
+    a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
+    a @ a  # warm
+    started = time.perf_counter()
+    for _ in range(8):
+        a @ a
+    gflops = 8 * 2 * size**3 / (time.perf_counter() - started) / 1e9
+    return f"Machine: {model}, pinned to CPUs {pinned}; sgemm {gflops:.0f} GFLOP/s on them.\n"

@@ -77,12 +77,14 @@ class Scheduler:
             step_lead_ms=1000.0 * self.step_lead_s(),
             queued_cpu_s=getattr(self.executor, "queued_cpu_s", 0.0),
         )
+        if self.first_step_units and costs.stages[STAGE_CHUNK].observations:
+            load.first_step_ms = 1000.0 * costs.wall_s(STAGE_CHUNK, self.first_step_units)
         if self.kind == "acoustic" and costs.calibrated:
             plan = costs.stages[STAGE_PLAN]
             stretch = costs.wall_s(STAGE_PLAN, 1.0) / max(plan.predict(1.0), 1e-12)
             load.plan_fixed_ms = 1000.0 * plan.fixed_s * stretch
             load.plan_per_id_ms = 1000.0 * plan.per_unit_s * stretch
-            load.first_chunk_ms = 1000.0 * costs.wall_s(STAGE_CHUNK, self.first_step_units)
+
         if self.pacing is not None:
             schedule = self.pacing.schedule
             load.pacing.CopyFrom(

@@ -18,6 +18,7 @@ needs a key and costs a token like any call, but holds no stream.
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import logging
 import math
@@ -328,6 +329,11 @@ def _charging(handler: grpc.RpcMethodHandler, gate: ApiKeyGate, key: StoredKey) 
     return handler
 
 
+CALLER_KEY: Final[contextvars.ContextVar[str | None]] = contextvars.ContextVar("tts_caller_key", default=None)
+"""The id of the API key the call being handled came with (None: keys are off). Limits that count per
+client count a key as one client, wherever its calls come from (libs.serving.clients)."""
+
+
 def _charged(behaviour: Callable[..., Any], gate: ApiKeyGate, key: StoredKey, stream: bool) -> Callable[..., Any]:
     async def charge(context: grpc.aio.ServicerContext) -> Grant:
         try:
@@ -341,6 +347,7 @@ def _charged(behaviour: Callable[..., Any], gate: ApiKeyGate, key: StoredKey, st
 
         async def charged_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             grant = await charge(context)
+            CALLER_KEY.set(grant.key_id)  # the handler's own task: nothing else sees it
             try:
                 async for response in behaviour(request, context):
                     yield response
@@ -351,6 +358,7 @@ def _charged(behaviour: Callable[..., Any], gate: ApiKeyGate, key: StoredKey, st
 
     async def charged_call(request: Any, context: grpc.aio.ServicerContext) -> Any:
         grant = await charge(context)
+        CALLER_KEY.set(grant.key_id)
         try:
             return await behaviour(request, context)
         finally:

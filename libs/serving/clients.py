@@ -7,7 +7,8 @@ limit for all clients together. The edge appends the address it was called from 
 client is the rightmost address of that header that is not itself a trusted proxy. A header from
 any other peer is ignored: a client cannot choose whom it is counted as.
 
-A client is written as gRPC writes peers, without the port: "ipv4:10.0.0.7", "ipv6:::1".
+A client is written as gRPC writes peers, without the port: "ipv4:10.0.0.7", "ipv6:::1". With API
+keys on, a call's key is its client instead ("key:ID", `key_client`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,13 @@ def parse_networks(text: str) -> tuple[_Network, ...]:
         except ValueError:
             raise ValueError(f"{entry!r} in --trusted-proxies is not an IP address or CIDR network") from None
     return tuple(networks)
+
+
+def key_client(key_id: str) -> str:
+    """The client an API key's calls count as: one client, wherever they come from (an internal
+    service with many users behind one address has one key, and many services behind one proxy
+    each their own)."""
+    return f"key:{key_id}"
 
 
 class ClientIdentity:

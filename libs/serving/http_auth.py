@@ -14,7 +14,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 from libs.serving.auth import ApiKeyGate, Refusal
+from libs.serving.clients import key_client
 from libs.serving.http_errors import error_body
+from libs.serving.http_limits import CLIENT_SCOPE_KEY
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -46,6 +48,8 @@ class ApiKeyAsgi:
         except Refusal as refusal:
             await _refuse(send, refusal)
             return
+        # The synthesizer's limits count the key as the client, as at the gRPC door.
+        scope[CLIENT_SCOPE_KEY] = key_client(grant.key_id)
         try:
             await self._app(scope, receive, send)
         finally:

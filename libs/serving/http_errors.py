@@ -11,6 +11,7 @@ exceptions for ours: `{"error": {"message", "type", "param", "code"}}`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
@@ -21,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
-from libs.serving.status import field_of, grpc_status_for, http_status_for
+from libs.serving.status import field_of, grpc_status_for, http_status_for, retry_after_s
 
 StatusFor = Callable[[BaseException], tuple[grpc.StatusCode, str]]
 """A door's error table: an error -> its gRPC status code and client-facing message."""
@@ -45,8 +46,11 @@ class HttpError(Exception):
         param: str | None = None,
         code: str | None = None,
         status: int | None = None,
+        retry_after_s: float | None = None,
     ) -> None:
         super().__init__(message)
+        self.retry_after_s = retry_after_s
+        """For a refusal: when a retry may find room (seconds; sent as `Retry-After`, None: not said)."""
         mapped_status, self.type = http_status_for(grpc_code)
         self.status = status if status is not None else mapped_status
         self.message = message
@@ -60,7 +64,10 @@ class HttpError(Exception):
         return error_body(self.message, self.type, self.param, self.code)
 
     def response(self, headers: Mapping[str, str] | None = None) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status, headers=headers)
+        sent = dict(headers or {})
+        if self.retry_after_s is not None:
+            sent.setdefault("Retry-After", str(max(1, math.ceil(self.retry_after_s))))
+        return JSONResponse(self.body(), status_code=self.status, headers=sent or None)
 
 
 def http_error_for(error: BaseException, params: Mapping[str, str | None], status_for: StatusFor = grpc_status_for) -> HttpError:
@@ -70,7 +77,7 @@ def http_error_for(error: BaseException, params: Mapping[str, str | None], statu
     if isinstance(error, HttpError):
         return error
     code, message = status_for(error)
-    return HttpError(code, message, param=params.get(field_of(error)))
+    return HttpError(code, message, param=params.get(field_of(error)), retry_after_s=retry_after_s(error))
 
 
 def openai_shaped_app(routes: Sequence[BaseRoute]) -> Starlette:

@@ -43,7 +43,7 @@ class WorkerSettings:
         DEFAULT_PRECISION, env="TTS_PRECISION", choices=PRECISIONS,
         doc="model arithmetic; auto is bf16 where the CPU (AVX-512 BF16, AMX) or GPU runs it natively, else fp32",
     )  # fmt: skip
-    # Batching measured slower than side-by-side streams on a 2-core CPU; on a GPU use e.g. 8.
+    # Off by default: on a CPU, streams side by side use the cores better than batches of them; a GPU wants batches.
     max_batch: int = setting(
         1, env="TTS_MAX_BATCH", doc="most streams whose model steps run as one batch (1: no batching)", unit="count", minimum=1
     )

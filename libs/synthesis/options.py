@@ -28,6 +28,8 @@ DEFAULT_MAX_STREAMS: Final = 256
 DEFAULT_MAX_STREAMS_PER_CLIENT: Final = 64
 # Half of what the workers behind the gateway take: one client flooding it leaves the other half to
 # everyone else, and a client alone still gets most of the mesh.
+DEFAULT_OPENING_STRETCH: Final = 1.15
+"""Leaves room under the 1.3 times a short sentence's first audio that a long one may take."""
 DEFAULT_ADMISSION_HEADROOM: Final = 0.9
 """A tenth of the capacity stays for what the cost model does not see coming (a longer sentence than
 the text suggests, another process on the cores)."""
@@ -51,6 +53,11 @@ class RequestLimits:
         DEFAULT_MAX_STREAMS_PER_CLIENT, env="TTS_MAX_STREAMS_PER_CLIENT", unit="count", minimum=0,
         doc="streams one client address may have open at a gateway, and as many HTTP requests; more are refused with "
         "RESOURCE_EXHAUSTED (HTTP 429) (0: no limit)",
+    )  # fmt: skip
+    opening_stretch: float = setting(
+        DEFAULT_OPENING_STRETCH, env="TTS_OPENING_STRETCH", unit="ratio", minimum=0,
+        doc="a first sentence whose first audio would take more than this many times a short sentence's starts with its "
+        "opening (a clause, else words up to a conjunction) spoken as a sentence of its own (0: never)",
     )  # fmt: skip
     admission_headroom: float = setting(
         DEFAULT_ADMISSION_HEADROOM, env="TTS_ADMISSION_HEADROOM", unit="ratio", minimum=0, maximum=1,

@@ -213,22 +213,28 @@ class TextSide:
         """Load espeak-ng and `voice`'s frontend in every process of the pool before the first request."""
         await self._pool.on_every_child(self.spec(voice), WARM_UP_TEXT)
 
-    async def sentences(self, voice: Voice, text: str, lexicon: Lexicon | None = None) -> AsyncIterator[Sentence]:
+    async def sentences(
+        self, voice: Voice, text: str, lexicon: Lexicon | None = None, first_max_ids: int | None = None
+    ) -> AsyncIterator[Sentence]:
         """The sentences of `text`, each phonemised when it is asked for; `lexicon` is the request's
-        (checked: `SynthesisOptions.lexicon`).
+        (checked: `SynthesisOptions.lexicon`); with `first_max_ids`, the first sentence's opening is
+        spoken as a sentence of its own when the sentence is longer (its listener waits for it).
 
         Raises, before returning, for text that cannot be spoken (empty, too long, crashing
         espeak-ng); a text whose every chunk turns out to have no words raises EmptyTextError from
         the iterator.
         """
         chunks = await self._in_text_thread(self._chunks, voice, text)
-        first = await self._phonemise(voice, chunks[0], len(chunks) > 1 and is_cut_short(chunks[0]), lexicon)
+        first = await self._phonemise(voice, chunks[0], len(chunks) > 1 and is_cut_short(chunks[0]), lexicon, first_max_ids)
         return self._told(voice, self._chunk_sentences(voice, first, chunks, lexicon))
 
-    async def ssml_sentences(self, voice: Voice, document: str, lexicon: Lexicon | None = None) -> AsyncIterator[Sentence]:
+    async def ssml_sentences(
+        self, voice: Voice, document: str, lexicon: Lexicon | None = None, first_max_ids: int | None = None
+    ) -> AsyncIterator[Sentence]:
         """The sentences of an SSML document (libs.text.ssml), each carrying its rate, the pause
         after it and the marks at its end. Raises, before returning, for a document outside the
-        subset (SsmlError naming the element) and for its first segment's text as `sentences` does."""
+        subset (SsmlError naming the element) and for its first segment's text as `sentences` does
+        (`first_max_ids` as there, for its first segment)."""
         if len(document) > self.max_text_chars:
             raise TextTooLongError(len(document), self.max_text_chars)
         if not looks_like_ssml(document):  # the request's flag said SSML: the root may be left out
@@ -237,7 +243,7 @@ class TextSide:
         spoken = [segment for segment in segments if has_speakable_characters(segment.text)]
         if not spoken:
             raise EmptyTextError("the SSML document has no words to speak")
-        first = await self.sentences(voice, spoken[0].text, lexicon)
+        first = await self.sentences(voice, spoken[0].text, lexicon, first_max_ids)
         return self._ssml_sentences(voice, segments, first, lexicon)
 
     async def _ssml_sentences(
@@ -270,20 +276,22 @@ class TextSide:
             yield held
 
     def incremental_sentences(
-        self, voice: Voice, pieces: AsyncIterator[str], lexicon: Lexicon | None = None
+        self, voice: Voice, pieces: AsyncIterator[str], lexicon: Lexicon | None = None, first_max_ids: int | None = None
     ) -> AsyncIterator[Sentence]:
         """Sentences of text that arrives in `pieces`, each as soon as it is complete; the rest when
         the pieces end. A sentence counts as complete once the first character after it arrives, or
-        when the text is held too long (see the module docstring)."""
-        return self._told(voice, self._incremental_sentences(voice, pieces, lexicon))
+        when the text is held too long (see the module docstring). With `first_max_ids`, the first
+        sentence's opening is spoken as a sentence of its own when the sentence is longer."""
+        return self._told(voice, self._incremental_sentences(voice, pieces, lexicon, first_max_ids))
 
     def _told(self, voice: Voice, sentences: AsyncGenerator[Sentence, None]) -> AsyncIterator[Sentence]:
         """`sentences`, each told to `on_sentence` (if any) as it is handed out."""
         return sentences if self._on_sentence is None else _telling(self._on_sentence, voice, sentences)
 
     async def _incremental_sentences(
-        self, voice: Voice, pieces: AsyncIterator[str], lexicon: Lexicon | None
+        self, voice: Voice, pieces: AsyncIterator[str], lexicon: Lexicon | None, first_max_ids: int | None = None
     ) -> AsyncGenerator[Sentence, None]:
+        opening = [first_max_ids]  # for the stream's first sentence only
         splitter = IncrementalSentenceSplitter(self.limits.max_pending_text_chars)
         clocks = _StreamClocks(self.limits)
         reader = _PieceReader(pieces)
@@ -299,7 +307,7 @@ class TextSide:
                         chunk = splitter.cut_pending()  # None: one word so far, which may go on
                         clocks.holding(chunk is not None and bool(splitter.pending_text.strip()), loop.time(), True)
                         if chunk is not None:
-                            for sentence in await self._streamed_chunk_sentences(voice, chunk, is_cut_short(chunk), lexicon):
+                            for sentence in await self._streamed_chunk_sentences(voice, chunk, is_cut_short(chunk), lexicon, opening.pop() if opening else None):
                                 yield sentence
                     elif clocks.idle:
                         raise StreamIdleError(self.limits.stream_idle_timeout_s) from None
@@ -318,12 +326,14 @@ class TextSide:
                 chunks = splitter.feed(piece)  # one bounded step: linear in the piece
                 clocks.holding(bool(splitter.pending_text.strip()), loop.time(), bool(chunks))
                 for chunk in chunks:
-                    for sentence in await self._streamed_chunk_sentences(voice, chunk, is_cut_short(chunk), lexicon):
+                    first = opening.pop() if opening else None
+                    for sentence in await self._streamed_chunk_sentences(voice, chunk, is_cut_short(chunk), lexicon, first):
                         yield sentence
             chunks = splitter.flush()
             for index, chunk in enumerate(chunks):
                 continues = index < len(chunks) - 1 and is_cut_short(chunk)
-                for sentence in await self._streamed_chunk_sentences(voice, chunk, continues, lexicon):
+                first = opening.pop() if opening else None
+                for sentence in await self._streamed_chunk_sentences(voice, chunk, continues, lexicon, first):
                     yield sentence
         finally:
             reader.close()
@@ -333,15 +343,17 @@ class TextSide:
         with tracing.step_span(tracing.SPAN_NORMALISE, {"tts.text_chars": len(text)}):
             return self.frontend(voice).chunks(text)
 
-    async def _phonemise(self, voice: Voice, chunk: str, continues: bool, lexicon: Lexicon | None = None) -> list[Sentence]:
+    async def _phonemise(
+        self, voice: Voice, chunk: str, continues: bool, lexicon: Lexicon | None = None, first_max_ids: int | None = None
+    ) -> list[Sentence]:
         """The sentences of one chunk, remembered or from a process of the pool. A request's own
         lexicon changes them, so those are neither looked up nor kept."""
-        key = (voice.name, chunk, continues)
+        key = (voice.name, chunk, continues, first_max_ids)
         remembered = self._memo.get(key) if self._memo is not None and not lexicon else None
         if remembered is not None:
             return list(remembered)
         with tracing.step_span(tracing.SPAN_PHONEMISE, {tracing.ATTR_VOICE: voice.name}) as span:
-            sentences = await self._pool.sentences(self.spec(voice), chunk, continues, lexicon)
+            sentences = await self._pool.sentences(self.spec(voice), chunk, continues, lexicon, first_max_ids)
             span.set_attribute("tts.sentences", len(sentences))
         if self._memo is not None and not lexicon:
             self._memo[key] = tuple(sentences)  # Sentence is frozen: shared safely between requests
@@ -363,10 +375,11 @@ class TextSide:
             raise EmptyTextError(NO_WORDS)
 
     async def _streamed_chunk_sentences(
-        self, voice: Voice, chunk: str, continues: bool, lexicon: Lexicon | None = None
+        self, voice: Voice, chunk: str, continues: bool, lexicon: Lexicon | None = None, first_max_ids: int | None = None
     ) -> list[Sentence]:
         """A streamed chunk's sentences; a chunk with nothing to say (spaces, punctuation) has none.
-        With `continues` the text goes on after the chunk (see `TextFrontend.chunk_sentences`)."""
+        With `continues` the text goes on after the chunk (see `TextFrontend.chunk_sentences`); with
+        `first_max_ids`, its first sentence's opening is cut to that many ids (the stream's first)."""
         try:
             parts = await self._in_text_thread(self._chunks, voice, chunk)
         except EmptyTextError:
@@ -374,7 +387,8 @@ class TextSide:
         sentences: list[Sentence] = []
         for index, part in enumerate(parts):
             last = index == len(parts) - 1
-            sentences.extend(await self._phonemise(voice, part, continues if last else is_cut_short(part), lexicon))
+            opening = first_max_ids if not sentences else None
+            sentences.extend(await self._phonemise(voice, part, continues if last else is_cut_short(part), lexicon, opening))
         return sentences
 
     async def _in_text_thread(self, function: Callable[..., _Result], *args: object) -> _Result:

@@ -230,6 +230,16 @@ class GatewayMetrics:
             ["outcome"],
             registry=self.registry,
         )
+        self.realtime_capacity = Gauge(
+            "tts_gateway_realtime_capacity",
+            "Listeners the mesh behind this gateway keeps playing in real time, as its workers say (audio s per s).",
+            registry=self.registry,
+        )
+        self.realtime_listeners = Gauge(
+            "tts_gateway_realtime_listeners",
+            "Listeners this gateway serves now (streams a listener waits for).",
+            registry=self.registry,
+        )
         self.auth_refusals_total = Counter(
             "tts_gateway_auth_refusals_total",
             "Client calls refused at the door for their API key, by reason (missing_key, malformed_header, "
@@ -245,6 +255,11 @@ class GatewayMetrics:
     def auth_refused(self, reason: str) -> None:
         """The API-key gate's `on_refused` hook."""
         self.auth_refusals_total.labels(reason=reason).inc()
+
+    def track_realtime(self, capacity: Callable[[], float], listeners: Callable[[], int]) -> None:
+        """Read the mesh's real-time capacity and this gateway's listeners whenever the metrics are scraped."""
+        self.realtime_capacity.set_function(capacity)
+        self.realtime_listeners.set_function(listeners)
 
     def track_endpoints(self, statuses: Callable[[], Iterable[EndpointStatusLike]]) -> None:
         """Serve `tts_gateway_healthy_endpoints{kind,zone}` from `statuses()` at every scrape.

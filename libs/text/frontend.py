@@ -27,7 +27,7 @@ from typing import Final
 
 from libs.text.errors import EmptyTextError, InvalidTextError, TextError, TextTooLongError
 from libs.text.espeak import DEFAULT_ESPEAK_VOICE
-from libs.text.long_sentences import IdBudget, chop_phonemes, cut_sentence, with_continuation
+from libs.text.long_sentences import IdBudget, chop_phonemes, cut_first, cut_sentence, with_continuation
 from libs.text.long_words import DEFAULT_MAX_WORD_CHARS
 from libs.text.normalize import check_not_empty, check_text_length, decode_utf8, normalize_text
 from libs.text.phoneme_ids import load_espeak_voice, load_phoneme_id_map, phonemes_to_ids
@@ -175,7 +175,11 @@ class TextFrontend:
         return split_sentences(normalized, self.max_chunk_chars)
 
     def chunk_sentences(
-        self, chunk: str, continues: bool = False, lexicon: Mapping[str, tuple[str, ...]] | None = None
+        self,
+        chunk: str,
+        continues: bool = False,
+        lexicon: Mapping[str, tuple[str, ...]] | None = None,
+        first_max_ids: int | None = None,
     ) -> list[Sentence]:
         """The sentences of one chunk from `chunks` (none when espeak-ng finds no words in it).
 
@@ -187,6 +191,10 @@ class TextFrontend:
         inline phonemes, `lexicon` words (lower-cased word -> phonemes) and heteronyms get their
         chosen phonemes. A sentence's text is what is spoken (written forms as words); its word
         spans keep the words as written, each over the ids of the words it is spoken as.
+
+        With `first_max_ids`, the chunk's first sentence, when it is longer, starts with its opening
+        as a sentence of its own (libs.text.long_sentences.cut_first): the first sentence of a text
+        whose listener waits for its first audio.
         """
         plan = prepare(chunk, self.reading, lexicon)
         chunk = plan.text
@@ -203,7 +211,11 @@ class TextFrontend:
             if self._budget is None:
                 pieces = [(starts[index], phonemized.phonemes)]
             else:
-                cut = cut_sentence(chunk, phonemized, self._budget, self._phonemes_alone)
+                if index == 0 and first_max_ids is not None and first_max_ids < self._budget.max_ids:
+                    first = IdBudget(self.phoneme_id_map, first_max_ids)
+                    cut = cut_first(chunk, phonemized, first, self._budget, self._phonemes_alone)
+                else:
+                    cut = cut_sentence(chunk, phonemized, self._budget, self._phonemes_alone)
                 pieces = [(starts[index], cut[0].phonemes)] + [(piece.text_start, piece.phonemes) for piece in cut[1:]]
             ends = [start for start, _ in pieces[1:]] + [starts[index + 1]]
             for (start, phonemes), end in zip(pieces, ends, strict=False):

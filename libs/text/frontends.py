@@ -31,7 +31,11 @@ class Frontend(Protocol):
     def chunks(self, text: str) -> list[str]: ...
 
     def chunk_sentences(
-        self, chunk: str, continues: bool = False, lexicon: Mapping[str, tuple[str, ...]] | None = None
+        self,
+        chunk: str,
+        continues: bool = False,
+        lexicon: Mapping[str, tuple[str, ...]] | None = None,
+        first_max_ids: int | None = None,
     ) -> list[Sentence]: ...
 
     def sentences(self, text: str) -> list[Sentence]: ...

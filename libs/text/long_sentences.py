@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from libs.text.phoneme_ids import BOS, EOS, PAD
-from libs.text.phonemize import PhonemizedSentence
+from libs.text.phonemize import PhonemizedClause, PhonemizedSentence
 from libs.text.sentences import best_break
 
 CONTINUATION: Final = (",", " ")
@@ -101,6 +101,48 @@ def cut_sentence(
     if not units:
         units = _chop_phonemes(sentence.text_start, sentence.phonemes, budget)
     return _grouped(units, budget)
+
+
+def cut_first(
+    text: str,
+    sentence: PhonemizedSentence,
+    first: IdBudget,
+    budget: IdBudget,
+    phonemize_text: Callable[[str], list[str]],
+) -> list[Piece]:
+    """`sentence` (of `text`) with its opening spoken as a piece of its own when the whole is over
+    `first`'s budget: a first sentence's first audio waits for its whole plan, and a short opening
+    comes sooner. The opening is the leading clauses that fit `first` (the cut is where the
+    punctuation pauses anyway), else the first clause's own text cut before a conjunction or at a
+    space, ending as if a comma followed. The rest is cut to `budget` as any sentence is.
+    """
+    clauses = sentence.clauses
+    if first.weight(sentence.phonemes) <= first.budget or not clauses:
+        return cut_sentence(text, sentence, budget, phonemize_text)
+    taken, weight = 0, 0
+    while taken < len(clauses) - 1 and weight + first.weight(clauses[taken].phonemes) <= first.budget:
+        weight += first.weight(clauses[taken].phonemes)
+        taken += 1
+    if taken:
+        head = Piece(clauses[0].text_start, tuple(phoneme for clause in clauses[:taken] for phoneme in clause.phonemes))
+        rest = PhonemizedSentence(
+            tuple(phoneme for clause in clauses[taken:] for phoneme in clause.phonemes),
+            clauses[taken].text_start, sentence.text_end, clauses[taken:],
+        )  # fmt: skip
+        return [head, *cut_sentence(text, rest, budget, phonemize_text)]
+    opening = clauses[0]
+    parts = _cut_clause(text, opening.text_start, opening.text_end, opening.phonemes, first, phonemize_text, continues=True)
+    if len(parts) < 2:
+        return cut_sentence(text, sentence, budget, phonemize_text)
+    head, rest_start = parts[0], parts[1].text_start
+    # What follows the opening is read again as one clause (its own phonemes, no comma added), then
+    # the sentence's other clauses as they were.
+    tail = PhonemizedClause(tuple(phonemize_text(text[rest_start : opening.text_end])), rest_start, opening.text_end)
+    rest_clauses = (tail, *clauses[1:])
+    rest = PhonemizedSentence(
+        tuple(phoneme for clause in rest_clauses for phoneme in clause.phonemes), rest_start, sentence.text_end, rest_clauses
+    )
+    return [head, *cut_sentence(text, rest, budget, phonemize_text)]
 
 
 def _cut_clause(

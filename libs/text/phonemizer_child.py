@@ -5,7 +5,8 @@ this process and not the gateway. The process imports only the text frontend (no
 reads one request per line on stdin and answers one line on stdout, both JSON:
 
 - request: {"id": n, "voice": name, "frontend": {...}, "chunk": text, "continues": bool, "lexicon":
-  {word: ipa}} ("lexicon": the request's, checked by the gateway, over the server's file); "frontend"
+  {word: ipa}, "first_max_ids": n} ("lexicon": the request's, checked by the gateway, over the
+  server's file; "first_max_ids": cut the first sentence's opening to that many ids); "frontend"
   (`FrontendSpec.to_json`) comes with the first request for a voice, and the process keeps that
   voice's `TextFrontend` for the requests after it;
 - answer: {"id": n, "sentences": [[text, phonemes, [ids], [[word, first id, end id], ...]], ...]}
@@ -66,7 +67,11 @@ def _answer(request: dict[str, Any], frontends: dict[str, Frontend]) -> dict[str
     server_lexicon = _LEXICON_FILES.get(voice)
     lexicon = dict(server_lexicon.entries()) if server_lexicon is not None else {}
     lexicon.update({word: phoneme_symbols(ipa) for word, ipa in request.get("lexicon", {}).items()})
-    sentences = frontend.chunk_sentences(request["chunk"], continues=bool(request.get("continues")), lexicon=lexicon)
+    first_max_ids = request.get("first_max_ids")
+    sentences = frontend.chunk_sentences(
+        request["chunk"], continues=bool(request.get("continues")), lexicon=lexicon,
+        first_max_ids=int(first_max_ids) if first_max_ids else None,
+    )  # fmt: skip
     return {
         "id": request["id"],
         "sentences": [

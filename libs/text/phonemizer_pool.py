@@ -193,10 +193,16 @@ class PhonemizerPool:
         return sorted(child.pid for child in self._children if child.alive)
 
     async def sentences(
-        self, spec: FrontendSpec, chunk: str, continues: bool = False, lexicon: Mapping[str, Sequence[str]] | None = None
+        self,
+        spec: FrontendSpec,
+        chunk: str,
+        continues: bool = False,
+        lexicon: Mapping[str, Sequence[str]] | None = None,
+        first_max_ids: int | None = None,
     ) -> list[Sentence]:
         """The sentences of one chunk (`TextFrontend.chunk_sentences` in a child), with `lexicon`
-        (a request's, already checked against the voice) over the server's.
+        (a request's, already checked against the voice) over the server's, the first sentence's
+        opening cut to `first_max_ids` ids when it is longer.
 
         Raises PhonemizerCrashError when the text crashed espeak-ng, PhonemizerTimeoutError when a
         child took longer than `call_timeout_s` on it, PhonemizerError for a fault of the pool.
@@ -207,6 +213,8 @@ class PhonemizerPool:
             request["frontend"] = spec.to_json()
         if lexicon:
             request["lexicon"] = {word: "".join(phonemes) for word, phonemes in lexicon.items()}
+        if first_max_ids:
+            request["first_max_ids"] = first_max_ids
         try:
             child.send(request)
             child.voices.add(spec.voice)

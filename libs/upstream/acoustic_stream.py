@@ -57,6 +57,11 @@ class ResumableAcousticStream(ResumableCall):
         self._sentence_index = 0
         self._next_frame = 0
 
+    async def open_for(self, model_version: str) -> None:
+        """Open the call now on a worker running `model_version` (before the first sentence needs it)."""
+        self.attempts = self._pool.attempts(self.kind, model_version)
+        await self.ready()
+
     async def sentence(self, request: acoustic_pb2.SentenceRequest) -> AsyncIterator[list[mel_pb2.MelSlice]]:
         """The slices of the sentence `request` asks for, in order, exactly once each, a chunk at a time."""
         # Only workers running the model the cache key was made with may answer.

@@ -290,11 +290,13 @@ class WorkerPool:
         """How long a sentence of `phoneme_ids` takes to its first audio on an idle mesh, nearly always:
         its plan and first chunk on the slowest available acoustic worker, then the vocoder's step
         (0: not known)."""
-        acoustic = self.available_loads("acoustic")
-        if not acoustic:
+        acoustic, vocoder = self.available_loads("acoustic"), self.available_loads("vocoder")
+        if not acoustic or not vocoder:
             return 0.0
-        plan = max(known.load.plan_fixed_ms + known.load.plan_per_id_ms * phoneme_ids + known.load.first_chunk_ms for known in acoustic)
-        return plan / 1000.0 + self.step_lead_s(None, "vocoder") + max(known.rtt_s for known in acoustic)
+        plan_ms = max(known.load.plan_fixed_ms + known.load.plan_per_id_ms * phoneme_ids + known.load.first_step_ms for known in acoustic)
+        step_ms = max(known.load.first_step_ms for known in vocoder)
+        hops_s = max(known.rtt_s for known in acoustic) + max(known.rtt_s for known in vocoder)
+        return (plan_ms + step_ms) / 1000.0 + hops_s
 
     def endpoint_statuses(self) -> list[EndpointStatus | UnroutableTarget]:
         """Every pod's status, and an unroutable stand-in for each configured target, so a zone whose

@@ -91,6 +91,14 @@ class ResumableCall(ABC):
             pass
         self._drop()
 
+    async def ready(self) -> None:
+        """Open the call now (as the first use would), retrying elsewhere like any failed attempt."""
+        while self._call is None:
+            try:
+                await self._open()
+            except CALL_ERRORS as error:
+                await self._recover(error)
+
     async def _open(self) -> None:
         """Start a call on the best endpoint and wait until its worker admits it."""
         self._stop_if_cancelled()
@@ -103,6 +111,9 @@ class ResumableCall(ABC):
         self._pool.table(self.kind).stream_started(endpoint)
         self._owed_since_s = self._owed_on_open()
         admitted = await accepted(self._call, self._timeout_s)
+        if self._cancelled:  # cancelled while it opened (a call opened ahead): nobody would close it
+            self._drop()
+            raise asyncio.CancelledError("the stream was cancelled")
         self.model_version = admitted.model_version
         if admitted.stream_limit is not None:
             self._pool.table(self.kind).set_stream_limit(endpoint, admitted.stream_limit)

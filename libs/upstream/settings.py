@@ -20,10 +20,9 @@ from libs.serving.server import CHANNEL_OPTIONS, DEFAULT_PORTS, DEFAULT_ZONE, MI
 from libs.serving.tls import PemFile
 from libs.settings.fields import setting
 
-# A healthy worker answers a pending request within tens of milliseconds (one chunk); a saturated
-# one with a full inference queue within a couple of seconds. Five seconds of silence while a
-# worker owes an answer means it is hung, and still leaves room for two more attempts inside a
-# typical 30 s client deadline.
+# A worker that owes an answer sends one, or a busy message every second while the step waits in its
+# queue and its other steps progress: five seconds of silence means it is hung or gone, and still
+# leaves room for two more attempts inside a typical 30 s client deadline.
 DEFAULT_ATTEMPT_TIMEOUT_S: Final = 5.0
 # Keepalive at 20 s stays well above the servers' minimum ping interval (MIN_PING_INTERVAL_MS, the
 # setting's minimum; faster pings earn a GOAWAY) and, with a 5 s ack timeout, drops a dead

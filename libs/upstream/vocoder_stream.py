@@ -117,14 +117,6 @@ class ResumableVocoderStream(ResumableCall):
                 with contextlib.suppress(CALL_ERRORS):
                     await self._call.done_writing()
 
-    async def ready(self) -> None:
-        """Open the call now (as `samples` would), retrying elsewhere like any failed attempt."""
-        while self._call is None:
-            try:
-                await self._open()
-            except CALL_ERRORS as error:
-                await self._recover(error)
-
     async def samples(self) -> AsyncIterator[Samples]:
         """Every sample of every sentence, in order, exactly once, across as many calls as it takes."""
         while True:

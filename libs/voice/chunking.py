@@ -12,29 +12,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-# Vocoder side: steps of a stateful stream (libs.models.streaming), which never recomputes
-# context; its output lags the mel by about 21 frames. A first step of 32 frames gives 11 frames
-# (128 ms) of first audio; later steps double up to 128 frames. Per frame, a step of 64-128 frames
-# runs fastest on this CPU (bf16: 0.037 CPU s per audio s at 128 frames vs 0.048 for 256 or more,
-# whose activations overflow the caches), and whole sentences streamed this way cost 0.92-0.97x
-# their offline vocoding. 128 is also best in float32 on an AVX2 CPU, where the steps run in
-# onnxruntime: 0.068 CPU s per audio s, against 0.070 with 64 and 0.069 with 256.
+# Vocoder side: steps of a stateful stream (libs.models.streaming), which never recomputes context;
+# its output trails the mel by the network's lag (`VocoderEngine.lag_frames`). The first step is small,
+# so first audio comes early; later steps double up to the size whose cost per frame is least on a
+# CPU (the steps' activations still fit the caches), where streaming a whole sentence costs about what
+# vocoding it at once does (docs/performance.md has the measurements).
 DEFAULT_FIRST_CHUNK_FRAMES: Final = 32
 DEFAULT_CHUNK_GROWTH: Final = 2.0
 DEFAULT_MAX_CHUNK_FRAMES: Final = 128
-# A stream's last step (whatever was left when the sentence ended) is padded to a multiple of this:
-# a convolution width the CPU library has not seen costs ~20 ms to set up across the vocoder's 33
-# convolutions, and padding costs 8 frames (~3 ms) on average; 8 buckets stay well within its cache.
+# A stream's last step (whatever was left when the sentence ended) is padded to a multiple of this: a
+# convolution width the CPU library has not seen costs far more to set up than the padding costs to
+# compute, and a few buckets stay within its cache of set-ups.
 LAST_STEP_BUCKET_FRAMES: Final = 16
-# Acoustic side: the vocoder's first step needs 32 frames, and at 22050 Hz / 256 the 40 ms slice
-# that holds frame 31 ends with it (slice 8 = frames 28-31), so a first acoustic chunk of 32 frames
-# unlocks first audio in one flow pass (70 prior frames with the flow's lag of 38, not 78). The flow
-# streams (no context is recomputed) and costs less per frame in long steps (bf16, flow + head:
-# 0.19 ms per frame over 78 frames, 0.11 over 336), so later chunks grow threefold: 96 frames, then
-# 288, 864. The second chunk is the step a listener waits on once its first audio (128 ms of it)
-# plays, so it is kept short; it still covers the vocoder's second step (frames 32-95) in whole
-# slices (a second chunk of 64 would end inside the slice that holds frame 95, and the vocoder's
-# step would wait for the third chunk: 16 streams arriving together then all stalled).
+# Acoustic side: the vocoder's first step needs 32 frames, and at 22050 Hz / 256 the 40 ms slice that
+# holds frame 31 ends with it (slice 8 = frames 28-31), so a first acoustic chunk of 32 frames unlocks
+# first audio in one flow pass. The flow streams (no context is recomputed) and costs less per frame
+# in long steps, so later chunks grow threefold: 96 frames, then 288, 864. The second chunk is the
+# step a listener waits on once its first audio plays, so it is kept short; it still covers the
+# vocoder's second step (frames 32-95) in whole slices, or the vocoder's step would wait for the third
+# chunk (tests/unit/test_chunk_schedules.py checks the two schedules line up).
 DEFAULT_ACOUSTIC_FIRST_CHUNK_FRAMES: Final = 32
 DEFAULT_ACOUSTIC_CHUNK_GROWTH: Final = 3.0
 DEFAULT_ACOUSTIC_MAX_CHUNK_FRAMES: Final = 1024

@@ -74,9 +74,11 @@ async def serve(settings: GatewaySettings) -> None:
     # (its text processes' included) goes into the ledger it shares with workers on the same budget.
     admission = RealtimeAdmission(pool.realtime_capacity, pool.other_gateways_streams, settings.limits.admission_headroom)
     capacity = SharedCapacity("gateway", cost=AudioCost(with_children_cpu(phonemizers.pids)))
+    metrics.track_realtime(pool.realtime_capacity, lambda: sum(1 for listener in admission.listeners if listener.client))
     synthesizer = Synthesizer(
         pool=pool, cache=cache, text_side=text_side, max_streams=settings.limits.max_streams,
         max_streams_per_client=settings.limits.max_streams_per_client, admission=admission, capacity=capacity,
+        opening_stretch=settings.limits.opening_stretch,
     )  # fmt: skip
     clients = ClientIdentity(settings.clients.trusted_proxies)  # per-client limits see through the edge
     servicer = TextToSpeechServicer(registry=registry, synthesizer=synthesizer, metrics=metrics, clients=clients)

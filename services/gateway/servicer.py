@@ -13,7 +13,8 @@ from typing import Any
 import grpc
 
 from libs.pb.tts.v1 import tts_pb2
-from libs.serving.clients import FORWARDED_FOR, ClientIdentity
+from libs.serving.auth import CALLER_KEY
+from libs.serving.clients import FORWARDED_FOR, ClientIdentity, key_client
 from libs.serving.memory import RELEASER
 from libs.serving.status import abort_for, grpc_status_for
 from libs.synthesis.options import SynthesisOptions, resolve_options
@@ -141,8 +142,12 @@ async def _close(chunks: AsyncGenerator[Any, None]) -> None:
 
 
 def client_of(context: grpc.aio.ServicerContext, clients: ClientIdentity) -> str:
-    """The caller's address without its port ("ipv4:10.0.0.7"), so all of one host's connections
-    count as one client; behind a trusted proxy, the address it forwarded for (libs.serving.clients)."""
+    """The caller's API key when keys are on; else its address without its port ("ipv4:10.0.0.7"), so
+    all of one host's connections count as one client, and behind a trusted proxy the address it
+    forwarded for (libs.serving.clients)."""
+    key_id = CALLER_KEY.get()
+    if key_id is not None:
+        return key_client(key_id)
     forwarded = next((value for key, value in context.invocation_metadata() or () if key == FORWARDED_FOR), None)
     return clients.of_grpc_peer(context.peer() or "", forwarded)
 

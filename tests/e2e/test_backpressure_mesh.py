@@ -3,7 +3,9 @@ one message of a 5,000-character text (48 kHz float audio) and then nothing cost
 bounded, small amount of memory and no CPU, the workers stop too, a normal client is served
 meanwhile, and the memory goes back once they cancel.
 
-Before, the gateway queued every piece for them: it grew from 114 to 343 MB and kept it."""
+Every bound holds on a machine of any speed: the pipeline is given as long as it takes to fill its
+buffers and stop (the audio it made is what the buffers hold, whatever the speed), and "no CPU" is a
+share of a core's time, which an idle process stays under on any machine."""
 
 from __future__ import annotations
 
@@ -31,8 +33,9 @@ GROWTH_LIMIT_MB = 60.0
 """The gateway's memory while the three are stalled, over its baseline (measured: +15 MB)."""
 RETURNED_LIMIT_MB = 25.0
 """Its memory after they cancel, over the baseline (measured: +5 MB; before: +70 MB and growing)."""
-CPU_LIMIT_S = 1.0
-"""CPU a process may use in `STEADY_S` while the clients are stalled (measured: 0.04 s)."""
+IDLE_SHARE = 0.05
+"""Share of a core a process may use while the clients are stalled: health checks, load reports and
+metrics, nothing a stream does."""
 
 
 def _rss_mb(pid: int) -> float:
@@ -53,18 +56,23 @@ def _text(client: int) -> str:
     return (f"{uuid.uuid4().hex}. " + sentence * 80)[:TEXT_CHARS]
 
 
-def _wait_until_steady(mesh: Mesh) -> float:
-    """The vocoder's sample count once it has not moved for `STEADY_S`; fails if it keeps moving."""
+def _wait_until_steady(mesh: Mesh, pids: dict[str, int]) -> float:
+    """The vocoder's sample count once it has not moved for `STEADY_S` and no process used more than
+    IDLE_SHARE of a core meanwhile (a step still running makes no samples until it ends); fails if
+    the pipeline keeps working for `STALL_TIMEOUT_S`."""
     deadline = time.monotonic() + STALL_TIMEOUT_S
     last, since = mesh.metric("vocoder", VOCODER_SAMPLES), time.monotonic()
+    cpu_since = {name: _cpu_s(pid) for name, pid in pids.items()}
     while time.monotonic() < deadline:
         time.sleep(1.0)
-        now = mesh.metric("vocoder", VOCODER_SAMPLES)
-        if now != last:
-            last, since = now, time.monotonic()
-        elif time.monotonic() - since >= STEADY_S:
+        now, moment = mesh.metric("vocoder", VOCODER_SAMPLES), time.monotonic()
+        busy = any(_cpu_s(pid) - cpu_since[name] > IDLE_SHARE * (moment - since) for name, pid in pids.items())
+        if now != last or busy:
+            last, since = now, moment
+            cpu_since = {name: _cpu_s(pid) for name, pid in pids.items()}
+        elif moment - since >= STEADY_S:
             return now
-    raise AssertionError(f"the vocoder kept working for clients that do not read ({last / RATE_HZ:.0f} s of audio)")
+    raise AssertionError(f"the pipeline kept working for clients that do not read ({last / RATE_HZ:.0f} s of audio)")
 
 
 def test_clients_that_stop_reading_stop_the_pipeline_and_cost_bounded_memory(mesh: Mesh) -> None:
@@ -85,7 +93,7 @@ def test_clients_that_stop_reading_stop_the_pipeline_and_cost_bounded_memory(mes
             calls.append(call)
         normal = synthesize(mesh.gateway_address, f"A client who reads is served meanwhile {uuid.uuid4().hex[:6]}.", timeout_s=120)
         assert normal.duration_s > 1.0
-        held_samples = _wait_until_steady(mesh) - samples_before
+        held_samples = _wait_until_steady(mesh, pids) - samples_before
         peak_mb = _rss_mb(pids["gateway"])
         cpu_before = {name: _cpu_s(pid) for name, pid in pids.items()}
         time.sleep(STEADY_S)
@@ -96,7 +104,7 @@ def test_clients_that_stop_reading_stop_the_pipeline_and_cost_bounded_memory(mes
         )
         assert held_samples / RATE_HZ / SLOW_CLIENTS < HELD_AUDIO_LIMIT_S
         assert peak_mb - baseline_mb < GROWTH_LIMIT_MB
-        assert all(seconds < CPU_LIMIT_S for seconds in cpu_used.values()), cpu_used
+        assert all(seconds < IDLE_SHARE * STEADY_S for seconds in cpu_used.values()), cpu_used
         for call in calls:
             call.cancel()
     finally:

@@ -1,9 +1,11 @@
-"""One client holds at most its share of what the workers take at once, at a real gateway with real
-workers: the rest is left to everyone else, at both doors.
+"""Fairness that conserves work, at a real gateway with real workers: one client alone may use the whole
+real-time capacity; when the mesh is full, the client over an equal share is the one refused, while
+another client still gets in, at both doors.
 
-The workers here take 4 streams each (`TTS_MAX_STREAMS`) and say so when they admit one; with a
-share of one half, a client may hold 2. The gateway trusts its loopback peer's `x-forwarded-for`
-(as it trusts the edge in a cluster), so each test client names the address it stands for.
+The workers here are pinned to a capacity of 4 listeners (`TTS_REALTIME_CAPACITY`). The gateway trusts
+its loopback peer's `x-forwarded-for` (as it trusts the edge in a cluster), so each test client names
+the address it stands for. Held streams read nothing, so their listeners hold no audio: each needs a
+whole audio second per second.
 """
 
 from __future__ import annotations
@@ -20,21 +22,25 @@ from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
 from libs.serving.clients import FORWARDED_FOR
 from tests.support.mesh import Mesh
 
-WORKER_STREAMS = 4
-SHARE = 0.5
-CLIENT_LIMIT = 2  # floor(WORKER_STREAMS * SHARE)
-FLOODER, NEIGHBOUR = "198.51.100.7", "203.0.113.9"
-LONG_TEXT = " ".join(f"This is sentence {n} of a text the client reads one piece of." for n in range(40))
+CAPACITY = 4
+SERVICE, FLOODER, NEIGHBOUR = "192.0.2.10", "198.51.100.7", "203.0.113.9"
+WORDS = ("amber", "brave", "calm", "dusty", "eager", "faint", "grand", "humble")
+
+
+def _long_text(tag: int) -> str:
+    """A long text of its own (a shared one would come from the cache, needing no worker)."""
+    return " ".join(f"This is sentence {n} of the {WORDS[tag]} text a client reads one piece of." for n in range(40))
 
 
 @pytest.fixture(scope="module")
 def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     env = {
-        "TTS_MAX_STREAMS": str(WORKER_STREAMS),
-        "TTS_REALTIME_HEADROOM": "0",  # the stream limit alone, not a measured capacity that moves
+        "TTS_REALTIME_CAPACITY": str(CAPACITY),
+        "TTS_REALTIME_HEADROOM": "1.0",
+        "TTS_ADMISSION_HEADROOM": "1.0",
         "TTS_TRUSTED_PROXIES": "127.0.0.1/32",
     }
-    mesh = Mesh(log_dir=Path(tmp_path_factory.mktemp("share")), env=env, max_client_share=SHARE).start()
+    mesh = Mesh(log_dir=Path(tmp_path_factory.mktemp("share")), env=env).start()
     try:
         yield mesh
     finally:
@@ -45,44 +51,57 @@ def _stub(channel: grpc.Channel) -> tts_pb2_grpc.TextToSpeechStub:
     return tts_pb2_grpc.TextToSpeechStub(channel)
 
 
-def _open(channel: grpc.Channel, client: str) -> grpc.Future:
+def _open(channel: grpc.Channel, client: str, tag: int) -> grpc.Future:
     """A stream of `client` that has started (one message read) and is then held unread."""
-    call = _stub(channel).Synthesize(
-        tts_pb2.SynthesizeRequest(text=LONG_TEXT), metadata=((FORWARDED_FOR, client),), timeout=120
-    )
+    call = _stub(channel).Synthesize(tts_pb2.SynthesizeRequest(text=_long_text(tag)), metadata=((FORWARDED_FOR, client),), timeout=120)
     assert next(call).audio
     return call
 
 
-def _spoken(channel: grpc.Channel, client: str, text: str) -> int:
-    answers = _stub(channel).Synthesize(tts_pb2.SynthesizeRequest(text=text), metadata=((FORWARDED_FOR, client),), timeout=60)
-    return sum(len(answer.audio) for answer in answers)
+def _refusal(channel: grpc.Channel, client: str, tag: int) -> grpc.RpcError | None:
+    call = _stub(channel).Synthesize(tts_pb2.SynthesizeRequest(text=_long_text(tag)), metadata=((FORWARDED_FOR, client),), timeout=60)
+    try:
+        next(call)
+    except grpc.RpcError as refused:
+        return refused
+    call.cancel()
+    return None
 
 
 @pytest.fixture
 def channel(mesh: Mesh) -> Iterator[grpc.Channel]:
-    with grpc.insecure_channel(mesh.gateway_address) as channel:
-        # The workers say how many streams they take when they admit one: one call teaches the gateway.
-        assert _spoken(channel, NEIGHBOUR, "Hello there.") > 0
+    with grpc.insecure_channel(mesh.gateway_address, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
         yield channel
 
 
-def test_a_client_holds_its_share_and_another_client_is_still_served(mesh: Mesh, channel: grpc.Channel) -> None:
+def test_one_client_alone_is_refused_nothing_up_to_the_capacity(mesh: Mesh, channel: grpc.Channel) -> None:
     with contextlib.ExitStack() as held:
-        for _ in range(CLIENT_LIMIT):
-            held.callback(_open(channel, FLOODER).cancel)
-        with pytest.raises(grpc.RpcError) as caught:
-            next(_stub(channel).Synthesize(tts_pb2.SynthesizeRequest(text="One more?"), metadata=((FORWARDED_FOR, FLOODER),)))
-        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert f"already has {CLIENT_LIMIT} streams open here" in caught.value.details()
-        # The other half of the workers is the neighbour's, at the gRPC and at the HTTP door.
-        assert _spoken(channel, NEIGHBOUR, "The neighbour is served.") > 0
-        body = {"model": "tts-1", "input": "Over HTTP as well.", "voice": "alloy"}
-        answer = httpx.post(f"{mesh.http_url}/v1/audio/speech", json=body, headers={FORWARDED_FOR: NEIGHBOUR}, timeout=60)
-        assert answer.status_code == 200 and len(answer.content) > 0
-        # The flooder's share is counted across doors: its HTTP request is refused as its stream was.
-        refused = httpx.post(f"{mesh.http_url}/v1/audio/speech", json=body, headers={FORWARDED_FOR: FLOODER}, timeout=60)
-        assert refused.status_code == 429
-        assert "streams open here" in refused.json()["error"]["message"]
-    # Streams ended are room again.
-    assert _spoken(channel, FLOODER, "Room again.") > 0
+        for tag in range(CAPACITY):
+            held.callback(_open(channel, SERVICE, tag).cancel)  # a service with many users behind one address
+        refused = _refusal(channel, SERVICE, CAPACITY)
+        assert refused is not None and refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_when_the_mesh_is_full_the_client_over_its_share_is_refused_and_another_is_served(mesh: Mesh, channel: grpc.Channel) -> None:
+    with contextlib.ExitStack() as held:
+        held.callback(_open(channel, NEIGHBOUR, 0).cancel)
+        for tag in (1, 2):
+            held.callback(_open(channel, FLOODER, tag).cancel)
+        # One place left, two clients: an equal share is 2. The flooder's third would take the place
+        # the neighbour's share still has, so it is refused ...
+        refused = _refusal(channel, FLOODER, 3)
+        assert refused is not None and refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "equal share" in refused.details()
+        # ... also at the HTTP door, where the same client is counted the same way ...
+        body = {"model": "tts-1", "input": _long_text(4), "voice": "alloy"}
+        answer = httpx.post(f"{mesh.http_url}/v1/audio/speech", json=body, headers={FORWARDED_FOR: FLOODER}, timeout=60)
+        assert answer.status_code == 429 and "equal share" in answer.json()["error"]["message"]
+        assert int(answer.headers["retry-after"]) >= 1
+        # ... while the neighbour, within its share, takes the last place.
+        held.callback(_open(channel, NEIGHBOUR, 5).cancel)
+        # Now the mesh is full for everyone.
+        refused = _refusal(channel, NEIGHBOUR, 6)
+        assert refused is not None and refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    # Streams ended are room again, for anyone.
+    answers = _stub(channel).Synthesize(tts_pb2.SynthesizeRequest(text="Room again."), metadata=((FORWARDED_FOR, FLOODER),), timeout=60)
+    assert sum(len(answer.audio) for answer in answers) > 0

@@ -1,6 +1,6 @@
-"""Admission by real-time capacity in real processes: workers that can serve two listeners in real
-time refuse the third, the gateway sheds it with RESOURCE_EXHAUSTED, the streams already admitted
-play on, and the workers export capacity, demand and load."""
+"""Admission by real-time capacity in real processes: with workers that can serve two listeners in real
+time, the gateway sheds a third while the two hold no audio, with RESOURCE_EXHAUSTED and a retry hint,
+the streams already admitted play on, and the workers and the gateway export capacity, demand and load."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ def _long_request(stream: int) -> tts_pb2.SynthesizeRequest:
 
 @pytest.fixture(scope="module")
 def small_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
-    # Pinned capacity: what the meter would measure depends on the machine; the admission rule does not.
-    env = {"TTS_REALTIME_CAPACITY": str(CAPACITY), "TTS_REALTIME_HEADROOM": "1.0"}
+    # Pinned capacity: what the workers would compute depends on the machine; the admission rule does not.
+    env = {"TTS_REALTIME_CAPACITY": str(CAPACITY), "TTS_REALTIME_HEADROOM": "1.0", "TTS_ADMISSION_HEADROOM": "1.0"}
     mesh = Mesh(log_dir=Path(tmp_path_factory.mktemp("realtime")), env=env).start()
     try:
         yield mesh
@@ -43,7 +43,7 @@ def _held_stream(channel: grpc.Channel, stream: int) -> grpc.Future:
     return call
 
 
-def test_a_stream_past_the_workers_real_time_capacity_is_shed_and_admitted_ones_play_on(small_mesh: Mesh) -> None:
+def test_a_stream_past_the_real_time_capacity_is_shed_with_a_retry_hint_and_admitted_ones_play_on(small_mesh: Mesh) -> None:
     gateway = small_mesh.gateway_address
     with contextlib.ExitStack() as stack:
         channels = [
@@ -54,11 +54,18 @@ def test_a_stream_past_the_workers_real_time_capacity_is_shed_and_admitted_ones_
             assert small_mesh.metric(worker, f"tts_{worker}_realtime_capacity") == CAPACITY
             assert small_mesh.metric(worker, f"tts_{worker}_realtime_demand") == CAPACITY
             assert small_mesh.metric(worker, f"tts_{worker}_realtime_load") == 1.0
+        assert small_mesh.metric("gateway", "tts_gateway_realtime_capacity") == CAPACITY
+        assert small_mesh.metric("gateway", "tts_gateway_realtime_listeners") == CAPACITY
+        # The held listeners read nothing: their buffers run out, and a third would need a third audio
+        # second per second of a mesh that makes two.
         refused = tts_pb2_grpc.TextToSpeechStub(channels[-1]).Synthesize(_long_request(CAPACITY), timeout=60)
         with pytest.raises(grpc.RpcError) as caught:
             next(refused)
         assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert small_mesh.metric("gateway", 'tts_gateway_shed_total{reason="workers_saturated"}') >= 1
+        assert "retry when one ends" in caught.value.details()
+        pushback = dict(caught.value.trailing_metadata() or ())
+        assert int(pushback["grpc-retry-pushback-ms"]) >= 200
+        assert small_mesh.metric("gateway", 'tts_gateway_shed_total{reason="realtime"}') >= 1
         # The admitted streams were not touched: each reads on.
         for call in held:
             assert next(call).audio

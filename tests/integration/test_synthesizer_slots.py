@@ -10,43 +10,36 @@ from types import SimpleNamespace
 import grpc
 import pytest
 
+from libs.synthesis.admission import RealtimeAdmission
 from libs.synthesis.synthesizer import Synthesizer
 from libs.wire.errors import DownstreamError
 
 
 class _Pool:
-    """What the counts read of a worker pool: the workers' stream capacity and the shed counter."""
+    """What the counts read of a worker pool: the shed counter."""
 
-    def __init__(self, capacity: int | None) -> None:
-        self.capacity = capacity
+    def __init__(self) -> None:
         self.metrics = SimpleNamespace(shed=lambda reason: None)
 
-    def stream_capacity(self) -> int | None:
-        return self.capacity
 
-
-def _synthesizer(capacity: int | None, per_client: int = 0, share: float = 0.5) -> Synthesizer:
-    pool = _Pool(capacity)
+def _synthesizer(per_client: int = 0, admission: RealtimeAdmission | None = None) -> Synthesizer:
     return Synthesizer(
-        pool=pool, cache=None, text_side=None, max_streams=8, max_streams_per_client=per_client, max_client_share=share,  # type: ignore[arg-type]
+        pool=_Pool(), cache=None, text_side=None, max_streams=8, max_streams_per_client=per_client, admission=admission,  # type: ignore[arg-type]
     )  # fmt: skip
 
 
-def test_a_client_limit_is_its_share_of_the_workers_or_the_fixed_limit_whichever_is_less() -> None:
-    assert _synthesizer(capacity=None).client_limit() is None  # the workers have not said
-    assert _synthesizer(capacity=32).client_limit() == 16
-    assert _synthesizer(capacity=32, per_client=10).client_limit() == 10
-    assert _synthesizer(capacity=1).client_limit() == 1  # never none at all
-    assert _synthesizer(capacity=32, share=0.0).client_limit() is None
+def test_a_client_limit_is_the_fixed_per_client_limit() -> None:
+    assert _synthesizer().client_limit() is None
+    assert _synthesizer(per_client=10).client_limit() == 10
 
 
 def test_a_dropped_slot_is_given_back_and_a_released_one_only_once() -> None:
-    synthesizer = _synthesizer(capacity=4)  # two per client
-    first, second = synthesizer._take_slot("a"), synthesizer._take_slot("a")
+    synthesizer = _synthesizer(per_client=2)
+    first, second = synthesizer._take_slot("a", 1.0), synthesizer._take_slot("a", 1.0)
     with pytest.raises(DownstreamError) as caught:
-        synthesizer._take_slot("a")
+        synthesizer._take_slot("a", 1.0)
     assert caught.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
-    synthesizer._take_slot("b").release()
+    synthesizer._take_slot("b", 1.0).release()
     first.release()
     first.release()
     del second
@@ -54,8 +47,23 @@ def test_a_dropped_slot_is_given_back_and_a_released_one_only_once() -> None:
     assert synthesizer._open_streams == 0 and synthesizer._client_streams == {}
 
 
+def test_a_slot_is_a_listener_of_the_admission_until_it_is_given_back() -> None:
+    admission = RealtimeAdmission(lambda: 2.0, lambda: 0, headroom=1.0)
+    synthesizer = _synthesizer(admission=admission)
+    first, second = synthesizer._take_slot("a", 10.0), synthesizer._take_slot("b", 10.0)
+    assert len(list(admission.listeners)) == 2
+    with pytest.raises(DownstreamError) as caught:  # a third listener holding nothing: more than 2 audio s per s
+        synthesizer._take_slot("c", 10.0)
+    assert caught.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and caught.value.retry_after_s is not None
+    first.release()
+    del second
+    gc.collect()
+    assert list(admission.listeners) == []
+    assert synthesizer._take_slot("", 1000.0) is not None  # work nobody listens to is never refused here
+
+
 def test_a_response_never_iterated_frees_its_slot() -> None:
-    synthesizer = _synthesizer(capacity=2)  # one per client
+    synthesizer = _synthesizer(per_client=1)
 
     async def never_read() -> None:
         async def no_sentences():  # type: ignore[no-untyped-def]

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,6 +72,10 @@ class Mesh:
     """The secrets in use (made at start when `secure`)."""
     admission_headroom: float | None = None
     """The gateway's --admission-headroom (None: its default; 0: no real-time admission)."""
+    preexec: Callable[[], None] | None = None
+    """Run in each service process before it starts (e.g. joining a CPU quota's cgroup)."""
+    gateway_args: list[str] = field(default_factory=list)
+    """Extra flags for the gateway."""
 
     @property
     def gateway_address(self) -> str:
@@ -98,6 +103,7 @@ class Mesh:
                     "--redis-url", f"redis://127.0.0.1:{self.redis.config.port}/0",
                     "--http-port", str(self.http_port),
                     *(["--admission-headroom", str(self.admission_headroom)] if self.admission_headroom is not None else []),
+                    *self.gateway_args,
                     *self.gateway_secret_args(),
                 ],
             )  # fmt: skip
@@ -159,7 +165,7 @@ class Mesh:
             *extra_args,
         ])  # fmt: skip
         with log_path.open("wb") as log:
-            process = subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=self.preexec)
         service = ServiceProcess(name, port, metrics_port, log_path, process)
         self.services[name] = service
         return service

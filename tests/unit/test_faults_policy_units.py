@@ -15,7 +15,7 @@ from libs.routing.picker import Picker, PickerConfig
 from libs.routing.retry import RetryBudget, RetryBudgetConfig, RetryConfig, RetryPolicy
 from libs.serving.admission import Admission, AdmissionSettings, refusal_reason
 from libs.upstream.settings import UpstreamSettings, channel_options
-from libs.wire.headers import PUSHBACK_METADATA_KEY
+from libs.wire.headers import GATEWAY_METADATA_KEY, PUSHBACK_METADATA_KEY
 from scripts.run_zones import zone_specs
 from tests.support.faults.clock import FakeClock
 
@@ -42,10 +42,14 @@ def test_zero_switches_a_limit_off() -> None:
 class _Context:
     """The ServicerContext calls admission makes, recorded."""
 
-    def __init__(self) -> None:
+    def __init__(self, metadata: tuple = ()) -> None:
         self.aborted: tuple[grpc.StatusCode, str, tuple] | None = None
         self.done_callbacks: list = []
         self.headers_sent = False
+        self._metadata = metadata
+
+    def invocation_metadata(self) -> tuple:
+        return self._metadata
 
     async def abort(self, code: grpc.StatusCode, details: str, trailing_metadata: tuple = ()) -> None:
         self.aborted = (code, details, trailing_metadata)
@@ -58,12 +62,13 @@ class _Context:
         self.done_callbacks.append(callback)
 
 
-async def test_admission_counts_open_streams_and_refuses_with_a_pushback_hint() -> None:
+async def test_admission_counts_open_streams_by_gateway_and_refuses_with_a_pushback_hint() -> None:
     admission = Admission(AdmissionSettings(max_streams=1, pushback_ms=250), rss_mb=lambda: 0.0, gpu_free_mb=lambda d: None)
-    first, second = _Context(), _Context()
+    first, second = _Context(((GATEWAY_METADATA_KEY, "gateway-a"),)), _Context()
     engine = SimpleNamespace(queue_depth=0, settings=SimpleNamespace(device="cpu"))
     await admission.admit(first, engine)
     assert admission.open_streams == 1 and first.aborted is None and first.headers_sent
+    assert admission.by_gateway == {"gateway-a": 1}
     with pytest.raises(grpc.aio.AbortError):
         await admission.admit(second, engine)
     assert second.aborted is not None and not second.headers_sent
@@ -71,7 +76,7 @@ async def test_admission_counts_open_streams_and_refuses_with_a_pushback_hint() 
     assert code is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert trailers == ((PUSHBACK_METADATA_KEY, "250"),)
     first.done_callbacks[0](first)  # the first stream ends
-    assert admission.open_streams == 0
+    assert admission.open_streams == 0 and admission.by_gateway == {}
 
 
 def test_worker_channels_take_their_reconnect_and_keepalive_settings() -> None:

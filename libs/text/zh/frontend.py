@@ -113,19 +113,26 @@ class MandarinFrontend:
         return split_zh_sentences(normalized, self.max_chunk_chars)
 
     def chunk_sentences(
-        self, chunk: str, continues: bool = False, lexicon: Mapping[str, tuple[str, ...]] | None = None
+        self,
+        chunk: str,
+        continues: bool = False,
+        lexicon: Mapping[str, tuple[str, ...]] | None = None,
+        first_max_ids: int | None = None,
     ) -> list[Sentence]:
         """The sentences of one chunk (more than one only when it is over the id budget).
 
         `continues` changes nothing: Chinese punctuation writes no phoneme (see the module note).
-        `lexicon` (lower-cased word -> phonemes, over `reading.lexicon`) replaces a word's phonemes."""
+        `lexicon` (lower-cased word -> phonemes, over `reading.lexicon`) replaces a word's phonemes.
+        With `first_max_ids`, the first sentence is cut to that many ids (after a clause mark in
+        reach, else after a word): its listener waits for its first audio."""
         merged = dict(self.reading.lexicon)
         if lexicon:
             merged.update(lexicon)
         words = self.spoken_words(chunk, merged)
         if not any(word.phonemes for word in words):
             return []
-        return [self._sentence(part) for part in self._parts(words)]
+        first = IdBudget(self.phoneme_id_map, first_max_ids) if self._budget is not None and first_max_ids else None
+        return [self._sentence(part) for part in self._parts(words, first)]
 
     def spoken_words(self, chunk: str, lexicon: Mapping[str, tuple[str, ...]] | None = None) -> list[SpokenWord]:
         """The words of a chunk as they are spoken, with their phonemes and pinyin."""
@@ -203,9 +210,10 @@ class MandarinFrontend:
             phonemes.pop()
         return tuple(phonemes)
 
-    def _parts(self, words: list[SpokenWord]) -> list[list[SpokenWord]]:
-        """The words in parts that each fit `max_phoneme_ids` (all of them when there is no limit),
-        cut after a clause mark where one is in reach, else after a word."""
+    def _parts(self, words: list[SpokenWord], first: IdBudget | None = None) -> list[list[SpokenWord]]:
+        """The words in parts that each fit `max_phoneme_ids` (all of them when there is no limit), the
+        first one `first`'s budget when given, cut after a clause mark where one is in reach, else after
+        a word."""
         spoken = [word for word in words if word.phonemes or word.written.strip()]
         if self._budget is None:
             return [spoken]
@@ -214,7 +222,8 @@ class MandarinFrontend:
         weight = 0
         for word in spoken:
             word_weight = self._budget.weight(word.phonemes) + self._budget.weight([WORD_BREAK])
-            if current and weight + word_weight > self._budget.budget:
+            limit = first.budget if first is not None and not parts else self._budget.budget
+            if current and weight + word_weight > limit:
                 cut = max((index + 1 for index, held in enumerate(current) if held.clause_end), default=len(current))
                 parts.append(current[:cut])
                 current = current[cut:]

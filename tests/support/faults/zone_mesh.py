@@ -191,8 +191,9 @@ class ZoneMesh:
         acoustic = acoustic if acoustic is not None else [self.spec("acoustic", z) for z in self.zones]
         vocoder = vocoder if vocoder is not None else [self.spec("vocoder", z) for z in self.zones]
         args = ["--redis-url", self.redis_url if redis_url is None else redis_url, "--http-port", "0"]
-        # The scenarios' clients all dial from loopback and stand for many clients: no per-client share.
-        args += ["--max-client-share", "0"]
+        # The scenarios test failover, not admission: a zone's loss halves the capacity for a moment, and
+        # their clients must not be refused for it.
+        args += ["--admission-headroom", "0"]
         args += self.tls.gateway_args() if self.tls else []
         for spec in acoustic:
             args += ["--acoustic", spec]

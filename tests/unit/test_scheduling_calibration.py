@@ -1,0 +1,71 @@
+"""Start-up calibration and the steps' heartbeats."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from libs.scheduling.calibration import calibrate
+from libs.scheduling.capacity import AudioCost
+from libs.scheduling.costs import CostModel
+from libs.scheduling.runner import with_heartbeats
+from libs.voice.calibration import CalibrationStep, sentence_ids
+
+
+def _spin(cpu_s: float) -> None:
+    end = time.thread_time() + cpu_s
+    while time.thread_time() < end:
+        pass
+
+
+def _workload() -> list[CalibrationStep]:
+    """Steps that cost 1 ms fixed and 0.05 ms a unit, each making 0.1 s of audio per 10 units."""
+    return [
+        CalibrationStep("chunk", units, lambda units=units: (_spin(0.001 + 0.00005 * units), units / 100)[1])
+        for units in (20, 40, 80, 20, 40, 80)
+    ]
+
+
+def test_calibration_fits_the_costs_and_the_cost_per_audio_second_on_every_thread() -> None:
+    costs, cost = CostModel(("chunk",)), AudioCost()
+    result = calibrate(costs, cost, _workload, threads=2)
+    assert result.steps == 12
+    assert costs.cpu_s("chunk", 100) == pytest.approx(0.001 + 0.005, rel=0.5)
+    # 0.75 s of CPU per run's 2.8 s of audio (two threads): ~0.027 CPU s per audio s, with the untimed pass apart.
+    assert cost.cpu_s_per_audio_s == pytest.approx((6 * 0.001 + 0.00005 * 280) / 2.8, rel=0.5)
+
+
+def test_a_calibration_step_that_fails_stops_the_start_up() -> None:
+    def broken() -> list[CalibrationStep]:
+        return [CalibrationStep("chunk", 1, lambda: 1 / 0)]
+
+    with pytest.raises(ZeroDivisionError):
+        calibrate(CostModel(("chunk",)), AudioCost(), broken, threads=1)
+
+
+def test_calibration_sentences_are_cut_from_real_speech_with_their_ends() -> None:
+    ids = sentence_ids(61)
+    assert len(ids) == 61 and ids[0] == 1 and ids[-1] == 2
+
+
+async def test_a_step_waiting_in_a_busy_queue_sends_heartbeats_only_while_others_progress() -> None:
+    done = [0]
+
+    async def step() -> str:
+        await asyncio.sleep(0.35)
+        return "mel"
+
+    async def progressing() -> None:
+        while True:
+            await asyncio.sleep(0.02)
+            done[0] += 1
+
+    ticker = asyncio.ensure_future(progressing())
+    seen = [item async for item in with_heartbeats(step(), lambda: done[0], every_s=0.1)]
+    ticker.cancel()
+    assert seen[-1] == "mel" and 2 <= seen.count(None) <= 3
+    # A worker whose threads are stuck (nothing finishes) says nothing while its step waits.
+    seen = [item async for item in with_heartbeats(step(), lambda: 0, every_s=0.1)]
+    assert seen == ["mel"]

@@ -1,0 +1,117 @@
+"""The gateway's real-time admission: a listener is taken only when every listener keeps playing, and
+fairness bites only when the mesh is full."""
+
+from __future__ import annotations
+
+import pytest
+
+from libs.synthesis.admission import MAX_RETRY_AFTER_S, MIN_RETRY_AFTER_S, Listener, RealtimeAdmission, keeps_playing
+from libs.upstream.playback import PlaybackClock
+
+
+def test_a_burst_of_new_listeners_fits_up_to_the_capacity() -> None:
+    assert keeps_playing([(0.0, 10.0)] * 5, rate=5.0)
+    assert not keeps_playing([(0.0, 10.0)] * 6, rate=5.0)
+
+
+def test_listeners_holding_audio_let_a_new_one_in_above_the_capacity() -> None:
+    # Five listeners hold 5 s each and need 5 s more; a sixth, new, needs 10 s. At 5 audio s per s
+    # the buffers cover the new one's start: 30 s of audio by t = 10 s, 50 s made by then.
+    assert keeps_playing([(5.0, 5.0)] * 5 + [(0.0, 10.0)], rate=5.0)
+    # With nothing buffered it would not: six listeners need 6 audio s per s at once.
+    assert not keeps_playing([(0.0, 5.0)] * 5 + [(0.0, 10.0)], rate=5.0)
+    # Long streams wear the buffers down: ten listeners holding 1 s and needing 60 s each, at 5.
+    assert not keeps_playing([(1.0, 60.0)] * 10, rate=5.0)
+
+
+def test_the_test_is_exact_at_the_bend_where_a_buffer_runs_out() -> None:
+    # Two listeners, each holding 1 s and needing 1 s more, at 1 audio s per s: by t = 2 s they need
+    # 2 s of audio and 2 s are made: just enough.
+    assert keeps_playing([(1.0, 1.0), (1.0, 1.0)], rate=1.0)
+    assert not keeps_playing([(1.0, 1.0), (1.0, 1.0)], rate=0.99)
+    assert keeps_playing([], rate=0.0) and not keeps_playing([(0.0, 1.0)], rate=0.0)
+
+
+class _Now:
+    def __init__(self) -> None:
+        self.s = 100.0
+
+    def __call__(self) -> float:
+        return self.s
+
+
+def _admission(capacity: float, others: int = 0, headroom: float = 1.0) -> RealtimeAdmission:
+    return RealtimeAdmission(lambda: capacity, lambda: others, headroom)
+
+
+def _playing(admission: RealtimeAdmission, client: str, buffered_s: float, remaining_s: float, now: _Now) -> Listener:
+    clock = PlaybackClock(0.0116, now=now)
+    clock.delivered(buffered_s)
+    listener = Listener(client, buffered_s + remaining_s, clock)
+    admission.add(listener)
+    return listener
+
+
+def test_a_new_listener_is_refused_only_when_the_others_would_run_dry() -> None:
+    now = _Now()
+    admission = _admission(capacity=4.0)
+    for _ in range(4):
+        _playing(admission, "a", buffered_s=0.0, remaining_s=10.0, now=now)
+    refusal = admission.refusal("a", expected_audio_s=10.0)
+    assert refusal is not None and "4.0 audio s per s" in refusal
+    assert MIN_RETRY_AFTER_S <= admission.retry_after_s() <= MAX_RETRY_AFTER_S
+    # The same four holding 5 s of audio each: the newcomer's start is paid by their buffers.
+    buffered = _admission(capacity=4.0)
+    for _ in range(4):
+        _playing(buffered, "a", buffered_s=5.0, remaining_s=5.0, now=now)
+    assert buffered.refusal("a", expected_audio_s=10.0) is None
+
+
+def test_work_nobody_listens_to_and_an_unknown_capacity_are_never_refused() -> None:
+    now = _Now()
+    admission = _admission(capacity=1.0)
+    _playing(admission, "a", 0.0, 10.0, now)
+    assert admission.refusal("", expected_audio_s=100.0) is None  # a job
+    assert _admission(capacity=0.0).refusal("a", 100.0) is None
+    assert RealtimeAdmission(lambda: 1.0, lambda: 0, headroom=0.0).refusal("a", 100.0) is None  # switched off
+
+
+def test_other_gateways_streams_are_taken_off_the_capacity() -> None:
+    assert _admission(capacity=4.0, others=0).refusal("a", 10.0) is None
+    assert _admission(capacity=4.0, others=4).refusal("a", 10.0) is not None
+
+
+def test_one_client_alone_may_fill_the_mesh() -> None:
+    now = _Now()
+    admission = _admission(capacity=6.0)
+    for _ in range(5):
+        assert admission.refusal("service", 10.0) is None
+        _playing(admission, "service", 0.0, 10.0, now)
+    assert admission.refusal("service", 10.0) is None  # the sixth: still within the capacity
+    _playing(admission, "service", 0.0, 10.0, now)
+    assert admission.refusal("service", 10.0) is not None  # the seventh is past it
+
+
+def test_when_the_mesh_is_nearly_full_the_client_over_an_equal_share_is_refused_first() -> None:
+    now = _Now()
+    admission = _admission(capacity=6.0)
+    for _ in range(4):
+        _playing(admission, "hog", 0.0, 10.0, now)
+    _playing(admission, "small", 0.0, 10.0, now)
+    # One place left. The hog holds 4 of an equal share of 3: its fifth stream would take the
+    # place the small client's equal share still has, so it is refused ...
+    refusal = admission.refusal("hog", 10.0)
+    assert refusal is not None and "equal share" in refusal
+    # ... while the small client, within its share, is let in.
+    assert admission.refusal("small", 10.0) is None
+
+
+def test_a_finished_stream_teaches_the_audio_a_character_makes() -> None:
+    now = _Now()
+    admission = _admission(capacity=6.0)
+    listener = _playing(admission, "a", buffered_s=6.0, remaining_s=0.0, now=now)
+    before = admission.audio_s_per_char
+    admission.remove(listener, finished=True, characters=100)  # 6 s from 100 characters
+    assert admission.audio_s_per_char == pytest.approx(before + 0.1 * (0.06 - before))
+    assert admission.expected_audio_s(1000) == pytest.approx(1000 * admission.audio_s_per_char)
+    assert list(admission.listeners) == []
