@@ -87,9 +87,10 @@ voice: $(DEV)
 bench: $(DEV)
 	$(PY) -m bench.speed --out bench/results.md
 
-## Many listeners at once: first audio, stalls and refusals, side by side with a piper-tts pool.
+## Many listeners at once, and real time under CPU quotas with random arrivals, side by side with a piper-tts pool.
 bench-load: $(DEV)
 	$(PY) -m bench.load_table --out bench/load.md
+	$(PY) -m bench.realtime --out bench/realtime.md
 
 ## DNSMOS of our full path, copy synthesis and piper-tts on held-out sentences.
 bench-quality: $(DEV)

@@ -17,6 +17,11 @@ from typing import Final
 CGROUP_ROOT: Final = Path("/sys/fs/cgroup")
 PERIOD_US: Final = 100_000
 """The period Kubernetes uses."""
+MAX_SHARES_V1: Final = 262_144
+MAX_WEIGHT_V2: Final = 10_000
+"""The quota's group also gets the highest CPU weight, so other processes on the machine cannot take
+its quota from it: what runs inside sees a dedicated share of the cores, as a pod with a CPU request
+equal to its limit does."""
 
 
 class CpuQuotaError(RuntimeError):
@@ -44,6 +49,7 @@ class CpuQuota:
                 directory.mkdir()
                 (directory / "cpu.cfs_period_us").write_text(str(PERIOD_US))
                 (directory / "cpu.cfs_quota_us").write_text(str(quota_us))
+                (directory / "cpu.shares").write_text(str(MAX_SHARES_V1))
             except OSError as error:
                 raise CpuQuotaError(f"cannot make a CPU quota under {v1}: {error}") from error
         elif (self._root / "cgroup.controllers").exists():
@@ -54,6 +60,7 @@ class CpuQuota:
                     (self._root / "cgroup.subtree_control").write_text("+cpu")
                 directory.mkdir()
                 (directory / "cpu.max").write_text(f"{quota_us} {PERIOD_US}")
+                (directory / "cpu.weight").write_text(str(MAX_WEIGHT_V2))
             except OSError as error:
                 raise CpuQuotaError(f"cannot make a CPU quota under {self._root}: {error}") from error
         else:

@@ -29,8 +29,12 @@ from libs.scheduling.ledger import CpuLedger, shared_costs
 
 _log = logging.getLogger(__name__)
 
-WINDOW_AUDIO_S: Final = 2.0
-"""Audio seconds per measurement window of the cost: long enough that a window's CPU is not a single step's."""
+WINDOW_AUDIO_S: Final = 20.0
+"""Audio seconds per measurement window of the cost: many steps' worth (an acoustic chunk alone may
+make seconds of audio), so a window's CPU is not a single step's."""
+IDLE_GAP_S: Final = 1.0
+"""A window whose audio stopped for this long starts again at the next audio: the CPU of a process
+that waits (health checks, load reports, its own start-up) is not a stream's."""
 WINDOW_WEIGHT: Final = 0.3
 """Share of the difference to a new window's cost that is taken."""
 PUBLISH_EVERY_S: Final = 5.0
@@ -61,13 +65,15 @@ def with_children_cpu(children: Callable[[], list[int]], own: Callable[[], float
 class AudioCost:
     """A process's CPU seconds per audio second, from its CPU time and the audio it made."""
 
-    def __init__(self, cpu_time: Callable[[], float] = time.process_time) -> None:
+    def __init__(self, cpu_time: Callable[[], float] = time.process_time, clock: Callable[[], float] = time.monotonic) -> None:
         self._cpu_time = cpu_time
+        self._clock = clock
         self._lock = threading.Lock()
         self.cpu_s_per_audio_s = 0.0
         """The current estimate (0 until calibrated or measured)."""
         self._audio_s = 0.0
         self._window_started_cpu_s = cpu_time()
+        self._last_audio_at_s = float("-inf")
 
     def calibrate(self, cpu_s_per_audio_s: float) -> None:
         """Start from a measured value (warm-up) and count windows from now."""
@@ -79,6 +85,10 @@ class AudioCost:
     def produced(self, audio_s: float) -> bool:
         """`audio_s` more audio was made; True when that closed a window and moved the estimate."""
         with self._lock:
+            now = self._clock()
+            if now - self._last_audio_at_s > IDLE_GAP_S:  # after a pause: the window starts here
+                self._audio_s, self._window_started_cpu_s = 0.0, self._cpu_time()
+            self._last_audio_at_s = now
             self._audio_s += max(0.0, audio_s)
             if self._audio_s < WINDOW_AUDIO_S:
                 return False
@@ -90,12 +100,6 @@ class AudioCost:
             current = self.cpu_s_per_audio_s
             self.cpu_s_per_audio_s = measured if current <= 0 else current + WINDOW_WEIGHT * (measured - current)
             return True
-
-    def idle(self) -> None:
-        """Nothing is being made: CPU spent until now is not a stream's (health checks, scrapes)."""
-        with self._lock:
-            if self._audio_s == 0.0:
-                self._window_started_cpu_s = self._cpu_time()
 
 
 class SharedCapacity:
@@ -119,10 +123,12 @@ class SharedCapacity:
         self._others: dict[str, tuple[float, int]] = {}
         _log.info("CPU budget %.2f cores (%s)", self.budget.cores, self.budget.source)
 
-    def produced(self, audio_s: float) -> None:
-        """This process made (or passed on) `audio_s` of audio."""
-        if self.cost.produced(audio_s) or self._clock() - self._published_s > PUBLISH_EVERY_S:
+    def produced(self, audio_s: float) -> bool:
+        """This process made (or passed on) `audio_s` of audio; True when that moved its cost."""
+        moved = self.cost.produced(audio_s)
+        if moved or self._clock() - self._published_s > PUBLISH_EVERY_S:
             self.publish()
+        return moved
 
     def publish(self) -> None:
         """Write this process's cost to the ledger now."""

@@ -19,9 +19,10 @@ from typing import Final
 
 DECAY: Final = 0.97
 """Weight an observation keeps per later observation: the fit follows the last ~30 steps of a stage."""
-SPREAD_SIGMAS: Final = 2.0
+SPREAD_SIGMAS: Final = 1.0
 """A step's high estimate is its mean plus this many standard deviations of the recent relative error
-(about the 98th percentile of a normal spread)."""
+(about the 84th percentile of a normal spread). Leads built from high estimates of every part would
+mark work urgent long before it is, and urgent work crowding the cores is what stretches steps."""
 MIN_RELATIVE_SPREAD: Final = 0.1
 """The high estimate is never below the mean times 1 + SPREAD_SIGMAS x this: a fit that has seen only
 steady steps still leaves room for the next one to vary."""
@@ -31,7 +32,11 @@ QUANTILE_STEP: Final = 0.05
 """How far one step moves `Contention.high`, as a share of it: it follows a change within ~20 steps."""
 BACKGROUND_SLOWDOWN: Final = 1134 / 110
 """How much longer a step takes on a thread at nice 10 than at nice 0 when both want the same core:
-the kernel's weights are 1024 for nice 0 and 110 for nice 10, so the low thread gets 110/1134."""
+the kernel's weights are 1024 for nice 0 and 110 for nice 10, so the low thread gets 110/1134. What a
+background step is expected to meet until the lane's own steps are measured (more urgent threads,
+or a quota, stretch it further)."""
+URGENT_LANE, FIRST_AUDIO_LANE, BACKGROUND_LANE = "urgent", "first", "background"
+"""The lanes of a worker's threads (libs.scheduling.executor), each stretched by contention of its own."""
 
 
 @dataclass
@@ -98,7 +103,8 @@ class LinearCost:
 @dataclass
 class Contention:
     """How much the clock stretches a step's CPU time now: wall seconds over CPU seconds of recent steps
-    on threads at normal priority (other threads on the same cores, a CPU quota's throttling).
+    on one lane's threads (other threads on the same cores, higher priorities first, a CPU quota's
+    throttling).
 
     Both figures are exponentially weighted: the mean, and a running estimate of the CONTENTION_QUANTILE
     (each step moves it up when the step was stretched more, down otherwise, by steps that balance at
@@ -108,6 +114,11 @@ class Contention:
     """Recent wall / CPU, at least 1."""
     high: float = 1.0
     """The stretch recent steps stayed under CONTENTION_QUANTILE of the time."""
+
+    @classmethod
+    def expecting(cls, stretch: float) -> Contention:
+        """A lane whose steps are expected to stretch `stretch` times until measured."""
+        return cls(mean=stretch, high=stretch)
 
     def observe(self, wall_s: float, cpu_s: float) -> None:
         """A step took `wall_s` on the clock and `cpu_s` of CPU."""
@@ -129,29 +140,45 @@ class StepEstimate:
     cpu_s: float = 0.0
     """Expected CPU seconds."""
     wall_s: float = 0.0
-    """Wall seconds it stays under nearly always on a thread at normal priority, as the cores are shared now."""
+    """Wall seconds it takes on an urgent thread, as the cores are shared now (its high CPU estimate, stretched)."""
     lead_s: float = 0.0
     """How long before its deadline it must start: `wall_s` plus what must follow it before the
     listener has the audio (the next worker's step, the hops)."""
+    background_wall_s: float = 0.0
+    """Wall seconds it takes on a background thread nearly always, as the background lane is stretched now."""
 
     @property
     def background_lead_s(self) -> float:
-        """The same on a thread at the background priority, where the step may run BACKGROUND_SLOWDOWN
-        times slower when urgent work holds the cores."""
-        return self.lead_s - self.wall_s + self.cpu_s * BACKGROUND_SLOWDOWN
+        """The lead on a background thread: how long before its deadline a background thread must take it."""
+        return self.lead_s - self.wall_s + max(self.background_wall_s, self.wall_s)
 
 
 NO_ESTIMATE: Final = StepEstimate()
 
 
 class CostModel:
-    """One worker's stages: a `LinearCost` each, and the contention of its urgent threads. Thread-safe:
-    the inference threads observe, the event loop estimates."""
+    """One worker's stages: a `LinearCost` each, and the contention of each lane of its threads
+    (libs.scheduling.executor: urgent, first audio, background). Thread-safe: the inference threads
+    observe, the event loop estimates."""
 
-    def __init__(self, stages: Iterable[str]) -> None:
+    def __init__(self, stages: Iterable[str], budget_cores: float = 1.0) -> None:
+        """`budget_cores`: the CPU the worker may use; below one core no step runs faster than that
+        share of a core (a quota of half a core stretches every step at least twice)."""
         self._costs = {stage: LinearCost() for stage in stages}
-        self.contention = Contention()
+        self.min_stretch = 1.0 / min(1.0, max(budget_cores, 1e-3))
+        """The least any step is stretched, by the budget alone."""
+        self.lanes = {
+            URGENT_LANE: Contention.expecting(self.min_stretch),
+            FIRST_AUDIO_LANE: Contention.expecting(self.min_stretch),
+            # Before a background step is measured: one urgent thread on its core.
+            BACKGROUND_LANE: Contention.expecting(self.min_stretch * BACKGROUND_SLOWDOWN),
+        }
         self._lock = threading.Lock()
+
+    @property
+    def contention(self) -> Contention:
+        """The urgent lane's: what a playing listener's step at normal priority meets."""
+        return self.lanes[URGENT_LANE]
 
     @property
     def stages(self) -> Mapping[str, LinearCost]:
@@ -163,25 +190,33 @@ class CostModel:
         """Whether every stage has seen at least one step."""
         return all(cost.observations for cost in self._costs.values())
 
-    def observe(self, stage: str, units: float, cpu_s: float, wall_s: float | None = None) -> None:
-        """A `stage` step of `units` took `cpu_s` of CPU (and `wall_s` on the clock, when it ran at
-        normal priority: only those tell how urgent work is stretched)."""
+    def observe(self, stage: str, units: float, cpu_s: float, wall_s: float | None = None, lane: str = URGENT_LANE) -> None:
+        """A `stage` step of `units` took `cpu_s` of CPU, and `wall_s` on the clock on a thread of `lane`
+        (None: not timed on a lane, e.g. at start-up)."""
         with self._lock:
             self._costs[stage].observe(units, cpu_s)
-            if wall_s is not None:
-                self.contention.observe(wall_s, cpu_s)
+            if wall_s is not None and lane in self.lanes:
+                self.lanes[lane].observe(wall_s, cpu_s)
 
     def cpu_s(self, stage: str, units: float) -> float:
         """Expected CPU seconds of a `stage` step of `units`."""
         return self._costs[stage].predict(units)
 
-    def wall_s(self, stage: str, units: float) -> float:
-        """Wall seconds a `stage` step of `units` stays under nearly always, at normal priority, now."""
+    def wall_s(self, stage: str, units: float, lane: str = URGENT_LANE) -> float:
+        """Wall seconds a `stage` step of `units` takes on a thread of `lane` now: its high CPU estimate
+        stretched by the lane's mean contention (the spread is counted once, in the CPU)."""
         with self._lock:
-            return self._costs[stage].predict_high(units) * self.contention.high
+            return self._costs[stage].predict_high(units) * max(self.lanes[lane].mean, self.min_stretch)
 
-    def estimate(self, stage: str, units: float, after_s: float = 0.0) -> StepEstimate:
+    def estimate(self, stage: str, units: float, after_s: float = 0.0, first_audio: bool = False) -> StepEstimate:
         """The estimate of a `stage` step of `units` followed by `after_s` of other work before its
-        listener has the audio."""
-        wall_s = self.wall_s(stage, units)
-        return StepEstimate(cpu_s=self.cpu_s(stage, units), wall_s=wall_s, lead_s=wall_s + max(0.0, after_s))
+        listener has the audio (a first audio's, on its own lane, when `first_audio`)."""
+        with self._lock:
+            cpu_high = self._costs[stage].predict_high(units)
+            lane = self.lanes[FIRST_AUDIO_LANE if first_audio else URGENT_LANE]
+            wall_s = cpu_high * max(lane.mean, self.min_stretch)
+            # A background step must be in time nearly always: by the lane's high stretch.
+            background_s = cpu_high * self.lanes[BACKGROUND_LANE].high
+        return StepEstimate(
+            cpu_s=self.cpu_s(stage, units), wall_s=wall_s, lead_s=wall_s + max(0.0, after_s), background_wall_s=background_s
+        )

@@ -6,15 +6,22 @@ latest start is the deadline less its lead. The threads take:
 
 - a playing listener's step once its latest start is closer than the first audio at the head of the
   queue takes to run (it would otherwise be late behind it);
-- otherwise a stream's first audio, in arrival order: a listener that has heard nothing is waiting,
-  one that holds audio loses nothing by waiting;
+- otherwise a stream's first audio, by when its listener asked (each stream's steps through before
+  the next stream's): a listener that has heard nothing is waiting, one that holds audio loses
+  nothing by waiting;
 - otherwise the playing step that must start first.
 
-With lanes, urgent threads run at the process's own priority and take first audios and steps that
-must start soon; background threads run at a lower OS priority and take only steps that would still
-be in time at that priority when urgent work holds every core. The cores are shared with other
-processes (the other worker, the gateway), and the OS knows nothing of deadlines: without lanes,
-one worker making audio ahead of need would take a core from another worker's first audio.
+With lanes, each kind of work has threads of its own at its own OS priority, because the cores are
+shared with other processes (the other worker, the gateway) and the kernel knows nothing of
+deadlines, only of nice values, which it weighs across processes alike:
+
+- urgent threads, at the process's own priority, take playing listeners' steps that must start now;
+- first-audio threads, at FIRST_AUDIO_NICE, take first audios: a listener about to run dry in the
+  other worker outranks them;
+- background threads, at BACKGROUND_NICE, take only steps still in time at that priority: audio
+  made ahead of need uses what the rest leaves.
+
+Without first-audio threads the urgent threads take first audios too, by the rule above.
 
 Order changes only when a step runs, never what it computes, so audio stays bit-identical however
 streams are interleaved.
@@ -34,10 +41,15 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from libs.scheduling.costs import NO_ESTIMATE, StepEstimate
+from libs.scheduling.costs import BACKGROUND_LANE, FIRST_AUDIO_LANE, NO_ESTIMATE, URGENT_LANE, StepEstimate
 
 BACKGROUND_NICE: Final = 10
 """The OS nice value of background threads (libs.scheduling.costs.BACKGROUND_SLOWDOWN is what it costs them)."""
+FIRST_AUDIO_NICE: Final = 5
+"""The OS nice value of first-audio threads: the kernel's weight for nice 5 is 335 against 1024 for an
+urgent thread (which gets three quarters of a core shared with one) and 110 for a background one."""
+URGENT, FIRST_AUDIO, BACKGROUND = URGENT_LANE, FIRST_AUDIO_LANE, BACKGROUND_LANE
+LANE_NICE: Final = {URGENT: 0, FIRST_AUDIO: FIRST_AUDIO_NICE, BACKGROUND: BACKGROUND_NICE}
 MAX_IDLE_WAIT_S: Final = 60.0
 """The longest an urgent thread sleeps before looking at the queue again (a wait may not exceed what the OS takes)."""
 
@@ -65,11 +77,9 @@ RunObserver = Callable[[bool, float, float], None]
 _lane = threading.local()
 
 
-def on_normal_priority() -> bool:
-    """Whether the calling thread runs at the process's own priority (an urgent thread, a thread of an
-    executor without lanes, or any other thread): only such a step's wall time tells how the cores
-    stretch urgent work."""
-    return getattr(_lane, "normal_priority", True)
+def current_lane() -> str:
+    """The lane of the calling thread (URGENT for a thread of an executor without lanes, or any other)."""
+    return getattr(_lane, "name", URGENT)
 
 
 class DeadlineExecutor(Executor):
@@ -88,18 +98,21 @@ class DeadlineExecutor(Executor):
         on_run: RunObserver | None = None,
         by_deadline: bool = True,
         urgent_threads: int = 0,
-        background_nice: int = BACKGROUND_NICE,
+        first_audio_threads: int = 0,
     ) -> None:
+        """`threads` run everything without lanes, or are the background lane with them
+        (`urgent_threads` > 0, and `first_audio_threads` for a lane of first audios of their own)."""
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
-        if urgent_threads < 0:
-            raise ValueError(f"urgent_threads must not be negative, got {urgent_threads}")
+        if urgent_threads < 0 or first_audio_threads < 0:
+            raise ValueError(f"lanes cannot have a negative number of threads, got {urgent_threads} and {first_audio_threads}")
         self.threads = threads
         self.urgent_threads = urgent_threads
         self.by_deadline = by_deadline
         self.on_run = on_run
         self._lanes = by_deadline and urgent_threads > 0
-        self._background_nice = background_nice if self._lanes else 0
+        self._first_lane = self._lanes and first_audio_threads > 0
+        self.first_audio_threads = first_audio_threads if self._first_lane else 0
         self._playing: list[_Call] = []
         self._first: list[_Call] = []
         self._order = itertools.count()
@@ -108,12 +121,12 @@ class DeadlineExecutor(Executor):
         self._queued_cpu_s = 0.0
         self.completed = 0
         """Calls run so far: a worker whose steps wait in its queue is busy, not hung, while this moves."""
-        lanes = [(False, index) for index in range(threads)]
+        lanes = [(BACKGROUND if self._lanes else URGENT, index) for index in range(threads)]
         if self._lanes:
-            lanes += [(True, index) for index in range(urgent_threads)]
+            lanes += [(URGENT, index) for index in range(urgent_threads)]
+            lanes += [(FIRST_AUDIO, index) for index in range(self.first_audio_threads)]
         self._workers = [
-            threading.Thread(target=self._work, args=(urgent,), name=f"{name}_{'urgent' if urgent else 'step'}_{index}", daemon=True)
-            for urgent, index in lanes
+            threading.Thread(target=self._work, args=(lane,), name=f"{name}_{lane}_{index}", daemon=True) for lane, index in lanes
         ]
         for worker in self._workers:
             worker.start()
@@ -146,16 +159,21 @@ class DeadlineExecutor(Executor):
         *args: Any,
         first_audio: bool = False,
         estimate: StepEstimate = NO_ESTIMATE,
+        rank_s: float | None = None,
         **kwargs: Any,
     ) -> Future:
         """Queue `fn(*args, **kwargs)`, due at `deadline_s` and expected to take `estimate`;
-        `first_audio` for a step of a stream whose listener has heard nothing yet."""
+        `first_audio` for a step of a stream that is starting, ranked among first audios by `rank_s`
+        (when its listener asked; default `deadline_s`)."""
         future: Future = Future()
         if not self.by_deadline:
             deadline_s, first_audio = time.monotonic(), False
         elif math.isnan(deadline_s):  # it would break the heap's order
             deadline_s = time.monotonic()
-        call = _Call(deadline_s - estimate.lead_s, next(self._order), deadline_s, estimate, future, fn, args, kwargs)
+        # First audios are all overdue: they go by when their listener asked (one stream's first audio
+        # through before the next's), not by latest start, which would run every plan before any chunk.
+        start_by_s = (deadline_s if rank_s is None or math.isnan(rank_s) else rank_s) if first_audio else deadline_s - estimate.lead_s
+        call = _Call(start_by_s, next(self._order), deadline_s, estimate, future, fn, args, kwargs)
         with self._condition:
             if self._shut_down:
                 raise RuntimeError("cannot schedule new calls after shutdown")
@@ -185,9 +203,9 @@ class DeadlineExecutor(Executor):
         self._queued_cpu_s = max(0.0, self._queued_cpu_s - call.estimate.cpu_s)
         return call
 
-    def _take(self, urgent: bool) -> tuple[_Call | None, float | None]:
-        """(the call this thread runs next, or None; how long to wait before looking again, or None
-        for "until woken"). Called with the lock held."""
+    def _take(self, lane: str) -> tuple[_Call | None, float | None]:
+        """(the call a thread of `lane` runs next, or None; how long to wait before looking again, or
+        None for "until woken"). Called with the lock held."""
         now = time.monotonic()
         playing, first = self._playing, self._first
         if not self._lanes:
@@ -196,30 +214,38 @@ class DeadlineExecutor(Executor):
             if playing and playing[0].start_by_s <= now + first[0].estimate.wall_s:
                 return self._pop(playing), None
             return self._pop(first), None
-        if not urgent:  # the background lane: only what is still in time at the background priority
+        if lane == FIRST_AUDIO:
+            return (self._pop(first) if first else None), None
+        if lane == BACKGROUND:  # only what is still in time at the background priority
             if playing and playing[0].background_start_by_s > now:
                 return self._pop(playing), None
             return None, None  # an urgent thread takes it; woken by the next submit
-        if first and not (playing and playing[0].start_by_s <= now + first[0].estimate.wall_s):
+        if first and not self._first_lane and not (playing and playing[0].start_by_s <= now + first[0].estimate.wall_s):
             return self._pop(first), None
         if not playing:
             return None, None
         top = playing[0]
+        if top.start_by_s <= now:  # due: it would be late behind anything else
+            return self._pop(playing), None
+        if first and self._first_lane:
+            # First audios wait: the cores are theirs until a playing step is due (a step taken
+            # early here would run at a priority above theirs).
+            return None, min(top.start_by_s - now, MAX_IDLE_WAIT_S)
         if top.background_start_by_s <= now:
             return self._pop(playing), None
         # A background thread may still take it in time; if none does, it becomes urgent then.
         return None, min(top.background_start_by_s - now, MAX_IDLE_WAIT_S)
 
-    def _work(self, urgent: bool) -> None:
-        if not urgent and self._background_nice:
+    def _work(self, lane: str) -> None:
+        if LANE_NICE[lane]:
             with contextlib.suppress(OSError):  # raising one's own nice value never needs a privilege
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self._background_nice)
-        normal_priority = urgent or not self._lanes
-        _lane.normal_priority = normal_priority
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + LANE_NICE[lane])
+        normal_priority = lane == URGENT
+        _lane.name = lane
         while True:
             with self._condition:
                 while True:
-                    call, wait_s = self._take(urgent)
+                    call, wait_s = self._take(lane)
                     if call is not None or self._shut_down:
                         break
                     self._condition.wait(wait_s)

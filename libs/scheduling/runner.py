@@ -15,7 +15,7 @@ from concurrent.futures import Executor
 from typing import Any, Final, TypeVar
 
 from libs.scheduling.costs import CostModel
-from libs.scheduling.executor import DeadlineExecutor, on_normal_priority
+from libs.scheduling.executor import DeadlineExecutor, current_lane
 from libs.telemetry.metrics import WorkerMetrics
 from libs.telemetry.tracing import step_span
 
@@ -46,6 +46,7 @@ class StepRunner:
         *args: Any,
         deadline_s: float | None = None,
         first_audio: bool = False,
+        starting: bool | None = None,
         after_s: float = 0.0,
         span: str | None = None,
         span_attributes: Mapping[str, Any] | None = None,
@@ -54,7 +55,9 @@ class StepRunner:
         """`function(*args)` on the executor, as a model step of `stage` and size `units`.
 
         `deadline_s` (`time.monotonic()`; None: now) is when its listener needs the audio, and
-        `after_s` what must follow the step before then; `first_audio` marks a step of a stream whose
+        `after_s` what must follow the step before then; `starting` (default `first_audio`) a step that
+        goes with first audios (libs.scheduling.stream.StreamPlayback.starting); `first_audio` marks, for
+        the metrics, a step of a stream whose
         listener has heard nothing yet. `span` names a span around the step (child of the caller's
         current span); `on_start` is called on the executor thread with the `time.perf_counter()`
         at which the step starts.
@@ -76,12 +79,13 @@ class StepRunner:
                 self._metrics.observe_step(stage, started_s - submitted_s, wall_s, batched)
                 if not batched:
                     self._metrics.observe_step_cpu(stage, first_audio, cpu_s)
-                    self.costs.observe(stage, units, cpu_s, wall_s if on_normal_priority() else None)
+                    self.costs.observe(stage, units, cpu_s, wall_s, current_lane())
 
         if isinstance(self.executor, DeadlineExecutor):
-            estimate = self.costs.estimate(stage, units, after_s)
+            starting = first_audio if starting is None else starting
+            estimate = self.costs.estimate(stage, units, after_s, starting)
             due_s = time.monotonic() if deadline_s is None else deadline_s
-            return await asyncio.wrap_future(self.executor.submit_by(due_s, timed, first_audio=first_audio, estimate=estimate))
+            return await asyncio.wrap_future(self.executor.submit_by(due_s, timed, first_audio=starting, estimate=estimate))
         return await asyncio.get_running_loop().run_in_executor(self.executor, timed)
 
     def steps_done(self) -> int:

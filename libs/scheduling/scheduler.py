@@ -3,6 +3,7 @@ and the runner that ties them together; and what the worker tells its gateways a
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor
@@ -10,12 +11,14 @@ from concurrent.futures import Executor
 from libs.pb.tts.common.v1 import load_pb2
 from libs.scheduling.calibration import Calibration, calibrate
 from libs.scheduling.capacity import SharedCapacity
-from libs.scheduling.costs import CostModel
+from libs.scheduling.costs import FIRST_AUDIO_LANE, CostModel
 from libs.scheduling.executor import DeadlineExecutor
 from libs.scheduling.runner import StepRunner
 from libs.scheduling.stream import VocoderPacing
 from libs.telemetry.metrics import WorkerMetrics
 from libs.voice.calibration import STAGE_CHUNK, STAGE_PLAN, CalibrationStep
+
+_log = logging.getLogger(__name__)
 
 STAGES = {"acoustic": (STAGE_PLAN, STAGE_CHUNK), "vocoder": (STAGE_CHUNK,)}
 """The cost model's stages of each worker kind."""
@@ -34,8 +37,8 @@ class Scheduler:
     ) -> None:
         self.kind = kind
         self.executor = executor
-        self.costs = CostModel(STAGES[kind])
         self.capacity = capacity or SharedCapacity(kind)
+        self.costs = CostModel(STAGES[kind], self.capacity.budget.cores)
         self.runner = StepRunner(executor, metrics, self.costs, batched)
         self.pacing: VocoderPacing | None = None
         """A vocoder's pacing, once its engine is loaded (libs.scheduling.stream.VocoderPacing)."""
@@ -50,11 +53,22 @@ class Scheduler:
         threads = max(1, min(math.ceil(self.capacity.budget.cores), lanes))
         result = calibrate(self.costs, self.capacity.cost, workload, threads)
         self.capacity.publish()
+        _log.info("calibrated costs: %s", self.describe())
         return result
 
     def produced(self, audio_s: float) -> None:
         """The worker made `audio_s` of a listener's audio."""
-        self.capacity.produced(audio_s)
+        if self.capacity.produced(audio_s):
+            _log.info("costs now: %s; %.4f CPU s per audio s, capacity %.1f listeners", self.describe(), self.capacity.cost.cpu_s_per_audio_s, self.capacity.streams())
+
+    def describe(self) -> str:
+        """The cost model in a line, for the log."""
+        parts = [
+            f"{stage} {cost.fixed_s * 1000:.2f} ms + {cost.per_unit_s * 1000:.4f} ms/unit (sd {cost.relative_sd:.2f})"
+            for stage, cost in self.costs.stages.items()
+        ]
+        parts += [f"{lane} lane stretch {contention.mean:.2f} (high {contention.high:.2f})" for lane, contention in self.costs.lanes.items()]
+        return ", ".join(parts)
 
     def behind_s(self) -> float:
         """How late the most urgent waiting step already is for its start (0: none is)."""
@@ -78,10 +92,11 @@ class Scheduler:
             queued_cpu_s=getattr(self.executor, "queued_cpu_s", 0.0),
         )
         if self.first_step_units and costs.stages[STAGE_CHUNK].observations:
-            load.first_step_ms = 1000.0 * costs.wall_s(STAGE_CHUNK, self.first_step_units)
+            load.first_step_ms = 1000.0 * costs.wall_s(STAGE_CHUNK, self.first_step_units, FIRST_AUDIO_LANE)
         if self.kind == "acoustic" and costs.calibrated:
+            # A first sentence's plan runs on the first-audio lane: its stretch is the one that counts.
             plan = costs.stages[STAGE_PLAN]
-            stretch = costs.wall_s(STAGE_PLAN, 1.0) / max(plan.predict(1.0), 1e-12)
+            stretch = costs.wall_s(STAGE_PLAN, 1.0, FIRST_AUDIO_LANE) / max(plan.predict(1.0), 1e-12)
             load.plan_fixed_ms = 1000.0 * plan.fixed_s * stretch
             load.plan_per_id_ms = 1000.0 * plan.per_unit_s * stretch
 

@@ -57,6 +57,10 @@ class VocoderPacing:
             return DEFAULT_PACING
         return cls(lag_frames=int(message.lag_frames), schedule=schedule)
 
+    def first_audio_frames(self) -> int:
+        """Frames of audio a sentence's first vocoder step makes: its frames less the lag."""
+        return max(0, self.schedule.chunk_frames(0) - self.lag_frames)
+
     def frames_out(self, mel_frames: int, total_frames: int) -> int:
         """Frames of a sentence's audio the vocoder can have made once its first `mel_frames` of mel
         are in: whole steps only, each trailing its mel by `lag_frames`; the sentence's last step
@@ -85,16 +89,31 @@ class StreamPlayback:
     nothing; -inf for a stream that opened on a playing listener (a resumed one)."""
     made_s: float = 0.0
     """Audio made since (seconds)."""
+    startup_audio_s: float = 0.0
+    """Audio a just-started listener holds while its stream is still starting: what the vocoder's first
+    step makes, less than a step's worth of audio (`VocoderPacing.first_audio_frames`)."""
+    asked_s: float = math.nan
+    """When its listener asked, by its first request's slack (this worker's clock): how a starting
+    stream ranks among first audios."""
 
     @classmethod
-    def opening(cls, first_audio: bool) -> StreamPlayback:
-        """A stream whose first request starts its audio (`first_audio`) or continues a playing listener's."""
-        return cls(None if first_audio else float("-inf"))
+    def opening(cls, first_audio: bool, startup_audio_s: float = 0.0) -> StreamPlayback:
+        """A stream whose first request starts its audio (`first_audio`) or continues a playing
+        listener's; a starting one stays starting until it has made more than `startup_audio_s`."""
+        return cls(None if first_audio else float("-inf"), startup_audio_s=startup_audio_s if first_audio else 0.0)
 
     @property
     def first_audio(self) -> bool:
         """True while the stream's listener has heard nothing."""
         return self.started_s is None
+
+    @property
+    def starting(self) -> bool:
+        """True while the stream is starting: its listener has heard nothing, or only the first step's
+        audio, which lasts less than the next step takes while other first audios wait. Its steps go
+        with first audios, in the order the listeners asked, so a listener that heard its first words
+        hears the next ones before a later listener's first."""
+        return self.started_s is None or (self.started_s != float("-inf") and self.made_s <= self.startup_audio_s + 1e-9)
 
     def deadline(self, received_s: float, playback_slack_ms: float) -> PlaybackDeadline:
         """The deadline of a request that arrived at `received_s` with `playback_slack_ms` of slack
@@ -104,7 +123,10 @@ class StreamPlayback:
                 f"playback_slack_ms is {playback_slack_ms}; send a finite number of milliseconds (the audio the "
                 "listener holds before this request's audio, negative when overdue)"
             )
-        return PlaybackDeadline(received_s + float(playback_slack_ms) / 1000.0, self)
+        due_s = received_s + float(playback_slack_ms) / 1000.0
+        if math.isnan(self.asked_s):
+            self.asked_s = due_s
+        return PlaybackDeadline(due_s, self)
 
     def made(self, audio_s: float, done_s: float | None = None) -> None:
         """A step done at `done_s` (now by default) made `audio_s` of the listener's audio."""
@@ -124,9 +146,14 @@ class PlaybackDeadline:
 
     @property
     def first_audio(self) -> bool:
-        """True while the stream's listener has heard nothing: the step goes before others that are
-        not about to run dry (libs.scheduling.executor)."""
+        """True while the stream's listener has heard nothing."""
         return self.stream.first_audio
+
+    @property
+    def starting(self) -> bool:
+        """True while the stream is starting (`StreamPlayback.starting`): the step goes with first
+        audios, before steps not about to run dry (libs.scheduling.executor)."""
+        return self.stream.starting
 
     @property
     def at_s(self) -> float:

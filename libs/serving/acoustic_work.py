@@ -40,7 +40,9 @@ class AcousticWork:
         playback: StreamPlayback | None = None
         async for request, received_s in requests:
             if playback is None:
-                playback = StreamPlayback.opening(request.sentence_index == 0 and request.start_frame == 0)
+                pacing = VocoderPacing.from_message(request.vocoder_pacing if request.HasField("vocoder_pacing") else None)
+                startup_s = pacing.first_audio_frames() * engine.hop_length / engine.sample_rate_hz
+                playback = StreamPlayback.opening(request.sentence_index == 0 and request.start_frame == 0, startup_s)
             deadline = playback.deadline(received_s, request.playback_slack_ms)
             self._sentences_in_progress += 1
             try:
@@ -92,6 +94,8 @@ class AcousticWork:
                 first_sentence,
                 deadline_s=deadline.at_s,
                 first_audio=deadline.first_audio,
+                starting=deadline.starting,
+                    rank_s=deadline.stream.asked_s,
                 after_s=costs.wall_s(STAGE_CHUNK, self._scheduler.first_step_units),
                 span=tracing.SPAN_ACOUSTIC_PLAN,
                 span_attributes={tracing.ATTR_SENTENCE_INDEX: request.sentence_index, tracing.ATTR_PHONEME_COUNT: len(phoneme_ids)},
@@ -115,7 +119,17 @@ class AcousticWork:
         for units in step_units(engine.step_frames(plan.frame_count), engine.lag_frames, request.start_frame):
             chunk = None
             async for chunk in with_heartbeats(
-                runner.run(STAGE_CHUNK, units, next, chunks, None, deadline_s=deadline.at_s, first_audio=deadline.first_audio),
+                runner.run(
+                    STAGE_CHUNK,
+                    units,
+                    next,
+                    chunks,
+                    None,
+                    deadline_s=deadline.at_s,
+                    first_audio=deadline.first_audio,
+                    starting=deadline.starting,
+                    rank_s=deadline.stream.asked_s,
+                ),
                 runner.steps_done,
             ):
                 if chunk is None:
@@ -150,9 +164,10 @@ class AcousticWork:
     def _plan(self, engine: Any, phoneme_ids: list[int], params: Any, seed: int, first_sentence: bool) -> Any:
         """`engine.plan` on an inference thread. A client waits for a first sentence's first audio:
         when nothing else is in progress here as the step starts (not when it was queued: in a burst
-        the first request arrives alone), the text side gets every core. A later sentence has the
-        playback of the earlier ones as slack."""
-        return engine.plan(phoneme_ids, params, seed, first_sentence and self._sentences_in_progress == 1)
+        the first request arrives alone) and the budget has two cores or more, the text side gets
+        every core. A later sentence has the playback of the earlier ones as slack."""
+        wide = first_sentence and self._sentences_in_progress == 1 and self._scheduler.capacity.budget.cores >= 2
+        return engine.plan(phoneme_ids, params, seed, wide)
 
 
 def step_units(widths: list[int], lag_frames: int, start_frame: int) -> list[int]:

@@ -42,7 +42,8 @@ class VocoderWork:
         anchor = request.slices[0]
         if self._playback is None:
             first_audio = anchor.sentence_index == 0 and anchor.first_frame == 0 and not request.context_only
-            self._playback = StreamPlayback.opening(first_audio)
+            first_frames = self._engine.schedule.chunk_frames(0) - self._engine.lag_frames
+            self._playback = StreamPlayback.opening(first_audio, max(0, first_frames) * self._frame_s)
         deadline = self._playback.deadline(arrived_s, request.playback_slack_ms)
         anchor_s = max(0, anchor.first_frame - self._engine.lag_frames) * self._frame_s
         runner = self._scheduler.runner
@@ -57,6 +58,8 @@ class VocoderWork:
                         session.step,
                         deadline_s=self._due(session, anchor.sentence_index, deadline, anchor_s),
                         first_audio=deadline.first_audio,
+                        starting=deadline.starting,
+                        rank_s=deadline.stream.asked_s,
                         on_start=lambda started_s: self._metrics.mel_queue_seconds.observe(started_s - received_s),
                     ),
                     runner.steps_done,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -13,6 +14,8 @@ from typing import Any, Final, Protocol
 import grpc
 from prometheus_client import CollectorRegistry
 
+from libs.scheduling.budget import CpuBudget
+from libs.scheduling.capacity import SharedCapacity
 from libs.scheduling.executor import DeadlineExecutor
 from libs.scheduling.scheduler import Scheduler
 from libs.serving.admission import Admission, AdmissionSettings
@@ -26,9 +29,11 @@ _log = logging.getLogger(__name__)
 # The vocoder's steps are the heaviest: two side by side keep both cores busy whenever the acoustic
 # worker idles.
 DEFAULT_INFERENCE_THREADS: Final[Mapping[str, int]] = {"acoustic": 1, "vocoder": 2}
-# Urgent threads take first audios and steps that must start soon at normal priority, the inference
-# threads what can wait at a lower one (libs.scheduling.executor).
+# Urgent threads take playing listeners' steps that must start now at normal priority, first-audio
+# threads first audios a little lower, the inference threads what can wait lower still
+# (libs.scheduling.executor): two of each lets two streams' steps of a kind run side by side.
 DEFAULT_URGENT_THREADS: Final[Mapping[str, int]] = {"acoustic": 2, "vocoder": 2}
+DEFAULT_FIRST_AUDIO_THREADS: Final[Mapping[str, int]] = {"acoustic": 2, "vocoder": 2}
 SCHEDULING_ORDERS: Final = ("deadline", "arrival")
 """How waiting model steps are ordered: earliest playback deadline first, or first come first served."""
 
@@ -55,7 +60,11 @@ class WorkerSettings:
 
     urgent_threads: int = setting(
         0, env="TTS_URGENT_THREADS", unit="count", minimum=0, by_service=DEFAULT_URGENT_THREADS,
-        doc="threads for first audios and steps due soon, at normal priority; the inference threads then run what can wait at a lower OS priority (0: one lane)",
+        doc="threads for playing listeners' steps that must start now, at normal priority; the inference threads then run what can wait at a lower OS priority (0: one lane)",
+    )  # fmt: skip
+    first_audio_threads: int = setting(
+        0, env="TTS_FIRST_AUDIO_THREADS", unit="count", minimum=0, by_service=DEFAULT_FIRST_AUDIO_THREADS,
+        doc="threads for first audios, at an OS priority between the urgent and the inference threads (0: the urgent threads take them)",
     )  # fmt: skip
 
     scheduling: str = setting(
@@ -69,28 +78,39 @@ class WorkerSettings:
         return max(self.inference_threads, self.max_batch)
 
 
-def inference_executor(settings: WorkerSettings) -> DeadlineExecutor:
+def inference_executor(settings: WorkerSettings, budget: CpuBudget | None = None) -> DeadlineExecutor:
     """The executor every engine call of a worker runs on, earliest playback deadline first.
 
     With one thread (the default), streams take turns chunk by chunk and the model's own intra-op
     parallelism (--threads) uses the cores; more threads let several streams' steps run side by
     side, which batching needs (a batch forms only from steps that are in flight together, so on a
-    GPU the batches are made of the steps with the earliest deadlines).
+    GPU the batches are made of the steps with the earliest deadlines). A lane has no more threads
+    than the CPU `budget` has cores: two steps sharing half a core both finish late, where one after
+    the other the first is on time.
     """
+    cores = max(1, math.ceil(budget.cores)) if budget is not None else None
+    urgent = settings.urgent_threads if cores is None else min(settings.urgent_threads, cores)
+    first = settings.first_audio_threads if cores is None else min(settings.first_audio_threads, cores)
     return DeadlineExecutor(
         settings.step_threads,
         name="inference",
         by_deadline=settings.scheduling == "deadline",
-        urgent_threads=settings.urgent_threads if settings.max_batch <= 1 else 0,
+        urgent_threads=urgent if settings.max_batch <= 1 else 0,
+        first_audio_threads=first,
     )
 
 
 def worker_scheduling(
-    kind: str, executor: DeadlineExecutor, settings: AdmissionSettings, metrics: WorkerMetrics, batched: Callable[[], bool]
+    kind: str,
+    executor: DeadlineExecutor,
+    settings: AdmissionSettings,
+    metrics: WorkerMetrics,
+    batched: Callable[[], bool],
+    budget: CpuBudget | None = None,
 ) -> tuple[Scheduler, Admission]:
-    """The worker's scheduler (cost model and capacity on `executor`) and its admission, with capacity,
-    demand and load exported in `metrics`."""
-    scheduler = Scheduler(kind, executor, metrics, batched=batched)
+    """The worker's scheduler (cost model and capacity on `executor`, with its CPU `budget`) and its
+    admission, with capacity, demand and load exported in `metrics`."""
+    scheduler = Scheduler(kind, executor, metrics, capacity=SharedCapacity(kind, budget), batched=batched)
     admission = Admission(settings, scheduler=scheduler)
     metrics.track_realtime(lambda: admission.capacity_audio_s_per_s, lambda: admission.demand_audio_s_per_s)
     return scheduler, admission

@@ -6,6 +6,7 @@ import sys
 from collections.abc import Callable
 
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
+from libs.scheduling.budget import read_cpu_budget
 from libs.scheduling.scheduler import Scheduler
 from libs.serving.server import run_service
 from libs.serving.worker import WorkerSettings, engine_settings, inference_executor, run_worker, worker_scheduling
@@ -36,9 +37,10 @@ def load_engine(settings: WorkerSettings, scheduler: Scheduler, on_batch: Callab
 async def serve(settings: WorkerServiceSettings) -> None:
     """Run the acoustic worker until SIGTERM/SIGINT."""
     metrics = AcousticMetrics()
-    executor = inference_executor(settings.worker)
+    budget = read_cpu_budget()
+    executor = inference_executor(settings.worker, budget)
     batched = settings.worker.max_batch > 1
-    scheduler, admission = worker_scheduling("acoustic", executor, settings.admission, metrics, lambda: batched)
+    scheduler, admission = worker_scheduling("acoustic", executor, settings.admission, metrics, lambda: batched, budget)
     servicer = AcousticServicer(default_registry().default.name, metrics, scheduler, admission)
     await run_worker(
         settings,

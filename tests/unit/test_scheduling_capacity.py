@@ -65,14 +65,20 @@ class _Clock:
         return self.now
 
 
-def test_cost_per_audio_second_is_measured_window_by_window() -> None:
-    cpu = _Clock()
-    cost = AudioCost(cpu_time=cpu)
+def test_cost_per_audio_second_is_measured_window_by_window_without_the_idle_time() -> None:
+    cpu, wall = _Clock(), _Clock()
+    cost = AudioCost(cpu_time=cpu, clock=wall)
     cost.calibrate(0.05)
+    cpu.now += 5.0  # start-up, health checks: no audio is being made
+    wall.now += 60.0
+    assert not cost.produced(WINDOW_AUDIO_S / 4)  # the window starts with the audio
     cpu.now += 0.2
-    assert not cost.produced(WINDOW_AUDIO_S / 2)  # half a window: no new figure yet
+    wall.now += 0.5
+    assert not cost.produced(WINDOW_AUDIO_S / 4)  # half a window: no new figure yet
+    cpu.now += 0.2
+    wall.now += 0.5
     assert cost.produced(WINDOW_AUDIO_S / 2)
-    assert cost.cpu_s_per_audio_s == pytest.approx(0.05 + 0.3 * (0.2 / WINDOW_AUDIO_S - 0.05))
+    assert cost.cpu_s_per_audio_s == pytest.approx(0.05 + 0.3 * (0.4 / WINDOW_AUDIO_S - 0.05))
     cpu.now -= 1.0  # a clock that fell (a child process replaced): the window says nothing
     before = cost.cpu_s_per_audio_s
     assert not cost.produced(WINDOW_AUDIO_S)

@@ -11,7 +11,7 @@ import pytest
 
 from bench.measure import playback_stalls
 from libs.scheduling.costs import StepEstimate
-from libs.scheduling.executor import BACKGROUND_NICE, DeadlineExecutor
+from libs.scheduling.executor import BACKGROUND_NICE, FIRST_AUDIO_NICE, DeadlineExecutor
 from libs.scheduling.stream import DEFAULT_VOCODER_LAG_FRAMES, StreamPlayback, VocoderPacing
 from libs.serving.admission import AdmissionSettings, refusal_reason
 from libs.synthesis.lookahead import Lookahead
@@ -133,9 +133,9 @@ def test_first_audios_go_before_playing_listeners_unless_one_is_about_to_run_dry
     assert [names[index] for index in order] == [
         "about to run dry", "first audio, waited 0.5 s", "first audio, waited 0.2 s", "well buffered"
     ]  # fmt: skip
-    # The same listener with a step cheap enough to wait for a first audio lets it go first.
+    # A listener whose step can start after the first audio's has run lets it go first.
     cheap = StepEstimate(cpu_s=0.001, wall_s=0.001, lead_s=0.001)
-    order = _run_order(True, [now + 0.15, now - 0.5], first_audio=frozenset({1}), estimates={0: cheap, 1: first})
+    order = _run_order(True, [now + 2.0, now - 0.5], first_audio=frozenset({1}), estimates={0: cheap, 1: first})
     assert order == [1, 0]
 
 
@@ -179,7 +179,7 @@ def test_with_lanes_what_can_wait_runs_at_a_lower_os_priority_and_urgent_work_ne
         # The urgent thread is busy; a call that would be late at the background priority (0.1 s of
         # CPU, ten times that there, due in 0.4 s) waits for it rather than run on the background thread.
         busy = executor.submit_by(time.monotonic(), gate.wait, first_audio=True)
-        due_soon = StepEstimate(cpu_s=0.1, wall_s=0.1, lead_s=0.1)
+        due_soon = StepEstimate(cpu_s=0.1, wall_s=0.1, lead_s=0.1, background_wall_s=1.0)
         due_now = executor.submit_by(time.monotonic() + 0.4, _lane_of_call, estimate=due_soon)
         time.sleep(0.1)
         assert not due_now.done()
@@ -228,8 +228,7 @@ def test_a_request_with_a_slack_that_is_not_a_number_is_refused() -> None:
 
 def test_a_call_becomes_urgent_as_its_deadline_nears() -> None:
     # With the background thread busy, a call that the background priority would still serve in time
-    # runs on the urgent thread once it would not (0.5 s - 0.03 s x ~10.3), without any other call
-    # waking the pool.
+    # runs on the urgent thread once it would not (0.5 s - 0.31 s), without any other call waking the pool.
     executor = DeadlineExecutor(1, urgent_threads=1)
     gate = threading.Event()
     try:
@@ -237,7 +236,9 @@ def test_a_call_becomes_urgent_as_its_deadline_nears() -> None:
         background = executor.submit_by(time.monotonic() + 10.0, lambda: (running.set(), gate.wait()))
         assert running.wait(5)
         started = time.monotonic()
-        soon = executor.submit_by(started + 0.5, _lane_of_call, estimate=StepEstimate(cpu_s=0.03, wall_s=0.03, lead_s=0.03))
+        soon = executor.submit_by(
+            started + 0.5, _lane_of_call, estimate=StepEstimate(cpu_s=0.03, wall_s=0.03, lead_s=0.03, background_wall_s=0.31)
+        )
         name, _ = soon.result(5)
         assert "urgent" in name and time.monotonic() - started >= 0.15
     finally:
@@ -399,6 +400,22 @@ def test_a_vocoder_step_is_due_by_where_its_own_audio_starts() -> None:
     assert early.at_offset_s(0.0) == pytest.approx(101.4)  # the audio made here lasts until then
 
 
+def test_a_first_audio_lane_runs_first_audios_beside_the_urgent_work_at_a_priority_between() -> None:
+    base_nice = os.getpriority(os.PRIO_PROCESS, 0)
+    executor = DeadlineExecutor(1, urgent_threads=1, first_audio_threads=1)
+    gate = threading.Event()
+    try:
+        now = time.monotonic()
+        busy = executor.submit_by(now, gate.wait, estimate=StepEstimate(cpu_s=1.0, wall_s=1.0, lead_s=1.0, background_wall_s=10.0))
+        first = executor.submit_by(now, _lane_of_call, first_audio=True)  # not behind the urgent thread's call
+        name, nice = first.result(5)
+        assert "first" in name and nice == min(19, base_nice + FIRST_AUDIO_NICE)
+        assert not busy.done()
+    finally:
+        gate.set()
+        executor.shutdown()
+
+
 def test_the_background_lane_takes_work_that_can_wait_once_the_urgent_top_is_taken() -> None:
     # The urgent thread is busy and an urgent call sits on top of the queue, with one that can wait
     # behind it: when the urgent thread takes its call, the background thread runs the other at once.
@@ -407,7 +424,9 @@ def test_the_background_lane_takes_work_that_can_wait_once_the_urgent_top_is_tak
     try:
         busy = executor.submit_by(time.monotonic(), gate.wait, first_audio=True)
         now = time.monotonic()
-        urgent = executor.submit_by(now + 0.3, lambda: time.sleep(0.5), estimate=StepEstimate(cpu_s=0.1, wall_s=0.1, lead_s=0.1))
+        urgent = executor.submit_by(
+            now + 0.3, lambda: time.sleep(0.5), estimate=StepEstimate(cpu_s=0.1, wall_s=0.1, lead_s=0.1, background_wall_s=1.0)
+        )
         later = executor.submit_by(now + 10.0, _lane_of_call)
         time.sleep(0.1)
         assert not later.done()  # the background thread does not pass the urgent top
