@@ -29,10 +29,12 @@ class CpuQuotaError(RuntimeError):
 
 
 class CpuQuota:
-    """A cgroup whose processes together get `cores` cores' worth of CPU (0.5: half a core)."""
+    """A cgroup whose processes together get `cores` cores' worth of CPU (0.5: half a core), or, with
+    `cores` None, no quota but the same top weight: for the benchmark's own client, which must not be
+    starved by the mesh it measures (a client on another machine would not be)."""
 
-    def __init__(self, cores: float, name: str | None = None, root: Path = CGROUP_ROOT) -> None:
-        if cores <= 0:
+    def __init__(self, cores: float | None, name: str | None = None, root: Path = CGROUP_ROOT) -> None:
+        if cores is not None and cores <= 0:
             raise ValueError(f"cores must be positive, got {cores}")
         self.cores = cores
         self._name = name or f"tts-bench-{os.getpid()}-{time.monotonic_ns()}"
@@ -41,7 +43,7 @@ class CpuQuota:
         self._v2 = False
 
     def __enter__(self) -> CpuQuota:
-        quota_us = max(1000, round(self.cores * PERIOD_US))
+        quota_us = -1 if self.cores is None else max(1000, round(self.cores * PERIOD_US))
         v1 = self._root / "cpu"
         if (v1 / "cpu.cfs_quota_us").exists():
             directory = v1 / self._name
@@ -59,7 +61,7 @@ class CpuQuota:
                 with contextlib.suppress(OSError):
                     (self._root / "cgroup.subtree_control").write_text("+cpu")
                 directory.mkdir()
-                (directory / "cpu.max").write_text(f"{quota_us} {PERIOD_US}")
+                (directory / "cpu.max").write_text(f"{'max' if quota_us < 0 else quota_us} {PERIOD_US}")
                 (directory / "cpu.weight").write_text(str(MAX_WEIGHT_V2))
             except OSError as error:
                 raise CpuQuotaError(f"cannot make a CPU quota under {self._root}: {error}") from error

@@ -102,17 +102,18 @@ def row_of(streams: int, results: Sequence[RequestResult], label: str = "") -> L
     )
 
 
-def first_audio_floor(streams: int, cpu_s: float, cores: int) -> list[float]:
+def first_audio_floor(streams: int, cpu_s: float, cores: float) -> list[float]:
     """When each of `streams` first audios could come at the earliest, if each costs `cpu_s` of CPU and
-    `cores` cores did nothing else from the moment all were asked for (seconds, earliest first): the
-    k-th waits for its own steps, one after another, and for k streams' steps shared by the cores.
-    Gateway work, hops and every started stream's next audio come on top."""
-    if cores < 1:
-        raise ValueError(f"cores must be at least 1, got {cores}")
-    return [max(cpu_s, index * cpu_s / cores) for index in range(1, streams + 1)]
+    `cores` cores (a fraction under a CPU quota) did nothing else from the moment all were asked for
+    (seconds, earliest first): the k-th waits for its own steps, one after another on at most one core,
+    and for k streams' steps shared by the cores. Gateway work, hops and every started stream's next
+    audio come on top."""
+    if cores <= 0:
+        raise ValueError(f"cores must be more than 0, got {cores}")
+    return [max(cpu_s / min(1.0, cores), index * cpu_s / cores) for index in range(1, streams + 1)]
 
 
-def with_first_audio_cost(row: LoadRow, first_audio_cpu_s: float, cores: int) -> LoadRow:
+def with_first_audio_cost(row: LoadRow, first_audio_cpu_s: float, cores: float) -> LoadRow:
     """`row` with what its first audios cost: `first_audio_cpu_s` in all, over the streams that heard audio."""
     heard = row.served
     if heard == 0:

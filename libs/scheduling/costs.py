@@ -33,8 +33,9 @@ QUANTILE_STEP: Final = 0.05
 BACKGROUND_SLOWDOWN: Final = 1134 / 110
 """How much longer a step takes on a thread at nice 10 than at nice 0 when both want the same core:
 the kernel's weights are 1024 for nice 0 and 110 for nice 10, so the low thread gets 110/1134. What a
-background step is expected to meet until the lane's own steps are measured (more urgent threads,
-or a quota, stretch it further)."""
+background step is expected to meet at the least (more urgent threads, or a quota, stretch it
+further, as the lane's own steps show): a background step is taken only while it would be in time
+even so, since once it runs at nice 10 nothing can hurry it when its deadline comes near."""
 URGENT_LANE, FIRST_AUDIO_LANE, BACKGROUND_LANE = "urgent", "first", "background"
 """The lanes of a worker's threads (libs.scheduling.executor), each stretched by contention of its own."""
 
@@ -215,8 +216,10 @@ class CostModel:
             cpu_high = self._costs[stage].predict_high(units)
             lane = self.lanes[FIRST_AUDIO_LANE if first_audio else URGENT_LANE]
             wall_s = cpu_high * max(lane.mean, self.min_stretch)
-            # A background step must be in time nearly always: by the lane's high stretch.
-            background_s = cpu_high * self.lanes[BACKGROUND_LANE].high
+            # A background step must be in time nearly always: by the lane's high stretch, and never
+            # less than a nice-10 thread against one busy urgent thread. A quiet spell lowers what the
+            # lane measures, and a step started then cannot speed up when the urgent threads wake.
+            background_s = cpu_high * max(self.lanes[BACKGROUND_LANE].high, self.min_stretch * BACKGROUND_SLOWDOWN)
         return StepEstimate(
             cpu_s=self.cpu_s(stage, units), wall_s=wall_s, lead_s=wall_s + max(0.0, after_s), background_wall_s=background_s
         )

@@ -18,8 +18,8 @@ deadlines, only of nice values, which it weighs across processes alike:
 - urgent threads, at the process's own priority, take playing listeners' steps that must start now;
 - first-audio threads, at FIRST_AUDIO_NICE, take first audios: a listener about to run dry in the
   other worker outranks them;
-- background threads, at BACKGROUND_NICE, take only steps still in time at that priority: audio
-  made ahead of need uses what the rest leaves.
+- background threads, at BACKGROUND_NICE, take only steps still in time at that priority, and none
+  while first audios wait: audio made ahead of need uses what the rest leaves.
 
 Without first-audio threads the urgent threads take first audios too, by the rule above.
 
@@ -217,7 +217,9 @@ class DeadlineExecutor(Executor):
         if lane == FIRST_AUDIO:
             return (self._pop(first) if first else None), None
         if lane == BACKGROUND:  # only what is still in time at the background priority
-            if playing and playing[0].background_start_by_s > now:
+            # Not while first audios wait: even at nice 10 the lane takes a share of the cores (and of
+            # their caches) from them, for audio nobody needs yet.
+            if playing and not first and playing[0].background_start_by_s > now:
                 return self._pop(playing), None
             return None, None  # an urgent thread takes it; woken by the next submit
         if first and not self._first_lane and not (playing and playing[0].start_by_s <= now + first[0].estimate.wall_s):

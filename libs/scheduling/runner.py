@@ -47,6 +47,7 @@ class StepRunner:
         deadline_s: float | None = None,
         first_audio: bool = False,
         starting: bool | None = None,
+        rank_s: float | None = None,
         after_s: float = 0.0,
         span: str | None = None,
         span_attributes: Mapping[str, Any] | None = None,
@@ -56,8 +57,8 @@ class StepRunner:
 
         `deadline_s` (`time.monotonic()`; None: now) is when its listener needs the audio, and
         `after_s` what must follow the step before then; `starting` (default `first_audio`) a step that
-        goes with first audios (libs.scheduling.stream.StreamPlayback.starting); `first_audio` marks, for
-        the metrics, a step of a stream whose
+        goes with first audios (libs.scheduling.stream.StreamPlayback.starting), ranked among them by
+        `rank_s` (when its listener asked); `first_audio` marks, for the metrics, a step of a stream whose
         listener has heard nothing yet. `span` names a span around the step (child of the caller's
         current span); `on_start` is called on the executor thread with the `time.perf_counter()`
         at which the step starts.
@@ -85,7 +86,7 @@ class StepRunner:
             starting = first_audio if starting is None else starting
             estimate = self.costs.estimate(stage, units, after_s, starting)
             due_s = time.monotonic() if deadline_s is None else deadline_s
-            return await asyncio.wrap_future(self.executor.submit_by(due_s, timed, first_audio=starting, estimate=estimate))
+            return await asyncio.wrap_future(self.executor.submit_by(due_s, timed, first_audio=starting, estimate=estimate, rank_s=rank_s))
         return await asyncio.get_running_loop().run_in_executor(self.executor, timed)
 
     def steps_done(self) -> int:

@@ -95,7 +95,7 @@ class AcousticWork:
                 deadline_s=deadline.at_s,
                 first_audio=deadline.first_audio,
                 starting=deadline.starting,
-                    rank_s=deadline.stream.asked_s,
+                rank_s=deadline.stream.asked_s,
                 after_s=costs.wall_s(STAGE_CHUNK, self._scheduler.first_step_units),
                 span=tracing.SPAN_ACOUSTIC_PLAN,
                 span_attributes={tracing.ATTR_SENTENCE_INDEX: request.sentence_index, tracing.ATTR_PHONEME_COUNT: len(phoneme_ids)},

@@ -56,16 +56,25 @@ class ResumableAcousticStream(ResumableCall):
         self._clock = clock
         self._sentence_index = 0
         self._next_frame = 0
+        self._model_version: str | None = None
+        """The model the attempts are counted for (only workers running it may answer)."""
+
+    def _attempts_for(self, model_version: str) -> None:
+        """Count attempts among the workers running `model_version`; kept while it stays the same, so
+        the attempt that opened the call ahead is the first sentence's first."""
+        if model_version != self._model_version:
+            self.attempts = self._pool.attempts(self.kind, model_version)
+            self._model_version = model_version
 
     async def open_for(self, model_version: str) -> None:
         """Open the call now on a worker running `model_version` (before the first sentence needs it)."""
-        self.attempts = self._pool.attempts(self.kind, model_version)
+        self._attempts_for(model_version)
         await self.ready()
 
     async def sentence(self, request: acoustic_pb2.SentenceRequest) -> AsyncIterator[list[mel_pb2.MelSlice]]:
         """The slices of the sentence `request` asks for, in order, exactly once each, a chunk at a time."""
         # Only workers running the model the cache key was made with may answer.
-        self.attempts = self._pool.attempts(self.kind, request.expected_model_version)
+        self._attempts_for(request.expected_model_version)
         self._sentence_index, self._next_frame = request.sentence_index, 0
         while True:
             try:

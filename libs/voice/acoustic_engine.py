@@ -287,7 +287,8 @@ class AcousticEngine(BatchedEngine):
 
         The flow and the mel head stream (libs.models.streaming): the first step takes the
         schedule's first chunk plus the network's lag of prior samples and gives that first chunk
-        of mel; each later step gives as many frames as it takes, the last one everything left.
+        of mel; each later step gives as many frames as it takes, the last one everything left (a
+        step that would leave only a few frames takes them: ChunkSchedule.step_ends).
         Each step is one job for the batcher (when batching is on): call `next` from the stream's
         own thread, and concurrent sentences share batched calls. A stream resumed at
         `start_frame` runs the same steps from the start and drops what comes before, so its mel is
@@ -301,9 +302,8 @@ class AcousticEngine(BatchedEngine):
             for start, end in self.schedule.bounds(total, start_frame):
                 yield whole[:, max(start, start_frame) : end]
             return
-        position, state, index = 0, None, 0
-        while position < total:
-            end = min(total, position + self.schedule.chunk_frames(index) + (self.lag_frames if index == 0 else 0))
+        position, state = 0, None
+        for end in self.schedule.step_ends(total, self.lag_frames):
             job = StepInput(
                 plan.z_p[0, :, position:end],
                 start=position,
@@ -313,7 +313,7 @@ class AcousticEngine(BatchedEngine):
                 g=None if plan.g is None else plan.g[0],
             )
             output = self._runtime.run(job)
-            state, position, index = output.state, end, index + 1
+            state, position = output.state, end
             first = output.first_position
             begin, stop = max(start_frame, first), min(total, first + output.values.shape[1])
             if stop > begin:
@@ -324,12 +324,8 @@ class AcousticEngine(BatchedEngine):
         step takes the network's lag on top of the schedule's first chunk): what each step costs by."""
         if self._network is None:
             return [end - start for start, end in self.schedule.bounds(total_frames)]
-        widths, position, index = [], 0, 0
-        while position < total_frames:
-            end = min(total_frames, position + self.schedule.chunk_frames(index) + (self.lag_frames if index == 0 else 0))
-            widths.append(end - position)
-            position, index = end, index + 1
-        return widths
+        ends = self.schedule.step_ends(total_frames, self.lag_frames)
+        return [end - start for start, end in zip([0, *ends], ends, strict=False)]
 
     def _step_batch(self, jobs: Sequence[StepInput]) -> list[StepOutput]:
         """Several sentences' steps; steps of similar sizes run as one padded call."""

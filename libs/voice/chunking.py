@@ -92,6 +92,25 @@ class ChunkSchedule:
         size = self.first_chunk_frames * self.growth**chunk_index
         return int(min(self.max_chunk_frames, size))
 
+    def step_ends(self, total_frames: int, lag_frames: int = 0) -> list[int]:
+        """Where each step of a streaming network ends in a sentence of `total_frames`: the first takes
+        the first chunk and the network's `lag_frames` of prior samples, each later one the next chunk.
+        A step that would leave less than half of the next chunk takes the rest too (within
+        `max_chunk_frames`): a step's fixed cost buys little for a few frames, and a short sentence's
+        first step then gives its listener the whole sentence at once. Fixed by the sentence's length
+        alone, so a resumed stream replays the very same steps."""
+        ends: list[int] = []
+        position = 0
+        while position < total_frames:
+            index = len(ends)
+            end = min(total_frames, position + self.chunk_frames(index) + (lag_frames if index == 0 else 0))
+            rest = total_frames - end
+            if 0 < rest < self.chunk_frames(index + 1) / 2 and end - position + rest <= self.max_chunk_frames + lag_frames:
+                end = total_frames
+            ends.append(end)
+            position = end
+        return ends
+
     def bounds(self, total_frames: int, start_frame: int = 0) -> list[tuple[int, int]]:
         """[start, end) of the chunks that cover frames start_frame..total_frames.
 

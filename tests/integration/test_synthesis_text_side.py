@@ -48,9 +48,9 @@ def _counting(pool: PhonemizerPool) -> list[str]:
     asked: list[str] = []
     sentences_of = pool.sentences
 
-    async def counting(spec, chunk, continues=False, lexicon=None):  # type: ignore[no-untyped-def]
+    async def counting(spec, chunk, *args, **kwargs):  # type: ignore[no-untyped-def]
         asked.append(chunk)
-        return await sentences_of(spec, chunk, continues, lexicon)
+        return await sentences_of(spec, chunk, *args, **kwargs)
 
     pool.sentences = counting  # type: ignore[method-assign]
     return asked

@@ -65,6 +65,8 @@ def test_the_first_audio_floor_is_the_cpu_of_every_earlier_first_audio_shared_by
     # A stream's own steps run one after another: two cores do not halve one stream's first audio.
     assert first_audio_floor(4, 0.04, 2) == pytest.approx([0.04, 0.04, 0.06, 0.08])
     assert first_audio_floor(3, 0.04, 1) == pytest.approx([0.04, 0.08, 0.12])
+    # Under a quota of half a core, even one stream's steps run at half speed.
+    assert first_audio_floor(2, 0.04, 0.5) == pytest.approx([0.08, 0.16])
     with pytest.raises(ValueError, match="cores"):
         first_audio_floor(4, 0.04, 0)
 

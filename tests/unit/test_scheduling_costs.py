@@ -98,5 +98,9 @@ def test_a_step_on_a_background_thread_needs_a_longer_lead_from_its_lanes_stretc
     for _ in range(200):  # a quota and three urgent threads: background steps stretch thirty times
         model.observe("chunk", 100, 0.01, wall_s=0.3, lane="background")
     assert model.estimate("chunk", 100).background_wall_s > 0.01 * 25
+    for _ in range(200):  # a quiet spell: background steps ran alone, unstretched
+        model.observe("chunk", 100, 0.01, wall_s=0.01, lane="background")
+    # A step taken in a quiet spell still needs the lead of one that the urgent threads will crowd.
+    assert model.estimate("chunk", 100).background_wall_s >= model.estimate("chunk", 100).wall_s * BACKGROUND_SLOWDOWN
     first = model.estimate("chunk", 100, first_audio=True)  # its own lane's stretch, not measured: none
     assert first.wall_s == pytest.approx(model.stages["chunk"].predict_high(100))

@@ -439,3 +439,23 @@ def test_the_background_lane_takes_work_that_can_wait_once_the_urgent_top_is_tak
     finally:
         gate.set()
         executor.shutdown()
+
+
+def test_the_background_lane_waits_while_first_audios_wait() -> None:
+    # The first-audio thread is busy and another first audio waits behind it: a step that could be made
+    # ahead waits too, and the background thread takes it once no first audio is left waiting.
+    executor = DeadlineExecutor(1, urgent_threads=1, first_audio_threads=1)
+    gate = threading.Event()
+    try:
+        busy = executor.submit_by(time.monotonic(), gate.wait, first_audio=True)
+        waiting = executor.submit_by(time.monotonic(), time.sleep, 0.01, first_audio=True)
+        ahead = executor.submit_by(time.monotonic() + 10.0, _lane_of_call)
+        time.sleep(0.2)
+        assert not ahead.done()
+        gate.set()
+        assert "background" in ahead.result(5)[0]
+        waiting.result(5)
+        busy.result(5)
+    finally:
+        gate.set()
+        executor.shutdown()
