@@ -72,6 +72,10 @@ class Mesh:
     max_client_share: float = 0.0
     """The gateway's --max-client-share. Off by default: tests and benchmarks stand for many clients
     from one loopback address, which the share would count as one."""
+    redis_url: str = ""
+    """A Redis of the caller's for the gateway (a cluster, say); empty: an embedded one is started."""
+    gateway_args: list[str] = field(default_factory=list)
+    """Extra flags for the gateway (`--redis-cluster true` with a cluster's `redis_url`)."""
 
     @property
     def gateway_address(self) -> str:
@@ -86,7 +90,8 @@ class Mesh:
         """Start everything and wait until each service reports SERVING."""
         self.secrets = ensure_local_secrets(self.log_dir / "secrets") if self.secure else None
         password = self.secrets.redis_password if self.secrets else ""
-        self.redis = EmbeddedRedis(EmbeddedRedisConfig(port=free_port(), maxmemory_mb=64, password=password)).start()
+        if not self.redis_url:
+            self.redis = EmbeddedRedis(EmbeddedRedisConfig(port=free_port(), maxmemory_mb=64, password=password)).start()
         try:
             acoustic = self._spawn("acoustic", self.secrets.service_args("acoustic") if self.secrets else [])
             vocoder = self._spawn("vocoder", self.secrets.service_args("vocoder") if self.secrets else [])
@@ -96,10 +101,11 @@ class Mesh:
                 [
                     "--acoustic", f"{self.zone}={acoustic.address}",
                     "--vocoder", f"{self.zone}={vocoder.address}",
-                    "--redis-url", f"redis://127.0.0.1:{self.redis.config.port}/0",
+                    "--redis-url", self.redis_url or f"redis://127.0.0.1:{self.redis.config.port}/0",  # type: ignore[union-attr]
                     "--http-port", str(self.http_port),
                     "--max-client-share", str(self.max_client_share),
                     *self.gateway_secret_args(),
+                    *self.gateway_args,
                 ],
             )  # fmt: skip
             deadline = time.monotonic() + timeout_s
