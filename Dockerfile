@@ -35,8 +35,11 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
 # --- deps-gpu: the same list, torch from PyPI: its Linux wheel is the CUDA build, with the CUDA
 # runtime, cuDNN and NCCL as pip packages (the node's NVIDIA driver comes in through the container
 # toolkit), so the base image needs no CUDA of its own. onnxruntime is the GPU build, the `gpu`
-# extra of pyproject.toml, listed in place of the CPU pin rather than installed over it (the two
-# packages share one module directory, so uninstalling either afterwards would break the other).
+# extra of pyproject.toml, listed in place of the CPU pin. piper-tts still depends on `onnxruntime`,
+# so pip brings the CPU build too, and the two packages share one module directory: whichever is
+# installed last owns it. Both are removed and the list installed again without dependencies, which
+# puts back onnxruntime-gpu alone (everything else is already there); the check after it fails the
+# build when the module has no CUDA provider.
 # Graphs built for a CUDA device run on its CUDA provider (libs/models/onnx_providers.py); the
 # engines on a GPU still run their text side and stream steps in torch (libs/voice/runtime.py).
 FROM ${PYTHON_IMAGE} AS deps-gpu
@@ -48,7 +51,10 @@ WORKDIR /build
 COPY pyproject.toml ./
 RUN python -c "import tomllib; project = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join([d for d in project['dependencies'] if not d.startswith('onnxruntime==')] + project['optional-dependencies']['gpu']))" > requirements.txt \
  && pip install -r requirements.txt \
- && python -c "import torch, sys; sys.exit(None if torch.version.cuda else f'torch {torch.__version__} has no CUDA: the GPU image takes the CUDA build from the index')"
+ && pip uninstall -y onnxruntime onnxruntime-gpu \
+ && pip install --no-deps -r requirements.txt \
+ && python -c "import torch, sys; sys.exit(None if torch.version.cuda else f'torch {torch.__version__} has no CUDA: the GPU image takes the CUDA build from the index')" \
+ && python -c "import onnxruntime, sys; sys.exit(None if 'CUDAExecutionProvider' in onnxruntime.get_available_providers() else 'onnxruntime has no CUDA provider: the CPU build owns the module')"
 
 # --- app: the source, a non-root user, the entrypoint; each target adds its venv -------------
 FROM ${PYTHON_IMAGE} AS app

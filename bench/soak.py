@@ -5,8 +5,8 @@ descriptor growth.
     python -m bench.soak [--minutes 30] [--load 0.7] [--kill-every-min 5] [--redis-restart-at-min 15] [--out bench/soak.md]
 
 1. The mesh in containers (scripts/containers/mesh.py): Redis, one acoustic and one vocoder container
-   in each of two zones, the gateway and the edge, as the k8s base runs them; workers unbatched in
-   float32 (as the fault tests), so audio can be compared sample for sample.
+   and one gateway in each of two zones, the edge in front of both gateways, as the k8s base runs
+   them; workers unbatched in float32 (as the fault tests), so audio can be compared sample for sample.
 2. Capacity: streams through the edge saturate the workers for a minute; each worker's
    `tts_<kind>_realtime_capacity` (audio seconds it makes per second) is read, and the mesh's capacity
    in real-time streams is the smaller of the acoustic and the vocoder sums. The soak then holds
@@ -282,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     mesh = ContainerMesh(zones=("zone-a", "zone-b"), worker_env={"*": dict(EXACT_WORKER_ENV)}, log_dir=log_dir)
     mesh.start()
     try:
+        # A gateway in each zone behind the edge, as prod spreads them: each prefers its own zone's workers.
+        mesh.start_gateway("gateway-b", zone="zone-b", behind_edge=True)
+        time.sleep(10)  # the edge re-resolves `gateway` (STRICT_DNS, every 5 s) and finds both
         assert mesh.edge_service is not None
         address = mesh.edge_service.address
         print(f"[soak] mesh in containers up ({mesh.engine.name}, network {mesh.network}); measuring capacity", flush=True)

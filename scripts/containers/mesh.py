@@ -166,8 +166,10 @@ class ContainerMesh:
     # ---- the services
 
     def start_gateway(self, name: str = "gateway", *, zone: str = "", env: Mapping[str, str] | None = None,
-                      timeout_s: float = 120.0) -> Service:  # fmt: skip
-        """A gateway container as the base runs it, dialling every zone's workers; waits until SERVING."""
+                      behind_edge: bool | None = None, timeout_s: float = 120.0) -> Service:  # fmt: skip
+        """A gateway container as the base runs it, dialling every zone's workers; waits until SERVING.
+        Behind the edge (by default only the first, "gateway") it answers to the Service name `gateway`
+        too, so the edge spreads its streams over every such gateway, as over a Deployment's pods."""
         pod = pod_container("gateway")
         zone = zone or self.zones[0]
         settings = dict(pod.env)
@@ -178,7 +180,8 @@ class ContainerMesh:
         ports = {pod.ports["grpc"]: self.fixed_ports.get("gateway") or free_port(),
                  pod.ports["metrics"]: free_port(),
                  pod.ports["http"]: self.fixed_ports.get("gateway-http") or free_port()}  # fmt: skip
-        spec = self._spec(pod, f"{self.prefix}-{name}", ["gateway"] if name == "gateway" else [name], settings, ports)
+        aliases = ["gateway"] if (name == "gateway" if behind_edge is None else behind_edge) else []
+        spec = self._spec(pod, f"{self.prefix}-{name}", sorted({*aliases, name}), settings, ports)
         gateway = self._run(name, spec, pod.ports["grpc"], pod.ports["metrics"])
         self.gateways[name] = gateway
         self.wait_serving(gateway, time.monotonic() + timeout_s)
