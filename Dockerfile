@@ -3,9 +3,9 @@
 #   docker run tts-mesh:dev services.gateway --acoustic local=acoustic:50052 --vocoder local=vocoder:50053
 #   docker run tts-mesh:dev services.acoustic
 #   docker run tts-mesh:dev services.vocoder
-# Two targets, built by `make image`:
-#   runtime (the default, last stage): CPU-only torch, every service    -> tts-mesh
-#   gpu: torch and onnxruntime-gpu with their CUDA libraries, for the workers on GPU nodes -> tts-mesh-gpu
+# Two targets, built with podman or docker (scripts/containers/build_image.py):
+#   runtime (the default, last stage): CPU-only torch, every service    -> tts-mesh      (make image)
+#   gpu: torch and onnxruntime-gpu with their CUDA libraries, for the workers on GPU nodes -> tts-mesh-gpu  (make image-gpu)
 #     docker run --gpus all tts-mesh-gpu:dev services.acoustic --device cuda
 
 # The base image: the registry's Python by default; `make image` passes a local Debian base where no
