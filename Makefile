@@ -136,11 +136,11 @@ k8s-validate: $(DEV)
 # registry's python:3.11 slim image when it can be pulled, else on a local Debian base (make base-image).
 BASE_IMAGE ?= auto
 ## The CPU image tts-mesh:dev (any service), with podman or docker; BASE_IMAGE=auto|<image>.
-image:
+image: container-engine
 	python3 -m scripts.containers.build_image --target runtime --base-image "$(BASE_IMAGE)"
 
 ## The GPU image tts-mesh-gpu:dev (CUDA torch for the workers; several GB of CUDA wheels).
-image-gpu:
+image-gpu: container-engine
 	python3 -m scripts.containers.build_image --target gpu --base-image "$(BASE_IMAGE)"
 
 ## A local Debian base image with Python 3.11 for machines without an image registry (debootstrap; root).
