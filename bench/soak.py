@@ -17,7 +17,8 @@ descriptor growth.
    sample for sample.
 4. Faults: every `kill_every_min` a worker container is killed (SIGKILL; the zones' acoustic and
    vocoder in turn) and started again at once, as a pod's container is restarted; the Redis container
-   is killed and started again once, at `redis_restart_at_min`.
+   is killed and started again once, at `redis_restart_at_min` (by default about half way, between
+   two worker kills). Every client dials from this machine, so the gateways' per-client share is off.
 5. Every 30 s the resident memory and open file descriptors of each service (its process and the
    processes under it, read from /proc on this machine) are recorded. A service's growth is measured
    from 5 minutes into each of its lives (a restarted worker starts a new one) to the end of that life.
@@ -232,6 +233,12 @@ def faults(mesh: ContainerMesh, started: float, minutes: float, kill_every_s: fl
             log(f"{at_s / 60:5.1f} min  {kind}@{zone} container killed and started again")
 
 
+def half_way_between_kills(minutes: float, kill_every_min: float) -> float:
+    """The minute to restart Redis at: about half way, between two worker kills, so the two faults
+    are each their own."""
+    return kill_every_min * math.floor(minutes / 2 / kill_every_min) + kill_every_min / 2
+
+
 def report(minutes: float, load: float, capacity: float, streams: int, tally: Tally, lives: list[Life], events: list[str]) -> tuple[str, bool]:
     lines = [f"Soak: {minutes:g} min at {load:g} of capacity ({capacity:.2f} real-time streams measured -> {streams} streams), "
              "through the edge container, workers killed in turn, Redis restarted once.", ""]  # fmt: skip
@@ -268,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--load", type=float, default=0.7, help="share of the measured capacity to hold open")
     parser.add_argument("--kill-every-min", type=float, default=5.0)
-    parser.add_argument("--redis-restart-at-min", type=float, default=None, help="default: half way")
+    parser.add_argument("--redis-restart-at-min", type=float, default=None, help="default: about half way, between two worker kills")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--log-dir", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -279,7 +286,11 @@ def main(argv: list[str] | None = None) -> int:
         events.append(line)
         print(f"[soak] {line}", flush=True)
 
-    mesh = ContainerMesh(zones=("zone-a", "zone-b"), worker_env={"*": dict(EXACT_WORKER_ENV)}, log_dir=log_dir)
+    # Every client of the soak dials from this machine: the gateways' share per client (an address)
+    # is off, as in every test mesh, or the whole load would be one client held to half the mesh.
+    mesh = ContainerMesh(
+        zones=("zone-a", "zone-b"), worker_env={"*": dict(EXACT_WORKER_ENV)}, gateway_env={"TTS_MAX_CLIENT_SHARE": "0"}, log_dir=log_dir
+    )
     mesh.start()
     try:
         # A gateway in each zone behind the edge, as prod spreads them: each prefers its own zone's workers.
@@ -297,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         sampler = Sampler(mesh, started)
         until = started + args.minutes * 60
         clients = run_clients(address, refs, streams, until, tally)
-        redis_at_s = (args.redis_restart_at_min if args.redis_restart_at_min is not None else args.minutes / 2) * 60
+        redis_at_s = 60 * (args.redis_restart_at_min if args.redis_restart_at_min is not None else half_way_between_kills(args.minutes, args.kill_every_min))
         fault_thread = threading.Thread(
             target=faults, args=(mesh, started, args.minutes, args.kill_every_min * 60, redis_at_s, log), daemon=True
         )

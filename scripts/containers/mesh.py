@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Final
 
 from scripts.containers.engine import ContainerSpec, Engine, EngineError, Mount
-from scripts.containers.manifests import EDGE_CONFIG, pod_container
+from scripts.containers.manifests import EDGE_CONFIG, PodContainer, pod_container
 from tests.support.faults.zone_mesh import metric_sum, scrape
 from tests.support.mesh import free_port
 
@@ -331,9 +331,10 @@ class ContainerMesh:
                           entrypoint=ENVOY, mounts=[Mount(EDGE_CONFIG, "/etc/envoy/envoy.yaml")])  # fmt: skip
         return self._run("edge", spec, port, 0)
 
-    def _spec(self, pod, container: str, aliases: list[str], env: Mapping[str, str], ports: Mapping[int, int], *,  # type: ignore[no-untyped-def]
+    def _spec(self, pod: PodContainer, container: str, aliases: list[str], env: Mapping[str, str], ports: Mapping[int, int], *,
               entrypoint: str = "", args: Sequence[str] | None = None, mounts: Sequence[Mount] = (),
               workdir: str = "") -> ContainerSpec:  # fmt: skip
+        """`pod`'s container as this mesh runs it; refuses a manifest that no longer asks for the restricted context."""
         if not (pod.read_only_root and pod.run_as_non_root and pod.drops_all_capabilities and pod.no_privilege_escalation):
             raise RuntimeError(f"the manifest of {container} no longer asks for the restricted security context this mesh runs")
         return ContainerSpec(

@@ -96,18 +96,18 @@ def _cache_outcomes(mesh: Mesh) -> dict[str, float]:
 def test_eight_streams_see_no_error_through_a_master_failover_and_a_reshard(cluster: LocalRedisCluster, cluster_mesh: Mesh) -> None:
     texts = [unique(text) for text in SENTENCES]
     with Load(cluster_mesh.gateway_address, texts) as load:
-        time.sleep(15)  # every sentence spoken and cached at least once
+        time.sleep(10)  # every sentence spoken and cached at least once
         before_kill = _cache_outcomes(cluster_mesh)
         cluster.kill(0)
         promoted = cluster.wait_failover(0)
-        time.sleep(15)
+        time.sleep(10)
         after_failover = _cache_outcomes(cluster_mesh)
         # Move every slot that holds cache entries now and is not on master 2 there, while they are read.
         slots = {key_slot(key) for index in range(len(cluster.ports)) if cluster.alive(index) and cluster.is_master(index)
                  for key in cluster.node(index).keys("tts:*")}  # fmt: skip
         moving = sorted(slot for slot in slots if cluster.master_of_slot(slot) != 2)
         moved = cluster.migrate_slots(moving, 2, pause_s=0.02)
-        time.sleep(15)
+        time.sleep(10)
         after_reshard = _cache_outcomes(cluster_mesh)
     assert load.errors == [], load.errors[:5]
     assert load.completed >= 3 * STREAMS

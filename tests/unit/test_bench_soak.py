@@ -3,7 +3,7 @@ short to measure left out, and a run that passes only with every stream equal an
 
 from __future__ import annotations
 
-from bench.soak import WARM_S, Life, Tally, report
+from bench.soak import WARM_S, Life, Tally, half_way_between_kills, report
 
 MIB = 2**20
 
@@ -41,3 +41,11 @@ def test_the_run_passes_only_with_every_stream_equal_no_error_and_nothing_grown(
     failed = Tally(completed=10, equal=10)
     failed.errors["UNAVAILABLE: gone"] += 1
     assert not report(30, 0.7, 10.0, 7, failed, [steady], [])[1]
+
+
+def test_redis_restarts_about_half_way_and_never_with_a_worker_kill() -> None:
+    assert half_way_between_kills(30, 5) == 17.5
+    assert half_way_between_kills(3, 1) == 1.5
+    for minutes in (10, 20, 30, 60):
+        at = half_way_between_kills(minutes, 5)
+        assert at % 5 != 0 and abs(at - minutes / 2) <= 2.5
