@@ -3,15 +3,21 @@
 #   docker run tts-mesh:dev services.gateway --acoustic local=acoustic:50052 --vocoder local=vocoder:50053
 #   docker run tts-mesh:dev services.acoustic
 #   docker run tts-mesh:dev services.vocoder
-# Two targets, built by `make image`:
-#   runtime (the default, last stage): CPU-only torch, every service    -> tts-mesh
-#   gpu: torch and onnxruntime-gpu with their CUDA libraries, for the workers on GPU nodes -> tts-mesh-gpu
+# Two targets, built with podman or docker (scripts/containers/build_image.py):
+#   runtime (the default, last stage): CPU-only torch, every service    -> tts-mesh      (make image)
+#   gpu: torch and onnxruntime-gpu with their CUDA libraries, for the workers on GPU nodes -> tts-mesh-gpu  (make image-gpu)
 #     docker run --gpus all tts-mesh-gpu:dev services.acoustic --device cuda
 
+# The base image: the registry's Python by default; `make image` passes a local Debian base where no
+# registry is reachable (scripts/containers/base_image.sh), which has the same `python`, venv and useradd.
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
+# Where the CPU build of torch comes from; empty: from pip's own configuration (`make image` leaves it
+# out when the index does not answer, and mounts the machine's pip configuration into the RUN steps).
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 
 # --- deps: a virtualenv with exactly the runtime dependencies pinned in pyproject.toml ----------
 FROM ${PYTHON_IMAGE} AS deps
+ARG TORCH_INDEX_URL
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
@@ -23,13 +29,17 @@ COPY pyproject.toml ./
 # torch==2.13.0 is satisfied from the CPU wheel index (2.13.0+cpu, no CUDA libraries); every other
 # package comes from PyPI. A GPU image would swap this index for a CUDA one.
 RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > requirements.txt \
- && pip install --extra-index-url https://download.pytorch.org/whl/cpu -r requirements.txt
+ && pip install ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} -r requirements.txt \
+ && python -c "import torch, sys; sys.exit(torch.version.cuda and f'torch {torch.__version__} is a CUDA build: the CPU image takes the CPU wheel')"
 
 # --- deps-gpu: the same list, torch from PyPI: its Linux wheel is the CUDA build, with the CUDA
 # runtime, cuDNN and NCCL as pip packages (the node's NVIDIA driver comes in through the container
 # toolkit), so the base image needs no CUDA of its own. onnxruntime is the GPU build, the `gpu`
-# extra of pyproject.toml, listed in place of the CPU pin rather than installed over it (the two
-# packages share one module directory, so uninstalling either afterwards would break the other).
+# extra of pyproject.toml, listed in place of the CPU pin. piper-tts still depends on `onnxruntime`,
+# so pip brings the CPU build too, and the two packages share one module directory: whichever is
+# installed last owns it. Both are removed and the list installed again without dependencies, which
+# puts back onnxruntime-gpu alone (everything else is already there); the check after it fails the
+# build when the module has no CUDA provider.
 # Graphs built for a CUDA device run on its CUDA provider (libs/models/onnx_providers.py); the
 # engines on a GPU still run their text side and stream steps in torch (libs/voice/runtime.py).
 FROM ${PYTHON_IMAGE} AS deps-gpu
@@ -40,7 +50,11 @@ ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /build
 COPY pyproject.toml ./
 RUN python -c "import tomllib; project = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join([d for d in project['dependencies'] if not d.startswith('onnxruntime==')] + project['optional-dependencies']['gpu']))" > requirements.txt \
- && pip install -r requirements.txt
+ && pip install -r requirements.txt \
+ && pip uninstall -y onnxruntime onnxruntime-gpu \
+ && pip install --no-deps -r requirements.txt \
+ && python -c "import torch, sys; sys.exit(None if torch.version.cuda else f'torch {torch.__version__} has no CUDA: the GPU image takes the CUDA build from the index')" \
+ && python -c "import onnxruntime, sys; sys.exit(None if 'CUDAExecutionProvider' in onnxruntime.get_available_providers() else 'onnxruntime has no CUDA provider: the CPU build owns the module')"
 
 # --- app: the source, a non-root user, the entrypoint; each target adds its venv -------------
 FROM ${PYTHON_IMAGE} AS app
@@ -52,6 +66,9 @@ RUN groupadd --system --gid 10001 tts \
  && useradd --system --uid 10001 --gid tts --home-dir /home/tts --create-home tts
 WORKDIR /app
 COPY . .
+# Bytecode made now: the root filesystem is read-only at run time, so nothing compiled there is kept
+# and every start would compile the sources again.
+RUN python -m compileall -q /app
 # gRPC: gateway 50051, acoustic 50052, vocoder 50053. Prometheus /metrics: 9101, 9102, 9103.
 EXPOSE 50051 50052 50053 9101 9102 9103 8000
 # Python is PID 1: the services install their own SIGTERM handler (health NOT_SERVING, then drain).

@@ -12,7 +12,8 @@ OUT ?= hello.wav
 
 .DEFAULT_GOAL := help
 .PHONY: help venv run run-zones certs web say test test-fast proto docs voice bench bench-load bench-quality bench-faults \
-	bench-doors bench-hostile bench-text bench-text-zh bench-jobs fuzz idle-keepalive k8s-validate image
+	bench-doors bench-hostile bench-text bench-text-zh bench-jobs fuzz idle-keepalive k8s-validate image image-gpu base-image \
+	container-engine run-containers test-containers soak
 
 ## List the targets.
 help:
@@ -61,10 +62,10 @@ web:
 say: $(RUNTIME)
 	$(PY) -m tts_mesh.cli say "$(TEXT)" -o "$(OUT)"
 
-## The whole suite: lint, then unit, integration and end-to-end tests (what CI runs).
+## The whole suite: lint, then unit, integration and end-to-end tests (what CI runs; containers: test-containers).
 test: $(DEV)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not containers"
 
 ## The unit tests alone (pure code: no sockets, no processes, no real weights), in under a minute.
 test-fast: $(DEV)
@@ -136,7 +137,35 @@ idle-keepalive: $(DEV)
 k8s-validate: $(DEV)
 	$(PY) -m scripts.k8s_validate
 
-## The images (need a Docker engine): tts-mesh (CPU, any service) and tts-mesh-gpu (CUDA workers).
-image:
-	docker build --target runtime -t tts-mesh:dev .
-	docker build --target gpu -t tts-mesh-gpu:dev .
+# Podman or Docker, whichever is present (ENGINE=podman|docker to choose). BASE_IMAGE=auto builds on the
+# registry's python:3.11 slim image when it can be pulled, else on a local Debian base (make base-image).
+BASE_IMAGE ?= auto
+## The CPU image tts-mesh:dev (any service), with podman or docker; BASE_IMAGE=auto|<image>.
+image: container-engine
+	python3 -m scripts.containers.build_image --target runtime --base-image "$(BASE_IMAGE)"
+
+## The GPU image tts-mesh-gpu:dev (CUDA torch for the workers; several GB of CUDA wheels).
+image-gpu: container-engine
+	python3 -m scripts.containers.build_image --target gpu --base-image "$(BASE_IMAGE)"
+
+## A local Debian base image with Python 3.11 for machines without an image registry (debootstrap; root).
+base-image:
+	scripts/containers/base_image.sh
+
+## Install podman (runc, netavark) and its configuration when no container engine is present (root).
+container-engine:
+	scripts/containers/engine_setup.sh
+
+## The mesh in containers (Redis, workers, gateway, edge), as the k8s base runs them; needs `make image`.
+run-containers: $(RUNTIME)
+	$(PY) -m scripts.run_containers
+
+## The end-to-end tests against the mesh in containers (builds the image first).
+test-containers: $(DEV) image
+	$(PY) -m pytest -q -m containers tests/e2e
+
+SOAK_MINUTES ?= 30
+SOAK_LOAD ?= 0.7
+## Soak the mesh in containers: SOAK_MINUTES at SOAK_LOAD of capacity, a worker killed every 5 min, Redis restarted once.
+soak: $(DEV) image
+	$(PY) -m bench.soak --minutes $(SOAK_MINUTES) --load $(SOAK_LOAD) --out bench/soak.md

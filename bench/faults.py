@@ -1,11 +1,16 @@
 """The fault table: each fault scenario on real processes, compared with a fault-free run.
 
-    python -m bench.faults [--log-dir DIR]
+    python -m bench.faults [--log-dir DIR] [--containers]
 
 Starts two zones of workers (unbatched float32, so audio can be compared sample for sample),
 Redis and a gateway on loopback, as the fault tests do (tests/support/faults/), runs every scenario once
 and prints one row per scenario: requests, completed, identical to the fault-free audio, client
 errors, and p95 time to first audio next to the fault-free p95 of the same requests.
+
+With `--containers` the same workers, Redis and gateway are containers of the image (`make image`,
+scripts/containers/mesh.py) and the scenarios are those a container engine can cause: a worker
+container killed mid-sentence, the Redis container killed and restarted, a gateway container
+stopped with SIGTERM while it streams.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from pathlib import Path
 from bench.measure import percentile
 from tests.support.faults import scenarios
 from tests.support.faults.scenarios import ScenarioResult
-from tests.support.faults.zone_mesh import FAST_FAILOVER_ENV, ZoneMesh
+from tests.support.faults.zone_mesh import EXACT_WORKER_ENV, FAST_FAILOVER_ENV, ZoneMesh
 
 COLUMNS = ("scenario", "requests", "completed", "identical", "client errors", "p95 first audio s", "no-fault p95 s")
 
@@ -86,13 +91,35 @@ def run(log_dir: Path) -> list[ScenarioResult]:
         mesh.stop()
 
 
+def run_containers(log_dir: Path) -> list[ScenarioResult]:
+    """The scenarios a container engine causes, on the mesh in containers."""
+    from scripts.containers.mesh import ContainerMesh
+
+    mesh = ContainerMesh(
+        zones=("zone-a", "zone-b"), worker_env={"*": dict(EXACT_WORKER_ENV)}, gateway_env=dict(FAST_FAILOVER_ENV), log_dir=log_dir
+    ).start()
+    try:
+        results = [
+            scenarios.baseline(mesh, "gateway"),  # type: ignore[arg-type]
+            scenarios.kill_worker_mid_sentence(mesh, "gateway", "vocoder"),  # type: ignore[arg-type]
+            scenarios.kill_worker_mid_sentence(mesh, "gateway", "acoustic"),  # type: ignore[arg-type]
+            scenarios.redis_restart(mesh, "gateway"),  # type: ignore[arg-type]
+        ]
+        mesh.start_gateway("gateway-drain")
+        results.append(scenarios.gateway_drains_on_sigterm(mesh, "gateway-drain"))  # type: ignore[arg-type]
+        return results
+    finally:
+        mesh.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--log-dir", type=Path, default=None, help="where service logs go (default: a temporary folder)")
+    parser.add_argument("--containers", action="store_true", help="run the mesh in containers (needs `make image`)")
     args = parser.parse_args(argv)
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="tts-faults-"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    print(render(run(log_dir)))
+    print(render(run_containers(log_dir) if args.containers else run(log_dir)))
     print(f"\nservice logs: {log_dir}")
     return 0
 

@@ -38,9 +38,12 @@ from libs.telemetry.tracing import ATTR_CACHE_HIT, SPAN_CACHE_LOOKUP, SPAN_CACHE
 _log = logging.getLogger(__name__)
 _Value = TypeVar("_Value")
 
-REDIS_FAILURES: Final = (RedisError, RedisClusterException, OSError, TimeoutError)
+REDIS_FAILURES: Final = (RedisError, RedisClusterException, OSError, TimeoutError, AttributeError, TypeError)
 """Everything a Redis (or Redis Cluster) call can fail with; each one is a miss, never raised.
-(A cluster client that reaches no node raises RedisClusterException, which is no RedisError.)"""
+(A cluster client that reaches no node raises RedisClusterException, which is no RedisError; a
+command on a connection that another task's call closed under it, as the cluster client does when it
+rebuilds its map of the slots, fails inside redis-py with AttributeError or TypeError on the
+connection's emptied reader or writer.)"""
 
 CacheOutcomeHook = Callable[[str], None]
 """Called with one of the OUTCOME_* words after every cache operation (for metrics)."""
@@ -106,9 +109,25 @@ def redis_client(
     if options["password"] is None:
         del options["password"]  # a password in the URL stays in force
     if settings.redis_cluster if cluster is None else cluster:
-        # One try per command: a slot that moved is still followed (the client refreshes its map on MOVED).
-        return RedisCluster.from_url(url, retry=Retry(NoBackoff(), 0), **options)  # type: ignore[arg-type]
+        # One try per command: a slot that moved is still followed. On MOVED the client patches that
+        # slot in its map (reinitialize_steps=0) instead of, every fifth MOVED, closing every node's
+        # connections to rebuild the map, which fails the other tasks' commands in flight on them
+        # (a slot migration under load). A node that stops answering still rebuilds the map.
+        return RedisCluster.from_url(url, retry=Retry(NoBackoff(), 0), reinitialize_steps=0, **options)  # type: ignore[arg-type]
     return aioredis.Redis.from_url(url, retry=Retry(NoBackoff(), 0), **options)  # type: ignore[arg-type]
+
+
+async def cluster_mode(url: str, settings: CacheSettings, timeout_s: float = 2.0) -> bool | None:
+    """Whether the Redis at `url` runs in cluster mode, asked once with a plain client and the
+    connection options of `settings` (None: it did not answer, and the caller fails open as ever)."""
+    client = redis_client(url, settings, timeout_s, cluster=False)
+    try:
+        info = await client.info("cluster")
+    except REDIS_FAILURES:
+        return None
+    finally:
+        await client.aclose()
+    return bool(info.get("cluster_enabled"))
 
 
 class MelCache:

@@ -103,7 +103,13 @@ class Promoter:
         digests = [digest.decode("ascii") for digest in await self._client.zrevrange(PROMOTED_KEY, 0, -1)]
         if not digests:
             return []
-        values = await self._client.mget([TEXT_PREFIX + digest for digest in digests])
+        # One GET each in a pipeline, not one MGET: the texts' keys lie in every slot of a Redis
+        # Cluster, which refuses a multi-key command across slots; a cluster pipeline sends each
+        # node its own keys (one round trip per node), a single Redis gets one round trip.
+        async with self._client.pipeline(transaction=False) as pipe:
+            for digest in digests:
+                pipe.get(TEXT_PREFIX + digest)
+            values = await pipe.execute()
         sentences = []
         for digest, value in zip(digests, values, strict=False):
             if value is None:

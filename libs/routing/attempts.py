@@ -56,6 +56,8 @@ class Attempts:
         self.tried: set[Endpoint] = set()
         self.failed_zones: set[str] = set()
         self.last_failure: AttemptFailure | None = None
+        self.refusal: AttemptFailure | None = None
+        """The last RESOURCE_EXHAUSTED of this piece of work: a worker that had no room for it."""
 
     def choose(self) -> Endpoint | None:
         """The endpoint for the next attempt (counted as made), or None when no endpoint may take it."""
@@ -72,6 +74,8 @@ class Attempts:
         self.tried.add(endpoint)
         self.failed_zones.add(endpoint.zone)
         self.last_failure = failure
+        if failure.code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+            self.refusal = failure
         return self._policy.decide(
             attempts_made=self.made,
             code=failure.code,
@@ -90,4 +94,4 @@ class Attempts:
         self.made = 0
         self.tried.clear()
         self.failed_zones.clear()
-        self.last_failure = None
+        self.last_failure = self.refusal = None

@@ -32,6 +32,10 @@ WATCH_RETRY_MAX_S: Final = 10.0
 """Cap on the jittered backoff (from WATCH_RETRY_BASE_S, doubling) before a failed EndpointSlice list or watch is tried again; the last answer stays in use meanwhile."""
 WATCH_SERVER_TIMEOUT_S: Final = 300
 """The API server ends each watch after this; it is reopened from the last resource version."""
+WATCH_DEADLINE_S: Final = WATCH_SERVER_TIMEOUT_S + 30
+"""A watch still open this long is given up and the slices listed again: an API server (or a path to
+it) that stops answering without closing the connection would otherwise hold a stale view for ever,
+since a watch with nothing to report sends nothing."""
 
 
 def _get(obj: Any, key: str) -> Any:
@@ -87,12 +91,14 @@ class EndpointSliceDiscovery:
         namespace: str = "",
         client_factory: Callable[[], Any] | None = None,
         rng: random.Random | None = None,
+        watch_deadline_s: float = WATCH_DEADLINE_S,
     ) -> None:
         self._targets = tuple(targets)
         self._publish = publish
         self._namespace = namespace or None
         self._client_factory = client_factory or _in_cluster_client
         self._rng = rng or random.Random()
+        self._watch_deadline_s = watch_deadline_s
 
     async def run(self) -> None:
         """Watch every target's slices until cancelled."""
@@ -131,16 +137,22 @@ class EndpointSliceDiscovery:
                     EndpointSlice, namespace=self._namespace, labels=labels, server_timeout=WATCH_SERVER_TIMEOUT_S,
                     resource_version=version,
                 )  # fmt: skip
-                async for event, endpoint_slice in watch:
-                    if event == "DELETED":
-                        slices.pop(endpoint_slice.metadata.name, None)
-                    elif event in ("ADDED", "MODIFIED"):
-                        slices[endpoint_slice.metadata.name] = endpoint_slice
-                    else:
-                        continue
-                    self._publish_slices(target, slices)
+                # lightkube reopens a watch the server ended (from the last version seen) and lists no
+                # more; an expired version (410 Gone) comes out of it as an ApiError: list again below.
+                async with asyncio.timeout(self._watch_deadline_s):
+                    async for event, endpoint_slice in watch:
+                        if event == "DELETED":
+                            slices.pop(endpoint_slice.metadata.name, None)
+                        elif event in ("ADDED", "MODIFIED"):
+                            slices[endpoint_slice.metadata.name] = endpoint_slice
+                        else:
+                            continue
+                        self._publish_slices(target, slices)
             except asyncio.CancelledError:
                 raise
+            except TimeoutError:  # the watch's deadline: list again now, it is no failure
+                _log.info("EndpointSlices of %s: watch open %.0f s, listing again", target, self._watch_deadline_s)
+                continue
             except Exception as error:  # the API server or the network: keep the last state, list again
                 failures += 1
                 delay_s = self._rng.uniform(0.0, min(WATCH_RETRY_MAX_S, WATCH_RETRY_BASE_S * 2.0 ** min(failures, 16)))

@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from libs.serving.decoding import RequestDecodingInterceptor
 from libs.serving.tls import probe_server, server_credentials
 from libs.settings.fields import setting
-from libs.settings.files import SettingFileError
+from libs.settings.files import SettingFileError, SettingTargetError
 from libs.telemetry.process import register_process_metrics
 from libs.telemetry.tracing import server_interceptor, setup_tracing, shutdown_tracing
 from libs.wire.limits import MAX_GATEWAY_REQUEST_BYTES, MAX_RESPONSE_BYTES, MAX_SENTENCE_REQUEST_BYTES, MAX_WORKER_MESSAGE_BYTES
@@ -177,7 +177,7 @@ def run_service(service: str, settings: _Settings, zone: str, serve: Callable[[_
     provider = setup_tracing(service, zone)
     try:
         asyncio.run(serve(settings))
-    except SettingFileError as error:  # a key or certificate file that cannot be used: say which, no traceback
+    except (SettingFileError, SettingTargetError) as error:  # a file or server that cannot be used: say which, no traceback
         raise SystemExit(f"{service}: {error}") from None
     except PortUnavailableError as error:  # one line that says which port and what to do, no traceback
         _log.error("%s", error)

@@ -164,14 +164,22 @@ class ResumableCall(ABC):
             await asyncio.sleep(delay_s)
 
     def _give_up(self, decision: RetryDecision | None) -> Exception:
-        """The error the client gets when no attempt is left (`decision` None: no endpoint was left)."""
+        """The error the client gets when no attempt is left (`decision` None: no endpoint was left).
+
+        A piece of work whose workers are all used up after one of them refused it for room (say its
+        stream broke on the worker that did take it, and the one that had refused is the only one
+        left) is shed as pushback too: the mesh is full, not broken, and the client should back off."""
         failure = self.attempts.last_failure
+        refused = self.attempts.refusal if decision is None else None
         if failure is not None and failure.code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+            refused = failure
+        if refused is not None:
             budget_spent = decision is not None and decision.reason == "budget"
             self._pool.metrics.shed(SHED_RETRY_BUDGET if budget_spent else SHED_WORKERS_SATURATED)
+            broke = f"; its stream broke on another ({failure.details})" if failure is not refused and failure is not None else ""
             return DownstreamError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"every {self.kind} worker that could take this request is overloaded ({failure.details}); retry with backoff",
+                f"every {self.kind} worker that could take this request is overloaded ({refused.details}){broke}; retry with backoff",
             )
         if failure is None:
             return NoWorkerError(f"no {self.kind} worker is available right now; retry shortly")

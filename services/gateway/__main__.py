@@ -23,7 +23,7 @@ from libs.telemetry.metrics import GatewayMetrics
 from libs.text.phonemizer_pool import PhonemizerPool
 from libs.upstream.pool import WorkerPool
 from libs.voice.registry import default_registry
-from services.gateway.background_work import BackgroundWork
+from services.gateway.background_work import BackgroundWork, check_redis_kinds
 from services.gateway.http_api import SpeechApi
 from services.gateway.phonemes_http import phoneme_routes
 from services.gateway.servicer import SERVICE_NAME, TextToSpeechServicer, add_to_server
@@ -45,6 +45,7 @@ async def _track_readiness(runtime: ServiceRuntime, pool: WorkerPool) -> None:
 
 async def serve(settings: GatewaySettings) -> None:
     """Run the gateway until SIGTERM/SIGINT."""
+    await check_redis_kinds(settings)  # a Redis of another kind than the settings say stops the gateway here
     metrics = GatewayMetrics()
     registry = default_registry()
     cache = MelCache.from_settings(settings.cache, on_outcome=metrics.cache_outcome, zone=settings.server.zone)

@@ -13,7 +13,7 @@ import grpc
 from prometheus_client import CollectorRegistry
 from starlette.routing import Route
 
-from libs.cache.mel_cache import redis_client
+from libs.cache.mel_cache import cluster_mode, redis_client
 from libs.cache.sealing import KeyRing
 from libs.cache.settings import redacted_url
 from libs.jobs.metrics import JobMetrics
@@ -22,6 +22,7 @@ from libs.jobs.runner import JobRunner
 from libs.jobs.store import JobStore
 from libs.prewarm.promotion import Promoter
 from libs.prewarm.warmer import CacheWarmer
+from libs.settings.files import SettingTargetError
 from libs.synthesis.synthesizer import Synthesizer
 from libs.synthesis.text_side import SentenceListener, TextSide
 from libs.text.phonemizer_pool import PhonemizerPool
@@ -45,6 +46,33 @@ def job_redis_url(settings: GatewaySettings) -> str:
     if cache.enabled and not cache.redis_cluster:
         return cache.url_for_zone(settings.server.zone)
     return ""
+
+
+async def check_redis_kinds(settings: GatewaySettings) -> None:
+    """Refuse to start on a Redis of another kind than the settings say (SettingTargetError), asking
+    each Redis once: a cache client that does not follow a cluster's slots would fail two keys in three
+    with MOVED, a cluster client on one Redis would fail every call, and the job keys cannot live on a
+    cluster at all (one script writes the queue, the index and a job's keys, across slots). A Redis
+    that does not answer now is no reason to stop: the cache fails open, job calls fail until it is back.
+    """
+    cache = settings.cache
+    if cache.enabled:
+        url = cache.url_for_zone(settings.server.zone)
+        node_of_cluster = await cluster_mode(url, cache)
+        if node_of_cluster is True and not cache.redis_cluster:
+            raise SettingTargetError(
+                f"--redis-url {redacted_url(url)} is a node of a Redis Cluster: set --redis-cluster (TTS_REDIS_CLUSTER=true) "
+                "so the cache follows the cluster's slots"
+            )
+        if node_of_cluster is False and cache.redis_cluster:
+            raise SettingTargetError(f"--redis-cluster is set but --redis-url {redacted_url(url)} is not a Redis Cluster node: drop --redis-cluster")
+    jobs_url = job_redis_url(settings)
+    if jobs_url and await cluster_mode(jobs_url, cache):
+        raise SettingTargetError(
+            f"--jobs-redis-url {redacted_url(jobs_url)} is a node of a Redis Cluster: long-form jobs need one Redis (a script "
+            "writes the queue, the index and a job's keys at once, which a cluster refuses across slots); give them a Redis "
+            "that is not a cluster, or leave --jobs-redis-url empty to turn jobs off"
+        )
 
 
 class BackgroundWork:

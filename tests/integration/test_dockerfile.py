@@ -26,6 +26,7 @@ from services.settings import SERVICES, load_worker_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
+TORCH_INDEX_OPTION = '${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"}'
 
 
 def instructions() -> list[tuple[str, str]]:
@@ -66,6 +67,7 @@ def test_dependencies_are_installed_from_the_list_in_pyproject(tmp_path: Path) -
     # No package is named on any pip command line: everything comes through requirements.txt.
     for run in runs():
         for command in re.findall(r"pip install ([^&;]*)", run):
+            command = command.replace(TORCH_INDEX_OPTION, "")
             words = [w for w in shlex.split(command) if not w.startswith("-") and "://" not in w]
             assert words == ["requirements.txt"], f"pip installs packages not from pyproject: {command}"
 
@@ -78,8 +80,19 @@ def test_dependencies_are_installed_from_the_list_in_pyproject(tmp_path: Path) -
 
 def test_torch_comes_from_the_cpu_wheel_index_at_the_pinned_version() -> None:
     assert "torch==2.13.0" in pyproject_dependencies()
+    # The index is a build argument (left empty where it does not answer and pip's own configuration
+    # offers the CPU wheel), whose default is PyTorch's CPU index, passed to the CPU image's install.
+    assert ("ARG", "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu") in instructions()
     install = next(run for run in runs() if "pip install" in run)
-    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in install
+    assert TORCH_INDEX_OPTION in install
+    # A CUDA build that got in anyway (a local wheel, another index) fails the build.
+    assert "torch.version.cuda and" in install
+
+
+def test_the_cpu_index_option_disappears_when_the_argument_is_empty() -> None:
+    for value, expected in (("https://download.pytorch.org/whl/cpu", "--extra-index-url https://download.pytorch.org/whl/cpu"), ("", "")):
+        shown = subprocess.run(["sh", "-c", f"echo {TORCH_INDEX_OPTION}"], env={"TORCH_INDEX_URL": value}, capture_output=True, text=True)
+        assert shown.stdout.strip() == expected
 
 
 def _exec_form(keyword: str) -> list[str]:
@@ -206,8 +219,14 @@ def test_the_cpu_image_installs_the_cpu_onnxruntime_and_not_the_gpu_build(tmp_pa
 
 
 def test_make_image_builds_both_targets_under_the_names_the_manifests_use() -> None:
-    recipe = (ROOT / "Makefile").read_text().split("\nimage:", 1)[1].split("\n\n", 1)[0]
-    builds = re.findall(r"docker build --target (\S+) -t (\S+?):\S+ \.", recipe)
-    assert builds == [("runtime", "tts-mesh"), ("gpu", "tts-mesh-gpu")]
+    from scripts.containers.build_image import TAGS
+
+    makefile = (ROOT / "Makefile").read_text()
+    targets = []
+    for rule in ("image", "image-gpu"):
+        recipe = makefile.split(f"\n{rule}:", 1)[1].split("\n\n", 1)[0]
+        targets += re.findall(r"-m scripts\.containers\.build_image --target (\S+)", recipe)
+    assert targets == ["runtime", "gpu"]
+    assert [TAGS[target].split(":")[0] for target in targets] == ["tts-mesh", "tts-mesh-gpu"]
     prod = (ROOT / "k8s" / "overlays" / "prod" / "kustomization.yaml").read_text()
     assert "- name: tts-mesh\n" in prod and "- name: tts-mesh-gpu\n" in prod

@@ -46,7 +46,7 @@ from libs.upstream.vocoder_stream import ResumableVocoderStream
 from libs.voice.registry import default_registry
 from libs.wire.errors import DownstreamError
 from libs.wire.headers import PUSHBACK_METADATA_KEY
-from tests.support.faults.scripted_worker import ScriptedAcoustic
+from tests.support.faults.scripted_worker import ScriptedAcoustic, ScriptedVocoder
 from tests.support.faults.toy_mesh import HOP_LENGTH, SAMPLE_RATE_HZ, ToyAcousticEngine, ToyMesh, wait_until
 
 ATTEMPT_TIMEOUT_S = 1.0  # generous: the machine running the tests may be busy
@@ -274,6 +274,33 @@ async def test_every_worker_refusing_sheds_the_request_quickly(mesh: ToyMesh) ->
         await pool.close()
         for worker in refusing:
             worker.stop()
+
+
+async def test_a_stream_whose_worker_dies_after_the_other_refused_it_is_shed_as_pushback(mesh: ToyMesh) -> None:
+    """The local vocoder refuses the stream (full), zone-b's takes it and dies in the middle of a
+    sentence: no worker is left that could resume it, because the only other one had no room. The
+    client is told to back off (RESOURCE_EXHAUSTED), as when every worker refuses: the mesh is full,
+    not broken (before, it heard UNAVAILABLE, "no other worker is available")."""
+    refusing = ScriptedVocoder(grpc.StatusCode.RESOURCE_EXHAUSTED, ((PUSHBACK_METADATA_KEY, "20"),))
+    refusing.start()
+    serving = mesh.of("vocoder", "zone-b")
+    pool = await _pool([mesh.of("acoustic", "zone-a").spec], [f"zone-a={refusing.address}", serving.spec])
+
+    async def crash_after_first_audio(count: int, response: AudioChunk) -> None:
+        if count == 1:
+            assert not response.sentence_end, "the first sentence must still be running when the worker dies"
+            await serving.proxy.crash()
+
+    try:
+        with pytest.raises(DownstreamError) as raised:
+            await _speak(pool, crash_after_first_audio)
+        assert raised.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED, str(raised.value)
+        assert "overloaded (scripted RESOURCE_EXHAUSTED); its stream broke on another" in str(raised.value)
+        assert refusing.streams == 1
+        assert _metric(pool, "tts_gateway_shed_total", reason="workers_saturated") == 1
+    finally:
+        await pool.close()
+        refusing.stop()
 
 
 async def test_invalid_argument_from_a_worker_is_not_retried(mesh: ToyMesh) -> None:

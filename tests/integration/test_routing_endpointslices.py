@@ -1,35 +1,29 @@
 """Kubernetes discovery: EndpointSlices become pods with their zone, ready and terminating honoured.
 
 `snapshot_of_slices` is checked on slices as the API server writes them. End to end, lightkube's
-real async client lists and watches a small API server over real HTTP (it serves the EndpointSlice
-list and watch endpoints from a dict, which is all the gateway reads), and the real WorkerPool opens
-a channel and a health Watch to each pod: grpc.health.v1 servers on 127.0.0.x, one per pod.
+real async client lists and watches a small API server over real HTTP (tests/support/fake_kube_api.py:
+the EndpointSlice list and watch, which is all the gateway reads, behind the manifests' RBAC), and the
+real WorkerPool opens a channel and a health Watch to each pod: grpc.health.v1 servers on 127.0.0.x,
+one per pod. Its error paths are in test_routing_endpointslices_faults.py.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 import pytest
-import uvicorn
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from lightkube import AsyncClient, KubeConfig
 from lightkube.config.models import Cluster, User
 from prometheus_client import CollectorRegistry
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
-from starlette.routing import Route
 
 from libs.routing.endpoints import Endpoint, parse_endpoint
 from libs.routing.kubernetes import EndpointSliceDiscovery, snapshot_of_slices
 from libs.upstream.pool import WorkerPool
 from libs.upstream.settings import UpstreamSettings
+from tests.support.fake_kube_api import FakeApiServer, RunningApiServer, free_port_on
 from tests.support.faults.toy_mesh import wait_until
 
 NAMESPACE = "tts"
@@ -74,71 +68,12 @@ def test_a_slice_of_another_port_or_address_type_adds_no_pod() -> None:
     assert snapshot_of_slices(TARGET, [only]).live == {Endpoint("zone-a", "10.0.0.5:8443", "acoustic")}
 
 
-class FakeApiServer:
-    """The EndpointSlice list and watch of one namespace, over HTTP, from `slices`."""
-
-    def __init__(self) -> None:
-        self.slices: dict[str, dict[str, Any]] = {}
-        self.version = 1
-        self.watches: list[asyncio.Queue[dict[str, Any] | None]] = []
-        self.watch_versions: list[str | None] = []
-        path = f"/apis/discovery.k8s.io/v1/namespaces/{NAMESPACE}/endpointslices"
-        self.app = Starlette(routes=[Route(path, self._endpointslices)])
-
-    def apply(self, endpoint_slice: dict[str, Any], event: str = "MODIFIED") -> None:
-        self.version += 1
-        endpoint_slice["metadata"]["resourceVersion"] = str(self.version)
-        name = endpoint_slice["metadata"]["name"]
-        if event == "DELETED":
-            self.slices.pop(name, None)
-        else:
-            event = event if name in self.slices else "ADDED"
-            self.slices[name] = endpoint_slice
-        for queue in self.watches:
-            queue.put_nowait({"type": event, "object": endpoint_slice})
-
-    async def _endpointslices(self, request: Request) -> Any:
-        selector = request.query_params.get("labelSelector", "")
-        wanted = dict(part.split("=", 1) for part in selector.split(",") if part)
-
-        def matches(endpoint_slice: dict[str, Any]) -> bool:
-            labels = endpoint_slice["metadata"]["labels"]
-            return all(labels.get(key) == value for key, value in wanted.items())
-
-        if request.query_params.get("watch") not in ("true", "1"):
-            items = [item for item in self.slices.values() if matches(item)]
-            body = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSliceList", "metadata": {"resourceVersion": str(self.version)}, "items": items}
-            return JSONResponse(body)
-        self.watch_versions.append(request.query_params.get("resourceVersion"))
-        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        self.watches.append(queue)
-
-        async def events() -> AsyncIterator[bytes]:
-            while (event := await queue.get()) is not None:
-                if matches(event["object"]):
-                    yield (json.dumps(event) + "\n").encode()
-
-        return StreamingResponse(events(), media_type="application/json")
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 async def api_server() -> AsyncIterator[tuple[FakeApiServer, str]]:
-    fake = FakeApiServer()
-    port = _free_port("127.0.0.1")
-    server = uvicorn.Server(uvicorn.Config(fake.app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve())
-    await wait_until(lambda: server.started, timeout_s=10)
-    yield fake, f"http://127.0.0.1:{port}"
-    for queue in fake.watches:
-        queue.put_nowait(None)
-    server.should_exit = True
-    await task
+    """The fake API server with the manifests' RBAC: the gateway's token may list and watch slices in NAMESPACE."""
+    fake = FakeApiServer(NAMESPACE, tokens={"gateway-token": "gateway"})
+    async with RunningApiServer(fake) as running:
+        yield fake, running.url
 
 
 async def _health_server(ip: str, port: int) -> grpc.aio.Server:
@@ -155,7 +90,7 @@ async def test_gateway_follows_endpointslices_adding_ready_pods_and_draining_ter
     api_server: tuple[FakeApiServer, str],
 ) -> None:
     fake, url = api_server
-    port = _free_port("127.0.0.41")
+    port = free_port_on("127.0.0.41")
     ips = ["127.0.0.41", "127.0.0.42", "127.0.0.43"]
     servers = [await _health_server(ip, port) for ip in ips]
     fake.apply(_slice("acoustic-x", [_pod(ips[0], "zone-a"), _pod(ips[1], "zone-b")], port=port))

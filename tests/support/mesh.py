@@ -74,8 +74,10 @@ class Mesh:
     """The gateway's --admission-headroom (None: its default; 0: no real-time admission)."""
     preexec: Callable[[], None] | None = None
     """Run in each service process before it starts (e.g. joining a CPU quota's cgroup)."""
+    redis_url: str = ""
+    """A Redis of the caller's for the gateway (a cluster, say); empty: an embedded one is started."""
     gateway_args: list[str] = field(default_factory=list)
-    """Extra flags for the gateway."""
+    """Extra flags for the gateway (`--redis-cluster true` with a cluster's `redis_url`)."""
 
     @property
     def gateway_address(self) -> str:
@@ -90,7 +92,8 @@ class Mesh:
         """Start everything and wait until each service reports SERVING."""
         self.secrets = ensure_local_secrets(self.log_dir / "secrets") if self.secure else None
         password = self.secrets.redis_password if self.secrets else ""
-        self.redis = EmbeddedRedis(EmbeddedRedisConfig(port=free_port(), maxmemory_mb=64, password=password)).start()
+        if not self.redis_url:
+            self.redis = EmbeddedRedis(EmbeddedRedisConfig(port=free_port(), maxmemory_mb=64, password=password)).start()
         try:
             acoustic = self._spawn("acoustic", self.secrets.service_args("acoustic") if self.secrets else [])
             vocoder = self._spawn("vocoder", self.secrets.service_args("vocoder") if self.secrets else [])
@@ -100,7 +103,7 @@ class Mesh:
                 [
                     "--acoustic", f"{self.zone}={acoustic.address}",
                     "--vocoder", f"{self.zone}={vocoder.address}",
-                    "--redis-url", f"redis://127.0.0.1:{self.redis.config.port}/0",
+                    "--redis-url", self.redis_url or f"redis://127.0.0.1:{self.redis.config.port}/0",  # type: ignore[union-attr]
                     "--http-port", str(self.http_port),
                     *(["--admission-headroom", str(self.admission_headroom)] if self.admission_headroom is not None else []),
                     *self.gateway_args,

@@ -285,20 +285,43 @@ def redis_outage(mesh: ZoneMesh, gateway: str, requests: int = 8) -> ScenarioRes
     """Slow Redis, then Redis killed in the middle of a run of requests; then restarted."""
     address = mesh.gateways[gateway].address
     result = ScenarioResult("Redis slow, killed, restarted")
-    texts = [unique("Short cached sentence one."), unique("Short cached sentence two.")]
-    for text in texts:  # warm the cache
-        spoken, error = _try_speak(address, text, timeout_s=REQUEST_TIMEOUT_S)
-        result.record(spoken, None, error)
+    texts = _warm_cache(address, result)
     assert mesh.redis_proxy is not None
     mesh.redis_proxy.delay(0.5)  # five times the gateway's Redis timeout
     for index in range(requests // 2):
         spoken, error = _try_speak(address, texts[index % 2], timeout_s=REQUEST_TIMEOUT_S)
         result.record(spoken, None, error)
     mesh.redis_proxy.pass_through()
+    _redis_killed_and_back(mesh, gateway, texts, requests // 2, result)
+    return result
+
+
+def redis_restart(mesh: ZoneMesh, gateway: str, requests: int = 8) -> ScenarioResult:
+    """Redis killed in the middle of a run of requests, then started again (a Redis container or pod
+    restarted: no proxy in front of it to slow it down)."""
+    result = ScenarioResult("Redis killed, restarted")
+    texts = _warm_cache(mesh.gateways[gateway].address, result)
+    _redis_killed_and_back(mesh, gateway, texts, requests, result)
+    return result
+
+
+def _warm_cache(address: str, result: ScenarioResult) -> list[str]:
+    """Two new short sentences, spoken once each so the cache holds them."""
+    texts = [unique("Short cached sentence one."), unique("Short cached sentence two.")]
+    for text in texts:
+        spoken, error = _try_speak(address, text, timeout_s=REQUEST_TIMEOUT_S)
+        result.record(spoken, None, error)
+    return texts
+
+
+def _redis_killed_and_back(mesh: ZoneMesh, gateway: str, texts: list[str], requests: int, result: ScenarioResult) -> None:
+    """Kill Redis, speak `requests` times without it, start it again and speak until the cache hits."""
+    address = mesh.gateways[gateway].address
     mesh.kill_redis()
-    for index in range(requests // 2):
+    for index in range(requests):
         spoken, error = _try_speak(address, texts[index % 2], timeout_s=REQUEST_TIMEOUT_S)
         result.record(spoken, None, error)
+    result.facts["completed_without_redis"] = float(result.completed)
     mesh.restart_redis()
     hits = lambda: metric_sum(mesh.gateway_metrics(gateway), "tts_gateway_cache_operations_total", outcome="hit")  # noqa: E731
     hits_before = hits()
@@ -310,6 +333,34 @@ def redis_outage(mesh: ZoneMesh, gateway: str, requests: int = 8) -> ScenarioRes
         time.sleep(0.5)
     result.facts["hits_after_restart"] = hits() - hits_before
     result.facts["seconds_to_first_hit"] = time.monotonic() - started
+
+
+def gateway_drains_on_sigterm(mesh: ZoneMesh, gateway: str, streams: int = 3) -> ScenarioResult:
+    """SIGTERM a gateway while it serves `streams` long streams (as a pod's deletion does): each one
+    finishes with the audio of a fault-free run, and the gateway then exits by itself."""
+    address = mesh.gateways[gateway].address
+    result = ScenarioResult("gateway SIGTERM while streaming")
+    texts = [unique(LONG_TEXT) for _ in range(streams)]
+    references = [_reference(mesh, address, text, result) for text in texts]
+    outcomes: list[tuple[Spoken | None, str | None]] = [(None, None)] * streams
+    heard = [threading.Event() for _ in texts]
+    stopped: dict[str, float] = {}
+
+    def run(index: int) -> None:
+        outcomes[index] = _try_speak(address, texts[index], timeout_s=REQUEST_TIMEOUT_S, on_audio=lambda n, r: heard[index].set())
+        heard[index].set()
+
+    def stop() -> None:
+        for event in heard:
+            event.wait(timeout=60)
+        started = time.monotonic()
+        stopped["exit_code"] = float(mesh.stop_gateway(gateway) or 0)
+        stopped["stop_s"] = time.monotonic() - started
+
+    _concurrently([lambda i=i: run(i) for i in range(streams)] + [stop])
+    for (spoken, error), reference in zip(outcomes, references, strict=False):
+        result.record(spoken, reference, error)
+    result.facts.update(stopped)
     return result
 
 

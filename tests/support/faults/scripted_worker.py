@@ -1,4 +1,4 @@
-"""An acoustic worker that reports a given model but ends every stream with one fixed status.
+"""Workers (acoustic, vocoder) that end every stream with one fixed status.
 
 It is a real gRPC server (threads, so it serves sync and asyncio clients alike) with grpc.health.v1
 SERVING, so the gateway routes to it like to any worker. Tests use it for what a real worker does
@@ -17,6 +17,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
+from libs.pb.tts.vocoder.v1 import vocoder_pb2_grpc
 from libs.wire.headers import STREAM_ACCEPTED_METADATA
 
 
@@ -50,18 +51,54 @@ class ScriptedAcoustic(acoustic_pb2_grpc.AcousticServicer):
 
     def start(self) -> str:
         """Serve on a free loopback port; returns "127.0.0.1:port"."""
-        server = grpc.server(ThreadPoolExecutor(max_workers=8))
-        health_servicer = health.HealthServicer()
-        health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        acoustic_pb2_grpc.add_AcousticServicer_to_server(self, server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        server.start()
-        self._server = server
-        self.address = f"127.0.0.1:{port}"
+        self._server, self.address = _serve(lambda server: acoustic_pb2_grpc.add_AcousticServicer_to_server(self, server))
         return self.address
 
     def stop(self) -> None:
         if self._server is not None:
             self._server.stop(0)
             self._server = None
+
+
+class ScriptedVocoder(vocoder_pb2_grpc.VocoderServicer):
+    """Aborts every Vocode stream with `code` (after accepting it, as a real worker judges a stream)."""
+
+    def __init__(self, code: grpc.StatusCode, trailers: Sequence[tuple[str, str]] = ()) -> None:
+        self.code = code
+        self.trailers = tuple(trailers)
+        self._lock = threading.Lock()
+        self.streams = 0
+        """Vocode streams received so far."""
+        self._server: grpc.Server | None = None
+        self.address = ""
+
+    def Vocode(self, request_iterator: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        with self._lock:
+            self.streams += 1
+        context.send_initial_metadata((STREAM_ACCEPTED_METADATA,))
+        next(request_iterator, None)
+        context.set_trailing_metadata(self.trailers)
+        context.abort(self.code, f"scripted {self.code.name}")
+        yield from ()  # unreachable: abort raises; makes this a stream handler
+
+    def start(self) -> str:
+        """Serve on a free loopback port; returns "127.0.0.1:port"."""
+        self._server, self.address = _serve(lambda server: vocoder_pb2_grpc.add_VocoderServicer_to_server(self, server))
+        return self.address
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop(0)
+            self._server = None
+
+
+def _serve(add_servicer: Any) -> tuple[grpc.Server, str]:
+    """A threaded gRPC server on a free loopback port with grpc.health.v1 SERVING and one servicer."""
+    server = grpc.server(ThreadPoolExecutor(max_workers=8))
+    health_servicer = health.HealthServicer()
+    health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    add_servicer(server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, f"127.0.0.1:{port}"
