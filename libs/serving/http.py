@@ -41,6 +41,33 @@ class HttpSettings:
     )
 
 
+DEFAULT_SOCKET_CONTEXTS = 8
+# A socket that says nothing and speaks nothing for this long is closed (a voice agent keeps its
+# socket open between turns; one that left it behind costs a little memory until then).
+DEFAULT_SOCKET_IDLE_TIMEOUT_S = 60.0
+# What one context of a socket may send in all: an LLM's answer is a few thousand characters; a
+# hundred thousand is over an hour of speech.
+DEFAULT_SOCKET_CONTEXT_CHARS = 100_000
+
+
+@dataclass(frozen=True)
+class SocketSettings:
+    """The gateway's WebSocket doors (ours and ElevenLabs'), on the HTTP port."""
+
+    socket_max_contexts: int = setting(
+        DEFAULT_SOCKET_CONTEXTS, env="TTS_SOCKET_MAX_CONTEXTS", unit="count", minimum=1, maximum=64,
+        doc="contexts (utterances) one WebSocket may speak at once; each also counts as a stream of its client",
+    )  # fmt: skip
+    socket_idle_timeout_s: float = setting(
+        DEFAULT_SOCKET_IDLE_TIMEOUT_S, env="TTS_SOCKET_IDLE_TIMEOUT_S", unit="s", minimum=1, maximum=3600,
+        doc="a WebSocket that sends nothing and has nothing left to speak for this long is closed",
+    )  # fmt: skip
+    socket_max_context_chars: int = setting(
+        DEFAULT_SOCKET_CONTEXT_CHARS, env="TTS_SOCKET_MAX_CONTEXT_CHARS", unit="characters", minimum=1, maximum=10_000_000,
+        doc="text one WebSocket context may send in all; past it the context ends with INVALID_ARGUMENT",
+    )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class HttpTls:
     """The HTTP door's TLS: the same certificate and key as the gateway's public gRPC port."""
@@ -78,9 +105,11 @@ class HttpListener:
         max_requests_per_client: int = 0,
         tls: HttpTls | None = None,
         clients: ClientIdentity | None = None,
+        max_message_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         """At most `max_requests_per_client` requests of one client address at once (0: no limit;
-        libs.serving.http_limits); HTTPS only when `tls` is given."""
+        libs.serving.http_limits; an open WebSocket counts as one); HTTPS only when `tls` is given;
+        a WebSocket message over `max_message_bytes` closes its socket (1009)."""
         host = host.strip("[]") or "::"
         self._host = host
         app = ClientRequestLimit(app, max_requests_per_client, clients)  # names the client even without a limit
@@ -88,7 +117,10 @@ class HttpListener:
             app, host=host, port=port, lifespan="off", log_level="warning", access_log=False,
             # The client address stays the peer's: which proxies may name another is the gateway's
             # --trusted-proxies (libs.serving.clients), not uvicorn's own default list.
-            proxy_headers=False, **(tls.uvicorn_options() if tls else {})
+            proxy_headers=False, **(tls.uvicorn_options() if tls else {}),
+            # WebSockets: wsproto, pinned; a message is bounded as a body is; no compression (audio does
+            # not compress, and it would cost CPU per frame); pings find dead peers.
+            ws="wsproto", ws_max_size=max_message_bytes, ws_per_message_deflate=False, ws_ping_interval=20.0, ws_ping_timeout=20.0,
         )
         self._server = uvicorn.Server(config)
         self._task: asyncio.Task[None] | None = None

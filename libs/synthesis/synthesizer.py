@@ -21,6 +21,7 @@ from libs.cache.single_flight import SingleFlight
 from libs.synthesis.options import SynthesisOptions
 from libs.synthesis.output import AudioChunk, AudioOutput
 from libs.synthesis.pipeline import UtterancePipeline
+from libs.synthesis.resume import resumed_sentences
 from libs.synthesis.text_side import TextSide
 from libs.text.frontend import Sentence
 from libs.text.ssml import looks_like_ssml
@@ -101,8 +102,8 @@ class Synthesizer:
             utterance_id=options.request_id,
             timeout_s=timeout_s,  # the client's deadline bounds every downstream call
         )
-        output = AudioOutput(options.encoding, options.sample_rate_hz, options.include_alignment)
-        pieces = pipeline.run(sentences)
+        output = AudioOutput(options.encoding, options.sample_rate_hz, options.include_alignment, options.resume)
+        pieces = pipeline.run(resumed_sentences(sentences, options.resume) if options.resume else sentences)
         last: AudioChunk | None = None
         try:
             async for piece in pieces:
