@@ -35,7 +35,12 @@ from libs.encoding.encoders import encoding_of
 from libs.serving import http_errors as errors
 from libs.serving.http_errors import HttpError, openai_shaped_app
 from libs.serving.http_limits import CLIENT_SCOPE_KEY
+from libs.synthesis import captions
+from libs.synthesis.captions import Cue
+from libs.synthesis.options import SynthesisOptions
 from libs.synthesis.output import AudioChunk, SentenceInfo
+from libs.synthesis.pacing import as_asked
+from libs.synthesis.resume import encode_token
 from libs.synthesis.synthesizer import Synthesizer
 from libs.telemetry.metrics import GatewayMetrics
 from libs.telemetry.request_meter import RequestMeter
@@ -102,8 +107,9 @@ class SpeechApi:
             refused = http_error_for(error)
             meter.finished(refused.grpc_code.name)
             return refused.response()
+        chunks = as_asked(chunks, options)  # real-time frames when asked for
         if body.stream_format == "sse":
-            return _ClosingEventSource(_events(chunks, meter), ping=15)
+            return _ClosingEventSource(_events(chunks, meter, options), ping=15)
         return _ClosingStream(_audio(chunks, meter), media_type=encoding_of(options.encoding).mime_type)
 
     async def captioned_speech(self, request: Request) -> Response:
@@ -196,7 +202,7 @@ async def _audio(chunks: AsyncIterator[AudioChunk], meter: RequestMeter) -> Asyn
         meter.finished(code)
 
 
-async def _events(chunks: AsyncIterator[AudioChunk], meter: RequestMeter) -> AsyncIterator[dict[str, str]]:
+async def _events(chunks: AsyncIterator[AudioChunk], meter: RequestMeter, options: SynthesisOptions) -> AsyncIterator[dict[str, str]]:
     code = "CANCELLED"
     audio_s = 0.0
     try:
@@ -204,8 +210,12 @@ async def _events(chunks: AsyncIterator[AudioChunk], meter: RequestMeter) -> Asy
             async for chunk in chunks:
                 meter.sent(chunk.audio_duration_s)
                 audio_s += chunk.audio_duration_s
+                if chunk.sentence is not None:  # its words, as soon as they are known (before its audio)
+                    yield {"data": json.dumps(_sentence_event(chunk.sentence))}
                 if chunk.audio:
-                    delta = {"type": "speech.audio.delta", "audio": base64.b64encode(chunk.audio).decode("ascii")}
+                    delta: dict[str, Any] = {"type": "speech.audio.delta", "audio": base64.b64encode(chunk.audio).decode("ascii")}
+                    if chunk.resume is not None:
+                        delta["resume_token"] = encode_token(chunk.resume, options.digest)
                     yield {"data": json.dumps(delta)}
         yield {"data": json.dumps({"type": "speech.audio.done", "usage": {"audio_seconds": round(audio_s, 3)}})}
         code = "OK"
@@ -217,25 +227,18 @@ async def _events(chunks: AsyncIterator[AudioChunk], meter: RequestMeter) -> Asy
         meter.finished(code)
 
 
+def _sentence_event(sentence: SentenceInfo) -> dict[str, Any]:
+    """`speech.audio.sentence`: a sentence about to be heard, its words and their times in seconds."""
+    return {
+        "type": "speech.audio.sentence", "index": sentence.index, "text": sentence.text,
+        "start": round(sentence.audio_offset_s, 4), "end": round(sentence.audio_offset_s + sentence.audio_duration_s, 4),
+        "words": [{"word": word.text, "start": round(word.start_s, 4), "end": round(word.end_s, 4)} for word in sentence.words],
+    }  # fmt: skip
+
+
 def webvtt(sentences: list[SentenceInfo]) -> str:
     """WebVTT captions: one cue per sentence, each word preceded by the timestamp it is spoken at."""
-    lines = ["WEBVTT", ""]
-    for sentence in sentences:
-        end_s = sentence.audio_offset_s + sentence.audio_duration_s
-        words = " ".join(f"<{_vtt_time(word.start_s)}>{_vtt_escape(word.text)}" for word in sentence.words)
-        lines += [f"{_vtt_time(sentence.audio_offset_s)} --> {_vtt_time(end_s)}", words or _vtt_escape(sentence.text), ""]
-    return "\n".join(lines)
-
-
-def _vtt_time(seconds: float) -> str:
-    milliseconds = round(seconds * 1000)
-    hours, milliseconds = divmod(milliseconds, 3_600_000)
-    minutes, milliseconds = divmod(milliseconds, 60_000)
-    return f"{hours:02d}:{minutes:02d}:{milliseconds // 1000:02d}.{milliseconds % 1000:03d}"
-
-
-def _vtt_escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("-->", "--&gt;")
+    return captions.webvtt([Cue(s.audio_offset_s, s.audio_offset_s + s.audio_duration_s, s.text, s.words) for s in sentences])
 
 
 def _model(model_id: str) -> dict[str, Any]:
