@@ -5,7 +5,10 @@ It parses the request (services.gateway.speech_body, the body the job routes sha
 synthesis API as the gRPC servicer (libs.synthesis), and maps errors through the same status table
 (libs.serving.status), as OpenAI-shaped JSON (libs.serving.http_errors), unknown routes and methods
 included. Audio streams as it is produced: the encoded bytes (`stream_format: "audio"`) or
-server-sent events (`"sse"`: `speech.audio.delta` with base64 audio, then `speech.audio.done`).
+server-sent events (`"sse"`: `speech.audio.sentence` with a sentence's words before its audio,
+`speech.audio.delta` with base64 audio and, in an uncompressed format, its `resume_token`, then
+`speech.audio.done`). `resume_token` and `frame_ms` in the body resume a broken stream and pace
+audio in real-time frames, as at the gRPC door.
 
 `POST /v1/audio/speech/captioned` takes the same body (`caption_format` in place of `stream_format`)
 and answers when the audio is complete: JSON with the audio (base64) and each word's start and end
