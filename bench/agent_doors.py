@@ -31,25 +31,30 @@ Probe = Callable[[str], float]
 
 
 def socket_probe(http_url: str) -> Probe:
-    """First audio of one context over our WebSocket (a socket per request, as a page opens one)."""
+    """First audio of a new context on one open WebSocket, from its text to its first audio (an agent
+    keeps its socket open between turns, as a gRPC client keeps its channel)."""
     url = http_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    socket = connect(url)
+    socket.send(json.dumps({"type": "start", "response_format": "pcm", "sample_rate_hz": 22050}))
+    json.loads(socket.recv(timeout=30))
+    turns = iter(range(1_000_000))
 
     def probe(text: str) -> float:
+        context_id = f"turn-{next(turns)}"
         started = time.perf_counter()
-        with connect(url) as socket:
-            socket.send(json.dumps({"type": "start", "response_format": "pcm", "sample_rate_hz": 22050, "input": text}))
-            socket.send(json.dumps({"type": "close"}))
-            first = None
-            while True:
-                message = socket.recv(timeout=120)
-                if isinstance(message, bytes):
-                    if first is None and message:
-                        first = time.perf_counter() - started
-                    continue
-                event = json.loads(message)
-                assert event["type"] != "error", event
-                if event["type"] == "done":
-                    break
+        socket.send(json.dumps({"type": "text", "context_id": context_id, "text": text}))
+        socket.send(json.dumps({"type": "close", "context_id": context_id}))
+        first = None
+        while True:
+            message = socket.recv(timeout=120)
+            if isinstance(message, bytes):
+                if first is None and message:
+                    first = time.perf_counter() - started
+                continue
+            event = json.loads(message)
+            assert event["type"] != "error", event
+            if event["type"] == "done":
+                break
         assert first is not None
         return first
 
@@ -57,19 +62,22 @@ def socket_probe(http_url: str) -> Probe:
 
 
 def elevenlabs_probe(http_url: str) -> Probe:
-    url = http_url.replace("http://", "ws://") + "/v1/text-to-speech/any/stream-input?output_format=pcm_22050"
+    """The same over ElevenLabs' multi-context socket (as LiveKit's plugin keeps one open)."""
+    url = http_url.replace("http://", "ws://") + "/v1/text-to-speech/any/multi-stream-input?output_format=pcm_22050"
+    socket = connect(url)
+    turns = iter(range(1_000_000))
 
     def probe(text: str) -> float:
+        context_id = f"turn-{next(turns)}"
         started = time.perf_counter()
-        with connect(url) as socket:
-            socket.send(json.dumps({"text": " "}))
-            socket.send(json.dumps({"text": text + " ", "flush": True}))
-            socket.send(json.dumps({"text": ""}))
-            first = None
-            while not (message := json.loads(socket.recv(timeout=120))).get("isFinal"):
-                assert "error" not in message, message
-                if first is None and message.get("audio"):
-                    first = time.perf_counter() - started
+        socket.send(json.dumps({"text": " ", "context_id": context_id}))
+        socket.send(json.dumps({"text": text + " ", "context_id": context_id, "flush": True}))
+        socket.send(json.dumps({"context_id": context_id, "close_context": True}))
+        first = None
+        while not (message := json.loads(socket.recv(timeout=120))).get("isFinal"):
+            assert "error" not in message, message
+            if first is None and message.get("audio"):
+                first = time.perf_counter() - started
         assert first is not None
         return first
 
