@@ -88,7 +88,7 @@ async def serve(settings: GatewaySettings) -> None:
         routes = background.http_routes() + phoneme_routes(  # POST /v1/audio/phonemes
             PhonemeReader(phonemizers, registry, settings.limits.max_text_chars, settings.text), metrics, settings.http.http_max_body_bytes
         )
-        routes += SocketDoors(synthesizer, registry, metrics, settings.socket).routes()  # WebSocket: ours and ElevenLabs'
+        routes += SocketDoors(synthesizer, registry, metrics, settings.socket, settings.http.http_max_body_bytes).routes()  # WebSocket: ours and ElevenLabs'
         app = ApiKeyAsgi(api.app(routes), gate, guarded_prefixes=("/v1/",)) if gate else api.app(routes)
         # The door's armour as at the gRPC port: as many open requests per client as streams, and
         # TLS whenever the public port has it (the same certificate).
@@ -107,7 +107,13 @@ async def serve(settings: GatewaySettings) -> None:
             await runtime.server.stop(None)  # else its finaliser runs after the loop has closed
             raise
     if wyoming is not None:
-        await wyoming.start()
+        try:
+            await wyoming.start()
+        except PortUnavailableError:
+            await runtime.server.stop(None)
+            if http is not None:
+                await http.stop()
+            raise
     await phonemizers.start()
     await text_side.warm_up(registry.default)  # every text process loads espeak-ng and the voice before SERVING
     freeze_startup_heap()

@@ -15,6 +15,9 @@ the mesh by changing its base URL (docs/api.md, "ElevenLabs input streaming").
 - Alignment: every character of the text sent, with its start and duration in milliseconds on the
   context's audio (from the words' own times, libs.synthesis.transcript), on the first audio of the
   sentence it belongs to; `normalizedAlignment` is the same (the words are matched as written).
+- `POST /v1/text-to-speech/{voice_id}` and `.../stream` (a whole text, as an ElevenLabs client's
+  non-streaming calls send it): `{"text", "voice_settings"?, ...}` (the other fields are taken and
+  have no effect), `output_format` in the query; the audio streams back as it is made.
 """
 
 from __future__ import annotations
@@ -181,3 +184,16 @@ def _speed_of(voice_settings: Any) -> float | None:
     if isinstance(speed, bool) or not isinstance(speed, int | float):
         return None
     return float(speed)
+
+
+def speech_options(registry: VoiceRegistry, voice_id: str, query: Mapping[str, str], body: Any) -> tuple[str, SynthesisOptions]:
+    """The text and options of a `POST /v1/text-to-speech/{voice_id}` body (HttpError naming the field at fault)."""
+    if not isinstance(body, dict):
+        raise HttpError(grpc.StatusCode.INVALID_ARGUMENT, "the request body must be a JSON object", code="invalid_type")
+    text = body.get("text")
+    if not isinstance(text, str) or not text:
+        raise HttpError(grpc.StatusCode.INVALID_ARGUMENT, "`text` is required: the text to speak", param="text",
+                        code="missing_required_parameter")  # fmt: skip
+    options = socket_options(registry, voice_id, query)
+    speed = _speed_of(body.get("voice_settings"))
+    return text, options if speed is None else with_speed(options, speed)

@@ -1,6 +1,6 @@
 """The WebSocket routes of the gateway's HTTP port: this service's dialect and ElevenLabs' input
-streaming (services.gateway.speech_socket runs both). Each parses its start, builds the socket's
-options through the same checks as every door, and hands the socket over."""
+streaming (services.gateway.speech_socket runs both), and ElevenLabs' whole-text calls. Each parses
+its start, builds the options through the same checks as every door, and hands the socket over."""
 
 from __future__ import annotations
 
@@ -9,39 +9,66 @@ import contextlib
 import json
 from typing import Any, Final
 
-from starlette.routing import WebSocketRoute
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from libs.encoding.encoders import encoding_of
 from libs.serving.http import SocketSettings
+from libs.serving.http_limits import CLIENT_SCOPE_KEY
 from libs.synthesis.synthesizer import Synthesizer
 from libs.telemetry.metrics import GatewayMetrics
+from libs.telemetry.request_meter import RequestMeter
 from libs.voice.registry import VoiceRegistry
 from libs.wire.errors import InvalidRequestError
 from services.gateway import elevenlabs_socket, socket_dialect
 from services.gateway.elevenlabs_socket import ElevenLabsDialect
-from services.gateway.http_api import http_error_for
+from services.gateway.http_api import audio_bytes, closing_stream, http_error_for, read_json
 from services.gateway.socket_dialect import DEFAULT_CONTEXT, OurDialect, error_event, parse_start
 from services.gateway.speech_socket import POLICY_VIOLATION, Command, SpeechSocket, Text
 
 METHOD: Final = "WS /v1/audio/speech/stream"
 ELEVENLABS_METHOD: Final = "WS /v1/text-to-speech/stream-input"
+ELEVENLABS_HTTP_METHOD: Final = "POST /v1/text-to-speech"
 
 
 class SocketDoors:
     """The WebSocket doors over one synthesizer."""
 
-    def __init__(self, synthesizer: Synthesizer, registry: VoiceRegistry, metrics: GatewayMetrics, settings: SocketSettings) -> None:
+    def __init__(
+        self, synthesizer: Synthesizer, registry: VoiceRegistry, metrics: GatewayMetrics, settings: SocketSettings, max_body_bytes: int
+    ) -> None:
         self._synthesizer = synthesizer
         self._registry = registry
         self._metrics = metrics
         self._settings = settings
+        self._max_body_bytes = max_body_bytes
 
-    def routes(self) -> list[WebSocketRoute]:
+    def routes(self) -> list[BaseRoute]:
         return [
             WebSocketRoute(socket_dialect.PATH, self.ours),
             WebSocketRoute(elevenlabs_socket.SINGLE_PATH, self.elevenlabs_single),
             WebSocketRoute(elevenlabs_socket.MULTI_PATH, self.elevenlabs_multi),
+            Route("/v1/text-to-speech/{voice_id}", self.elevenlabs_speech, methods=["POST"]),
+            Route("/v1/text-to-speech/{voice_id}/stream", self.elevenlabs_speech, methods=["POST"]),
         ]
+
+    async def elevenlabs_speech(self, request: Request) -> Response:
+        """ElevenLabs' whole-text call: the audio, streamed as it is made; errors in ElevenLabs' shape."""
+        meter = RequestMeter(self._metrics, ELEVENLABS_HTTP_METHOD)
+        try:
+            body = await read_json(request, self._max_body_bytes)
+            text, options = elevenlabs_socket.speech_options(
+                self._registry, request.path_params["voice_id"], dict(request.query_params), body
+            )
+            meter.voice(options.voice.name)
+            chunks = await self._synthesizer.synthesize(text, options, None, str(request.scope.get(CLIENT_SCOPE_KEY, "")))
+        except Exception as error:
+            refused = http_error_for(error)
+            meter.finished(refused.grpc_code.name)
+            return JSONResponse({"detail": {"status": refused.code, "message": refused.message}}, status_code=refused.status)
+        return closing_stream(audio_bytes(chunks, meter), media_type=encoding_of(options.encoding).mime_type)
 
     async def ours(self, websocket: WebSocket) -> None:
         await websocket.accept()

@@ -61,8 +61,16 @@ INTERNAL_ERROR: Final = 1011
 NORMAL: Final = 1000
 
 
+MAX_FLUSHES_WAITING: Final = 64
+"""Flushes of one context that may wait for their sentences; more is a client flushing in a loop."""
+
+
 class SocketOverflow(Exception):
     """The client left too many events unread."""
+
+
+class SocketGone(Exception):
+    """The socket stopped sending (the client went away): its contexts have no one to speak to."""
 
 
 # ---- what a dialect reads from the client
@@ -170,6 +178,8 @@ class SocketWriter:
         """Queue a chunk of audio once there is room."""
         async with self._room:
             await self._room.wait_for(lambda: self._audio_queued < AUDIO_MESSAGES_AHEAD or self.closed)
+        if self.closed:
+            raise SocketGone()
         self._audio_queued += 1
         self._put(_Outgoing(context_id, message, data, audio=True))
 
@@ -243,6 +253,7 @@ class SpeechContext:
     """Where the audio sent so far ends on the context's timeline."""
     text_closed: bool = False
     cancelled: bool = False
+    flushes_waiting: int = 0
     _pieces: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)
     _flush_points: deque[int] = field(default_factory=deque)
 
@@ -285,6 +296,7 @@ class SpeechSocket:
         self._writer = SocketWriter(websocket)
         self._contexts: dict[str, SpeechContext] = {}
         self._closing = False
+        self._done: asyncio.Event | None = None
         self._client = str(websocket.scope.get(CLIENT_SCOPE_KEY, ""))
 
     async def serve(self, first: Sequence[Command] = ()) -> None:
@@ -310,31 +322,50 @@ class SpeechSocket:
             RELEASER.stream_ended()
 
     async def _read(self) -> None:
-        while True:
-            if self._closing and not self._contexts:
-                await self._writer.drain(5.0)
-                await self._close(NORMAL, "done")
-                return
-            try:
-                async with asyncio.timeout(self._idle_timeout_s):
-                    message = await self._websocket.receive()
-            except TimeoutError:
-                if self._contexts:
-                    continue  # still speaking: not idle
-                await self._close(NORMAL, f"idle for {self._idle_timeout_s:g} s")
-                return
-            if message["type"] == "websocket.disconnect":
-                return
-            try:
-                commands = self._dialect.commands(_json_of(message))
-            except (InvalidRequestError, HttpError) as error:
-                self._writer.event(None, self._dialect.error(None, _http_error(error)))
-                continue
-            for command in commands:
-                await self._handle(command)
+        self._done = asyncio.Event()
+        receiving: asyncio.Task[Any] | None = None
+        try:
+            while True:
+                if self._closing and not self._contexts:
+                    await self._writer.drain(5.0)
+                    await self._close(NORMAL, "done")
+                    return
+                receiving = receiving or asyncio.create_task(self._websocket.receive())
+                done_waiting = asyncio.create_task(self._done.wait())
+                finished, _ = await asyncio.wait((receiving, done_waiting), timeout=self._idle_timeout_s,
+                                                 return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                done_waiting.cancel()
+                self._done.clear()
+                if receiving not in finished:
+                    if finished or self._contexts:
+                        continue  # the last context ended (closing), or still speaking: not idle
+                    await self._close(NORMAL, f"idle for {self._idle_timeout_s:g} s")
+                    return
+                message, receiving = receiving.result(), None
+                if not await self._dispatch(message):
+                    return
+        finally:
+            if receiving is not None:
+                receiving.cancel()
+
+    async def _dispatch(self, message: dict[str, Any]) -> bool:
+        """Act on one message from the client; False when the client has gone."""
+        if message["type"] == "websocket.disconnect":
+            return False
+        try:
+            commands = self._dialect.commands(_json_of(message))
+        except (InvalidRequestError, HttpError) as error:
+            self._writer.event(None, self._dialect.error(None, _http_error(error)))
+            return True
+        for command in commands:
+            await self._handle(command)
+        return True
 
     async def _handle(self, command: Command) -> None:
         if isinstance(command, Text):
+            if self._closing and command.context_id not in self._contexts:
+                self._context_error(command.context_id, InvalidRequestError("this socket is closing: every context was closed"))
+                return
             context = self._contexts.get(command.context_id) or self._open(command)
             if context is None:
                 return
@@ -400,10 +431,17 @@ class SpeechSocket:
         return context
 
     def _flush(self, context: SpeechContext) -> None:
+        if context.flushes_waiting >= MAX_FLUSHES_WAITING:
+            self._context_error(context.context_id, InvalidRequestError(
+                f"context {context.context_id!r} already has {MAX_FLUSHES_WAITING} flushes waiting; wait for `flushed`", field="flush"))  # fmt: skip
+            return
+
         def reached(sentences: int) -> None:
+            context.flushes_waiting -= 1
             context._flush_points.append(sentences)
             self._flushes_done(context)
 
+        context.flushes_waiting += 1
         context.put(TextFlush(reached))
 
     def _flushes_done(self, context: SpeechContext) -> None:
@@ -427,8 +465,8 @@ class SpeechSocket:
             self._writer.event(context.context_id, self._dialect.done(context.context_id, context.sent_s))
         except asyncio.CancelledError:
             raise
-        except SocketOverflow:
-            raise
+        except (SocketOverflow, SocketGone):
+            pass  # the socket is closing: no one to tell
         except Exception as error:
             refused = _http_error(error)
             code = refused.grpc_code.name
@@ -438,6 +476,8 @@ class SpeechSocket:
             meter.finished(code)
             if not context.cancelled:
                 self._contexts.pop(context.context_id, None)
+            if self._closing and not self._contexts and self._done is not None:
+                self._done.set()  # the last context of a closing socket: the read loop closes it now
 
     async def _send_chunk(self, context: SpeechContext, chunk: AudioChunk) -> None:
         chars = None

@@ -39,6 +39,8 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 
 from libs.pb.tts.v1 import tts_pb2
 from libs.serving.clients import ClientIdentity
+from libs.serving.http import listening_socket
+from libs.serving.server import PortUnavailableError
 from libs.serving.status import grpc_status_for
 from libs.serving.wyoming import MAX_LINE_BYTES, WyomingProtocolError, WyomingSettings, read_event
 from libs.synthesis.options import SynthesisOptions, resolve_options
@@ -140,7 +142,14 @@ class WyomingDoor:
 
     async def start(self) -> None:
         """Listen (and announce over mDNS when asked)."""
-        self._server = await asyncio.start_server(self._connection, self._settings.wyoming_host, self.port, limit=MAX_LINE_BYTES)
+        try:
+            listening = listening_socket(self._settings.wyoming_host, self.port)  # a bounded send buffer, as the HTTP door's
+        except OSError as error:
+            raise PortUnavailableError(
+                f"cannot serve Wyoming on port {self.port}: {error.strerror}; stop that process or choose another --wyoming-port "
+                "(TTS_WYOMING_PORT; 0 switches the Wyoming door off)"
+            ) from None
+        self._server = await asyncio.start_server(self._connection, sock=listening, limit=MAX_LINE_BYTES)
         self.port = self._server.sockets[0].getsockname()[1]
         _log.info("Wyoming door listening on %s:%d", self._settings.wyoming_host, self.port)
         if self._settings.wyoming_zeroconf:

@@ -77,3 +77,18 @@ def test_the_single_context_route_answers_elevenlabs_messages_in_mulaw(mesh: Mes
     for alignment in alignments:
         assert len(alignment["chars"]) == len(alignment["charStartTimesMs"]) == len(alignment["charDurationsMs"])
     assert messages[-1] == {"isFinal": True}
+
+
+def test_the_livekit_plugins_whole_text_call_gets_our_audio(mesh: Mesh) -> None:
+    async def run() -> bytes:
+        async with aiohttp.ClientSession() as session:
+            tts = elevenlabs.TTS(api_key="unused", base_url=f"{mesh.http_url}/v1", encoding="pcm_22050", http_session=session)
+            audio = bytearray()
+            async for event in tts.synthesize(TEXT):
+                audio += bytes(event.frame.data.cast("B"))
+            await tts.aclose()
+            return bytes(audio)
+
+    audio = asyncio.run(asyncio.wait_for(run(), 120))
+    reference = b"".join(response.audio for response in _grpc(mesh, TEXT))
+    assert audio[: len(reference)] == reference and not any(audio[len(reference) :])

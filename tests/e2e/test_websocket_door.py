@@ -11,6 +11,7 @@ import base64
 import json
 import time
 from collections.abc import Iterator
+from itertools import pairwise
 from typing import Any
 
 import grpc
@@ -162,7 +163,7 @@ def test_telephone_audio_leaves_as_20_ms_mulaw_frames_in_real_time(mesh: Mesh) -
     frames = [(at, e) for at, e in arrivals if e["type"] == "audio"]
     assert {len(e["data"]) for _, e in frames} == {160}
     assert [e["offset_ms"] for _, e in frames] == pytest.approx([20.0 * index for index in range(len(frames))])
-    gaps = [later[0] - earlier[0] for earlier, later in zip(frames, frames[1:], strict=False)]
+    gaps = [later[0] - earlier[0] for earlier, later in pairwise(frames)]
     assert frames[-1][0] - frames[0][0] >= 0.02 * (len(frames) - 1) - 0.05  # never faster than real time: no burst
     assert sorted(gaps)[len(gaps) // 2] == pytest.approx(0.02, abs=0.005)  # a frame every 20 ms (a late one waits no more)
 
@@ -193,3 +194,17 @@ def test_a_message_over_the_limit_closes_the_socket_as_too_big(mesh: Mesh) -> No
         with pytest.raises(ConnectionClosed) as closed:
             socket.recv(timeout=30)
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+
+
+def test_closing_every_context_closes_the_socket_once_they_are_spoken(mesh: Mesh) -> None:
+    with connect(ws_url(mesh)) as socket:
+        start(socket, audio="base64")
+        socket.send(json.dumps({"type": "text", "context_id": "a", "text": "First one."}))
+        socket.send(json.dumps({"type": "close"}))  # every context, then the socket
+        received = list(events(socket, "done", "a"))
+        started = time.monotonic()
+        with pytest.raises(ConnectionClosed) as closed:
+            socket.recv(timeout=30)
+    assert received[-1]["type"] == "done"
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
+    assert time.monotonic() - started < 5.0  # at once, not after the idle timeout
