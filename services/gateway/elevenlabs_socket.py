@@ -37,7 +37,7 @@ from libs.synthesis.output import AudioChunk, SentenceInfo
 from libs.synthesis.transcript import CharTimes, Heard
 from libs.voice.registry import VoiceRegistry
 from libs.wire.errors import echo
-from services.gateway.speech_socket import Close, Command, Flush, KeepAlive, Text
+from services.gateway.socket_commands import Close, Command, Flush, KeepAlive, Text
 
 SINGLE_PATH: Final = "/v1/text-to-speech/{voice_id}/stream-input"
 MULTI_PATH: Final = "/v1/text-to-speech/{voice_id}/multi-stream-input"

@@ -24,8 +24,8 @@ from libs.synthesis.options import SynthesisOptions, resolve_options, with_resum
 from libs.synthesis.output import AudioChunk, SentenceInfo
 from libs.synthesis.transcript import CharTimes, Heard, ms
 from libs.voice.registry import VoiceRegistry
+from services.gateway.socket_commands import Cancel, Close, Command, Flush, KeepAlive, Text
 from services.gateway.speech_body import LiveSpeechFields, RequestBody, body_error
-from services.gateway.speech_socket import Cancel, Close, Command, Flush, KeepAlive, Text
 
 PATH: Final = "/v1/audio/speech/stream"
 DEFAULT_CONTEXT: Final = "0"

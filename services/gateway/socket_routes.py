@@ -25,8 +25,9 @@ from libs.wire.errors import InvalidRequestError
 from services.gateway import elevenlabs_socket, socket_dialect
 from services.gateway.elevenlabs_socket import ElevenLabsDialect
 from services.gateway.http_api import audio_bytes, closing_stream, http_error_for, read_json
+from services.gateway.socket_commands import Command, Text
 from services.gateway.socket_dialect import DEFAULT_CONTEXT, OurDialect, error_event, parse_start
-from services.gateway.speech_socket import POLICY_VIOLATION, Command, SpeechSocket, Text
+from services.gateway.speech_socket import POLICY_VIOLATION, SpeechSocket
 
 METHOD: Final = "WS /v1/audio/speech/stream"
 ELEVENLABS_METHOD: Final = "WS /v1/text-to-speech/stream-input"

@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import grpc
 from starlette.websockets import WebSocket
@@ -35,206 +35,30 @@ from libs.serving.http_errors import HttpError
 from libs.serving.http_limits import CLIENT_SCOPE_KEY
 from libs.serving.memory import RELEASER
 from libs.synthesis.options import SynthesisOptions
-from libs.synthesis.output import AudioChunk, SentenceInfo
+from libs.synthesis.output import AudioChunk
 from libs.synthesis.pacing import as_asked
 from libs.synthesis.resume import encode_token
 from libs.synthesis.synthesizer import Synthesizer
 from libs.synthesis.text_side import TextFlush
-from libs.synthesis.transcript import CharTimes, Heard, Transcript, ms
+from libs.synthesis.transcript import Heard, Transcript, ms
 from libs.telemetry.metrics import GatewayMetrics
 from libs.telemetry.request_meter import RequestMeter
 from libs.voice.registry import VoiceRegistry
 from libs.wire.errors import InvalidRequestError
 from services.gateway.http_api import http_error_for
+from services.gateway.socket_commands import Cancel, Close, Command, Dialect, Flush, Text
+from services.gateway.socket_writer import SocketGone, SocketOverflow, SocketWriter
 
 _log = logging.getLogger(__name__)
 
-AUDIO_MESSAGES_AHEAD: Final = 8
-"""Audio messages that may wait to be sent; past them a context waits (backpressure)."""
-EVENTS_AHEAD: Final = 1024
-"""Other events that may wait to be sent (each answers a client message); past them the client is
-not reading at all and the socket is closed."""
 CANCEL_WAIT_S: Final = 1.0
 """Longest a cancelled context may take to stop before its answer goes anyway."""
 POLICY_VIOLATION: Final = 1008
-INTERNAL_ERROR: Final = 1011
 NORMAL: Final = 1000
 
 
 MAX_FLUSHES_WAITING: Final = 64
 """Flushes of one context that may wait for their sentences; more is a client flushing in a loop."""
-
-
-class SocketOverflow(Exception):
-    """The client left too many events unread."""
-
-
-class SocketGone(Exception):
-    """The socket stopped sending (the client went away): its contexts have no one to speak to."""
-
-
-# ---- what a dialect reads from the client
-
-
-@dataclass(frozen=True)
-class Text:
-    """Text for a context (created by its first text), optionally flushed at once."""
-
-    context_id: str
-    text: str
-    flush: bool = False
-    resume_token: str = ""
-    speed: float | None = None
-    """A speed for a new context (ElevenLabs' voice_settings); None: the socket's."""
-
-
-@dataclass(frozen=True)
-class Flush:
-    """Speak what the context holds now."""
-
-    context_id: str
-
-
-@dataclass(frozen=True)
-class Close:
-    """The context's text is complete: speak the rest, then `done`. None: every context, then the socket."""
-
-    context_id: str | None
-
-
-@dataclass(frozen=True)
-class Cancel:
-    """Stop the context now and answer with what the listener heard."""
-
-    context_id: str
-    played_ms: float | None = None
-
-
-@dataclass(frozen=True)
-class KeepAlive:
-    """Nothing to do; the socket is not idle."""
-
-
-Command = Text | Flush | Close | Cancel | KeepAlive
-
-
-class Dialect(Protocol):
-    """How one protocol's messages read and its events look."""
-
-    audio_as_binary: bool
-    """Whether audio follows its JSON message as a binary frame (else it is inside the JSON)."""
-
-    def commands(self, message: Any) -> Sequence[Command]:
-        """The commands in one JSON message (InvalidRequestError or HttpError for a bad one)."""
-        ...
-
-    def ready(self, options: SynthesisOptions) -> dict[str, Any] | None:
-        """The first event, once the socket is set up."""
-        ...
-
-    def sentence(self, context_id: str, sentence: SentenceInfo) -> list[dict[str, Any]]:
-        """Events for a sentence whose audio starts now (its words and marks)."""
-        ...
-
-    def audio(self, context_id: str, chunk: AudioChunk, token: str, chars: CharTimes | None) -> dict[str, Any] | None:
-        """The message of a chunk of audio (None: nothing to send); `chars` on a sentence's first chunk."""
-        ...
-
-    def flushed(self, context_id: str) -> dict[str, Any] | None: ...
-
-    def done(self, context_id: str, audio_s: float) -> dict[str, Any] | None: ...
-
-    def cancelled(self, context_id: str, heard: Heard) -> dict[str, Any] | None: ...
-
-    def error(self, context_id: str | None, error: HttpError) -> dict[str, Any]: ...
-
-
-# ---- sending
-
-
-@dataclass
-class _Outgoing:
-    context_id: str | None
-    message: dict[str, Any] | None
-    data: bytes | None = None
-    audio: bool = False
-
-
-class SocketWriter:
-    """Sends a socket's messages in order, one at a time: audio waits for room (backpressure),
-    events do not (they are bounded in number instead)."""
-
-    def __init__(self, websocket: WebSocket) -> None:
-        self._websocket = websocket
-        self._queue: deque[_Outgoing] = deque()
-        self._ready = asyncio.Event()
-        self._room = asyncio.Condition()
-        self._audio_queued = 0
-        self._sent_all = asyncio.Event()
-        self._sent_all.set()
-        self.closed = False
-
-    async def audio(self, context_id: str, message: dict[str, Any] | None, data: bytes | None) -> None:
-        """Queue a chunk of audio once there is room."""
-        async with self._room:
-            await self._room.wait_for(lambda: self._audio_queued < AUDIO_MESSAGES_AHEAD or self.closed)
-        if self.closed:
-            raise SocketGone()
-        self._audio_queued += 1
-        self._put(_Outgoing(context_id, message, data, audio=True))
-
-    def event(self, context_id: str | None, message: dict[str, Any] | None) -> None:
-        """Queue an event at once (SocketOverflow when the client reads nothing)."""
-        if message is None:
-            return
-        if len(self._queue) - self._audio_queued >= EVENTS_AHEAD:
-            raise SocketOverflow()
-        self._put(_Outgoing(context_id, message))
-
-    def drop(self, context_id: str) -> None:
-        """Forget the context's audio that has not been sent yet."""
-        kept = deque(item for item in self._queue if not (item.audio and item.context_id == context_id))
-        self._audio_queued -= len(self._queue) - len(kept)
-        self._queue = kept
-        if not kept:
-            self._sent_all.set()
-        asyncio.get_running_loop().create_task(self._notify())
-
-    def _put(self, item: _Outgoing) -> None:
-        self._queue.append(item)
-        self._sent_all.clear()
-        self._ready.set()
-
-    async def _notify(self) -> None:
-        async with self._room:
-            self._room.notify_all()
-
-    async def run(self) -> None:
-        """Send until cancelled or the client goes."""
-        try:
-            while True:
-                await self._ready.wait()
-                while self._queue:
-                    item = self._queue.popleft()
-                    if item.audio:
-                        self._audio_queued -= 1
-                        await self._notify()
-                    if item.message is not None:
-                        await self._websocket.send_text(json.dumps(item.message, separators=(",", ":")))
-                    if item.data is not None:
-                        await self._websocket.send_bytes(item.data)
-                self._ready.clear()
-                self._sent_all.set()
-        finally:
-            self.closed = True
-            self._sent_all.set()
-            await self._notify()
-
-    async def drain(self, timeout_s: float) -> None:
-        """Wait (at most `timeout_s`) until everything queued has been sent."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout_s):
-                await self._sent_all.wait()
 
 
 # ---- contexts
