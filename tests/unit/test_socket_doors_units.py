@@ -16,8 +16,8 @@ from libs.synthesis.output import WordTime
 from libs.synthesis.transcript import Transcript, ms
 from libs.voice.registry import default_registry
 from services.gateway.elevenlabs_socket import ElevenLabsDialect, output_format
+from services.gateway.socket_commands import Cancel, Close, Flush, KeepAlive, Text
 from services.gateway.socket_dialect import OurDialect, parse_start
-from services.gateway.speech_socket import Cancel, Close, Flush, KeepAlive, Text
 from services.gateway.wyoming_door import info_event, options_for
 
 SENT = ("Hello, wor", "ld! How are ", "you today?")
