@@ -84,8 +84,8 @@ class SocketDoors:
             return
         commands: list[Command] = [Text(DEFAULT_CONTEXT, start.input)] if start.input else []
         socket = SpeechSocket(
-            websocket, OurDialect(start), options, synthesizer=self._synthesizer, registry=self._registry,
-            settings=self._settings, metrics=self._metrics, method=METHOD, options_for=socket_dialect.context_options,
+            websocket, OurDialect(start), options, synthesizer=self._synthesizer, settings=self._settings,
+            metrics=self._metrics, method=METHOD, options_for=socket_dialect.context_options,
         )  # fmt: skip
         await socket.serve(commands)
 
@@ -109,7 +109,7 @@ class SocketDoors:
                 await websocket.close(POLICY_VIOLATION, refused.message[:120])
             return
         socket = SpeechSocket(
-            websocket, dialect, options, synthesizer=self._synthesizer, registry=self._registry, settings=self._settings,
+            websocket, dialect, options, synthesizer=self._synthesizer, settings=self._settings,
             metrics=self._metrics, method=ELEVENLABS_METHOD, idle_timeout_s=idle_s, options_for=elevenlabs_socket.context_options,
         )  # fmt: skip
         await socket.serve()

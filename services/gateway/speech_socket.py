@@ -43,7 +43,6 @@ from libs.synthesis.text_side import TextFlush
 from libs.synthesis.transcript import Heard, Transcript, ms
 from libs.telemetry.metrics import GatewayMetrics
 from libs.telemetry.request_meter import RequestMeter
-from libs.voice.registry import VoiceRegistry
 from libs.wire.errors import InvalidRequestError
 from services.gateway.http_api import http_error_for
 from services.gateway.socket_commands import Cancel, Close, Command, Dialect, Flush, Text
@@ -55,13 +54,8 @@ CANCEL_WAIT_S: Final = 1.0
 """Longest a cancelled context may take to stop before its answer goes anyway."""
 POLICY_VIOLATION: Final = 1008
 NORMAL: Final = 1000
-
-
 MAX_FLUSHES_WAITING: Final = 64
 """Flushes of one context that may wait for their sentences; more is a client flushing in a loop."""
-
-
-# ---- contexts
 
 
 @dataclass
@@ -100,7 +94,6 @@ class SpeechSocket:
         options: SynthesisOptions,
         *,
         synthesizer: Synthesizer,
-        registry: VoiceRegistry,
         settings: SocketSettings,
         metrics: GatewayMetrics,
         method: str,
@@ -111,7 +104,6 @@ class SpeechSocket:
         self._dialect = dialect
         self._options = options
         self._synthesizer = synthesizer
-        self._registry = registry
         self._settings = settings
         self._metrics = metrics
         self._method = method
