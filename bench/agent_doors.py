@@ -30,12 +30,13 @@ WORDS_PER_SECOND = 5.0
 Probe = Callable[[str], float]
 
 
-def socket_probe(http_url: str) -> Probe:
+def socket_probe(http_url: str, audio: str = "binary") -> Probe:
     """First audio of a new context on one open WebSocket, from its text to its first audio (an agent
-    keeps its socket open between turns, as a gRPC client keeps its channel)."""
+    keeps its socket open between turns, as a gRPC client keeps its channel); `audio` is how it
+    travels (binary frames after their events, or base64 inside them)."""
     url = http_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
     socket = connect(url)
-    socket.send(json.dumps({"type": "start", "response_format": "pcm", "sample_rate_hz": 22050}))
+    socket.send(json.dumps({"type": "start", "response_format": "pcm", "sample_rate_hz": 22050, "audio": audio}))
     json.loads(socket.recv(timeout=30))
     turns = iter(range(1_000_000))
 
@@ -53,6 +54,8 @@ def socket_probe(http_url: str) -> Probe:
                 continue
             event = json.loads(message)
             assert event["type"] != "error", event
+            if first is None and event["type"] == "audio" and event.get("audio"):
+                first = time.perf_counter() - started
             if event["type"] == "done":
                 break
         assert first is not None

@@ -145,7 +145,8 @@ def agent_rows(warm: dict[str, list[float]], agents: dict[str, Any]) -> list[str
     return [
         "| doors for agents, homes and phones | measured | target | met |",
         "|---|---|---|---|",
-        f"| WebSocket first audio (paragraph, cache warm, p50) | {versus('socket')} | within 10% of gRPC | {_yes(_within(warm['socket'], warm['grpc']))} |",
+        f"| WebSocket first audio, binary frames (paragraph, cache warm, p50) | {versus('socket')} | within 10% of gRPC | {_yes(_within(warm['socket'], warm['grpc']))} |",
+        f"| WebSocket first audio, base64 in JSON (same) | {versus('socket_base64')} | within 10% of gRPC | {_yes(_within(warm['socket_base64'], warm['grpc']))} |",
         f"| ElevenLabs socket first audio (same) | {versus('elevenlabs')} | - | - |",
         f"| Wyoming first audio (same) | {versus('wyoming')} | within 10% of gRPC | {_yes(_within(warm['wyoming'], warm['grpc']))} |",
         f"| {streamed.words} words streamed at 5 words/s to a playing listener | first audio {streamed.first_audio_s * 1000:.0f} ms after the first word,"
@@ -223,6 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "http": http_probe(mesh.http_url),
                 "http_edge": http_probe(edge_url),
                 "socket": agent_doors.socket_probe(mesh.http_url),
+                "socket_base64": agent_doors.socket_probe(mesh.http_url, "base64"),
                 "elevenlabs": agent_doors.elevenlabs_probe(mesh.http_url),
                 "wyoming": agent_doors.wyoming_probe(wyoming_port),
             }

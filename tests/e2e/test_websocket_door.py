@@ -208,3 +208,19 @@ def test_closing_every_context_closes_the_socket_once_they_are_spoken(mesh: Mesh
     assert received[-1]["type"] == "done"
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
     assert time.monotonic() - started < 5.0  # at once, not after the idle timeout
+
+
+def test_an_ssml_document_is_a_contexts_whole_text_with_its_marks(mesh: Mesh) -> None:
+    document = '<speak>Ring the bell. <mark name="after-bell"/><break time="300ms"/>Then wait.</speak>'
+    with connect(ws_url(mesh)) as socket:
+        start(socket, audio="base64", response_format="pcm", sample_rate_hz=22050)
+        socket.send(json.dumps({"type": "text", "context_id": "doc", "text": document}))
+        received = list(events(socket, "done", "doc"))
+    marks = [e for e in received if e["type"] == "mark"]
+    assert [m["name"] for m in marks] == ["after-bell"]
+    with grpc.insecure_channel(mesh.gateway_address) as channel:
+        request = tts_pb2.SynthesizeRequest(text=document, sample_rate_hz=22050)
+        reference = list(tts_pb2_grpc.TextToSpeechStub(channel).Synthesize(request, timeout=120))
+    assert b"".join(e["data"] for e in received if e["type"] == "audio") == b"".join(r.audio for r in reference)
+    grpc_marks = [(m.name, round(m.time_s * 1000, 3)) for r in reference if r.HasField("sentence") for m in r.sentence.marks]
+    assert [(m["name"], m["time_ms"]) for m in marks] == grpc_marks
