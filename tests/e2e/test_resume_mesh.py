@@ -10,6 +10,7 @@ import json
 import shutil
 import subprocess
 import threading
+from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -95,3 +96,19 @@ def test_resume_token_of_another_text_is_refused(mesh: Mesh) -> None:
     assert "another text" in (refused.value.details() or "")
 
 
+
+
+def test_streaming_synthesize_resumes_from_a_token_given_the_same_pieces(mesh: Mesh) -> None:
+    pieces = ["A streamed text ", "can be resumed too. ", "The client sends ", "the same pieces again."]
+
+    def requests(token: str = "") -> Iterator[tts_pb2.StreamingSynthesizeRequest]:
+        yield tts_pb2.StreamingSynthesizeRequest(config=tts_pb2.StreamingSynthesizeConfig(encoding=tts_pb2.ALAW, resume_token=token))
+        for piece in pieces:
+            yield tts_pb2.StreamingSynthesizeRequest(text=piece)
+
+    with grpc.insecure_channel(mesh.gateway_address) as channel:
+        stub = tts_pb2_grpc.TextToSpeechStub(channel)
+        whole = list(stub.StreamingSynthesize(requests(), timeout=120))
+        cut = len(whole) // 2
+        rest = list(stub.StreamingSynthesize(requests(whole[cut - 1].resume_point.token), timeout=120))
+    assert b"".join(r.audio for r in whole[:cut] + rest) == b"".join(r.audio for r in whole)
