@@ -57,6 +57,9 @@ METHOD: Final = "wyoming synthesize"
 PROGRAM: Final = "tts-mesh"
 SAMPLE_WIDTH_BYTES: Final = 2
 CHANNELS: Final = 1
+MAX_HELD_TEXT_CHARS: Final = 100_000
+"""Streamed text a connection may have sent and the text side not yet taken (it takes text as fast as
+sentences are spoken): an hour of speech, far past any answer a home assistant speaks."""
 
 
 def voice_speakers(voice: Voice) -> dict[str, int]:
@@ -210,6 +213,7 @@ class _Session:
         self._client = client
         self._pieces: asyncio.Queue[str | None] | None = None
         self._streaming: asyncio.Task[None] | None = None
+        self._held_chars = 0  # text received and not yet taken by the text side
 
     async def run(self) -> None:
         try:
@@ -243,12 +247,22 @@ class _Session:
                 return True
             start = SynthesizeStart.from_event(event)
             self._pieces = asyncio.Queue()
+            self._held_chars = 0
             self._streaming = asyncio.create_task(self._stream(start.voice, self._pieces))
         elif SynthesizeChunk.is_type(event.type):
-            if self._pieces is None:
+            if self._pieces is None or self._streaming is None:
                 await self._error(InvalidRequestError("a synthesize-chunk came outside a stream; send synthesize-start first"))
                 return True
-            self._pieces.put_nowait(SynthesizeChunk.from_event(event).text)
+            if self._streaming.done():
+                return True  # the stream ended in an error the client was told of; it may still send its text
+            text = SynthesizeChunk.from_event(event).text
+            self._held_chars += len(text)
+            if self._held_chars > MAX_HELD_TEXT_CHARS:
+                self._streaming.cancel()
+                await self._error(InvalidRequestError(
+                    f"the stream holds over {MAX_HELD_TEXT_CHARS} characters not yet spoken; send less text at once", field="text"))  # fmt: skip
+                return True
+            self._pieces.put_nowait(text)
         elif SynthesizeStop.is_type(event.type):
             if self._pieces is None or self._streaming is None:
                 await self._write(SynthesizeStopped().event())
@@ -289,7 +303,7 @@ class _Session:
         try:
             options = options_for(self._door._registry, voice)
             meter.voice(options.voice.name)
-            chunks = self._door._synthesizer.synthesize_incremental(_queued(pieces), options, None, self._client)
+            chunks = self._door._synthesizer.synthesize_incremental(self._queued(pieces), options, None, self._client)
             async with aclosing(chunks):
                 async for chunk in chunks:
                     if chunk.sentence is not None:
@@ -301,11 +315,14 @@ class _Session:
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            code = await self._error(error)
-            while await pieces.get() is not None:  # read on to the stop, whose answer the client waits for
-                pass
+            code = await self._error(error)  # the stop still gets its synthesize-stopped
         finally:
             meter.finished(code)
+
+    async def _queued(self, pieces: asyncio.Queue[str | None]) -> AsyncIterator[str]:
+        while (piece := await pieces.get()) is not None:
+            self._held_chars -= len(piece)
+            yield piece
 
     def _start(self, options: SynthesisOptions) -> Event:
         return AudioStart(rate=options.sample_rate_hz, width=SAMPLE_WIDTH_BYTES, channels=CHANNELS).event()
@@ -327,7 +344,3 @@ class _Session:
     async def _write(self, event: Event) -> None:
         await async_write_event(event, self._writer)
 
-
-async def _queued(pieces: asyncio.Queue[str | None]) -> AsyncIterator[str]:
-    while (piece := await pieces.get()) is not None:
-        yield piece
