@@ -182,7 +182,7 @@ def cancel_on_a_playing_context(mesh_address: str, http_url: str) -> CancelOutco
         after: list[dict[str, Any]] = []
         if not any(e["type"] == "done" and e["context_id"] == "other" for e in received):
             after = list(_events(socket, "done", "other"))
-    words = [w for e in received if e["type"] == "sentence" and e["context_id"] == "agent" for w in e["words"]]
+    words = [w for e in received if e["type"] == "audio" and e["context_id"] == "agent" for w in e.get("sentence", {}).get("words", [])]
     heard = [w for w in words if w["end_ms"] <= played_ms]
     other = b"".join(base64.b64decode(e["audio"]) for e in received + after if e["type"] == "audio" and e["context_id"] == "other")
     with grpc.insecure_channel(mesh_address) as channel:

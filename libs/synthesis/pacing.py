@@ -3,11 +3,12 @@ jitter buffer of its own).
 
 The chunks of an utterance (libs.synthesis.output) are cut into frames of exactly `frame_ms` of
 audio, the last padded with the encoding's silence, and each frame leaves when its moment comes:
-frame k at the first frame's time plus k frames. A frame that is late (the mesh fell behind) leaves
-at once and the frames after it keep the new pace, rather than a burst that would overrun the
-line. The samples are the chunks' own bytes, so framing changes where audio is cut, never what it
-is; each frame still says its sentence, carries the sentence's words when the sentence starts in it,
-and knows its resume point.
+frame k at the first frame's time plus k frames. A frame that is late by a frame or more (the mesh
+fell behind) leaves at once and the frames after it keep the new pace, rather than a burst that
+would overrun the line; one a little late (a timer that woke late) keeps the old pace, so the
+event loop's lateness does not accumulate. The samples are the chunks' own bytes, so framing changes
+where audio is cut, never what it is; each frame still says its sentence, carries the sentence's
+words when the sentence starts in it, and knows its resume point.
 """
 
 from __future__ import annotations
@@ -95,10 +96,12 @@ class _Pace:
 
     async def wait(self) -> None:
         now = self._clock()
-        if self._due_s is None or now > self._due_s:
-            self._due_s = now  # the first frame, or a late one: leave now, and pace on from here
-        else:
+        if self._due_s is None or now > self._due_s + self._frame_s:
+            self._due_s = now  # the first frame, or one a whole frame late: leave now, and pace on from here
+        elif now < self._due_s:
             await self._sleep(self._due_s - now)
+        # A frame only a little late (a timer that woke late) leaves now and keeps the pace: the line's
+        # clock does not drift by the event loop's lateness.
         self._due_s += self._frame_s
 
 

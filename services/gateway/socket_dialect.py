@@ -5,9 +5,10 @@ The first message is `start`: the HTTP speech body's fields, with the same rules
 plus `audio` (`binary`: each audio message is followed by a binary frame of the bytes; `base64`:
 the bytes are inside it) and `frame_ms` (real-time frames). Then `text` pieces (plain text, or an
 SSML document whole as a context's first text), `flush`, `close` and `cancel`, each for a
-`context_id` ("0" when left out). Out come `ready`, then per context `sentence` (its words and
-times, before its audio), `mark`, `audio`, `flushed`, `done`, `cancelled` (what was heard) and
-`error` (with the gRPC status name as `code`). Times are milliseconds on the context's timeline.
+`context_id` ("0" when left out). Out come `ready`, then per context `audio` (a sentence's first
+carries the sentence, its words and their times, as gRPC's first piece does), `mark`, `flushed`,
+`done`, `cancelled` (what was heard) and `error` (with the gRPC status name as `code`). Times are
+milliseconds on the context's timeline.
 """
 
 from __future__ import annotations
@@ -127,20 +128,21 @@ class OurDialect:
         }  # fmt: skip
 
     def sentence(self, context_id: str, sentence: SentenceInfo) -> list[dict[str, Any]]:
-        first = {
-            "type": "sentence", "context_id": context_id, "index": sentence.index, "text": sentence.text,
-            "start_ms": ms(sentence.audio_offset_s), "duration_ms": ms(sentence.audio_duration_s),
-            "words": [{"word": word.text, "start_ms": ms(word.start_s), "end_ms": ms(word.end_s)} for word in sentence.words],
-        }  # fmt: skip
-        events: list[dict[str, Any]] = [first]
-        events += [{"type": "mark", "context_id": context_id, "name": mark.name, "time_ms": ms(mark.time_s)} for mark in sentence.marks]
-        return events
+        """The sentence's SSML marks (its words ride on its first audio event, as on gRPC's first piece)."""
+        return [{"type": "mark", "context_id": context_id, "name": mark.name, "time_ms": ms(mark.time_s)} for mark in sentence.marks]
 
     def audio(self, context_id: str, chunk: AudioChunk, token: str, chars: CharTimes | None) -> dict[str, Any]:
         event: dict[str, Any] = {
             "type": "audio", "context_id": context_id, "sentence_index": chunk.sentence_index,
             "offset_ms": ms(chunk.audio_offset_s), "duration_ms": ms(chunk.audio_duration_s), "sentence_end": chunk.sentence_end,
         }  # fmt: skip
+        if chunk.sentence is not None:  # the sentence's first audio: its words and times, before its bytes
+            sentence = chunk.sentence
+            event["sentence"] = {
+                "index": sentence.index, "text": sentence.text, "start_ms": ms(sentence.audio_offset_s),
+                "duration_ms": ms(sentence.audio_duration_s),
+                "words": [{"word": word.text, "start_ms": ms(word.start_s), "end_ms": ms(word.end_s)} for word in sentence.words],
+            }  # fmt: skip
         if token:
             event["resume_token"] = token
         if self.audio_as_binary:

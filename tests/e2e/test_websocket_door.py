@@ -49,6 +49,14 @@ def events(socket: ClientConnection, until: str, context_id: str | None = None, 
         assert event["type"] != "error", event
 
 
+def _sentences(received: list[dict[str, Any]], context_id: str | None = None) -> list[dict[str, Any]]:
+    """The sentences the audio events carried (on each sentence's first), of one context or all."""
+    return [
+        e["sentence"] for e in received
+        if e["type"] == "audio" and "sentence" in e and (context_id is None or e["context_id"] == context_id)
+    ]  # fmt: skip
+
+
 def start(socket: ClientConnection, **fields: Any) -> dict[str, Any]:
     socket.send(json.dumps({"type": "start", **fields}))
     ready = json.loads(socket.recv(timeout=30))
@@ -78,12 +86,12 @@ def test_words_streamed_one_by_one_are_spoken_as_streaming_synthesize_speaks_the
     audio = b"".join(event["data"] for event in received if event["type"] == "audio")
     reference = _streaming_grpc(mesh, pieces, encoding=tts_pb2.LINEAR_PCM, sample_rate_hz=22050)
     assert audio == b"".join(response.audio for response in reference)
-    sentences = [event for event in received if event["type"] == "sentence"]
+    sentences = _sentences(received)
     grpc_words = [(w.text, round(w.start_s * 1000, 3)) for r in reference if r.HasField("sentence") for w in r.sentence.words]
     assert [(w["word"], w["start_ms"]) for s in sentences for w in s["words"]] == grpc_words
-    for sentence in sentences:  # each sentence's words come before any of its audio
-        first_audio = next(i for i, e in enumerate(received) if e["type"] == "audio" and e["sentence_index"] == sentence["index"])
-        assert received.index(sentence) < first_audio
+    for sentence in sentences:  # each sentence's words ride on its first audio, before its bytes
+        first_audio = next(e for e in received if e["type"] == "audio" and e["sentence_index"] == sentence["index"])
+        assert first_audio.get("sentence") == sentence
     assert received[-1]["audio_ms"] == pytest.approx(len(audio) / 2 / 22050 * 1000, abs=0.01)
 
 
@@ -97,11 +105,11 @@ def test_flush_speaks_the_held_text_at_once_and_flushed_follows_its_last_audio(m
         socket.send(json.dumps({"type": "text", "text": "and then the rest."}))
         socket.send(json.dumps({"type": "close"}))
         rest = list(events(socket, "done"))
-    assert [e["text"] for e in held if e["type"] == "sentence"] == ["No sentence end here yet"]
+    assert [s["text"] for s in _sentences(held)] == ["No sentence end here yet"]
     assert any(e["type"] == "audio" and e["sentence_end"] for e in held)  # the whole sentence came before `flushed`
     assert flushed_after_s < 2.0  # not held for --sentence-wait-s
-    assert [e["text"] for e in rest if e["type"] == "sentence"] == ["and then the rest."]
-    assert [e["index"] for e in rest if e["type"] == "sentence"] == [1]
+    assert [s["text"] for s in _sentences(rest)] == ["and then the rest."]
+    assert [s["index"] for s in _sentences(rest)] == [1]
 
 
 def test_cancel_answers_with_the_words_heard_and_the_other_context_plays_on(mesh: Mesh) -> None:
@@ -118,14 +126,14 @@ def test_cancel_answers_with_the_words_heard_and_the_other_context_plays_on(mesh
         for event in events(socket, "cancelled", "agent"):
             received.append(event)
             if played_ms is None and event["type"] == "audio" and event["context_id"] == "agent" and event["offset_ms"] > 1000:
-                words = [w for e in received if e["type"] == "sentence" and e["context_id"] == "agent" for w in e["words"]]
+                words = [w for s in _sentences(received, "agent") for w in s["words"]]
                 played_ms = (words[3]["start_ms"] + words[3]["end_ms"]) / 2  # the listener stopped mid-word
                 socket.send(json.dumps({"type": "cancel", "context_id": "agent", "played_ms": played_ms}))
                 cancel_sent = time.monotonic()
         cancelled = received[-1]
         answered_s = time.monotonic() - cancel_sent
         after = list(events(socket, "done", "other")) if not any(e["type"] == "done" for e in received) else []
-    words = [w for e in received if e["type"] == "sentence" and e["context_id"] == "agent" for w in e["words"]]
+    words = [w for s in _sentences(received, "agent") for w in s["words"]]
     heard = [w for w in words if w["end_ms"] <= played_ms]
     assert cancelled["heard_words"] == heard and len(heard) == 3
     assert cancelled["heard_text"] == "This context is"

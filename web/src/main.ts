@@ -146,7 +146,7 @@ function reset(): void {
 const WORDS_PER_SECOND = 5;
 interface SocketWord { word: string; start_ms: number; end_ms: number }
 interface SocketEvent {
-  type: string; context_id?: string; index?: number; text?: string; words?: SocketWord[]; offset_ms?: number; duration_ms?: number;
+  type: string; context_id?: string; sentence?: { words: SocketWord[] }; offset_ms?: number; duration_ms?: number;
   bytes?: number; sample_rate_hz?: number; heard_text?: string; heard_words?: SocketWord[]; message?: string; code?: string;
 }
 
@@ -237,9 +237,11 @@ async function streamWords(): Promise<void> {
     const event = JSON.parse(message.data) as SocketEvent;
     if (event.type === "ready") {
       state.sampleRateHz = event.sample_rate_hz ?? 0;
-    } else if (event.type === "sentence") {
-      addWords({ words: (event.words ?? []).map((w) => ({ text: w.word, startS: w.start_ms / 1000, endS: w.end_ms / 1000 })) } as SentenceInfo, wordSpans);
     } else if (event.type === "audio") {
+      if (event.sentence) {
+        const words = event.sentence.words.map((w) => ({ text: w.word, startS: w.start_ms / 1000, endS: w.end_ms / 1000 }));
+        addWords({ words } as SentenceInfo, wordSpans);
+      }
       pending = (event.bytes ?? 0) > 0 ? event : null;
     } else if (event.type === "done") {
       state.done = true;
