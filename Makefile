@@ -11,7 +11,7 @@ TEXT ?= Hello! This is the text to speech mesh speaking.
 OUT ?= hello.wav
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run run-zones certs web say test test-fast proto docs voice bench bench-load bench-quality bench-faults \
+.PHONY: help venv run run-zones certs web grpcjs say test test-fast proto docs voice bench bench-load bench-quality bench-faults \
 	bench-doors bench-hostile bench-text bench-text-zh bench-jobs fuzz idle-keepalive k8s-validate image image-gpu base-image \
 	container-engine run-containers test-containers soak
 
@@ -57,6 +57,11 @@ certs: $(RUNTIME)
 ## Rebuild the web page's committed bundle (web/dist).
 web:
 	cd web && npm ci --no-audit --no-fund && npm run generate && npm run typecheck && npm run build
+
+# The grpc-js client the resume test runs (tests/support/grpcjs), bundled with esbuild into its committed dist/.
+## Rebuild the grpc-js test client's committed bundle (needs Node.js and npm).
+grpcjs:
+	cd tests/support/grpcjs && npm ci --no-audit --no-fund && npm run build
 
 ## Speak TEXT through the running gateway into OUT (format from the extension: .wav, .opus, .mp3, ...).
 say: $(RUNTIME)

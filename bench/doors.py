@@ -6,6 +6,10 @@
 - First audio of OGG_OPUS (48 kHz) against LINEAR_PCM at the voice's 22.05 kHz and at 48 kHz (which
   tells the resampler's share from the encoder's), cache cold (every request a new text), interleaved.
 - Bytes per second of audio for every encoding, on one paragraph.
+- The doors for agents, homes and phones (bench/agent_doors.py): first audio over our WebSocket,
+  ElevenLabs' socket and Wyoming against gRPC's (cache warm, interleaved with the others), a
+  paragraph streamed at 5 words/s to a playing listener, cancel on a playing context, LiveKit's
+  ElevenLabs plugin through the gateway, and resume points against the uninterrupted stream.
 
     python -m bench.doors [--rounds 30] [--out bench/doors.md]
 """
@@ -16,14 +20,17 @@ import argparse
 import statistics
 import struct
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
 
-from bench.mesh import start_mesh
+from bench import agent_doors
+from bench.mesh import BenchMesh
 from bench.texts import TEXTS, unique_variants
 from libs.edge.envoy import EdgeSettings
 from libs.edge.process import EdgeProcess
@@ -124,7 +131,51 @@ def _ms(values: list[float]) -> str:
     return f"{statistics.median(values) * 1000:.1f}"
 
 
-def report(warm: dict[str, list[float]], cold: dict[str, list[float]], sizes: list[tuple[str, int, float]], rounds: int) -> str:
+def agent_rows(warm: dict[str, list[float]], agents: dict[str, Any]) -> list[str]:
+    """The table of the doors for agents, homes and phones."""
+    grpc_ms = statistics.median(warm["grpc"]) * 1000
+
+    def versus(name: str) -> str:
+        ms = statistics.median(warm[name]) * 1000
+        return f"{ms:.1f} ms ({(ms - grpc_ms) / grpc_ms * 100:+.0f}% against gRPC's {grpc_ms:.1f} ms; {_paired_ms(warm[name], warm['grpc'])} paired)"
+
+    streamed, cancel = agents["streamed"], agents["cancel"]
+    same_audio, same_words, plugin_first_s = agents["livekit"]
+    cuts, equal = agents["resume"]
+    return [
+        "| doors for agents, homes and phones | measured | target | met |",
+        "|---|---|---|---|",
+        f"| WebSocket first audio, binary frames (paragraph, cache warm, p50) | {versus('socket')} | within 10% of gRPC | {_yes(_within(warm['socket'], warm['grpc']))} |",
+        f"| WebSocket first audio, base64 in JSON (same) | {versus('socket_base64')} | within 10% of gRPC | {_yes(_within(warm['socket_base64'], warm['grpc']))} |",
+        f"| ElevenLabs socket first audio (same) | {versus('elevenlabs')} | - | - |",
+        f"| Wyoming first audio (same) | {versus('wyoming')} | within 10% of gRPC | {_yes(_within(warm['wyoming'], warm['grpc']))} |",
+        f"| {streamed.words} words streamed at 5 words/s to a playing listener | first audio {streamed.first_audio_s * 1000:.0f} ms after the first word,"
+        f" longest wait for due audio {streamed.longest_wait_s * 1000:.0f} ms over {streamed.audio_s:.1f} s of audio | never starved (0 ms) | {_yes(streamed.longest_wait_s <= 0.0)} |",
+        f"| cancel on a playing context | answered in {cancel.answered_ms:.1f} ms (round trip), {cancel.audio_after} audio messages after it |"
+        f" stops within 50 ms | {_yes(cancel.answered_ms <= 50 and not cancel.audio_after)} |",
+        f"| text heard at cancel | {cancel.heard_words} words, {'exactly' if cancel.heard_exact else 'NOT'} those whose audio ended by played_ms |"
+        f" matches the word timestamps exactly | {_yes(cancel.heard_exact)} |",
+        f"| the socket's other context | {'same audio as alone' if cancel.other_untouched else 'DIFFERENT audio'} | plays on untouched | {_yes(cancel.other_untouched)} |",
+        f"| LiveKit Agents' ElevenLabs plugin, base URL changed | audio {'equal to' if same_audio else 'NOT equal to'} gRPC's, word timings"
+        f" {'equal to' if same_words else 'NOT equal to'} ours (1.5 ms), first audio {plugin_first_s * 1000:.0f} ms | speaks unchanged, alignment included |"
+        f" {_yes(same_audio and same_words)} |",
+        f"| resumed at {cuts} points of a gRPC stream | {equal} of {cuts} joined streams equal to the uninterrupted one | sample for sample | {_yes(equal == cuts)} |",
+        "",
+    ]
+
+
+def _within(values: list[float], baseline: list[float], ratio: float = 0.10) -> bool:
+    return statistics.median(values) <= statistics.median(baseline) * (1 + ratio)
+
+
+def _yes(met: bool) -> str:
+    return "yes" if met else "NO"
+
+
+def report(
+    warm: dict[str, list[float]], cold: dict[str, list[float]], sizes: list[tuple[str, int, float]], rounds: int,
+    agents: dict[str, Any] | None = None,
+) -> str:
     lines = [
         f"## Front doors and encodings (`make bench-doors`, {time.strftime('%Y-%m-%d %H:%M')}, {rounds} rounds)",
         "",
@@ -146,6 +197,7 @@ def report(warm: dict[str, list[float]], cold: dict[str, list[float]], sizes: li
         "|---|---:|---:|",
         *(f"| `{name}` | {rate} | {rate_bytes:,.0f} |" for name, rate, rate_bytes in sizes),
         "",
+        *(agent_rows(warm, agents) if agents else []),
     ]
     return "\n".join(lines)
 
@@ -155,7 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    mesh = start_mesh()
+    wyoming_port = free_port()
+    mesh = BenchMesh(log_dir=Path(tempfile.mkdtemp(prefix="tts-bench-")), env={"TTS_WYOMING_PORT": str(wyoming_port)}).start()
     try:
         edge = EdgeSettings(
             port=free_port(), admin_port=free_port(), gateway_grpc_port=int(mesh.gateway_address.rsplit(":", 1)[1]),
@@ -170,6 +223,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "grpc_web_edge": grpc_web_probe(edge_url),
                 "http": http_probe(mesh.http_url),
                 "http_edge": http_probe(edge_url),
+                "socket": agent_doors.socket_probe(mesh.http_url),
+                "socket_base64": agent_doors.socket_probe(mesh.http_url, "base64"),
+                "elevenlabs": agent_doors.elevenlabs_probe(mesh.http_url),
+                "wyoming": agent_doors.wyoming_probe(wyoming_port),
             }
             interleaved(warm_probes, lambda index: paragraph, 2)  # fills the cache, warms the connections
             warm = interleaved(warm_probes, lambda index: paragraph, args.rounds)
@@ -186,9 +243,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for offset, name in enumerate(order):
                     cold[name].append(cold_probes[name](cold_texts[len(names) * index + offset]))
             sizes = bytes_per_audio_second(mesh.gateway_address, paragraph)
+            agents = {
+                "streamed": agent_doors.streamed_at_llm_pace(mesh.http_url, unique_variants(paragraph, 1, first_number=990_000)[0]),
+                "cancel": agent_doors.cancel_on_a_playing_context(mesh.gateway_address, mesh.http_url),
+                "livekit": agent_doors.livekit_plugin(mesh.gateway_address, mesh.http_url, paragraph),
+                "resume": agent_doors.resumed_equals_uninterrupted(mesh.gateway_address, paragraph),
+            }
     finally:
         mesh.stop()
-    table = report(warm, cold, sizes, args.rounds)
+    table = report(warm, cold, sizes, args.rounds, agents)
     print(table)
     if args.out:
         args.out.write_text(table, encoding="utf-8")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import socket
 import statistics
@@ -28,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import grpc
 import httpx
@@ -504,6 +505,86 @@ def longest_sentence_to_the_worker(target: Target) -> Answer:
     return Answer(note, code == "OK" and after_mib < before_mib + 150, seconds)
 
 
+def _socket_url(target: Target) -> str:
+    return target.http_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+
+
+async def _open_sockets(target: Target, count: int, first: list[str]) -> tuple[list[Any], list[str]]:
+    """`count` WebSockets from one client, each sent `first`; the open ones and each one's outcome."""
+    import websockets
+    from websockets.exceptions import InvalidStatus
+
+    async def one() -> tuple[Any, str]:
+        try:
+            connection = await websockets.connect(_socket_url(target), max_size=None, open_timeout=DEADLINE_S)
+        except InvalidStatus as refused:
+            return None, f"HTTP {refused.response.status_code}"
+        for message in first:
+            await connection.send(message)
+        return connection, "open"
+
+    results = await asyncio.gather(*(one() for _ in range(count)))
+    return [connection for connection, _ in results if connection is not None], [outcome for _, outcome in results]
+
+
+def idle_sockets(target: Target, count: int = 100, hold_s: float = 10.0) -> Answer:
+    """Sockets that start and then say nothing: at most the client's limit are taken, and they cost little."""
+    start = json.dumps({"type": "start"})
+
+    async def run() -> tuple[list[str], float]:
+        sockets, outcomes = await _open_sockets(target, count, [start])
+        await asyncio.sleep(hold_s)
+        gateway_mib = _rss_bytes(target.mesh.services["gateway"].process.pid) / MIB
+        await asyncio.gather(*(connection.close() for connection in sockets), return_exceptions=True)
+        return outcomes, gateway_mib
+
+    started = time.monotonic()
+    outcomes, gateway_mib = asyncio.run(run())
+    clear = set(outcomes) <= {"open", "HTTP 429"} and "HTTP 429" in outcomes
+    return Answer(f"{_status_counts(outcomes)}; gateway {gateway_mib:.0f} MiB while held", clear, max(0.0, time.monotonic() - started - hold_s))
+
+
+def slow_socket_readers(target: Target, count: int = 100, hold_s: float = 20.0) -> Answer:
+    """Sockets that ask for a long text each and never read: backpressure, not memory."""
+    text = " ".join(f"Sentence {n} of a long text that nobody reads to the end." for n in range(90))[:5000]
+    first = [json.dumps({"type": "start", "response_format": "float_pcm", "sample_rate_hz": 48000}), json.dumps({"type": "text", "text": text}),
+             json.dumps({"type": "close"})]  # fmt: skip
+
+    async def run() -> tuple[list[str], float]:
+        sockets, outcomes = await _open_sockets(target, count, first)
+        await asyncio.sleep(hold_s)
+        gateway_mib = _rss_bytes(target.mesh.services["gateway"].process.pid) / MIB
+        for connection in sockets:
+            connection.transport.abort()  # gone without a word, its buffers unread
+        return outcomes, gateway_mib
+
+    started = time.monotonic()
+    outcomes, gateway_mib = asyncio.run(run())
+    time.sleep(3.0)  # what the dropped sockets held goes back
+    after_mib = _rss_bytes(target.mesh.services["gateway"].process.pid) / MIB
+    clear = set(outcomes) <= {"open", "HTTP 429"}
+    note = f"{_status_counts(outcomes)}, held {hold_s:.0f} s unread; gateway {gateway_mib:.0f} MiB held, {after_mib:.0f} MiB after"
+    return Answer(note, clear, max(0.0, time.monotonic() - started - hold_s - 3.0))
+
+
+def socket_megabyte_message(target: Target) -> Answer:
+    """A 1 MB text message: the socket is closed as too big (1009) before it is held."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    started = time.monotonic()
+    with connect(_socket_url(target), max_size=None) as socket:
+        socket.send(json.dumps({"type": "start"}))
+        socket.recv(timeout=DEADLINE_S)
+        socket.send(json.dumps({"type": "text", "text": "a" * (1024 * 1024)}))
+        try:
+            socket.recv(timeout=DEADLINE_S)
+            return Answer("answered instead of closing", False, time.monotonic() - started)
+        except ConnectionClosed as closed:
+            code = closed.rcvd.code if closed.rcvd is not None else None
+    return Answer(f"closed {code} (message too big)", code == 1009, time.monotonic() - started)
+
+
 ATTACKS: Final[dict[str, tuple[str, Callable[[Target], Answer]]]] = {
     "espeak": ("Synthesize `s'` x 220 (espeak-ng's overflow)", espeak_overflow),
     "spaces": ("StreamingSynthesize: 400 x 5,000 spaces, then `a B`", streamed_spaces),
@@ -522,6 +603,9 @@ ATTACKS: Final[dict[str, tuple[str, Callable[[Target], Answer]]]] = {
         f"acoustic worker: a sentence of {MAX_PHONEME_IDS:,} ids (its most), sent directly",
         longest_sentence_to_the_worker,
     ),
+    "ws-idle": ("WebSocket: 100 idle sockets from one client, held 10 s", idle_sockets),
+    "ws-slow": ("WebSocket: 100 sockets from one client ask for 5,000 chars each at 48 kHz and never read", slow_socket_readers),
+    "ws-1mb": ("WebSocket: a 1 MB text message", socket_megabyte_message),
 }
 
 

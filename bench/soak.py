@@ -18,7 +18,8 @@ descriptor growth.
 4. Faults: every `kill_every_min` a worker container is killed (SIGKILL; the zones' acoustic and
    vocoder in turn) and started again at once, as a pod's container is restarted; the Redis container
    is killed and started again once, at `redis_restart_at_min` (by default about half way, between
-   two worker kills). Every client dials from this machine, so the gateways' per-client share is off.
+   two worker kills). Every client dials from this machine: to the gateways it is one client, which
+   may use the whole mesh alone.
 5. Every 30 s the resident memory and open file descriptors of each service (its process and the
    processes under it, read from /proc on this machine) are recorded. A service's growth is measured
    from 5 minutes into each of its lives (a restarted worker starts a new one) to the end of that life.

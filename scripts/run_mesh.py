@@ -5,7 +5,8 @@
 Each service runs with its defaults (gateway 50051 for gRPC and 8000 for HTTP, acoustic 50052,
 vocoder 50053, zone "local", metrics 9101-9103), secured with the local secrets made on first run
 (libs.devmesh.local_secrets): mutual TLS between the gateway and the workers, a Redis with a
-password, sealed cache values. The gateway's public ports stay plaintext. In front of it the edge
+password, sealed cache values. The gateway's public ports stay plaintext; its Wyoming door (Home
+Assistant) listens on 127.0.0.1:10200. In front of it the edge
 (Envoy, libs.edge) listens on 8080: the web page at /, grpc-web for browsers, plain gRPC and the
 HTTP API, all on one port. With REDIS_URL set, that Redis is used and none is started.
 """
@@ -24,6 +25,7 @@ from libs.edge.envoy import DEFAULT_ADMIN_PORT, DEFAULT_EDGE_PORT, EdgeSettings
 from libs.edge.process import EdgeProcess
 from libs.serving.http import DEFAULT_HTTP_PORT
 from libs.serving.server import DEFAULT_PORTS
+from libs.serving.wyoming import DEFAULT_WYOMING_PORT_CONVENTION
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,14 +41,16 @@ def main(argv: list[str] | None = None) -> int:
     # Behind the edge every request comes from 127.0.0.1: the gateway counts per-client limits by
     # the address the edge forwarded for instead (libs/serving/clients.py).
     behind_edge = [] if args.no_edge else ["--trusted-proxies=127.0.0.1,::1"]
+    # Home Assistant's Wyoming door, on this host only (it has no authentication of its own).
+    wyoming = [f"--wyoming-port={DEFAULT_WYOMING_PORT_CONVENTION}", "--wyoming-host=127.0.0.1"]
     specs = [
         ServiceSpec(
-            name, name, DEFAULT_PORTS[name], [*secrets.service_args(name), *(behind_edge if name == "gateway" else [])],
+            name, name, DEFAULT_PORTS[name], [*secrets.service_args(name), *(behind_edge + wyoming if name == "gateway" else [])],
             credentials=secrets.health_credentials(name),
         )
         for name in ("acoustic", "vocoder", "gateway")
     ]
-    ready = f'[run] ready: gateway on 127.0.0.1:{DEFAULT_PORTS["gateway"]}'
+    ready = f'[run] ready: gateway on 127.0.0.1:{DEFAULT_PORTS["gateway"]}, Wyoming on 127.0.0.1:{DEFAULT_WYOMING_PORT_CONVENTION}'
     if not args.no_edge:
         ready += f"; web page, grpc-web, gRPC and HTTP API through the edge at http://127.0.0.1:{args.edge_port}/"
     ready += '. Try: make say TEXT="Hello."'

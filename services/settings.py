@@ -22,9 +22,10 @@ from libs.routing.retry import RetryBudgetConfig, RetryConfig
 from libs.serving.admission import AdmissionSettings
 from libs.serving.auth import AuthSettings
 from libs.serving.clients import ClientSettings
-from libs.serving.http import HttpSettings
+from libs.serving.http import HttpSettings, SocketSettings
 from libs.serving.server import ServerSettings
 from libs.serving.worker import WorkerSettings
+from libs.serving.wyoming import WyomingSettings
 from libs.settings.fields import load, render_value, settings_of
 from libs.synthesis.options import RequestLimits
 from libs.synthesis.text_side import TextLimits
@@ -48,6 +49,8 @@ class GatewaySettings:
     auth: AuthSettings
     clients: ClientSettings
     http: HttpSettings
+    socket: SocketSettings
+    wyoming: WyomingSettings
     jobs: JobSettings
     prewarm: PrewarmSettings
 

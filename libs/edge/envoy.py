@@ -5,8 +5,8 @@ Browsers, mobile apps and HTTP tools all reach the service on one port:
 - grpc-web (HTTP/1.1 or 2, binary or text) is translated by Envoy's `grpc_web` filter, so a browser
   can call `Synthesize` (server streaming), `ListVoices` and every method of `LongFormSynthesis`;
   `StreamingSynthesize` stays gRPC-only, as browsers cannot open a client stream;
-- `/v1/...` (the OpenAI-compatible API, long-form jobs under `/v1/audio/jobs` included) and `/` (the
-  web page) go to the gateway's HTTP port.
+- `/v1/...` (the OpenAI-compatible API, long-form jobs under `/v1/audio/jobs` included, and the
+  WebSocket doors, upgraded here) and `/` (the web page) go to the gateway's HTTP port.
 CORS answers the configured origins; TLS is terminated here when a certificate is given; access
 logs go to standard output; the admin interface listens on localhost only.
 
@@ -166,7 +166,8 @@ def _virtual_host(settings: EdgeSettings) -> dict[str, Any]:
             # Envoy itself answers probes (the admin port listens on localhost, out of a prober's reach).
             {"match": {"path": HEALTH_PATH}, "direct_response": {"status": 200, "body": {"inline_string": "ok\n"}}},
             *({"match": {"prefix": prefix}, "route": grpc_route} for prefix in GRPC_SERVICE_PREFIXES),
-            {"match": {"prefix": "/"}, "route": {"cluster": "gateway_http", "timeout": "0s"}},
+            # The HTTP port's WebSockets (ours and ElevenLabs' dialect) are upgraded here and pass through.
+            {"match": {"prefix": "/"}, "route": {"cluster": "gateway_http", "timeout": "0s", "upgrade_configs": [{"upgrade_type": "websocket"}]}},
         ],
     }
 

@@ -26,6 +26,7 @@ from typing import Final
 import grpc
 from redis.exceptions import RedisError
 
+from libs.jobs.captions import SentenceWords
 from libs.jobs.chunks import ObjectStoreError
 from libs.jobs.metrics import JobMetrics
 from libs.jobs.requests import job_status_for
@@ -251,15 +252,20 @@ class JobRunner:
         self, job_id: str, consumer: str, options: SynthesisOptions, batch: Sequence[Sentence], progress: _Progress, text_chars: int
     ) -> None:
         pcm = bytearray()
+        words = SentenceWords()
         async with aclosing(self._synthesizer.speak(_iterate(batch), options, None)) as chunks:
             async for chunk in chunks:
                 pcm += chunk.audio
+                words.add(chunk)
                 if not chunk.sentence_end:
                     continue
                 sentence = batch[chunk.sentence_index]
                 chars = min(text_chars, progress.chars + len(sentence.text) + 1)
                 samples = len(pcm) // 2
-                if not await self._store.commit_sentence(job_id, progress.sentences, consumer, bytes(pcm), chars_done=chars, samples=samples):
+                caption = words.finish(samples, options.sample_rate_hz)
+                if not await self._store.commit_sentence(
+                    job_id, progress.sentences, consumer, bytes(pcm), chars_done=chars, samples=samples, words=caption
+                ):
                     raise _JobGone(job_id)
                 self._metrics.audio_seconds_total.inc(samples / options.sample_rate_hz)
                 progress.sentences += 1

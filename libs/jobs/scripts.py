@@ -28,11 +28,12 @@ redis.call('HSET', KEYS[1], 'state', 'running', 'owner', ARGV[1], 'updated_s', A
 redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 return 'running'
 """
-# KEYS: job, pcm value, text. ARGV: owner, sentences_done before, audio, ttl, now, chars_done, samples.
+# KEYS: job, pcm value, text, words value. ARGV: owner, sentences_done before, audio, ttl, now, chars_done, samples, words.
 COMMIT: Final = """
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] or redis.call('HGET', KEYS[1], 'state') ~= 'running' then return 0 end
 if redis.call('HGET', KEYS[1], 'sentences_done') ~= ARGV[2] then return 0 end
 redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[4])
+redis.call('SET', KEYS[4], ARGV[8], 'EX', ARGV[4])
 redis.call('HSET', KEYS[1], 'sentences_done', ARGV[2] + 1, 'chars_done', ARGV[6], 'updated_s', ARGV[5])
 redis.call('HINCRBY', KEYS[1], 'audio_samples', ARGV[7])
 redis.call('EXPIRE', KEYS[1], ARGV[4])

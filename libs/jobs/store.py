@@ -11,6 +11,8 @@ Keys (all under `tts:job`; every job key expires `ttl_s` after the job's last ch
 - `tts:job:<id>:text`: the text as sent (sealed with the cache's key ring when it has one; libs.jobs.sealed).
 - `tts:job:<id>:pcm:<n>`: sentence n's audio, 16-bit little-endian PCM at the job's rate (sealed likewise),
   or with `--job-audio-store s3://...` the name of the object that holds it (libs.jobs.chunks).
+- `tts:job:<id>:words:<n>`: sentence n's text, length and word times, for captions (JSON, sealed likewise;
+  libs.jobs.captions).
 - `tts:jobs:idem:<key>`: an idempotency key -> `<id> <request fingerprint>` (keyed when sealed: libs.jobs.sealed).
 
 Every change that must not race is one Lua script (libs.jobs.scripts): creating a job (idempotency key, record, text,
@@ -82,6 +84,10 @@ def text_key(job_id: str) -> str:
 
 def pcm_key(job_id: str, sentence: int) -> str:
     return f"{_JOB_PREFIX}{job_id}:pcm:{sentence}"
+
+
+def words_key(job_id: str, sentence: int) -> str:
+    return f"{_JOB_PREFIX}{job_id}:words:{sentence}"
 
 
 @dataclass(frozen=True)
@@ -284,7 +290,8 @@ class JobStore:
         on the object store leaves the job in place to be deleted again."""
         record = await self.cancel(job_id)
         await self._chunks.remove(job_id)
-        keys = [job_key(job_id), text_key(job_id), *(pcm_key(job_id, n) for n in range(record.sentences_done + 1))]
+        sentences = range(record.sentences_done + 1)
+        keys = [job_key(job_id), text_key(job_id), *(pcm_key(job_id, n) for n in sentences), *(words_key(job_id, n) for n in sentences)]
         for start in range(0, len(keys), 1000):
             await self._client.unlink(*keys[start : start + 1000])
         await self._client.zrem(INDEX_KEY, job_id)
@@ -295,6 +302,15 @@ class JobStore:
         stored = await self._client.mget([pcm_key(job_id, n) for n in range(start, start + count)])
         values = await self._chunks.fetch(job_id, stored)
         return [self._opened_audio(job_id, start + offset, value) if value else b"" for offset, value in enumerate(values)]
+
+    async def words(self, job_id: str, start: int, count: int) -> list[bytes]:
+        """The caption data (JSON) of sentences start .. start + count - 1 (missing ones as empty)."""
+        keys = [words_key(job_id, n) for n in range(start, start + count)]
+        stored = await self._client.mget(keys)
+        return [
+            self._seal.open(key, value, f"job {job_id}'s words of sentence {start + offset}") if value else b""
+            for offset, (key, value) in enumerate(zip(keys, stored, strict=True))
+        ]
 
     def _opened_audio(self, job_id: str, sentence: int, value: bytes) -> bytes:
         return self._seal.open(pcm_key(job_id, sentence), value, f"job {job_id}'s audio of sentence {sentence}")
@@ -358,13 +374,16 @@ class JobStore:
         state, owner = await self._client.hmget(job_key(job_id), ["state", "owner"])
         return (state or b"missing").decode(), (owner or b"").decode()
 
-    async def commit_sentence(self, job_id: str, sentence: int, owner: str, pcm: bytes, *, chars_done: int, samples: int) -> bool:
-        """Store sentence `sentence`'s audio and the progress after it, if `owner` still holds the
-        running job and `sentence` is the first one not done yet; False otherwise."""
+    async def commit_sentence(
+        self, job_id: str, sentence: int, owner: str, pcm: bytes, *, chars_done: int, samples: int, words: bytes = b"{}"
+    ) -> bool:
+        """Store sentence `sentence`'s audio, its caption data (`words`, JSON) and the progress after
+        it, if `owner` still holds the running job and `sentence` is the first one not done yet; False otherwise."""
         stored = await self._chunks.stage(job_id, sentence, self._seal.seal(pcm_key(job_id, sentence), pcm))
+        sealed_words = self._seal.seal(words_key(job_id, sentence), words)
         done = await self._commit(
-            keys=[job_key(job_id), pcm_key(job_id, sentence), text_key(job_id)],
-            args=[owner, sentence, stored, self.ttl_s, repr(time.time()), chars_done, samples],
+            keys=[job_key(job_id), pcm_key(job_id, sentence), text_key(job_id), words_key(job_id, sentence)],
+            args=[owner, sentence, stored, self.ttl_s, repr(time.time()), chars_done, samples, sealed_words],
         )
         if not done:
             await self._chunks.discard(job_id, stored)
@@ -380,7 +399,7 @@ class JobStore:
         return ended
 
     async def _refresh_ttl(self, job_id: str, sentences: int) -> None:
-        keys: Sequence[str] = [text_key(job_id), *(pcm_key(job_id, n) for n in range(sentences))]
+        keys: Sequence[str] = [text_key(job_id), *(pcm_key(job_id, n) for n in range(sentences)), *(words_key(job_id, n) for n in range(sentences))]
         async with self._client.pipeline(transaction=False) as pipe:
             for key in keys:
                 pipe.expire(key, self.ttl_s)

@@ -41,6 +41,33 @@ class HttpSettings:
     )
 
 
+DEFAULT_SOCKET_CONTEXTS = 8
+# A socket that says nothing and speaks nothing for this long is closed (a voice agent keeps its
+# socket open between turns; one that left it behind costs a little memory until then).
+DEFAULT_SOCKET_IDLE_TIMEOUT_S = 60.0
+# What one context of a socket may send in all: an LLM's answer is a few thousand characters; a
+# hundred thousand is over an hour of speech.
+DEFAULT_SOCKET_CONTEXT_CHARS = 100_000
+
+
+@dataclass(frozen=True)
+class SocketSettings:
+    """The gateway's WebSocket doors (ours and ElevenLabs'), on the HTTP port."""
+
+    socket_max_contexts: int = setting(
+        DEFAULT_SOCKET_CONTEXTS, env="TTS_SOCKET_MAX_CONTEXTS", unit="count", minimum=1, maximum=64,
+        doc="contexts (utterances) one WebSocket may speak at once; each also counts as a stream of its client",
+    )  # fmt: skip
+    socket_idle_timeout_s: float = setting(
+        DEFAULT_SOCKET_IDLE_TIMEOUT_S, env="TTS_SOCKET_IDLE_TIMEOUT_S", unit="s", minimum=1, maximum=3600,
+        doc="a WebSocket that sends nothing and has nothing left to speak for this long is closed",
+    )  # fmt: skip
+    socket_max_context_chars: int = setting(
+        DEFAULT_SOCKET_CONTEXT_CHARS, env="TTS_SOCKET_MAX_CONTEXT_CHARS", unit="characters", minimum=1, maximum=10_000_000,
+        doc="text one WebSocket context may send in all; past it the context ends with INVALID_ARGUMENT",
+    )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class HttpTls:
     """The HTTP door's TLS: the same certificate and key as the gateway's public gRPC port."""
@@ -57,13 +84,21 @@ class HttpTls:
         return options
 
 
-def _listening_socket(host: str, port: int) -> socket.socket:
+SEND_BUFFER_BYTES = 256 * 1024
+"""The kernel's send buffer of each connection (accepted sockets inherit it): without a fixed size it
+grows to megabytes toward a client that does not read, seconds of audio made for no one; 256 KiB still
+carries the fastest encoding (48 kHz float, 192 KB/s) over a 1 s round trip."""
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
     """The listening socket: on "::" one socket for IPv6 and IPv4 both (uvicorn's own is IPv6 only),
     so a proxy that dials 127.0.0.1 reaches the door as a client dialling ::1 does."""
     if host == "::" and socket.has_dualstack_ipv6():
-        return socket.create_server((host, port), family=socket.AF_INET6, dualstack_ipv6=True)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return socket.create_server((host, port), family=family)
+        listening = socket.create_server((host, port), family=socket.AF_INET6, dualstack_ipv6=True)
+    else:
+        listening = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+    return listening
 
 
 class HttpListener:
@@ -78,9 +113,11 @@ class HttpListener:
         max_requests_per_client: int = 0,
         tls: HttpTls | None = None,
         clients: ClientIdentity | None = None,
+        max_message_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         """At most `max_requests_per_client` requests of one client address at once (0: no limit;
-        libs.serving.http_limits); HTTPS only when `tls` is given."""
+        libs.serving.http_limits; an open WebSocket counts as one); HTTPS only when `tls` is given;
+        a WebSocket message over `max_message_bytes` closes its socket (1009)."""
         host = host.strip("[]") or "::"
         self._host = host
         app = ClientRequestLimit(app, max_requests_per_client, clients)  # names the client even without a limit
@@ -88,7 +125,10 @@ class HttpListener:
             app, host=host, port=port, lifespan="off", log_level="warning", access_log=False,
             # The client address stays the peer's: which proxies may name another is the gateway's
             # --trusted-proxies (libs.serving.clients), not uvicorn's own default list.
-            proxy_headers=False, **(tls.uvicorn_options() if tls else {})
+            proxy_headers=False, **(tls.uvicorn_options() if tls else {}),
+            # WebSockets: wsproto, pinned; a message is bounded as a body is; no compression (audio does
+            # not compress, and it would cost CPU per frame); pings find dead peers.
+            ws="wsproto", ws_max_size=max_message_bytes, ws_per_message_deflate=False, ws_ping_interval=20.0, ws_ping_timeout=20.0,
         )
         self._server = uvicorn.Server(config)
         self._task: asyncio.Task[None] | None = None
@@ -98,7 +138,7 @@ class HttpListener:
     async def start(self) -> None:
         """Start serving; PortUnavailableError (one line that says what to do) when the port cannot be bound."""
         try:
-            listening = _listening_socket(self._host, self.port)
+            listening = listening_socket(self._host, self.port)
         except OSError as error:
             taken = "another process listens there" if error.errno == errno.EADDRINUSE else error.strerror
             raise PortUnavailableError(

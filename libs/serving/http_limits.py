@@ -7,8 +7,9 @@ client that opens many requests and reads none cannot take the whole gateway. On
 is answered at once with 429, `Retry-After: 1` and a JSON body in the shape HTTP speech APIs use
 (libs.serving.http_errors). The client is the peer's address without its port, or behind a trusted
 proxy the address it forwarded for, as at the gRPC door (libs.serving.clients). The app finds who it
-is under `scope[CLIENT_SCOPE_KEY]`, so the synthesizer's own per-client share applies to HTTP
-callers too.
+is under `scope[CLIENT_SCOPE_KEY]`, so the synthesizer's own per-client limits and fairness apply
+to HTTP callers too. An open WebSocket counts as one request for as long as it is open, and one past the
+limit is refused in its handshake with the same 429.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class ClientRequestLimit:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         peer = scope.get("client")
-        if scope["type"] != "http" or not peer:
+        if scope["type"] not in ("http", "websocket") or not peer:
             await self._app(scope, receive, send)
             return
         forwarded = next((value.decode("latin-1") for key, value in scope.get("headers", ()) if key == FORWARDED_FOR.encode()), None)
@@ -56,7 +57,7 @@ class ClientRequestLimit:
             return
         held = self._open.get(client, 0)
         if held >= self._max_per_client:
-            await _refuse(send, held)
+            await _refuse(send, held, scope["type"])
             return
         self._open[client] = held + 1
         try:
@@ -67,7 +68,7 @@ class ClientRequestLimit:
                 self._open[client] = left
 
 
-async def _refuse(send: Send, held: int) -> None:
+async def _refuse(send: Send, held: int, scope_type: str) -> None:
     message = f"this client already has {held} requests open here, its limit; finish or cancel one before starting another"
     body = json.dumps(error_body(message, "rate_limit_error", code="client_limit")).encode()
     headers = [
@@ -75,5 +76,12 @@ async def _refuse(send: Send, held: int) -> None:
         (b"content-length", str(len(body)).encode()),
         (b"retry-after", str(RETRY_AFTER_S).encode()),
     ]
-    await send({"type": "http.response.start", "status": 429, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send_refusal(send, scope_type, 429, headers, body)
+
+
+async def send_refusal(send: Send, scope_type: str, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    """An HTTP answer that refuses a request; a WebSocket's is its handshake's answer (ASGI's denial
+    response), so the client sees the same status and body as over plain HTTP."""
+    prefix = "websocket.http.response" if scope_type == "websocket" else "http.response"
+    await send({"type": f"{prefix}.start", "status": status, "headers": headers})
+    await send({"type": f"{prefix}.body", "body": body})

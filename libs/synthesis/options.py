@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from libs.encoding.encoders import ENCODINGS
 from libs.pb.tts.v1 import tts_pb2
 from libs.settings.fields import setting
+from libs.synthesis.resume import FIELD as RESUME_FIELD
+from libs.synthesis.resume import RESUMABLE_ENCODINGS, ResumeFrom, decode_token, options_digest
 from libs.text.errors import TextError
 from libs.text.frontend import DEFAULT_MAX_TEXT_CHARS
 from libs.text.pronounce import parse_lexicon_entries
@@ -35,6 +37,10 @@ DEFAULT_ADMISSION_HEADROOM: Final = 0.9
 the text suggests, another process on the cores)."""
 MIN_OUTPUT_SAMPLE_RATE_HZ: Final = 8000
 MAX_OUTPUT_SAMPLE_RATE_HZ: Final = 48000
+MIN_FRAME_MS: Final = 10
+MAX_FRAME_MS: Final = 100
+PACED_ENCODINGS: Final = frozenset({tts_pb2.LINEAR_PCM, tts_pb2.FLOAT_PCM, tts_pb2.MULAW, tts_pb2.ALAW})
+"""Encodings whose bytes are the samples and carry no header: they can be cut into frames of exact length."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,20 @@ class SynthesisOptions:
     """The request's pronunciations: lower-cased word -> phonemes, checked against the voice."""
     ssml: bool = False
     """The text is an SSML document (a text that starts with <speak> is one anyway)."""
+    resume: ResumeFrom | None = None
+    """Where a broken stream goes on (libs.synthesis.resume); None: from the start."""
+    frame_ms: int = 0
+    """Audio leaves in real-time frames of this many milliseconds (libs.synthesis.pacing); 0: as it is made."""
+
+    @property
+    def resumable(self) -> bool:
+        """Whether the stream's chunks carry resume points (its encoding's bytes are its samples)."""
+        return self.encoding in RESUMABLE_ENCODINGS
+
+    @property
+    def digest(self) -> bytes:
+        """The check a resume token carries of these options (libs.synthesis.resume.options_digest)."""
+        return options_digest(self.voice.name, self.speaker_id, self.speed, self.encoding, self.sample_rate_hz)
 
 
 def _output_rate(encoding: int, sample_rate_hz: int, voice: Voice) -> int:
@@ -125,10 +145,13 @@ def resolve_options(
     include_alignment: bool,
     lexicon: Mapping[str, str] | None = None,
     ssml: bool = False,
+    resume_token: str = "",
+    frame_ms: int = 0,
 ) -> SynthesisOptions:
     """Validate the non-text fields of a request: UnknownVoiceError for an unknown voice, else
     InvalidRequestError whose `field` names the field to fix (a lexicon entry that is not a word, or
-    a phoneme the voice cannot speak, is one of `lexicon`, and its message names the entry)."""
+    a phoneme the voice cannot speak, is one of `lexicon`, and its message names the entry; a resume
+    token made for other options is one of `resume_token`)."""
     chosen = registry.get(voice)
     if speed == 0:
         speed = 1.0
@@ -149,7 +172,8 @@ def resolve_options(
         raise InvalidRequestError(
             f"request_id is {len(request_id)} characters long; use at most {MAX_REQUEST_ID_CHARS}", field="request_id"
         )
-    return SynthesisOptions(
+    _check_frame_ms(frame_ms, encoding, sample_rate_hz)
+    options = SynthesisOptions(
         voice=chosen,
         speed=float(speed),
         encoding=encoding,
@@ -159,7 +183,47 @@ def resolve_options(
         include_alignment=include_alignment,
         lexicon=_checked_lexicon(lexicon, chosen) if lexicon else {},
         ssml=ssml,
+        frame_ms=frame_ms,
     )
+    return with_resume(options, resume_token) if resume_token else options
+
+
+def with_resume(options: SynthesisOptions, resume_token: str) -> SynthesisOptions:
+    """`options` going on from `resume_token` (libs.synthesis.resume), or InvalidRequestError (field
+    `resume_token`) for a token of other options, or an encoding that cannot resume."""
+    if not options.resumable:
+        names = ", ".join(tts_pb2.AudioEncoding.Name(value) for value in sorted(RESUMABLE_ENCODINGS))
+        raise InvalidRequestError(f"a stream resumes only in an encoding whose bytes are its samples ({names})", field=RESUME_FIELD)
+    resume = decode_token(resume_token)
+    if resume.options_digest != options.digest:
+        raise InvalidRequestError(
+            "resume_token was made for other options: send the voice, speaker, speed, encoding and rate of the stream it came from",
+            field=RESUME_FIELD,
+        )
+    return replace(options, resume=resume)
+
+
+def with_speed(options: SynthesisOptions, speed: float) -> SynthesisOptions:
+    """`options` at another speed, checked as a request's speed is."""
+    if not math.isfinite(speed) or not MIN_SPEED <= speed <= MAX_SPEED:
+        raise InvalidRequestError(f"speed {speed} is out of range; use {MIN_SPEED} to {MAX_SPEED}", field="speed")
+    return replace(options, speed=float(speed))
+
+
+def _check_frame_ms(frame_ms: int, encoding: int, sample_rate_hz: int) -> None:
+    if frame_ms == 0:
+        return
+    if not MIN_FRAME_MS <= frame_ms <= MAX_FRAME_MS:
+        raise InvalidRequestError(f"frame_ms {frame_ms} is out of range; use {MIN_FRAME_MS} to {MAX_FRAME_MS} (0: no frames)",
+                                  field="frame_ms")  # fmt: skip
+    if encoding not in PACED_ENCODINGS:
+        names = ", ".join(tts_pb2.AudioEncoding.Name(value) for value in sorted(PACED_ENCODINGS))
+        raise InvalidRequestError(f"real-time frames need an encoding without a header or codec: {names}", field="frame_ms")
+    if frame_ms * sample_rate_hz % 1000:
+        raise InvalidRequestError(
+            f"{frame_ms} ms is not a whole number of samples at {sample_rate_hz} Hz; choose a frame length that is (20 ms at 8, 16, 22.05, 24 or 48 kHz)",
+            field="frame_ms",
+        )
 
 
 def _checked_lexicon(entries: Mapping[str, str], voice: Voice) -> dict[str, tuple[str, ...]]:

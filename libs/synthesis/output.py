@@ -8,6 +8,10 @@ sits.
 
 Word times come from the model's own durations: a word starts where the frames of the phoneme ids
 before it end, so they are exact to one mel frame at any speed and any output rate.
+
+A resumed stream (libs.synthesis.resume) starts at a sentence of the original one: its sentences
+are numbered and placed as in the original, and the samples of its first sentence that the client
+already has are dropped here, after resampling, so what follows is sample for sample the original.
 """
 
 from __future__ import annotations
@@ -20,7 +24,10 @@ import numpy as np
 
 from libs.audio.resample import SentenceResampler
 from libs.encoding.encoders import encoder_for
+from libs.encoding.pcm import LinearPcmEncoder
+from libs.pb.tts.v1 import tts_pb2
 from libs.synthesis.pipeline import SentenceMeta, SentencePiece
+from libs.synthesis.resume import RESUMABLE_ENCODINGS, ResumeFrom, ResumePoint, sentence_digest
 from libs.text.words import WordSpan
 
 
@@ -104,6 +111,8 @@ class AudioChunk:
     """Whether the sentence ends with it."""
     sentence: SentenceInfo | None
     """The sentence, on its first chunk only."""
+    resume: ResumePoint | None = None
+    """Where the stream stands once this chunk is received (None for an encoding that cannot resume)."""
 
 
 def _mark_times(meta: SentenceMeta, start_s: float, speech_end_s: float) -> tuple[MarkTime, ...]:
@@ -117,12 +126,21 @@ def _mark_times(meta: SentenceMeta, start_s: float, speech_end_s: float) -> tupl
 class AudioOutput:
     """Turns one utterance's sentence pieces into audio chunks in `encoding` at `sample_rate_hz`."""
 
-    def __init__(self, encoding: int, sample_rate_hz: int, include_alignment: bool) -> None:
+    def __init__(self, encoding: int, sample_rate_hz: int, include_alignment: bool, resume: ResumeFrom | None = None) -> None:
+        """With `resume`, the output goes on from that point of an earlier stream: the sentences
+        handed in start at its sentence, and its samples the client has are not sent again."""
         self.sample_rate_hz = sample_rate_hz
-        self._encoder = encoder_for(encoding, sample_rate_hz)
+        # A resumed WAV stream goes on with its samples: the client has the header.
+        self._encoder = LinearPcmEncoder(sample_rate_hz) if resume and encoding == tts_pb2.WAV else encoder_for(encoding, sample_rate_hz)
         self._include_alignment = include_alignment
         self._resampler: SentenceResampler | None = None
-        self._samples_out = 0  # samples sent so far, at the output rate
+        self._first_index = resume.sentence_index if resume else 0
+        self._samples_out = resume.stream_samples if resume else 0  # samples sent so far, at the output rate
+        self._to_drop = resume.sentence_samples if resume else 0  # of the first sentence: the client has them
+        self._sentence_samples = 0  # samples of the current sentence made so far (sent or dropped)
+        self._resumable = encoding in RESUMABLE_ENCODINGS
+        self._digest = b""
+        self._current = -1
         self._described = -1
 
     def push(self, piece: SentencePiece) -> AudioChunk | None:
@@ -131,23 +149,37 @@ class AudioOutput:
             self._resampler = SentenceResampler(piece.sample_rate_hz, self.sample_rate_hz)
         samples = self._resampler.push(piece.samples, last=piece.is_last)
         meta = piece.sentence
-        first_piece = self._described != piece.sentence_index
+        new_sentence = self._current != piece.sentence_index
+        first_piece = self._described != piece.sentence_index  # the first the client gets of the sentence
         # SSML breaks: real silence, on the timeline like speech.
-        before = round(meta.pause_before_s * self.sample_rate_hz) if first_piece else 0
+        before = round(meta.pause_before_s * self.sample_rate_hz) if new_sentence else 0
         after = round(meta.pause_after_s * self.sample_rate_hz) if piece.is_last else 0
         if before or after:
             samples = np.concatenate([np.zeros(before, np.float32), samples, np.zeros(after, np.float32)])
         if piece.is_last:
             self._resampler = None
+        if new_sentence:
+            self._current = piece.sentence_index
+            self._sentence_samples = 0
+            self._digest = sentence_digest(meta.text)
+        start_in_sentence = self._sentence_samples  # where these samples start within the sentence
+        self._sentence_samples += len(samples)
+        if self._to_drop and piece.sentence_index == 0:
+            dropped = min(self._to_drop, len(samples))
+            samples = samples[dropped:]
+            self._to_drop -= dropped
+            start_in_sentence += dropped
         if not len(samples) and not piece.is_last:
             return None
         offset_s = self._samples_out / self.sample_rate_hz
+        index = piece.sentence_index + self._first_index
         sentence = None
         if first_piece:
             self._described = piece.sentence_index
-            speech_s = offset_s + meta.pause_before_s
+            start_s = (self._samples_out - start_in_sentence) / self.sample_rate_hz
+            speech_s = start_s + meta.pause_before_s
             sentence = SentenceInfo(
-                index=piece.sentence_index,
+                index=index,
                 text=meta.text,
                 phonemes=meta.phonemes,
                 audio_offset_s=speech_s,
@@ -157,16 +189,20 @@ class AudioOutput:
                 words=word_times(meta.words, meta.phoneme_frames, piece.frame_duration_s, speech_s),
                 pause_before_s=meta.pause_before_s,
                 pause_after_s=meta.pause_after_s,
-                marks=_mark_times(meta, offset_s, speech_s + meta.frame_count * piece.frame_duration_s),
+                marks=_mark_times(meta, start_s, speech_s + meta.frame_count * piece.frame_duration_s),
             )
         self._samples_out += len(samples)
+        resume = None
+        if self._resumable:
+            resume = ResumePoint(index, self._sentence_samples, self._samples_out, self._digest, complete=piece.is_last)
         return AudioChunk(
             audio=self._encoder.encode(samples),
-            sentence_index=piece.sentence_index,
+            sentence_index=index,
             audio_offset_s=offset_s,
             audio_duration_s=len(samples) / self.sample_rate_hz,
             sentence_end=piece.is_last,
             sentence=sentence,
+            resume=resume,
         )
 
     def finish(self) -> bytes:

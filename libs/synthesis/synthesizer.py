@@ -23,6 +23,7 @@ from libs.synthesis.admission import DEFAULT_AUDIO_S_PER_CHAR, Listener, Realtim
 from libs.synthesis.options import SynthesisOptions
 from libs.synthesis.output import AudioChunk, AudioOutput
 from libs.synthesis.pipeline import UtterancePipeline
+from libs.synthesis.resume import resumed_sentences
 from libs.synthesis.text_side import TextSide
 from libs.text.frontend import Sentence
 from libs.text.ssml import looks_like_ssml
@@ -123,8 +124,8 @@ class Synthesizer:
             timeout_s=timeout_s,  # the client's deadline bounds every downstream call
             listener=slot.listener,
         )
-        output = AudioOutput(options.encoding, options.sample_rate_hz, options.include_alignment)
-        pieces = pipeline.run(sentences)
+        output = AudioOutput(options.encoding, options.sample_rate_hz, options.include_alignment, options.resume)
+        pieces = pipeline.run(resumed_sentences(sentences, options.resume) if options.resume else sentences)
         last: AudioChunk | None = None
         try:
             async for piece in pieces:

@@ -143,6 +143,20 @@ class StreamIdleError(InvalidRequestError):
         )
 
 
+class TextFlush(str):
+    """A piece of streamed text that asks for the text held to be spoken now, without waiting for the
+    end of its sentence (a WebSocket client's `flush`). It carries no text. Once the held text is cut
+    into sentences, `reached` is told how many sentences the stream has handed out with them, so a
+    caller knows which sentence's last audio completes the flush."""
+
+    reached: Callable[[int], None]
+
+    def __new__(cls, reached: Callable[[int], None]) -> TextFlush:
+        flush = super().__new__(cls, "")
+        flush.reached = reached
+        return flush
+
+
 class TextSide:
     """Sentences of phonemes and ids from text, for every voice of the registry."""
 
@@ -280,8 +294,9 @@ class TextSide:
     ) -> AsyncIterator[Sentence]:
         """Sentences of text that arrives in `pieces`, each as soon as it is complete; the rest when
         the pieces end. A sentence counts as complete once the first character after it arrives, or
-        when the text is held too long (see the module docstring). With `first_max_ids`, the first
-        sentence's opening is spoken as a sentence of its own when the sentence is longer."""
+        when the text is held too long (see the module docstring), or at a `TextFlush` piece. With
+        `first_max_ids`, the first sentence's opening is spoken as a sentence of its own when the
+        sentence is longer."""
         return self._told(voice, self._incremental_sentences(voice, pieces, lexicon, first_max_ids))
 
     def _told(self, voice: Voice, sentences: AsyncGenerator[Sentence, None]) -> AsyncIterator[Sentence]:
@@ -296,6 +311,7 @@ class TextSide:
         clocks = _StreamClocks(self.limits)
         reader = _PieceReader(pieces)
         loop = asyncio.get_running_loop()
+        handed = 0  # sentences handed out so far
         try:
             while True:
                 asked_s = loop.time()
@@ -308,6 +324,7 @@ class TextSide:
                         clocks.holding(chunk is not None and bool(splitter.pending_text.strip()), loop.time(), True)
                         if chunk is not None:
                             for sentence in await self._streamed_chunk_sentences(voice, chunk, is_cut_short(chunk), lexicon, opening.pop() if opening else None):
+                                handed += 1
                                 yield sentence
                     elif clocks.idle:
                         raise StreamIdleError(self.limits.stream_idle_timeout_s) from None
@@ -315,6 +332,14 @@ class TextSide:
                 clocks.heard()
                 if piece is None:
                     break
+                if isinstance(piece, TextFlush):  # speak what is held now, and say when it is handed out
+                    flushed = await self._flushed_sentences(voice, splitter.flush(), lexicon, opening)
+                    clocks.holding(False, loop.time(), True)
+                    piece.reached(handed + len(flushed))
+                    for sentence in flushed:
+                        handed += 1
+                        yield sentence
+                    continue
                 if len(piece) > self.max_text_chars:
                     raise InvalidRequestError(
                         f"a text piece is {len(piece)} characters long; the limit is {self.max_text_chars} per piece"
@@ -328,15 +353,22 @@ class TextSide:
                 for chunk in chunks:
                     first = opening.pop() if opening else None
                     for sentence in await self._streamed_chunk_sentences(voice, chunk, is_cut_short(chunk), lexicon, first):
+                        handed += 1
                         yield sentence
-            chunks = splitter.flush()
-            for index, chunk in enumerate(chunks):
-                continues = index < len(chunks) - 1 and is_cut_short(chunk)
-                first = opening.pop() if opening else None
-                for sentence in await self._streamed_chunk_sentences(voice, chunk, continues, lexicon, first):
-                    yield sentence
+            for sentence in await self._flushed_sentences(voice, splitter.flush(), lexicon, opening):
+                yield sentence
         finally:
             reader.close()
+
+    async def _flushed_sentences(self, voice: Voice, chunks: list[str], lexicon: Lexicon | None, opening: list[int | None]) -> list[Sentence]:
+        """The sentences of the chunks a streamed text's splitter gives when it is flushed (`opening`:
+        the first sentence's opening budget while no sentence has been made, then empty)."""
+        sentences: list[Sentence] = []
+        for index, chunk in enumerate(chunks):
+            continues = index < len(chunks) - 1 and is_cut_short(chunk)
+            first = opening.pop() if opening else None
+            sentences.extend(await self._streamed_chunk_sentences(voice, chunk, continues, lexicon, first))
+        return sentences
 
     def _chunks(self, voice: Voice, text: str) -> list[str]:
         """`text` normalised, checked and cut into sentence chunks (on the text thread)."""

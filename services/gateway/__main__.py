@@ -6,6 +6,7 @@ import asyncio
 import logging
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from importlib.metadata import version
 from pathlib import Path
 
 from libs.cache.mel_cache import MelCache
@@ -22,11 +23,13 @@ from libs.synthesis.text_side import TextSide
 from libs.telemetry.metrics import GatewayMetrics
 from libs.text.phonemizer_pool import PhonemizerPool
 from libs.upstream.pool import WorkerPool
-from libs.voice.registry import default_registry
+from libs.voice.registry import VoiceRegistry, default_registry
 from services.gateway.background_work import BackgroundWork, check_redis_kinds
 from services.gateway.http_api import SpeechApi
 from services.gateway.phonemes_http import phoneme_routes
 from services.gateway.servicer import SERVICE_NAME, TextToSpeechServicer, add_to_server
+from services.gateway.socket_routes import SocketDoors
+from services.gateway.wyoming_door import WyomingDoor
 from services.settings import GatewaySettings, load_gateway_settings
 
 _log = logging.getLogger(__name__)
@@ -94,6 +97,7 @@ async def serve(settings: GatewaySettings) -> None:
         routes = background.http_routes() + phoneme_routes(  # POST /v1/audio/phonemes
             PhonemeReader(phonemizers, registry, settings.limits.max_text_chars, settings.text), metrics, settings.http.http_max_body_bytes
         )
+        routes += SocketDoors(synthesizer, registry, metrics, settings.socket, settings.http.http_max_body_bytes).routes()  # WebSocket: ours and ElevenLabs'
         app = ApiKeyAsgi(api.app(routes), gate, guarded_prefixes=("/v1/",)) if gate else api.app(routes)
         # The door's armour as at the gRPC port: as many open requests per client as streams, and
         # TLS whenever the public port has it (the same certificate).
@@ -101,14 +105,23 @@ async def serve(settings: GatewaySettings) -> None:
         tls = HttpTls(server.tls_cert, server.tls_key, server.tls_client_ca) if server.tls_cert else None
         http = HttpListener(
             app, server.host, settings.http.http_port, max_requests_per_client=settings.limits.max_streams_per_client, tls=tls,
-            clients=clients,
+            clients=clients, max_message_bytes=settings.http.http_max_body_bytes,
         )
+    wyoming = _wyoming_door(settings, synthesizer, registry, metrics, clients)
     await runtime.start()
     if http is not None:
         try:
             await http.start()
         except PortUnavailableError:
             await runtime.server.stop(None)  # else its finaliser runs after the loop has closed
+            raise
+    if wyoming is not None:
+        try:
+            await wyoming.start()
+        except PortUnavailableError:
+            await runtime.server.stop(None)
+            if http is not None:
+                await http.stop()
             raise
     await phonemizers.start()
     await text_side.warm_up(registry.default)  # every text process loads espeak-ng and the voice before SERVING
@@ -120,6 +133,8 @@ async def serve(settings: GatewaySettings) -> None:
     readiness.cancel()
     if http is not None:
         await http.stop()
+    if wyoming is not None:
+        await wyoming.stop()
     await runtime.shutdown()
     await background.close()
     await pool.close()
@@ -127,6 +142,19 @@ async def serve(settings: GatewaySettings) -> None:
     await cache.close()
     await phonemizers.close()
     text_executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _wyoming_door(
+    settings: GatewaySettings, synthesizer: Synthesizer, registry: VoiceRegistry, metrics: GatewayMetrics, clients: ClientIdentity
+) -> WyomingDoor | None:
+    """The Wyoming door when its port is set: per-client limits as at the HTTP door, idle as a stream."""
+    if not settings.wyoming.wyoming_port:
+        return None
+    return WyomingDoor(
+        settings.wyoming, synthesizer, registry, metrics, clients=clients,
+        max_connections_per_client=settings.limits.max_streams_per_client, idle_timeout_s=settings.text.stream_idle_timeout_s,
+        version=version("tts-mesh"),
+    )  # fmt: skip
 
 
 def _web_dir(configured: str) -> Path | None:

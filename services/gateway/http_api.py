@@ -5,7 +5,10 @@ It parses the request (services.gateway.speech_body, the body the job routes sha
 synthesis API as the gRPC servicer (libs.synthesis), and maps errors through the same status table
 (libs.serving.status), as OpenAI-shaped JSON (libs.serving.http_errors), unknown routes and methods
 included. Audio streams as it is produced: the encoded bytes (`stream_format: "audio"`) or
-server-sent events (`"sse"`: `speech.audio.delta` with base64 audio, then `speech.audio.done`).
+server-sent events (`"sse"`: `speech.audio.sentence` with a sentence's words before its audio,
+`speech.audio.delta` with base64 audio and, in an uncompressed format, its `resume_token`, then
+`speech.audio.done`). `resume_token` and `frame_ms` in the body resume a broken stream and pace
+audio in real-time frames, as at the gRPC door.
 
 `POST /v1/audio/speech/captioned` takes the same body (`caption_format` in place of `stream_format`)
 and answers when the audio is complete: JSON with the audio (base64) and each word's start and end
@@ -35,7 +38,12 @@ from libs.encoding.encoders import encoding_of
 from libs.serving import http_errors as errors
 from libs.serving.http_errors import HttpError, openai_shaped_app
 from libs.serving.http_limits import CLIENT_SCOPE_KEY
+from libs.synthesis import captions
+from libs.synthesis.captions import Cue
+from libs.synthesis.options import SynthesisOptions
 from libs.synthesis.output import AudioChunk, SentenceInfo
+from libs.synthesis.pacing import as_asked
+from libs.synthesis.resume import encode_token
 from libs.synthesis.synthesizer import Synthesizer
 from libs.telemetry.metrics import GatewayMetrics
 from libs.telemetry.request_meter import RequestMeter
@@ -102,8 +110,9 @@ class SpeechApi:
             refused = http_error_for(error)
             meter.finished(refused.grpc_code.name)
             return refused.response()
+        chunks = as_asked(chunks, options)  # real-time frames when asked for
         if body.stream_format == "sse":
-            return _ClosingEventSource(_events(chunks, meter), ping=15)
+            return _ClosingEventSource(_events(chunks, meter, options), ping=15)
         return _ClosingStream(_audio(chunks, meter), media_type=encoding_of(options.encoding).mime_type)
 
     async def captioned_speech(self, request: Request) -> Response:
@@ -178,6 +187,30 @@ class SpeechApi:
         return await read_body(request, model, self._max_body_bytes, "send a shorter `input`")
 
 
+def closing_stream(body: AsyncIterator[bytes], media_type: str) -> Response:
+    """A streamed response whose body is closed however the response ends (a client gone mid-stream)."""
+    return _ClosingStream(body, media_type=media_type)
+
+
+async def read_json(request: Request, max_bytes: int) -> Any:
+    """A JSON body read no further than `max_bytes` (HttpError 413 past it, 400 for what is not JSON)."""
+    data = bytearray()
+    async for part in request.stream():
+        data += part
+        if len(data) > max_bytes:
+            raise HttpError(grpc.StatusCode.INVALID_ARGUMENT, f"the request body is over {max_bytes} bytes; send a shorter text",
+                            code="request_too_large", status=413)  # fmt: skip
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise HttpError(grpc.StatusCode.INVALID_ARGUMENT, f"the request body is not JSON: {error}", code="invalid_json") from None
+
+
+def audio_bytes(chunks: AsyncIterator[AudioChunk], meter: RequestMeter) -> AsyncIterator[bytes]:
+    """The encoded bytes of `chunks` as they come, measured by `meter`."""
+    return _audio(chunks, meter)
+
+
 async def _audio(chunks: AsyncIterator[AudioChunk], meter: RequestMeter) -> AsyncIterator[bytes]:
     code = "CANCELLED"
     try:
@@ -196,7 +229,7 @@ async def _audio(chunks: AsyncIterator[AudioChunk], meter: RequestMeter) -> Asyn
         meter.finished(code)
 
 
-async def _events(chunks: AsyncIterator[AudioChunk], meter: RequestMeter) -> AsyncIterator[dict[str, str]]:
+async def _events(chunks: AsyncIterator[AudioChunk], meter: RequestMeter, options: SynthesisOptions) -> AsyncIterator[dict[str, str]]:
     code = "CANCELLED"
     audio_s = 0.0
     try:
@@ -204,8 +237,12 @@ async def _events(chunks: AsyncIterator[AudioChunk], meter: RequestMeter) -> Asy
             async for chunk in chunks:
                 meter.sent(chunk.audio_duration_s)
                 audio_s += chunk.audio_duration_s
+                if chunk.sentence is not None:  # its words, as soon as they are known (before its audio)
+                    yield {"data": json.dumps(_sentence_event(chunk.sentence))}
                 if chunk.audio:
-                    delta = {"type": "speech.audio.delta", "audio": base64.b64encode(chunk.audio).decode("ascii")}
+                    delta: dict[str, Any] = {"type": "speech.audio.delta", "audio": base64.b64encode(chunk.audio).decode("ascii")}
+                    if chunk.resume is not None:
+                        delta["resume_token"] = encode_token(chunk.resume, options.digest)
                     yield {"data": json.dumps(delta)}
         yield {"data": json.dumps({"type": "speech.audio.done", "usage": {"audio_seconds": round(audio_s, 3)}})}
         code = "OK"
@@ -217,25 +254,18 @@ async def _events(chunks: AsyncIterator[AudioChunk], meter: RequestMeter) -> Asy
         meter.finished(code)
 
 
+def _sentence_event(sentence: SentenceInfo) -> dict[str, Any]:
+    """`speech.audio.sentence`: a sentence about to be heard, its words and their times in seconds."""
+    return {
+        "type": "speech.audio.sentence", "index": sentence.index, "text": sentence.text,
+        "start": round(sentence.audio_offset_s, 4), "end": round(sentence.audio_offset_s + sentence.audio_duration_s, 4),
+        "words": [{"word": word.text, "start": round(word.start_s, 4), "end": round(word.end_s, 4)} for word in sentence.words],
+    }  # fmt: skip
+
+
 def webvtt(sentences: list[SentenceInfo]) -> str:
     """WebVTT captions: one cue per sentence, each word preceded by the timestamp it is spoken at."""
-    lines = ["WEBVTT", ""]
-    for sentence in sentences:
-        end_s = sentence.audio_offset_s + sentence.audio_duration_s
-        words = " ".join(f"<{_vtt_time(word.start_s)}>{_vtt_escape(word.text)}" for word in sentence.words)
-        lines += [f"{_vtt_time(sentence.audio_offset_s)} --> {_vtt_time(end_s)}", words or _vtt_escape(sentence.text), ""]
-    return "\n".join(lines)
-
-
-def _vtt_time(seconds: float) -> str:
-    milliseconds = round(seconds * 1000)
-    hours, milliseconds = divmod(milliseconds, 3_600_000)
-    minutes, milliseconds = divmod(milliseconds, 60_000)
-    return f"{hours:02d}:{minutes:02d}:{milliseconds // 1000:02d}.{milliseconds % 1000:03d}"
-
-
-def _vtt_escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("-->", "--&gt;")
+    return captions.webvtt([Cue(s.audio_offset_s, s.audio_offset_s + s.audio_duration_s, s.text, s.words) for s in sentences])
 
 
 def _model(model_id: str) -> dict[str, Any]:

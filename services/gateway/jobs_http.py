@@ -4,6 +4,7 @@
   `input` up to the job limit; optional `Idempotency-Key` header) -> 202 with the job and its `Location`;
 - `GET /v1/audio/jobs` -> the newest jobs; `GET /v1/audio/jobs/{id}` -> status, progress, error;
 - `GET /v1/audio/jobs/{id}/audio[?format=mp3|opus|aac|flac|wav|pcm|mulaw|alaw|...]` -> the file;
+- `GET /v1/audio/jobs/{id}/captions[?format=vtt|srt]` -> its captions, on the file's timeline;
 - `POST /v1/audio/jobs/{id}/cancel` -> stops it if it has not ended (200 with the job, as CancelJob);
 - `DELETE /v1/audio/jobs/{id}` -> cancels it if it has not ended and removes it and its audio (200
   with `{"id", "object": "audio.job", "deleted": true}`, as DeleteJob).
@@ -24,6 +25,7 @@ from starlette.routing import Route
 
 from libs.encoding.encoders import encoding_of
 from libs.jobs.audio import job_audio
+from libs.jobs.captions import CAPTION_FORMATS, MEDIA_TYPES, job_captions
 from libs.jobs.metrics import JobMetrics
 from libs.jobs.requests import PageNames, check_idempotency_key, check_job_text, job_status_for, page_bounds
 from libs.jobs.store import JobRecord, JobStore
@@ -59,6 +61,7 @@ class JobsHttpApi:
             Route(JOBS_PATH + "/{job_id}", self.delete, methods=["DELETE"]),
             Route(JOBS_PATH + "/{job_id}/cancel", self.cancel, methods=["POST"]),
             Route(JOBS_PATH + "/{job_id}/audio", self.audio, methods=["GET"]),
+            Route(JOBS_PATH + "/{job_id}/captions", self.captions, methods=["GET"]),
         ]
 
     async def create(self, request: Request) -> Response:
@@ -124,6 +127,21 @@ class JobsHttpApi:
         return StreamingResponse(pieces, media_type=spec.mime_type, headers={"Content-Disposition": f'attachment; filename="{filename}"'})
 
 
+    async def captions(self, request: Request) -> Response:
+        """The finished job's captions, WebVTT (`?format=vtt`, the default, a timestamp before each word) or SRT."""
+        try:
+            record = await self._store.get(request.path_params["job_id"])
+            name = request.query_params.get("format", "vtt")
+            if name not in CAPTION_FORMATS:
+                raise HttpError(grpc.StatusCode.INVALID_ARGUMENT, f"`format` must be one of {', '.join(CAPTION_FORMATS)}; got {echo(name)}",
+                                param="format", code="invalid_value")  # fmt: skip
+            text = await job_captions(self._store, record, name)
+        except Exception as error:
+            return http_error_for(error).response()
+        filename = f"{record.job_id}.{name}"
+        return Response(text, media_type=MEDIA_TYPES[name], headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+
+
 def job_json(record: JobRecord) -> dict[str, Any]:
     """A job as the HTTP API shows it."""
     return {
@@ -144,6 +162,7 @@ def job_json(record: JobRecord) -> dict[str, Any]:
         "updated_at": record.updated_s,
         "attempts": record.attempts,
         "audio_url": f"{JOBS_PATH}/{record.job_id}/audio",
+        "captions_url": f"{JOBS_PATH}/{record.job_id}/captions",
     }
 
 

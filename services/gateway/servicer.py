@@ -19,6 +19,8 @@ from libs.serving.memory import RELEASER
 from libs.serving.status import abort_for, grpc_status_for
 from libs.synthesis.options import SynthesisOptions, resolve_options
 from libs.synthesis.output import AudioChunk
+from libs.synthesis.pacing import as_asked
+from libs.synthesis.resume import encode_token
 from libs.synthesis.synthesizer import Synthesizer
 from libs.telemetry import tracing
 from libs.telemetry.metrics import GatewayMetrics
@@ -50,6 +52,7 @@ class TextToSpeechServicer:
             request = decoded(request)
             options = self._options(request)
             chunks = await self._synthesizer.synthesize(request.text, options, context.time_remaining(), client_of(context, self._clients))
+            chunks = as_asked(chunks, options)  # real-time frames when asked for
             call.voice(options.voice.name)
             async with closed_when_done(context, chunks):
                 async for chunk in chunks:
@@ -71,8 +74,11 @@ class TextToSpeechServicer:
                 raise InvalidRequestError("the first StreamingSynthesizeRequest must carry `config`")
             options = self._options(first.config)
             call.voice(options.voice.name)
-            chunks = self._synthesizer.synthesize_incremental(
-                _text_pieces(request_iterator), options, context.time_remaining(), client_of(context, self._clients)
+            chunks = as_asked(
+                self._synthesizer.synthesize_incremental(
+                    _text_pieces(request_iterator), options, context.time_remaining(), client_of(context, self._clients)
+                ),
+                options,
             )
             async with closed_when_done(context, chunks):
                 async for chunk in chunks:
@@ -114,6 +120,8 @@ class TextToSpeechServicer:
             include_alignment=message.include_alignment,
             lexicon=dict(message.lexicon),
             ssml=isinstance(message, tts_pb2.SynthesizeRequest) and message.ssml,
+            resume_token=message.resume_token,
+            frame_ms=message.frame_ms,
         )
 
     def _call(self, method: str, context: grpc.aio.ServicerContext) -> _CallScope:
@@ -172,6 +180,12 @@ def _response(chunk: AudioChunk, options: SynthesisOptions) -> tts_pb2.Synthesiz
         audio_duration_s=chunk.audio_duration_s,
         sentence_end=chunk.sentence_end,
     )
+    if chunk.resume is not None:
+        point = chunk.resume
+        response.resume_point.sentence_index = point.next_sentence
+        response.resume_point.sentence_samples = point.next_sentence_samples
+        response.resume_point.stream_samples = point.stream_samples
+        response.resume_point.token = encode_token(point, options.digest)
     sentence = chunk.sentence
     if sentence is not None:
         info = response.sentence

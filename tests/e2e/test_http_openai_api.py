@@ -60,19 +60,43 @@ def test_every_response_format_streams_to_a_file_that_decodes_to_the_grpc_speech
     assert aligned_correlation(reference, decoded, max_lag=frame) >= (0.95 if frame else 0.9999)
 
 
-def test_server_sent_events_carry_the_audio_then_done(mesh: Mesh) -> None:
-    body = {"model": "tts-mesh", "voice": "en_US-joe-medium", "input": TEXT, "response_format": "pcm", "stream_format": "sse"}
+def _sse_events(mesh: Mesh, body: dict[str, object]) -> list[dict[str, object]]:
     events = []
     with httpx.stream("POST", f"{mesh.http_url}/v1/audio/speech", json=body, timeout=120) as response:
         assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
         for line in response.iter_lines():
             if line.startswith("data: "):
                 events.append(json.loads(line[len("data: ") :]))
-    assert {event["type"] for event in events[:-1]} == {"speech.audio.delta"}
+    return events
+
+
+def test_server_sent_events_carry_each_sentences_words_before_its_audio_then_done(mesh: Mesh) -> None:
+    body = {"model": "tts-mesh", "voice": "en_US-joe-medium", "input": TEXT, "response_format": "pcm", "stream_format": "sse"}
+    events = _sse_events(mesh, body)
+    assert {event["type"] for event in events[:-1]} == {"speech.audio.sentence", "speech.audio.delta"}
+    assert events[0]["type"] == "speech.audio.sentence"  # the words come before the audio they time
     assert events[-1]["type"] == "speech.audio.done"
-    pcm = b"".join(base64.b64decode(event["audio"]) for event in events[:-1])
+    deltas = [event for event in events if event["type"] == "speech.audio.delta"]
+    pcm = b"".join(base64.b64decode(event["audio"]) for event in deltas)
     np.testing.assert_array_equal(np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32767.0, _grpc_pcm(mesh, 24000))
     assert events[-1]["usage"]["audio_seconds"] == pytest.approx(len(pcm) / 2 / 24000, abs=1e-3)
+    with grpc.insecure_channel(mesh.gateway_address) as channel:
+        request = tts_pb2.SynthesizeRequest(text=TEXT, sample_rate_hz=24000)
+        responses = list(tts_pb2_grpc.TextToSpeechStub(channel).Synthesize(request, timeout=120))
+    grpc_words = [(w.text, round(w.start_s, 4), round(w.end_s, 4)) for r in responses if r.HasField("sentence") for w in r.sentence.words]
+    sse_words = [(w["word"], w["start"], w["end"]) for e in events if e["type"] == "speech.audio.sentence" for w in e["words"]]  # type: ignore[union-attr]
+    assert sse_words == grpc_words
+
+
+def test_server_sent_events_resume_from_a_token_sample_for_sample(mesh: Mesh) -> None:
+    body = {"input": TEXT + " And one more sentence after it.", "response_format": "pcm", "stream_format": "sse"}
+    deltas = [event for event in _sse_events(mesh, body) if event["type"] == "speech.audio.delta"]
+    whole = b"".join(base64.b64decode(event["audio"]) for event in deltas)  # type: ignore[arg-type]
+    cut = len(deltas) // 2
+    rest = _sse_events(mesh, {**body, "resume_token": deltas[cut - 1]["resume_token"]})
+    resumed = b"".join(base64.b64decode(event["audio"]) for event in rest if event["type"] == "speech.audio.delta")  # type: ignore[arg-type]
+    had = b"".join(base64.b64decode(event["audio"]) for event in deltas[:cut])  # type: ignore[arg-type]
+    assert resumed and had + resumed == whole
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ done, and the file is still the streamed one; a cancel stops the runner's work.
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.request
@@ -115,6 +116,33 @@ def test_job_file_equals_streaming_the_same_text_sample_for_sample(job_mesh: Mes
     assert finished["progress"]["characters_done"] == len(text)
     assert finished["progress"]["sentences_done"] == len(MANY_SENTENCES)
     assert mp3[:2] in (b"\xff\xfb", b"\xff\xf3", b"\xff\xf2") and len(mp3) > 1000  # MPEG audio frames
+    # Its captions are those of streaming the same text: each sentence's cue and each word's time, to the millisecond.
+    status_vtt, vtt = http(job_mesh, "GET", f"/v1/audio/jobs/{job['id']}/captions")
+    status_srt, srt = http(job_mesh, "GET", f"/v1/audio/jobs/{job['id']}/captions?format=srt")
+    assert status_vtt == 200 and status_srt == 200
+    spoken = synthesize(job_mesh.gateway_address, text, encoding=tts_pb2.LINEAR_PCM, sample_rate_hz=24000)
+    sentences = [response.sentence for response in spoken.responses if response.HasField("sentence")]
+    expected = [[s.audio_offset_s, s.audio_offset_s + s.audio_duration_s, *(w.start_s for w in s.words)] for s in sentences]
+    cues = _vtt_times(vtt.decode())
+    assert [len(cue) for cue in cues] == [len(cue) for cue in expected]
+    assert [t for cue in cues for t in cue] == pytest.approx([t for cue in expected for t in cue], abs=1.5e-3)
+    assert srt.decode().count(" --> ") == len(sentences) and sentences[-1].text in srt.decode()
+
+
+def _vtt_times(vtt: str) -> list[list[float]]:
+    """Each cue's start, end and word times (seconds) of a WebVTT file."""
+    def seconds(stamp: str) -> float:
+        hours, minutes, rest = stamp.split(":")
+        return int(hours) * 3600 + int(minutes) * 60 + float(rest)
+
+    lines = vtt.splitlines()
+    cues = []
+    for index, line in enumerate(lines):
+        if " --> " in line:
+            start, end = line.split(" --> ")
+            words = [seconds(stamp) for stamp in re.findall(r"<([0-9:.]+)>", lines[index + 1])]
+            cues.append([seconds(start), seconds(end), *words])
+    return cues
 
 
 def test_runner_killed_mid_job_is_replaced_and_the_file_is_unchanged(job_mesh: Mesh, tmp_path: Path) -> None:

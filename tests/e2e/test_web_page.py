@@ -1,6 +1,8 @@
 """The web page in a real headless Chromium, served and proxied by the real edge in front of the real
 mesh: it speaks a sentence over grpc-web, the audio reaches Web Audio as it arrives and plays, each
-word is highlighted in order while it is spoken, and the console stays clean."""
+word is highlighted in order while it is spoken, and the console stays clean; it streams a text word
+by word over the WebSocket door, five words a second, playing and lighting words as audio comes, and
+its stop button cancels and shows the words heard."""
 
 from __future__ import annotations
 
@@ -72,4 +74,85 @@ def test_the_page_speaks_plays_and_highlights_every_word(mesh: Mesh, page_url: s
             assert "First audio after" in status
         finally:
             browser.close()
+    assert not problems, problems
+
+
+STREAMED = "Words come one by one. The page plays them. Each lights up in turn."
+
+
+def _browser_page(playwright: object, problems: list[str]) -> tuple[object, object]:
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)  # type: ignore[attr-defined]
+    page = browser.new_page()
+    page.on("console", lambda message: problems.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    return browser, page
+
+
+def test_the_page_streams_words_over_the_websocket_and_plays_each_as_it_comes(mesh: Mesh, page_url: str) -> None:
+    from playwright.sync_api import sync_playwright
+
+    pieces = [word + " " for word in STREAMED.split()]
+
+    def requests() -> Iterator[tts_pb2.StreamingSynthesizeRequest]:
+        yield tts_pb2.StreamingSynthesizeRequest(config=tts_pb2.StreamingSynthesizeConfig(encoding=tts_pb2.FLOAT_PCM))
+        for piece in pieces:
+            yield tts_pb2.StreamingSynthesizeRequest(text=piece)
+
+    with grpc.insecure_channel(mesh.gateway_address) as channel:
+        responses = list(tts_pb2_grpc.TextToSpeechStub(channel).StreamingSynthesize(requests(), timeout=60))
+    expected_words = [w.text for r in responses if r.HasField("sentence") for w in r.sentence.words]
+    expected_samples = sum(len(r.audio) for r in responses) // 4
+    problems: list[str] = []
+    with sync_playwright() as playwright:
+        browser, page = _browser_page(playwright, problems)
+        try:
+            page.goto(page_url)  # type: ignore[attr-defined]
+            page.wait_for_function("document.querySelectorAll('#voice option').length > 0", timeout=30_000)  # type: ignore[attr-defined]
+            page.fill("#text", STREAMED)  # type: ignore[attr-defined]
+            page.click("#stream")  # type: ignore[attr-defined]
+            # Audio plays before the text is all sent: a listener hears the first sentence while the model still writes.
+            page.wait_for_function("window.ttsPage.samplesScheduled > 0 || window.ttsPage.error", timeout=30_000)  # type: ignore[attr-defined]
+            early = page.evaluate("window.ttsPage")  # type: ignore[attr-defined]
+            assert early["error"] is None, early["error"]
+            assert early["wordsSent"] < len(pieces)
+            page.wait_for_function("window.ttsPage.done || window.ttsPage.error", timeout=60_000)  # type: ignore[attr-defined]
+            page.wait_for_function("window.ttsPage.wordsShown.length >= window.ttsPage.words.length", timeout=30_000)  # type: ignore[attr-defined]
+            state = page.evaluate("window.ttsPage")  # type: ignore[attr-defined]
+        finally:
+            browser.close()  # type: ignore[attr-defined]
+    assert state["error"] is None, state["error"]
+    assert state["samplesScheduled"] == expected_samples
+    assert [word["text"] for word in state["words"]] == expected_words
+    assert state["wordsShown"] == expected_words
+    assert not problems, problems
+
+
+def test_stop_cancels_the_stream_and_shows_the_words_heard(mesh: Mesh, page_url: str) -> None:
+    from playwright.sync_api import sync_playwright
+
+    text = "A listener may stop the voice at any moment. The page then tells which words were really heard, and nothing more plays."
+    problems: list[str] = []
+    with sync_playwright() as playwright:
+        browser, page = _browser_page(playwright, problems)
+        try:
+            page.goto(page_url)  # type: ignore[attr-defined]
+            page.wait_for_function("document.querySelectorAll('#voice option').length > 0", timeout=30_000)  # type: ignore[attr-defined]
+            page.fill("#text", text)  # type: ignore[attr-defined]
+            page.click("#stream")  # type: ignore[attr-defined]
+            page.wait_for_function("window.ttsPage.wordsShown.length >= 3 || window.ttsPage.error", timeout=60_000)  # type: ignore[attr-defined]
+            page.click("#stop")  # type: ignore[attr-defined]
+            page.wait_for_function("window.ttsPage.cancelled || window.ttsPage.error", timeout=30_000)  # type: ignore[attr-defined]
+            state = page.evaluate("window.ttsPage")  # type: ignore[attr-defined]
+            scheduled = state["samplesScheduled"]
+            page.wait_for_timeout(1000)  # type: ignore[attr-defined]
+            later = page.evaluate("window.ttsPage")  # type: ignore[attr-defined]
+            heard_line = page.text_content("#heard") or ""  # type: ignore[attr-defined]
+        finally:
+            browser.close()  # type: ignore[attr-defined]
+    assert state["error"] is None, state["error"]
+    heard = [w["text"] for w in state["words"] if w["endS"] * 1000 <= state["playedMs"]]
+    assert state["heardWords"] == heard and len(heard) >= 2
+    assert text.startswith(state["heardText"]) and state["heardText"].split()[-1].strip(",.") == heard[-1]
+    assert state["heardText"] in heard_line
+    assert later["samplesScheduled"] == scheduled  # nothing more reached Web Audio after the stop
     assert not problems, problems

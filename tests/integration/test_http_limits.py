@@ -1,23 +1,31 @@
 """The HTTP door's own armour: a cap on the requests one client has open at once (429 past it, other
 clients unaffected, the slot freed when the response ends), and TLS when it is given a certificate
-(plaintext otherwise), served by a real uvicorn on a real port."""
+(plaintext otherwise), served by a real uvicorn on a real port; a WebSocket shows its API key in its
+handshake (or ElevenLabs' `xi-api-key`) and counts against its client's and its key's limits."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import ssl
 from pathlib import Path
 
 import httpx
 import pytest
+import websockets
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
+from websockets.exceptions import InvalidStatus
 
 from libs.devmesh.certs import make_mesh_tls
+from libs.serving.auth import ApiKeyGate, AuthSettings
 from libs.serving.http import HttpListener, HttpTls
+from libs.serving.http_auth import ApiKeyAsgi
 from libs.serving.http_limits import ClientRequestLimit
+from libs.serving.keys import KeysFile, StoredKey, hash_key, mint_key
 from tests.support.mesh import free_port
 
 
@@ -101,5 +109,62 @@ async def test_the_door_speaks_only_tls_with_a_certificate(tmp_path: Path) -> No
                 await client.post(f"http://127.0.0.1:{port}/v1/audio/speech", json={})
             with pytest.raises(httpx.ConnectError):  # a client that does not trust the door's CA
                 await client.post(f"https://127.0.0.1:{port}/v1/audio/speech", json={})
+    finally:
+        await listener.stop()
+
+
+def _socket_app() -> Starlette:
+    async def echo(websocket: WebSocket) -> None:
+        await websocket.accept()
+        await websocket.send_text(await websocket.receive_text())
+        await websocket.receive()  # held open until the client closes
+
+    return Starlette(routes=[WebSocketRoute("/v1/audio/speech/stream", echo)])
+
+
+async def test_websockets_show_their_key_in_the_handshake_and_count_against_client_and_key_limits(tmp_path: Path) -> None:
+    key = mint_key()
+    keys_file = tmp_path / "keys.jsonl"
+    keys_file.write_text(StoredKey("agent", hash_key(key), max_streams=2).line() + "\n", encoding="utf-8")
+    settings = AuthSettings(api_keys_file=str(keys_file))
+    gate = ApiKeyGate(KeysFile(str(keys_file), settings.api_keys_reload_s), settings)
+    port = free_port()
+    listener = HttpListener(ApiKeyAsgi(_socket_app(), gate, guarded_prefixes=("/v1/",)), "127.0.0.1", port, max_requests_per_client=3)
+    url = f"ws://127.0.0.1:{port}/v1/audio/speech/stream"
+    await listener.start()
+    try:
+        with pytest.raises(InvalidStatus) as missing:
+            await websockets.connect(url)
+        assert missing.value.response.status_code == 401
+        assert json.loads(missing.value.response.body or b"{}")["error"]["code"] == "missing_key"
+        by_header = await websockets.connect(url, additional_headers={"Authorization": f"Bearer {key}"})
+        by_xi = await websockets.connect(url, additional_headers={"xi-api-key": key})  # as ElevenLabs' clients send it
+        await by_xi.send("hello")
+        assert await by_xi.recv() == "hello"
+        with pytest.raises(InvalidStatus) as over_key:  # an open socket holds one of its key's two streams
+            await websockets.connect(url, additional_headers={"xi-api-key": key})
+        assert over_key.value.response.status_code == 429
+        await by_header.close()
+        await asyncio.sleep(0.1)
+        again = await websockets.connect(url, additional_headers={"xi-api-key": key})  # a closed socket gave its stream back
+        await again.close()
+        await by_xi.close()
+    finally:
+        await listener.stop()
+
+
+async def test_one_client_past_its_limit_of_open_sockets_is_refused_429_in_the_handshake() -> None:
+    port = free_port()
+    listener = HttpListener(_socket_app(), "127.0.0.1", port, max_requests_per_client=2)
+    url = f"ws://127.0.0.1:{port}/v1/audio/speech/stream"
+    await listener.start()
+    try:
+        held = [await websockets.connect(url) for _ in range(2)]
+        with pytest.raises(InvalidStatus) as refused:
+            await websockets.connect(url)
+        assert refused.value.response.status_code == 429
+        assert json.loads(refused.value.response.body or b"{}")["error"]["code"] == "client_limit"
+        for socket in held:
+            await socket.close()
     finally:
         await listener.stop()

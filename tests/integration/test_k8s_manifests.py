@@ -135,6 +135,8 @@ def test_container_probe_and_service_ports_are_the_ports_the_services_listen_on(
         expected = {"grpc": server.port, "metrics": server.metrics_port}
         if service == "gateway":
             expected["http"] = settings.http.http_port  # the HTTP API, reached through the edge
+            if settings.wyoming.wyoming_port:
+                expected["wyoming"] = settings.wyoming.wyoming_port  # Home Assistant's door (k8s/components/wyoming)
         if server.health_port:
             expected["health"] = server.health_port
         assert ports == expected
@@ -622,3 +624,25 @@ def test_prod_job_redis_admits_exactly_the_gateways_and_job_runners() -> None:
             and {"protocol": "TCP", "port": 6379} in rule["ports"]
             for rule in rules for peer in rule["to"]
         ), name  # fmt: skip
+
+
+def test_the_wyoming_component_listens_on_the_pod_network_for_labelled_namespaces_only_never_the_edge() -> None:
+    dev = render(next(path for path in overlays() if path.name == "dev"))
+    gateway = _container(_by_kind(dev, "Deployment")["gateway"])
+    environ = _environment(gateway, _by_kind(dev, "ConfigMap"))
+    settings = load_gateway_settings([], environ)
+    assert (settings.wyoming.wyoming_port, settings.wyoming.wyoming_host) == (10200, "0.0.0.0")
+    assert {"name": "wyoming", "containerPort": 10200} in gateway["ports"]
+    service = _by_kind(dev, "Service")["gateway-wyoming"]
+    assert service["spec"]["type"] == "ClusterIP" and [p["port"] for p in service["spec"]["ports"]] == [10200]
+    policy = _by_kind(dev, "NetworkPolicy")["gateway-wyoming-from-clients"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"tts-mesh.io/wyoming-clients": "true"}}}]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 10200}]
+    other_rules = [r for name, p in _by_kind(dev, "NetworkPolicy").items() if name != policy["metadata"]["name"] for r in p["spec"].get("ingress", [])]
+    assert not any(port.get("port") == 10200 for r in other_rules for port in r.get("ports", []))
+    edge_ports = {c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]["port_value"]
+                  for c in yaml.safe_load(render_yaml(edge_settings_for_k8s()).split("\n", 1)[1])["static_resources"]["clusters"]}  # fmt: skip
+    assert 10200 not in edge_ports
+    prod = render(next(path for path in overlays() if path.name == "prod"))
+    assert "gateway-wyoming" not in _by_kind(prod, "Service")

@@ -1,6 +1,8 @@
 // The TTS mesh's web page: speaks the text through the edge over grpc-web, plays each piece the
 // moment it arrives (Web Audio, no waiting for the end), shows the time to first audio, highlights
-// each word while it is spoken, and downloads the result in the chosen encoding.
+// each word while it is spoken, and downloads the result in the chosen encoding. "Stream word by
+// word" feeds the text over the WebSocket door five words a second, as a language model writes,
+// and plays as audio comes; "Stop" cancels it and shows the words the listener heard.
 
 import { createClient } from "@connectrpc/connect";
 import { createGrpcWebTransport } from "@connectrpc/connect-web";
@@ -19,11 +21,18 @@ interface PageState {
   playedSpans: [number, number][];
   done: boolean;
   error: string | null;
+  wordsSent: number;
+  cancelled: boolean;
+  playedMs: number | null;
+  heardText: string | null;
+  heardWords: string[];
 }
 
-const state: PageState = {
-  firstAudioMs: null, samplesScheduled: 0, sampleRateHz: 0, wordsShown: [], words: [], playedSpans: [], done: false, error: null,
+const FRESH: Omit<PageState, "words" | "wordsShown" | "playedSpans" | "heardWords"> = {
+  firstAudioMs: null, samplesScheduled: 0, sampleRateHz: 0, done: false, error: null, wordsSent: 0, cancelled: false,
+  playedMs: null, heardText: null,
 };
+const state: PageState = { ...FRESH, wordsShown: [], words: [], playedSpans: [], heardWords: [] };
 (window as unknown as { ttsPage: PageState }).ttsPage = state;
 
 const $ = <T extends HTMLElement>(id: string): T => document.getElementById(id) as T;
@@ -32,6 +41,9 @@ const voiceSelect = $<HTMLSelectElement>("voice");
 const speedInput = $<HTMLInputElement>("speed");
 const encodingSelect = $<HTMLSelectElement>("encoding");
 const speakButton = $<HTMLButtonElement>("speak");
+const streamButton = $<HTMLButtonElement>("stream");
+const stopButton = $<HTMLButtonElement>("stop");
+const heardLine = $<HTMLElement>("heard");
 const downloadButton = $<HTMLButtonElement>("download");
 const statusLine = $<HTMLElement>("status");
 const wordsLine = $<HTMLElement>("words");
@@ -65,7 +77,7 @@ function showError(error: unknown): void {
 async function speak(): Promise<void> {
   speakButton.disabled = true;
   downloadButton.disabled = true;
-  Object.assign(state, { firstAudioMs: null, samplesScheduled: 0, wordsShown: [], words: [], playedSpans: [], done: false, error: null });
+  reset();
   statusLine.classList.remove("error");
   statusLine.textContent = "Speaking…";
   wordsLine.replaceChildren();
@@ -124,6 +136,137 @@ async function speak(): Promise<void> {
   }
 }
 
+function reset(): void {
+  Object.assign(state, { ...FRESH, wordsShown: [], words: [], playedSpans: [], heardWords: [] });
+  heardLine.textContent = "";
+}
+
+// ---- streaming word by word over the WebSocket door (/v1/audio/speech/stream)
+
+const WORDS_PER_SECOND = 5;
+interface SocketWord { word: string; start_ms: number; end_ms: number }
+interface SocketEvent {
+  type: string; context_id?: string; sentence?: { words: SocketWord[] }; offset_ms?: number; duration_ms?: number;
+  bytes?: number; sample_rate_hz?: number; heard_text?: string; heard_words?: SocketWord[]; message?: string; code?: string;
+}
+
+let stopStream: (() => void) | null = null;
+
+async function streamWords(): Promise<void> {
+  speakButton.disabled = streamButton.disabled = downloadButton.disabled = true;
+  stopButton.disabled = false;
+  reset();
+  statusLine.classList.remove("error");
+  statusLine.textContent = "Streaming…";
+  wordsLine.replaceChildren();
+  audioContext ??= new AudioContext();
+  await audioContext.resume();
+  const context = audioContext;
+  const started = performance.now();
+  const url = `${window.location.protocol === "https:" ? "wss:" : "ws:"}//${window.location.host}/v1/audio/speech/stream`;
+  const socket = new WebSocket(url);
+  socket.binaryType = "arraybuffer";
+  const sources: AudioBufferSourceNode[] = [];
+  const wordSpans: HTMLSpanElement[] = [];
+  let shift: number | null = null;
+  let playEnd = 0;
+  let pending: SocketEvent | null = null; // an audio event whose bytes come in the next binary frame
+  let feeder: number | undefined;
+  const finish = (): void => {
+    window.clearInterval(feeder);
+    stopStream = null;
+    speakButton.disabled = streamButton.disabled = false;
+    stopButton.disabled = true;
+  };
+  stopStream = () => {
+    if (state.done || state.cancelled) {
+      return;
+    }
+    window.clearInterval(feeder);
+    // How much the listener heard: the audio clock's place on the stream's timeline.
+    state.playedMs = shift === null ? 0 : Math.max(0, (context.currentTime - shift) * 1000);
+    socket.send(JSON.stringify({ type: "cancel", context_id: "0", played_ms: state.playedMs }));
+    for (const source of sources) {
+      source.stop();
+    }
+  };
+  socket.onopen = () => {
+    socket.send(JSON.stringify({ type: "start", voice: voiceSelect.value, speed: Number(speedInput.value), response_format: "float_pcm", audio: "binary" }));
+    const words = textBox.value.split(/\s+/).filter((word) => word.length > 0);
+    feeder = window.setInterval(() => {
+      if (state.wordsSent < words.length) {
+        socket.send(JSON.stringify({ type: "text", text: `${words[state.wordsSent]} ` }));
+        state.wordsSent += 1;
+      } else {
+        window.clearInterval(feeder);
+        socket.send(JSON.stringify({ type: "close", context_id: "0" }));
+      }
+    }, 1000 / WORDS_PER_SECOND);
+  };
+  socket.onmessage = (message: MessageEvent<string | ArrayBuffer>) => {
+    if (message.data instanceof ArrayBuffer) {
+      if (pending === null || state.cancelled) {
+        return;
+      }
+      const event = pending;
+      pending = null;
+      const samples = new Float32Array(message.data);
+      const buffer = context.createBuffer(1, samples.length, state.sampleRateHz);
+      buffer.copyToChannel(samples, 0);
+      const source = context.createBufferSource();
+      source.buffer = buffer;
+      source.connect(context.destination);
+      const offsetS = (event.offset_ms ?? 0) / 1000;
+      const earliest = context.currentTime + 0.05;
+      if (shift === null || offsetS + shift < earliest) {
+        shift = earliest - offsetS;
+      }
+      const at = offsetS + shift;
+      source.start(at);
+      sources.push(source);
+      playEnd = at + buffer.duration;
+      state.samplesScheduled += samples.length;
+      state.playedSpans.push([offsetS, offsetS + buffer.duration]);
+      if (state.firstAudioMs === null) {
+        state.firstAudioMs = performance.now() - started;
+        statusLine.textContent = `First audio after ${state.firstAudioMs.toFixed(0)} ms`;
+      }
+      highlightWhilePlaying(context, () => shift ?? 0, wordSpans, () => playEnd);
+      return;
+    }
+    const event = JSON.parse(message.data) as SocketEvent;
+    if (event.type === "ready") {
+      state.sampleRateHz = event.sample_rate_hz ?? 0;
+    } else if (event.type === "audio") {
+      if (event.sentence) {
+        const words = event.sentence.words.map((w) => ({ text: w.word, startS: w.start_ms / 1000, endS: w.end_ms / 1000 }));
+        addWords({ words } as SentenceInfo, wordSpans);
+      }
+      pending = (event.bytes ?? 0) > 0 ? event : null;
+    } else if (event.type === "done") {
+      state.done = true;
+      statusLine.textContent += ` · ${(state.samplesScheduled / Math.max(state.sampleRateHz, 1)).toFixed(2)} s of audio`;
+      socket.close();
+      finish();
+    } else if (event.type === "cancelled") {
+      state.cancelled = true;
+      state.heardText = event.heard_text ?? "";
+      state.heardWords = (event.heard_words ?? []).map((w) => w.word);
+      heardLine.textContent = `Heard: “${state.heardText}”`;
+      socket.close();
+      finish();
+    } else if (event.type === "error") {
+      showError(`${event.code}: ${event.message}`);
+      socket.close();
+      finish();
+    }
+  };
+  socket.onerror = () => {
+    showError("the WebSocket failed");
+    finish();
+  };
+}
+
 function addWords(sentence: SentenceInfo, spans: HTMLSpanElement[]): void {
   for (const word of sentence.words) {
     const span = document.createElement("span");
@@ -159,7 +302,7 @@ function highlightWhilePlaying(context: AudioContext, shift: () => number, spans
     if (highlighted !== spans) {
       return; // another utterance took over
     }
-    if (context.currentTime < until() + 0.1 || !state.done) {
+    if (context.currentTime < until() + 0.1 || (!state.done && !state.cancelled)) {
       requestAnimationFrame(step);
     } else {
       highlighted = null;
@@ -189,5 +332,7 @@ async function download(): Promise<void> {
 }
 
 speakButton.addEventListener("click", () => void speak());
+streamButton.addEventListener("click", () => void streamWords());
+stopButton.addEventListener("click", () => stopStream?.());
 downloadButton.addEventListener("click", () => void download());
 void loadVoices();

@@ -31,7 +31,7 @@ ALAW: AudioEncoding
 AAC: AudioEncoding
 
 class SynthesizeRequest(_message.Message):
-    __slots__ = ("text", "voice", "speed", "encoding", "sample_rate_hz", "speaker_id", "request_id", "include_alignment", "lexicon", "ssml")
+    __slots__ = ("text", "voice", "speed", "encoding", "sample_rate_hz", "speaker_id", "request_id", "include_alignment", "lexicon", "ssml", "resume_token", "frame_ms")
     class LexiconEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +49,8 @@ class SynthesizeRequest(_message.Message):
     INCLUDE_ALIGNMENT_FIELD_NUMBER: _ClassVar[int]
     LEXICON_FIELD_NUMBER: _ClassVar[int]
     SSML_FIELD_NUMBER: _ClassVar[int]
+    RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    FRAME_MS_FIELD_NUMBER: _ClassVar[int]
     text: str
     voice: str
     speed: float
@@ -59,10 +61,12 @@ class SynthesizeRequest(_message.Message):
     include_alignment: bool
     lexicon: _containers.ScalarMap[str, str]
     ssml: bool
-    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., speed: _Optional[float] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ..., sample_rate_hz: _Optional[int] = ..., speaker_id: _Optional[int] = ..., request_id: _Optional[str] = ..., include_alignment: _Optional[bool] = ..., lexicon: _Optional[_Mapping[str, str]] = ..., ssml: _Optional[bool] = ...) -> None: ...
+    resume_token: str
+    frame_ms: int
+    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., speed: _Optional[float] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ..., sample_rate_hz: _Optional[int] = ..., speaker_id: _Optional[int] = ..., request_id: _Optional[str] = ..., include_alignment: _Optional[bool] = ..., lexicon: _Optional[_Mapping[str, str]] = ..., ssml: _Optional[bool] = ..., resume_token: _Optional[str] = ..., frame_ms: _Optional[int] = ...) -> None: ...
 
 class StreamingSynthesizeConfig(_message.Message):
-    __slots__ = ("voice", "speed", "encoding", "sample_rate_hz", "speaker_id", "request_id", "include_alignment", "lexicon")
+    __slots__ = ("voice", "speed", "encoding", "sample_rate_hz", "speaker_id", "request_id", "include_alignment", "lexicon", "resume_token", "frame_ms")
     class LexiconEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -78,6 +82,8 @@ class StreamingSynthesizeConfig(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_ALIGNMENT_FIELD_NUMBER: _ClassVar[int]
     LEXICON_FIELD_NUMBER: _ClassVar[int]
+    RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    FRAME_MS_FIELD_NUMBER: _ClassVar[int]
     voice: str
     speed: float
     encoding: AudioEncoding
@@ -86,7 +92,9 @@ class StreamingSynthesizeConfig(_message.Message):
     request_id: str
     include_alignment: bool
     lexicon: _containers.ScalarMap[str, str]
-    def __init__(self, voice: _Optional[str] = ..., speed: _Optional[float] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ..., sample_rate_hz: _Optional[int] = ..., speaker_id: _Optional[int] = ..., request_id: _Optional[str] = ..., include_alignment: _Optional[bool] = ..., lexicon: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    resume_token: str
+    frame_ms: int
+    def __init__(self, voice: _Optional[str] = ..., speed: _Optional[float] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ..., sample_rate_hz: _Optional[int] = ..., speaker_id: _Optional[int] = ..., request_id: _Optional[str] = ..., include_alignment: _Optional[bool] = ..., lexicon: _Optional[_Mapping[str, str]] = ..., resume_token: _Optional[str] = ..., frame_ms: _Optional[int] = ...) -> None: ...
 
 class StreamingSynthesizeRequest(_message.Message):
     __slots__ = ("config", "text")
@@ -141,7 +149,7 @@ class WordInfo(_message.Message):
     def __init__(self, text: _Optional[str] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ...) -> None: ...
 
 class SynthesizeResponse(_message.Message):
-    __slots__ = ("audio", "sample_rate_hz", "encoding", "request_id", "sentence_index", "audio_offset_s", "audio_duration_s", "sentence", "sentence_end")
+    __slots__ = ("audio", "sample_rate_hz", "encoding", "request_id", "sentence_index", "audio_offset_s", "audio_duration_s", "sentence", "sentence_end", "resume_point")
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
     ENCODING_FIELD_NUMBER: _ClassVar[int]
@@ -151,6 +159,7 @@ class SynthesizeResponse(_message.Message):
     AUDIO_DURATION_S_FIELD_NUMBER: _ClassVar[int]
     SENTENCE_FIELD_NUMBER: _ClassVar[int]
     SENTENCE_END_FIELD_NUMBER: _ClassVar[int]
+    RESUME_POINT_FIELD_NUMBER: _ClassVar[int]
     audio: bytes
     sample_rate_hz: int
     encoding: AudioEncoding
@@ -160,7 +169,20 @@ class SynthesizeResponse(_message.Message):
     audio_duration_s: float
     sentence: SentenceInfo
     sentence_end: bool
-    def __init__(self, audio: _Optional[bytes] = ..., sample_rate_hz: _Optional[int] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ..., request_id: _Optional[str] = ..., sentence_index: _Optional[int] = ..., audio_offset_s: _Optional[float] = ..., audio_duration_s: _Optional[float] = ..., sentence: _Optional[_Union[SentenceInfo, _Mapping]] = ..., sentence_end: _Optional[bool] = ...) -> None: ...
+    resume_point: ResumePoint
+    def __init__(self, audio: _Optional[bytes] = ..., sample_rate_hz: _Optional[int] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ..., request_id: _Optional[str] = ..., sentence_index: _Optional[int] = ..., audio_offset_s: _Optional[float] = ..., audio_duration_s: _Optional[float] = ..., sentence: _Optional[_Union[SentenceInfo, _Mapping]] = ..., sentence_end: _Optional[bool] = ..., resume_point: _Optional[_Union[ResumePoint, _Mapping]] = ...) -> None: ...
+
+class ResumePoint(_message.Message):
+    __slots__ = ("sentence_index", "sentence_samples", "stream_samples", "token")
+    SENTENCE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    SENTENCE_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    STREAM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    sentence_index: int
+    sentence_samples: int
+    stream_samples: int
+    token: str
+    def __init__(self, sentence_index: _Optional[int] = ..., sentence_samples: _Optional[int] = ..., stream_samples: _Optional[int] = ..., token: _Optional[str] = ...) -> None: ...
 
 class ListVoicesRequest(_message.Message):
     __slots__ = ("language_code",)

@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file tts/v1/tts.proto.
  */
 export const file_tts_v1_tts: GenFile = /*@__PURE__*/
-  fileDesc("ChB0dHMvdjEvdHRzLnByb3RvEgZ0dHMudjEiugIKEVN5bnRoZXNpemVSZXF1ZXN0EgwKBHRleHQYASABKAkSDQoFdm9pY2UYAiABKAkSDQoFc3BlZWQYAyABKAISJwoIZW5jb2RpbmcYBCABKA4yFS50dHMudjEuQXVkaW9FbmNvZGluZxIWCg5zYW1wbGVfcmF0ZV9oehgFIAEoBRISCgpzcGVha2VyX2lkGAYgASgFEhIKCnJlcXVlc3RfaWQYByABKAkSGQoRaW5jbHVkZV9hbGlnbm1lbnQYCCABKAgSNwoHbGV4aWNvbhgJIAMoCzImLnR0cy52MS5TeW50aGVzaXplUmVxdWVzdC5MZXhpY29uRW50cnkSDAoEc3NtbBgKIAEoCBouCgxMZXhpY29uRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKuAgoZU3RyZWFtaW5nU3ludGhlc2l6ZUNvbmZpZxINCgV2b2ljZRgBIAEoCRINCgVzcGVlZBgCIAEoAhInCghlbmNvZGluZxgDIAEoDjIVLnR0cy52MS5BdWRpb0VuY29kaW5nEhYKDnNhbXBsZV9yYXRlX2h6GAQgASgFEhIKCnNwZWFrZXJfaWQYBSABKAUSEgoKcmVxdWVzdF9pZBgGIAEoCRIZChFpbmNsdWRlX2FsaWdubWVudBgHIAEoCBI/CgdsZXhpY29uGAggAygLMi4udHRzLnYxLlN0cmVhbWluZ1N5bnRoZXNpemVDb25maWcuTGV4aWNvbkVudHJ5Gi4KDExleGljb25FbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBImwKGlN0cmVhbWluZ1N5bnRoZXNpemVSZXF1ZXN0EjMKBmNvbmZpZxgBIAEoCzIhLnR0cy52MS5TdHJlYW1pbmdTeW50aGVzaXplQ29uZmlnSAASDgoEdGV4dBgCIAEoCUgAQgkKB3JlcXVlc3QikgIKDFNlbnRlbmNlSW5mbxINCgVpbmRleBgBIAEoBRIMCgR0ZXh0GAIgASgJEhAKCHBob25lbWVzGAMgASgJEhYKDmF1ZGlvX29mZnNldF9zGAQgASgBEhgKEGF1ZGlvX2R1cmF0aW9uX3MYBSABKAESFgoOcGhvbmVtZV9mcmFtZXMYBiADKAUSGAoQZnJhbWVfZHVyYXRpb25fcxgHIAEoARIfCgV3b3JkcxgIIAMoCzIQLnR0cy52MS5Xb3JkSW5mbxIfCgVtYXJrcxgJIAMoCzIQLnR0cy52MS5NYXJrSW5mbxIWCg5wYXVzZV9iZWZvcmVfcxgKIAEoARIVCg1wYXVzZV9hZnRlcl9zGAsgASgBIigKCE1hcmtJbmZvEgwKBG5hbWUYASABKAkSDgoGdGltZV9zGAIgASgBIjgKCFdvcmRJbmZvEgwKBHRleHQYASABKAkSDwoHc3RhcnRfcxgCIAEoARINCgVlbmRfcxgDIAEoASKAAgoSU3ludGhlc2l6ZVJlc3BvbnNlEg0KBWF1ZGlvGAEgASgMEhYKDnNhbXBsZV9yYXRlX2h6GAIgASgFEicKCGVuY29kaW5nGAMgASgOMhUudHRzLnYxLkF1ZGlvRW5jb2RpbmcSEgoKcmVxdWVzdF9pZBgEIAEoCRIWCg5zZW50ZW5jZV9pbmRleBgFIAEoBRIWCg5hdWRpb19vZmZzZXRfcxgGIAEoARIYChBhdWRpb19kdXJhdGlvbl9zGAcgASgBEiYKCHNlbnRlbmNlGAggASgLMhQudHRzLnYxLlNlbnRlbmNlSW5mbxIUCgxzZW50ZW5jZV9lbmQYCSABKAgiKgoRTGlzdFZvaWNlc1JlcXVlc3QSFQoNbGFuZ3VhZ2VfY29kZRgBIAEoCSKHAQoFVm9pY2USDAoEbmFtZRgBIAEoCRIVCg1sYW5ndWFnZV9jb2RlGAIgASgJEh4KFm5hdHVyYWxfc2FtcGxlX3JhdGVfaHoYAyABKAUSFAoMbnVtX3NwZWFrZXJzGAQgASgFEhIKCmlzX2RlZmF1bHQYBSABKAgSDwoHcXVhbGl0eRgGIAEoCSIzChJMaXN0Vm9pY2VzUmVzcG9uc2USHQoGdm9pY2VzGAEgAygLMg0udHRzLnYxLlZvaWNlKpYBCg1BdWRpb0VuY29kaW5nEh4KGkFVRElPX0VOQ09ESU5HX1VOU1BFQ0lGSUVEEAASDgoKTElORUFSX1BDTRABEg0KCUZMT0FUX1BDTRACEgwKCE9HR19PUFVTEAMSBwoDTVAzEAQSCAoERkxBQxAFEgcKA1dBVhAGEgkKBU1VTEFXEAcSCAoEQUxBVxAIEgcKA0FBQxAJMvUBCgxUZXh0VG9TcGVlY2gSRQoKU3ludGhlc2l6ZRIZLnR0cy52MS5TeW50aGVzaXplUmVxdWVzdBoaLnR0cy52MS5TeW50aGVzaXplUmVzcG9uc2UwARJZChNTdHJlYW1pbmdTeW50aGVzaXplEiIudHRzLnYxLlN0cmVhbWluZ1N5bnRoZXNpemVSZXF1ZXN0GhoudHRzLnYxLlN5bnRoZXNpemVSZXNwb25zZSgBMAESQwoKTGlzdFZvaWNlcxIZLnR0cy52MS5MaXN0Vm9pY2VzUmVxdWVzdBoaLnR0cy52MS5MaXN0Vm9pY2VzUmVzcG9uc2ViBnByb3RvMw");
+  fileDesc("ChB0dHMvdjEvdHRzLnByb3RvEgZ0dHMudjEi4gIKEVN5bnRoZXNpemVSZXF1ZXN0EgwKBHRleHQYASABKAkSDQoFdm9pY2UYAiABKAkSDQoFc3BlZWQYAyABKAISJwoIZW5jb2RpbmcYBCABKA4yFS50dHMudjEuQXVkaW9FbmNvZGluZxIWCg5zYW1wbGVfcmF0ZV9oehgFIAEoBRISCgpzcGVha2VyX2lkGAYgASgFEhIKCnJlcXVlc3RfaWQYByABKAkSGQoRaW5jbHVkZV9hbGlnbm1lbnQYCCABKAgSNwoHbGV4aWNvbhgJIAMoCzImLnR0cy52MS5TeW50aGVzaXplUmVxdWVzdC5MZXhpY29uRW50cnkSDAoEc3NtbBgKIAEoCBIUCgxyZXN1bWVfdG9rZW4YCyABKAkSEAoIZnJhbWVfbXMYDCABKAUaLgoMTGV4aWNvbkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi1gIKGVN0cmVhbWluZ1N5bnRoZXNpemVDb25maWcSDQoFdm9pY2UYASABKAkSDQoFc3BlZWQYAiABKAISJwoIZW5jb2RpbmcYAyABKA4yFS50dHMudjEuQXVkaW9FbmNvZGluZxIWCg5zYW1wbGVfcmF0ZV9oehgEIAEoBRISCgpzcGVha2VyX2lkGAUgASgFEhIKCnJlcXVlc3RfaWQYBiABKAkSGQoRaW5jbHVkZV9hbGlnbm1lbnQYByABKAgSPwoHbGV4aWNvbhgIIAMoCzIuLnR0cy52MS5TdHJlYW1pbmdTeW50aGVzaXplQ29uZmlnLkxleGljb25FbnRyeRIUCgxyZXN1bWVfdG9rZW4YCSABKAkSEAoIZnJhbWVfbXMYCiABKAUaLgoMTGV4aWNvbkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEibAoaU3RyZWFtaW5nU3ludGhlc2l6ZVJlcXVlc3QSMwoGY29uZmlnGAEgASgLMiEudHRzLnYxLlN0cmVhbWluZ1N5bnRoZXNpemVDb25maWdIABIOCgR0ZXh0GAIgASgJSABCCQoHcmVxdWVzdCKSAgoMU2VudGVuY2VJbmZvEg0KBWluZGV4GAEgASgFEgwKBHRleHQYAiABKAkSEAoIcGhvbmVtZXMYAyABKAkSFgoOYXVkaW9fb2Zmc2V0X3MYBCABKAESGAoQYXVkaW9fZHVyYXRpb25fcxgFIAEoARIWCg5waG9uZW1lX2ZyYW1lcxgGIAMoBRIYChBmcmFtZV9kdXJhdGlvbl9zGAcgASgBEh8KBXdvcmRzGAggAygLMhAudHRzLnYxLldvcmRJbmZvEh8KBW1hcmtzGAkgAygLMhAudHRzLnYxLk1hcmtJbmZvEhYKDnBhdXNlX2JlZm9yZV9zGAogASgBEhUKDXBhdXNlX2FmdGVyX3MYCyABKAEiKAoITWFya0luZm8SDAoEbmFtZRgBIAEoCRIOCgZ0aW1lX3MYAiABKAEiOAoIV29yZEluZm8SDAoEdGV4dBgBIAEoCRIPCgdzdGFydF9zGAIgASgBEg0KBWVuZF9zGAMgASgBIqsCChJTeW50aGVzaXplUmVzcG9uc2USDQoFYXVkaW8YASABKAwSFgoOc2FtcGxlX3JhdGVfaHoYAiABKAUSJwoIZW5jb2RpbmcYAyABKA4yFS50dHMudjEuQXVkaW9FbmNvZGluZxISCgpyZXF1ZXN0X2lkGAQgASgJEhYKDnNlbnRlbmNlX2luZGV4GAUgASgFEhYKDmF1ZGlvX29mZnNldF9zGAYgASgBEhgKEGF1ZGlvX2R1cmF0aW9uX3MYByABKAESJgoIc2VudGVuY2UYCCABKAsyFC50dHMudjEuU2VudGVuY2VJbmZvEhQKDHNlbnRlbmNlX2VuZBgJIAEoCBIpCgxyZXN1bWVfcG9pbnQYCiABKAsyEy50dHMudjEuUmVzdW1lUG9pbnQiZgoLUmVzdW1lUG9pbnQSFgoOc2VudGVuY2VfaW5kZXgYASABKAUSGAoQc2VudGVuY2Vfc2FtcGxlcxgCIAEoAxIWCg5zdHJlYW1fc2FtcGxlcxgDIAEoAxINCgV0b2tlbhgEIAEoCSIqChFMaXN0Vm9pY2VzUmVxdWVzdBIVCg1sYW5ndWFnZV9jb2RlGAEgASgJIocBCgVWb2ljZRIMCgRuYW1lGAEgASgJEhUKDWxhbmd1YWdlX2NvZGUYAiABKAkSHgoWbmF0dXJhbF9zYW1wbGVfcmF0ZV9oehgDIAEoBRIUCgxudW1fc3BlYWtlcnMYBCABKAUSEgoKaXNfZGVmYXVsdBgFIAEoCBIPCgdxdWFsaXR5GAYgASgJIjMKEkxpc3RWb2ljZXNSZXNwb25zZRIdCgZ2b2ljZXMYASADKAsyDS50dHMudjEuVm9pY2UqlgEKDUF1ZGlvRW5jb2RpbmcSHgoaQVVESU9fRU5DT0RJTkdfVU5TUEVDSUZJRUQQABIOCgpMSU5FQVJfUENNEAESDQoJRkxPQVRfUENNEAISDAoIT0dHX09QVVMQAxIHCgNNUDMQBBIICgRGTEFDEAUSBwoDV0FWEAYSCQoFTVVMQVcQBxIICgRBTEFXEAgSBwoDQUFDEAky9QEKDFRleHRUb1NwZWVjaBJFCgpTeW50aGVzaXplEhkudHRzLnYxLlN5bnRoZXNpemVSZXF1ZXN0GhoudHRzLnYxLlN5bnRoZXNpemVSZXNwb25zZTABElkKE1N0cmVhbWluZ1N5bnRoZXNpemUSIi50dHMudjEuU3RyZWFtaW5nU3ludGhlc2l6ZVJlcXVlc3QaGi50dHMudjEuU3ludGhlc2l6ZVJlc3BvbnNlKAEwARJDCgpMaXN0Vm9pY2VzEhkudHRzLnYxLkxpc3RWb2ljZXNSZXF1ZXN0GhoudHRzLnYxLkxpc3RWb2ljZXNSZXNwb25zZWIGcHJvdG8z");
 
 /**
  * @generated from message tts.v1.SynthesizeRequest
@@ -96,6 +96,26 @@ export type SynthesizeRequest = Message<"tts.v1.SynthesizeRequest"> & {
    * @generated from field: bool ssml = 10;
    */
   ssml: boolean;
+
+  /**
+   * Where to continue a stream that broke (opaque string): the `resume_point.token` of the last
+   * response received whole; empty starts at the beginning. Send the same text and fields as the
+   * first request: sentences the client has whole are skipped, and the audio goes on sample-exact
+   * from the token's sample. Uncompressed encodings only (LINEAR_PCM, FLOAT_PCM, WAV, MULAW, ALAW;
+   * WAV goes on without its header); a token of another text or other fields is INVALID_ARGUMENT.
+   *
+   * @generated from field: string resume_token = 11;
+   */
+  resumeToken: string;
+
+  /**
+   * Real-time frames for a line without a jitter buffer, in milliseconds: 0 sends audio as soon as it
+   * is made; 10 to 100 sends it in frames of exactly that much audio (the last padded with silence),
+   * each when its moment comes (20 for telephony). Uncompressed encodings only.
+   *
+   * @generated from field: int32 frame_ms = 12;
+   */
+  frameMs: number;
 };
 
 /**
@@ -166,6 +186,21 @@ export type StreamingSynthesizeConfig = Message<"tts.v1.StreamingSynthesizeConfi
    * @generated from field: map<string, string> lexicon = 8;
    */
   lexicon: { [key: string]: string };
+
+  /**
+   * Where to continue a stream that broke (opaque string), as SynthesizeRequest.resume_token; send the
+   * same text pieces again.
+   *
+   * @generated from field: string resume_token = 9;
+   */
+  resumeToken: string;
+
+  /**
+   * Real-time frames in milliseconds (0: as made; 10 to 100), as SynthesizeRequest.frame_ms.
+   *
+   * @generated from field: int32 frame_ms = 10;
+   */
+  frameMs: number;
 };
 
 /**
@@ -434,6 +469,14 @@ export type SynthesizeResponse = Message<"tts.v1.SynthesizeResponse"> & {
    * @generated from field: bool sentence_end = 9;
    */
   sentenceEnd: boolean;
+
+  /**
+   * Where the stream stands once this piece has been received: what to send back as
+   * SynthesizeRequest.resume_token to continue after it. Unset for compressed encodings.
+   *
+   * @generated from field: tts.v1.ResumePoint resume_point = 10;
+   */
+  resumePoint?: ResumePoint | undefined;
 };
 
 /**
@@ -442,6 +485,48 @@ export type SynthesizeResponse = Message<"tts.v1.SynthesizeResponse"> & {
  */
 export const SynthesizeResponseSchema: GenMessage<SynthesizeResponse> = /*@__PURE__*/
   messageDesc(file_tts_v1_tts, 6);
+
+/**
+ * A point on the output timeline a broken stream can continue from.
+ *
+ * @generated from message tts.v1.ResumePoint
+ */
+export type ResumePoint = Message<"tts.v1.ResumePoint"> & {
+  /**
+   * 0-based index of the sentence the next sample belongs to (unitless).
+   *
+   * @generated from field: int32 sentence_index = 1;
+   */
+  sentenceIndex: number;
+
+  /**
+   * Samples of that sentence already sent, at the response's sample_rate_hz (samples).
+   *
+   * @generated from field: int64 sentence_samples = 2;
+   */
+  sentenceSamples: bigint;
+
+  /**
+   * Samples of the whole stream already sent, at the response's sample_rate_hz (samples).
+   *
+   * @generated from field: int64 stream_samples = 3;
+   */
+  streamSamples: bigint;
+
+  /**
+   * The point and a check of the request it belongs to, as one opaque string (URL-safe base64).
+   *
+   * @generated from field: string token = 4;
+   */
+  token: string;
+};
+
+/**
+ * Describes the message tts.v1.ResumePoint.
+ * Use `create(ResumePointSchema)` to create a new message.
+ */
+export const ResumePointSchema: GenMessage<ResumePoint> = /*@__PURE__*/
+  messageDesc(file_tts_v1_tts, 7);
 
 /**
  * @generated from message tts.v1.ListVoicesRequest
@@ -460,7 +545,7 @@ export type ListVoicesRequest = Message<"tts.v1.ListVoicesRequest"> & {
  * Use `create(ListVoicesRequestSchema)` to create a new message.
  */
 export const ListVoicesRequestSchema: GenMessage<ListVoicesRequest> = /*@__PURE__*/
-  messageDesc(file_tts_v1_tts, 7);
+  messageDesc(file_tts_v1_tts, 8);
 
 /**
  * @generated from message tts.v1.Voice
@@ -514,7 +599,7 @@ export type Voice = Message<"tts.v1.Voice"> & {
  * Use `create(VoiceSchema)` to create a new message.
  */
 export const VoiceSchema: GenMessage<Voice> = /*@__PURE__*/
-  messageDesc(file_tts_v1_tts, 8);
+  messageDesc(file_tts_v1_tts, 9);
 
 /**
  * @generated from message tts.v1.ListVoicesResponse
@@ -533,7 +618,7 @@ export type ListVoicesResponse = Message<"tts.v1.ListVoicesResponse"> & {
  * Use `create(ListVoicesResponseSchema)` to create a new message.
  */
 export const ListVoicesResponseSchema: GenMessage<ListVoicesResponse> = /*@__PURE__*/
-  messageDesc(file_tts_v1_tts, 9);
+  messageDesc(file_tts_v1_tts, 10);
 
 /**
  * How audio bytes are encoded on the wire.

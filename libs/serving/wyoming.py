@@ -1,0 +1,97 @@
+"""Wyoming, the protocol Home Assistant speaks to its voice services: the gateway's settings for it,
+and reading its events with a bound on everything a client sends.
+
+An event is a JSON header line, then optionally `data_length` bytes of more JSON data and
+`payload_length` bytes of payload. The `wyoming` package's own reader trusts both lengths (a client
+that claims a gigabyte gets a gigabyte read); this one refuses a line, data or payload over its
+bounds before reading it, and a connection that sends nothing for `idle_timeout_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any, Final
+
+from wyoming.event import Event
+
+from libs.settings.fields import setting
+
+DEFAULT_WYOMING_PORT_CONVENTION: Final = 10200
+"""The port Wyoming services listen on by convention (`make run` uses it); the gateway's default is 0, off."""
+MAX_LINE_BYTES: Final = 64 * 1024
+"""The longest header line (StreamReader's limit)."""
+MAX_DATA_BYTES: Final = 64 * 1024
+"""The most extra JSON data one event may carry: a synthesize event's text is at most a request's
+5,000 characters (20 KB of UTF-8) plus a few fields."""
+MAX_PAYLOAD_BYTES: Final = 64 * 1024
+"""The most payload an event may carry: a text-to-speech service takes none, so this only bounds
+what a wrong client may make it read and throw away."""
+
+
+@dataclass(frozen=True)
+class WyomingSettings:
+    """The gateway's Wyoming door (Home Assistant). Wyoming has no authentication: keep it on a
+    trusted network, never behind the public edge."""
+
+    wyoming_port: int = setting(
+        0, env="TTS_WYOMING_PORT", unit="TCP port", minimum=0, maximum=65535,
+        doc=f"TCP port of the Wyoming door (Home Assistant; {DEFAULT_WYOMING_PORT_CONVENTION} by convention); 0 keeps it off",
+    )  # fmt: skip
+    wyoming_host: str = setting(
+        "127.0.0.1", env="TTS_WYOMING_HOST",
+        doc="address the Wyoming door listens on (it has no authentication: this host only unless the network is trusted)",
+    )  # fmt: skip
+    wyoming_zeroconf: bool = setting(
+        False, env="TTS_WYOMING_ZEROCONF", doc="announce the Wyoming door over mDNS (_wyoming._tcp) for Home Assistant to find"
+    )
+
+
+class WyomingProtocolError(Exception):
+    """The client sent something that is not a Wyoming event within the bounds."""
+
+
+async def read_event(reader: asyncio.StreamReader) -> Event | None:
+    """The next event (None when the client closed), or WyomingProtocolError."""
+    try:
+        line = await reader.readline()
+    except (ValueError, asyncio.LimitOverrunError):
+        raise WyomingProtocolError(f"an event's header line is over {MAX_LINE_BYTES} bytes") from None
+    if not line:
+        return None
+    header = _json_object(line, "an event's header")
+    kind = header.get("type")
+    if not isinstance(kind, str):
+        raise WyomingProtocolError("an event's header has no `type`")
+    data = header.get("data") or {}
+    if not isinstance(data, dict):
+        raise WyomingProtocolError("an event's `data` is not an object")
+    data_length = _length(header, "data_length", MAX_DATA_BYTES)
+    payload_length = _length(header, "payload_length", MAX_PAYLOAD_BYTES)
+    try:
+        if data_length:
+            data.update(_json_object(await reader.readexactly(data_length), "an event's data"))
+        payload = await reader.readexactly(payload_length) if payload_length else None
+    except asyncio.IncompleteReadError:
+        return None
+    return Event(type=kind, data=data, payload=payload)
+
+
+def _length(header: dict[str, Any], name: str, limit: int) -> int:
+    value = header.get(name) or 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise WyomingProtocolError(f"`{name}` must be a count of bytes")
+    if value > limit:
+        raise WyomingProtocolError(f"`{name}` {value} is over the {limit} bytes this service takes")
+    return value
+
+
+def _json_object(data: bytes, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise WyomingProtocolError(f"{what} is not JSON") from None
+    if not isinstance(value, dict):
+        raise WyomingProtocolError(f"{what} is not a JSON object")
+    return value

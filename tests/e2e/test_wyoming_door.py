@@ -1,0 +1,127 @@
+"""The Wyoming door, driven by the `wyoming` package's own client over a real socket, on a gateway
+with `--wyoming-port`: describe lists every voice with streaming, synthesize gives gRPC's audio,
+streamed text is spoken sentence by sentence as it arrives (audio before the stream is stopped), and
+the per-client limit and the bounds on events hold."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from wyoming.audio import AudioChunk, AudioStart
+from wyoming.client import AsyncTcpClient
+from wyoming.error import Error
+from wyoming.event import Event
+from wyoming.info import Describe, Info
+from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped, SynthesizeVoice
+
+from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
+from libs.serving.wyoming import read_event
+from libs.voice.registry import default_registry
+from tests.support.gateway_process import extra_gateway
+from tests.support.mesh import Mesh, free_port
+
+TEXT = "Turn on the kitchen lights. The lights are on."
+STREAMED = ["The front door ", "is locked. ", "Good ", "night."]
+
+
+@pytest.fixture(scope="module")
+def wyoming_port(mesh: Mesh, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    port = free_port()
+    log = Path(tmp_path_factory.mktemp("wyoming")) / "gateway.log"
+    with extra_gateway(mesh, log, ["--wyoming-port", str(port), "--max-streams-per-client", "2", "--http-port", "0"]):
+        yield port
+
+
+async def _until(client: AsyncTcpClient, kind: str) -> list[Event]:
+    events = []
+    while True:
+        event = await asyncio.wait_for(client.read_event(), 60)
+        assert event is not None, "the door closed the connection"
+        assert not Error.is_type(event.type), event.data
+        events.append(event)
+        if event.type == kind:
+            return events
+
+
+def _grpc_pcm(mesh: Mesh, text: str) -> bytes:
+    with grpc.insecure_channel(mesh.gateway_address) as channel:
+        return b"".join(r.audio for r in tts_pb2_grpc.TextToSpeechStub(channel).Synthesize(tts_pb2.SynthesizeRequest(text=text), timeout=120))
+
+
+def test_describe_lists_every_voice_with_languages_and_streaming(wyoming_port: int) -> None:
+    async def run() -> Info:
+        async with AsyncTcpClient("127.0.0.1", wyoming_port) as client:
+            await client.write_event(Describe().event())
+            return Info.from_event((await _until(client, "info"))[-1])
+
+    info = asyncio.run(run())
+    program = info.tts[0]
+    assert program.supports_synthesize_streaming
+    assert [voice.name for voice in program.voices] == [voice.name for voice in default_registry().voices()]
+    assert all(voice.languages for voice in program.voices)
+
+
+def test_synthesize_gives_the_grpc_audio_as_one_audio_start_chunks_and_stop(mesh: Mesh, wyoming_port: int) -> None:
+    async def run() -> list[Event]:
+        async with AsyncTcpClient("127.0.0.1", wyoming_port) as client:
+            await client.write_event(Synthesize(text=TEXT, voice=SynthesizeVoice(name="en_US-joe-medium")).event())
+            return await _until(client, "audio-stop")
+
+    events = asyncio.run(run())
+    assert AudioStart.is_type(events[0].type) and AudioStart.from_event(events[0]).rate == 22050
+    assert [e.type for e in events].count("audio-start") == 1
+    audio = b"".join(AudioChunk.from_event(e).audio for e in events if AudioChunk.is_type(e.type))
+    assert audio == _grpc_pcm(mesh, TEXT)
+
+
+def test_streamed_text_is_spoken_sentence_by_sentence_before_the_stream_stops(mesh: Mesh, wyoming_port: int) -> None:
+    async def run() -> tuple[list[Event], list[Event]]:
+        async with AsyncTcpClient("127.0.0.1", wyoming_port) as client:
+            await client.write_event(SynthesizeStart(voice=SynthesizeVoice(language="en_US")).event())
+            for piece in STREAMED[:3]:
+                await client.write_event(SynthesizeChunk(text=piece).event())
+            first = await _until(client, "audio-stop")  # the first sentence, while the text is still open
+            await client.write_event(SynthesizeChunk(text=STREAMED[3]).event())
+            await client.write_event(Synthesize(text="".join(STREAMED)).event())  # the repeat for older clients: ignored
+            await client.write_event(SynthesizeStop().event())
+            return first, await _until(client, "synthesize-stopped")
+
+    first, rest = asyncio.run(run())
+    events = first + rest
+    assert [e.type for e in events if e.type in ("audio-start", "audio-stop")] == ["audio-start", "audio-stop"] * 2
+    assert SynthesizeStopped.is_type(events[-1].type)
+
+    def requests() -> Iterator[tts_pb2.StreamingSynthesizeRequest]:
+        yield tts_pb2.StreamingSynthesizeRequest(config=tts_pb2.StreamingSynthesizeConfig())
+        yield tts_pb2.StreamingSynthesizeRequest(text="".join(STREAMED))
+
+    with grpc.insecure_channel(mesh.gateway_address) as channel:
+        reference = b"".join(r.audio for r in tts_pb2_grpc.TextToSpeechStub(channel).StreamingSynthesize(requests(), timeout=120))
+    assert b"".join(AudioChunk.from_event(e).audio for e in events if AudioChunk.is_type(e.type)) == reference
+
+
+def test_a_client_past_its_connection_limit_and_an_oversized_event_get_errors_with_grpc_codes(wyoming_port: int) -> None:
+    async def run() -> tuple[Event | None, Event | None]:
+        async with AsyncTcpClient("127.0.0.1", wyoming_port) as one, AsyncTcpClient("127.0.0.1", wyoming_port) as two:
+            await one.write_event(Describe().event())
+            await two.write_event(Describe().event())
+            await _until(one, "info")
+            await _until(two, "info")
+            async with AsyncTcpClient("127.0.0.1", wyoming_port) as three:
+                refused = await asyncio.wait_for(three.read_event(), 30)
+        reader, writer = await asyncio.open_connection("127.0.0.1", wyoming_port)
+        writer.write(json.dumps({"type": "synthesize", "payload_length": 1 << 30}).encode() + b"\n")  # claims a gigabyte
+        await writer.drain()
+        answer = await asyncio.wait_for(read_event(reader), 30)
+        closed = await asyncio.wait_for(reader.read(), 30) == b""  # and the door hangs up
+        writer.close()
+        return refused, answer if closed else None
+
+    refused, oversized = asyncio.run(run())
+    assert refused is not None and Error.from_event(refused).code == "RESOURCE_EXHAUSTED"
+    assert oversized is not None and Error.from_event(oversized).code == "INVALID_ARGUMENT"
