@@ -98,9 +98,10 @@ bench-load: $(DEV)
 	$(PY) -m bench.load_table --out bench/load.md
 	$(PY) -m bench.realtime --out bench/realtime.md
 
-## DNSMOS of our full path, copy synthesis and piper-tts on held-out sentences.
+## DNSMOS of our full path, copy synthesis and piper-tts on held-out sentences; a long first sentence spoken whole and with its opening first.
 bench-quality: $(DEV)
 	$(PY) -m bench.quality
+	$(PY) -m bench.opening --out bench/opening.md
 
 ## First audio through each front door, Opus against PCM, and bytes per second of every encoding.
 bench-doors: $(DEV)

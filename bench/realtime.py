@@ -17,7 +17,9 @@ comes), one mesh with `make run`'s defaults is started inside the quota and meas
 Every stream has a player that starts at its first audio and pauses whenever its buffer runs dry
 (`bench.measure.playback_stalls`). The piper-tts pool (one process per core) gets the same bursts
 and the same arrival times inside the same quota; it queues what it cannot serve (it refuses
-nothing), so its first audio grows instead.
+nothing), so its first audio grows instead. The clients (this process) run in a cgroup of their own
+with the same CPU weight as the quota's, and Redis inside the quota: on shared cores a client that
+the mesh starves would measure its own lateness as the mesh's.
 
     python -m bench.realtime [--quotas 1,0.5,0.25] [--shares 0.5,0.8,1.2] [--duration-s 40] [--quick] [--out PATH]
 """
@@ -328,7 +330,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(render(measured[-1:]), flush=True)
     table = render(measured)
     if args.out:
-        heading = run_heading("Real time on every machine", "make bench-load")
+        shown = [arg for arg in (sys.argv[1:] if argv is None else argv) if not arg.startswith("--out") and arg != args.out]
+        heading = run_heading("Real time on every machine", " ".join(["python -m bench.realtime", *shown]))
         Path(args.out).write_text(f"{heading}\n\n{machine_header(cores)}\n{table}", encoding="utf-8")
     return 0
 

@@ -9,6 +9,8 @@ Each generated part sits in a page between `<!-- NAME:begin -->` and `<!-- NAME:
   - `bench`: the summary of `bench/results.md` (`make bench`);
   - `fastpath`: `bench/fast_path.md` (`python -m bench.compare`, `make bench` before and after a change);
   - `load`: `bench/load.md` (`make bench-load`);
+  - `realtime`: `bench/realtime.md` (`python -m bench.realtime`, part of `make bench-load`);
+  - `opening`: `bench/opening.md` (`python -m bench.opening`, part of `make bench-quality`);
   - `doors`: `bench/doors.md` (`make bench-doors`);
   - `text-bench`: `bench/text.md` (`make bench-text`);
   - `jobs-bench` and `prewarm-bench`: `bench/jobs.md` and `bench/prewarm.md` (`make bench-jobs`);
@@ -35,6 +37,8 @@ PERFORMANCE = ROOT / "docs" / "performance.md"
 BENCH_RESULTS = ROOT / "bench" / "results.md"
 FAST_PATH_RESULTS = ROOT / "bench" / "fast_path.md"
 LOAD_RESULTS = ROOT / "bench" / "load.md"
+REALTIME_RESULTS = ROOT / "bench" / "realtime.md"
+OPENING_RESULTS = ROOT / "bench" / "opening.md"
 DOORS_RESULTS = ROOT / "bench" / "doors.md"
 TEXT_RESULTS = ROOT / "bench" / "text.md"
 JOBS_RESULTS = ROOT / "bench" / "jobs.md"
@@ -57,6 +61,8 @@ def generated_sections() -> dict[Path, dict[str, Callable[[], str]]]:
             "bench": lambda: summary_markdown(BENCH_RESULTS.read_text(encoding="utf-8")),
             "fastpath": lambda: bench_output(FAST_PATH_RESULTS),
             "load": lambda: bench_output(LOAD_RESULTS),
+            "realtime": lambda: bench_output(REALTIME_RESULTS),
+            "opening": lambda: bench_output(OPENING_RESULTS),
             "doors": lambda: bench_output(DOORS_RESULTS),
             "text-bench": lambda: bench_output(TEXT_RESULTS),
             "jobs-bench": lambda: bench_output(JOBS_RESULTS),

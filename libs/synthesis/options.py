@@ -28,10 +28,13 @@ MAX_REQUEST_ID_CHARS: Final = MAX_ID_CHARS  # it becomes the utterance id the wo
 DEFAULT_MAX_STREAMS: Final = 256
 # A quarter of the gateway: one client (an address; behind a NAT, many people) cannot take it all.
 DEFAULT_MAX_STREAMS_PER_CLIENT: Final = 64
-# Half of what the workers behind the gateway take: one client flooding it leaves the other half to
-# everyone else, and a client alone still gets most of the mesh.
-DEFAULT_OPENING_STRETCH: Final = 1.15
-"""Leaves room under the 1.3 times a short sentence's first audio that a long one may take."""
+DEFAULT_OPENING_MAX_IDS: Final = 0
+"""Off: a cut opening is a sentence of its own in the client's timeline (its own sentence info and
+words), which changes what a client sees of its text. Turned on, 64 to 96 keeps a long first
+sentence's first audio within about 1.3 times a short sentence's on any machine (the ratio is the cost
+model's, the same everywhere: `make bench-quality`'s opening table). A number of ids, not a reading
+of the moment, so the same text is always cut in the same place: its audio and its cache keys do not
+depend on the load."""
 DEFAULT_ADMISSION_HEADROOM: Final = 0.9
 """A tenth of the capacity stays for what the cost model does not see coming (a longer sentence than
 the text suggests, another process on the cores)."""
@@ -60,10 +63,10 @@ class RequestLimits:
         doc="streams one client address may have open at a gateway, and as many HTTP requests; more are refused with "
         "RESOURCE_EXHAUSTED (HTTP 429) (0: no limit)",
     )  # fmt: skip
-    opening_stretch: float = setting(
-        DEFAULT_OPENING_STRETCH, env="TTS_OPENING_STRETCH", unit="ratio", minimum=0,
-        doc="a first sentence whose first audio would take more than this many times a short sentence's starts with its "
-        "opening (a clause, else words up to a conjunction) spoken as a sentence of its own (0: never)",
+    opening_max_ids: int = setting(
+        DEFAULT_OPENING_MAX_IDS, env="TTS_OPENING_MAX_IDS", unit="phoneme ids", minimum=0,
+        doc="a first sentence of more phoneme ids starts with its opening (the leading clauses that fit, else words up "
+        "to a conjunction) spoken as a sentence of its own, so its first audio costs about a short sentence's (0: never)",
     )  # fmt: skip
     admission_headroom: float = setting(
         DEFAULT_ADMISSION_HEADROOM, env="TTS_ADMISSION_HEADROOM", unit="ratio", minimum=0, maximum=1,

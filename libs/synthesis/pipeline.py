@@ -170,7 +170,9 @@ class UtterancePipeline:
         producer = asyncio.create_task(self._guard(self._produce(sentences, info, acoustic, vocoder), output))
         reader = asyncio.create_task(self._guard(self._read(vocoder, info, output), output))
         try:
-            while (item := await output.get()) is not _DONE:
+            async for item in self._starting_together(output):
+                if item is _DONE:
+                    break
                 if isinstance(item, BaseException):
                     raise item
                 clock.delivered(len(item.samples) / item.sample_rate_hz)
@@ -184,6 +186,37 @@ class UtterancePipeline:
             close = getattr(sentences, "aclose", None)
             if close is not None:  # a text still arriving (a client's stream of pieces) is read no further
                 await close()
+
+    async def _starting_together(self, output: asyncio.Queue[Any]) -> AsyncIterator[Any]:
+        """What `output` carries, in order, with the listener's first pieces held back together while
+        the audio they hold would run out before the vocoder's next step could add to it (its step lead
+        now, hops included), for at most that long: a player starts at its first audio, and a first
+        piece shorter than the wait for the next is a gap heard a moment later. Where steps are quick
+        (an idle or fast machine) the first piece goes at once; where they are slow (a small CPU
+        quota) the listener starts a step later and plays on without a gap."""
+        loop = asyncio.get_running_loop()
+        held = [await output.get()]
+        cushion_s = self._pool.step_lead_s(None, "vocoder")
+        held_s = _audio_s(held[0])
+        until_s = loop.time() + cushion_s
+        getter: asyncio.Task[Any] | None = None
+        while held_s < cushion_s and isinstance(held[-1], SentencePiece) and (wait_s := until_s - loop.time()) > 0:
+            getter = getter or asyncio.ensure_future(output.get())
+            done, _ = await asyncio.wait({getter}, timeout=wait_s)
+            if not done:
+                break
+            held.append(getter.result())
+            getter = None
+            held_s += _audio_s(held[-1])
+        if getter is not None:
+            if getter.cancel():  # still waiting: the piece it would have taken stays in the queue
+                await asyncio.gather(getter, return_exceptions=True)
+            if not getter.cancelled():
+                held.append(getter.result())
+        for item in held:
+            yield item
+        while True:
+            yield await output.get()
 
     def _audio_ahead_s(self, sentence_index: int) -> float:
         """How much audio the listener should hold before sentence `sentence_index` starts: the floor,
@@ -398,6 +431,11 @@ class UtterancePipeline:
 
 CANCEL_AGAIN_S: Final = 0.05
 """How long a cancelled task may take to end before it is cancelled again."""
+
+
+def _audio_s(item: Any) -> float:
+    """The audio a queued item carries (0 for the end or an error)."""
+    return len(item.samples) / item.sample_rate_hz if isinstance(item, SentencePiece) else 0.0
 
 
 async def _cancelled(*tasks: asyncio.Task[Any]) -> None:

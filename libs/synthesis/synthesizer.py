@@ -34,13 +34,6 @@ from libs.wire.errors import DownstreamError
 
 STREAMED_TEXT_AUDIO_S: Final = 10.0
 """The audio a stream whose text is still arriving is expected to need, until its text says more."""
-REFERENCE_IDS: Final = 40
-"""A short sentence (phoneme ids): the first audio a long first sentence's is held to."""
-OPENING_IDS_STEP: Final = 16
-"""An opening's length is a multiple of this, so the cut (and the cache keys of its pieces) moves
-only when the costs move by a step, not with every measurement."""
-MIN_OPENING_IDS: Final = 48
-"""No opening is cut shorter (a few words)."""
 
 
 class Synthesizer:
@@ -56,14 +49,14 @@ class Synthesizer:
         max_streams_per_client: int = 0,
         admission: RealtimeAdmission | None = None,
         capacity: SharedCapacity | None = None,
-        opening_stretch: float = 0.0,
+        opening_max_ids: int = 0,
     ) -> None:
         """At most `max_streams` streams at once, and of one named client (a caller that names none,
         "", has no limit of its own) at most `max_streams_per_client` (0: no limit); a listener only
         when `admission` (None: no such test) says every listener keeps playing. `capacity` counts
         the audio this gateway passes on, for the CPU ledger it shares with co-located workers. A first
-        sentence whose first audio would take more than `opening_stretch` times a short sentence's
-        (0: any) starts with its opening as a sentence of its own (`opening_ids`)."""
+        sentence of more than `opening_max_ids` phoneme ids (0: any) starts with its opening as a
+        sentence of its own (`opening_ids`)."""
         self._pool = pool
         self._cache = cache
         self.text_side = text_side
@@ -71,7 +64,7 @@ class Synthesizer:
         self._max_streams_per_client = max_streams_per_client
         self.admission = admission
         self._capacity = capacity
-        self._opening_stretch = opening_stretch
+        self._opening_max_ids = opening_max_ids
         self._open_streams = 0
         self._client_streams: dict[str, int] = {}  # only clients with a stream open: bounded by the streams
         self._flights: SingleFlight[CachedMel] = SingleFlight()
@@ -146,17 +139,10 @@ class Synthesizer:
             await pieces.aclose()  # type: ignore[attr-defined]
 
     def opening_ids(self) -> int | None:
-        """How many phoneme ids a first sentence may have before its opening is spoken on its own: as
-        many as keep its first audio within `opening_stretch` of a REFERENCE_IDS sentence's, by what
-        the workers say a plan costs now (None: never cut, or the costs are not known yet)."""
-        if not self._opening_stretch:
-            return None
-        reference_s = self._pool.first_audio_s(REFERENCE_IDS)
-        per_id_s = self._pool.first_audio_s(REFERENCE_IDS + 100) / 100 - reference_s / 100 if reference_s > 0 else 0.0
-        if per_id_s <= 0:
-            return None
-        ids = REFERENCE_IDS + (self._opening_stretch - 1.0) * reference_s / per_id_s
-        return max(MIN_OPENING_IDS, int(ids // OPENING_IDS_STEP) * OPENING_IDS_STEP)
+        """How many phoneme ids a first sentence may have before its opening is spoken on its own (None:
+        never cut). A fixed number, so a text is cut the same way whatever the load: its audio and cache
+        keys are the same on every request."""
+        return self._opening_max_ids or None
 
     def client_limit(self) -> int | None:
         """Streams one client may hold at most (None: no limit)."""

@@ -25,6 +25,7 @@ import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
+from libs.pb.tts.common.v1 import load_pb2
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
 from libs.pb.tts.vocoder.v1 import vocoder_pb2_grpc
 from libs.wire.headers import STREAM_ACCEPTED_METADATA
@@ -83,6 +84,9 @@ class HungWorker:
     def GetModelInfo(self, request: Any, context: grpc.ServicerContext) -> acoustic_pb2.ModelInfo:
         assert self.model_info is not None
         return self.model_info
+
+    def GetLoad(self, request: Any, context: grpc.ServicerContext) -> load_pb2.WorkerLoad:
+        return load_pb2.WorkerLoad()  # says nothing of its capacity: the gateway counts on none
 
     def SynthesizeMel(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
         return self._hold(request_iterator, context)

@@ -5,32 +5,51 @@ first one, are spoken whole; the audio is continuous either way."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
 import grpc
+import pytest
 
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
 from tests.support.mesh import Mesh
 
+# Each under --max-sentence-ids (400), so only the opening cuts them: 279 and 269 phoneme ids.
 LONG_FIRST = (
     "On the morning of the third of March, long before the market opened, the old baker had already lit his "
-    "ovens, swept the floor twice and set out the bread for the neighbours who came before work."
+    "ovens and swept the floor."
 )
 LONG_LATER = (
     "When the storm finally reached the coast late on Friday evening, the harbour master ordered every small "
-    "boat back to the pier, and the fishermen tied their nets down before the first waves broke."
+    "boat back to the pier."
 )
 
 
-def _sentences(mesh: Mesh, text: str) -> list[str]:
+@pytest.fixture(scope="module")
+def opening_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
+    """The mesh with openings on (they are off by default)."""
+    running = Mesh(log_dir=tmp_path_factory.mktemp("opening-mesh"), gateway_args=["--opening-max-ids", "96"]).start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _spoken(mesh: Mesh, text: str) -> tuple[list[str], bytes]:
     with grpc.insecure_channel(mesh.gateway_address) as channel:
         stub = tts_pb2_grpc.TextToSpeechStub(channel)
         request = tts_pb2.SynthesizeRequest(text=text, encoding=tts_pb2.LINEAR_PCM, request_id=uuid.uuid4().hex)
         answers = list(stub.Synthesize(request, timeout=120))
-    assert sum(len(answer.audio) for answer in answers) > 0
-    return [answer.sentence.text for answer in answers if answer.HasField("sentence")]
+    audio = b"".join(answer.audio for answer in answers)
+    assert audio
+    return [answer.sentence.text for answer in answers if answer.HasField("sentence")], audio
 
 
-def test_a_long_first_sentence_is_spoken_opening_first_and_later_ones_whole(mesh: Mesh) -> None:
+def _sentences(mesh: Mesh, text: str) -> list[str]:
+    return _spoken(mesh, text)[0]
+
+
+def test_a_long_first_sentence_is_spoken_opening_first_and_later_ones_whole(opening_mesh: Mesh) -> None:
+    mesh = opening_mesh
     spoken = _sentences(mesh, f"{LONG_FIRST} {LONG_LATER}")
     # The opening: the leading clauses, cut at espeak-ng's clause boundaries (after a comma).
     assert len(spoken) >= 3, spoken
@@ -39,3 +58,15 @@ def test_a_long_first_sentence_is_spoken_opening_first_and_later_ones_whole(mesh
     assert spoken[-1] == LONG_LATER  # a later sentence has the first's audio as slack: whole
     # A short first sentence is spoken whole.
     assert _sentences(mesh, "Hello there. How are you today?") == ["Hello there.", "How are you today?"]
+
+
+def test_the_cut_does_not_move_with_the_load(opening_mesh: Mesh) -> None:
+    # The same text is cut in the same place every time, so it is the same audio (and the same cache keys).
+    text = f"{LONG_LATER} {LONG_FIRST}"
+    first, second = _spoken(opening_mesh, text), _spoken(opening_mesh, text)
+    assert first[0] == second[0] and len(first[0]) >= 3
+    assert first[1] == second[1]
+
+
+def test_openings_are_off_by_default(mesh: Mesh) -> None:
+    assert _sentences(mesh, f"{LONG_FIRST} {LONG_LATER}") == [LONG_FIRST, LONG_LATER]

@@ -1,0 +1,111 @@
+"""A listener's first pieces go together while the first alone would run out before the next can come."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+
+from libs.synthesis.pipeline import _DONE, SentenceMeta, SentencePiece, UtterancePipeline
+
+RATE_HZ = 22050
+
+
+class _Pool:
+    """Only what the hold reads: the vocoder's step lead now."""
+
+    def __init__(self, step_lead_s: float) -> None:
+        self.lead_s = step_lead_s
+
+    def step_lead_s(self, endpoint: Any, kind: str) -> float:
+        assert kind == "vocoder"
+        return self.lead_s
+
+
+def _pipeline(step_lead_s: float) -> UtterancePipeline:
+    return UtterancePipeline(
+        pool=_Pool(step_lead_s),  # type: ignore[arg-type]
+        cache=None,  # type: ignore[arg-type]
+        flights=None,  # type: ignore[arg-type]
+        voice="v",
+        params=None,  # type: ignore[arg-type]
+        utterance_id="u",
+        timeout_s=None,
+    )
+
+
+def _piece(seconds: float, is_last: bool = False) -> SentencePiece:
+    meta = SentenceMeta(text="t", phonemes="t", frame_count=1, phoneme_frames=(1,))
+    return SentencePiece(0, np.zeros(round(seconds * RATE_HZ), np.float32), RATE_HZ, is_last, meta, 256 / RATE_HZ)
+
+
+async def _received(pipeline: UtterancePipeline, output: asyncio.Queue[Any], into: list[Any]) -> None:
+    async for item in pipeline._starting_together(output):
+        into.append(item)
+        if item is _DONE:
+            return
+
+
+async def test_a_first_piece_that_outlasts_the_next_step_goes_at_once() -> None:
+    output: asyncio.Queue[Any] = asyncio.Queue()
+    received: list[Any] = []
+    reader = asyncio.create_task(_received(_pipeline(0.05), output, received))
+    first = _piece(0.128)
+    output.put_nowait(first)
+    for _ in range(100):  # no second piece is coming: the first is not held for one
+        if received:
+            break
+        await asyncio.sleep(0.01)
+    assert received == [first]
+    output.put_nowait(_DONE)
+    await reader
+
+
+async def test_a_first_piece_shorter_than_the_next_step_waits_for_the_next() -> None:
+    output: asyncio.Queue[Any] = asyncio.Queue()
+    received: list[Any] = []
+    reader = asyncio.create_task(_received(_pipeline(5.0), output, received))
+    first, second = _piece(0.128), _piece(6.0)
+    output.put_nowait(first)
+    await asyncio.sleep(0.1)
+    assert received == []  # held: alone it would run out long before a 5 s step came
+    output.put_nowait(second)
+    for _ in range(100):
+        if len(received) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert received == [first, second]  # together they outlast the next step: both go
+    output.put_nowait(_DONE)
+    await reader
+    assert received[-1] is _DONE
+
+
+async def test_a_held_piece_goes_when_the_next_step_should_have_come() -> None:
+    output: asyncio.Queue[Any] = asyncio.Queue()
+    received: list[Any] = []
+    reader = asyncio.create_task(_received(_pipeline(0.2), output, received))
+    first = _piece(0.128)
+    output.put_nowait(first)
+    for _ in range(500):  # the next piece never comes: the first goes once the step lead has passed
+        if received:
+            break
+        await asyncio.sleep(0.01)
+    assert received == [first]
+    later = _piece(0.5, is_last=True)
+    output.put_nowait(later)  # what comes after goes straight on, nothing lost to the wait's end
+    output.put_nowait(_DONE)
+    await reader
+    assert received == [first, later, _DONE]
+
+
+async def test_an_error_or_the_end_is_never_held() -> None:
+    output: asyncio.Queue[Any] = asyncio.Queue()
+    received: list[Any] = []
+    reader = asyncio.create_task(_received(_pipeline(10.0), output, received))
+    first = _piece(0.128, is_last=True)
+    output.put_nowait(first)
+    await asyncio.sleep(0.05)
+    output.put_nowait(_DONE)
+    await asyncio.wait_for(reader, 5)
+    assert received == [first, _DONE]
