@@ -147,7 +147,6 @@ class UtterancePipeline:
         self._sentence_count: int | None = None
         self._listener = listener
         self._sentence_ids: dict[int, int] = {}
-        self._opening: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._room = asyncio.Semaphore(OUTPUT_PIECES)
         """Pieces that may still be queued for the client; `run` gives one back when the client takes one."""
@@ -254,8 +253,6 @@ class UtterancePipeline:
             if later >= index and not lookup.done():
                 lookup.set_result(None)  # the reader may be waiting for a sentence that never comes
         await vocoder.finish()
-        if self._opening is not None:  # a call still opening would outlive the close below
-            await asyncio.gather(self._opening, return_exceptions=True)
         await acoustic.close()
         # Let pending cache writes finish; they are short and fail open.
         if self._background:
@@ -274,10 +271,6 @@ class UtterancePipeline:
         inputs = SynthesisInputs(info.model_version, self._voice, sentence.phoneme_ids, params)
         key = cache_key(inputs)
         phonemes = "".join(sentence.phonemes)
-        # The first sentence's acoustic call opens while the cache is asked: on a miss its worker has
-        # admitted it by then; on a hit it stays open for the sentences after.
-        opening = self._open_ahead(acoustic, info.model_version) if index == 0 else None
-        self._opening = opening or self._opening
         cached = await self._cache.get(key)
         if cached is None and self._flights.in_flight(key):
             cached = await self._flights.wait(key)  # another request is synthesising this sentence now
@@ -301,8 +294,6 @@ class UtterancePipeline:
             ]
             return
         self._lookup(index).set_result((key, None))
-        if opening is not None:
-            await opening  # raises what opening the call met (no worker, every one refusing)
         async with self._flights.lead(key) as flight:
             frames: list[np.ndarray] = []
             alignment: tuple[int, ...] = ()
@@ -414,13 +405,6 @@ class UtterancePipeline:
                 )
             )
         output.put_nowait(_DONE)
-
-    def _open_ahead(self, acoustic: ResumableAcousticStream, model_version: str) -> asyncio.Task[None]:
-        """Open `acoustic`'s call in the background; the task is awaited where the call is needed, and
-        a failure nobody waits for (every sentence was in the cache) is dropped, not logged."""
-        task = self._spawn(acoustic.open_for(model_version))
-        task.add_done_callback(lambda done: done.cancelled() or done.exception())
-        return task
 
     def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(coroutine)

@@ -60,16 +60,10 @@ class ResumableAcousticStream(ResumableCall):
         """The model the attempts are counted for (only workers running it may answer)."""
 
     def _attempts_for(self, model_version: str) -> None:
-        """Count attempts among the workers running `model_version`; kept while it stays the same, so
-        the attempt that opened the call ahead is the first sentence's first."""
+        """Count attempts among the workers running `model_version`; kept while it stays the same."""
         if model_version != self._model_version:
             self.attempts = self._pool.attempts(self.kind, model_version)
             self._model_version = model_version
-
-    async def open_for(self, model_version: str) -> None:
-        """Open the call now on a worker running `model_version` (before the first sentence needs it)."""
-        self._attempts_for(model_version)
-        await self.ready()
 
     async def sentence(self, request: acoustic_pb2.SentenceRequest) -> AsyncIterator[list[mel_pb2.MelSlice]]:
         """The slices of the sentence `request` asks for, in order, exactly once each, a chunk at a time."""

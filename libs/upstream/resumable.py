@@ -111,7 +111,7 @@ class ResumableCall(ABC):
         self._pool.table(self.kind).stream_started(endpoint)
         self._owed_since_s = self._owed_on_open()
         admitted = await accepted(self._call, self._timeout_s)
-        if self._cancelled:  # cancelled while it opened (a call opened ahead): nobody would close it
+        if self._cancelled:  # cancelled while it opened: nobody would close it
             self._drop()
             raise asyncio.CancelledError("the stream was cancelled")
         self.model_version = admitted.model_version
