@@ -44,6 +44,8 @@ ANIMALS = ("badger", "heron", "otter", "falcon", "beetle", "walrus", "gecko", "m
 COLOURS = ("amber", "silver", "olive", "scarlet", "golden", "ivory", "violet", "copper", "indigo", "coral", "russet", "teal")
 MANY_SENTENCES = [f"The {colour} {animal} waits." for colour in COLOURS for animal in ANIMALS][:140]
 """More sentences than a runner speaks in one utterance (SENTENCES_PER_UTTERANCE), and short enough for one Synthesize."""
+KILLED_SENTENCES = [f"A {colour} {animal} sleeps by the river tonight." for animal in ANIMALS for colour in COLOURS[:5]]
+"""Sentences no other test speaks, enough that a runner killed after two has most of them left."""
 CLAIM_IDLE_S = 2.0
 RUNNER_ARGS = ["--job-runners", "1", "--job-claim-idle-s", str(CLAIM_IDLE_S)]
 JOB_TIMEOUT_S = 300.0
@@ -146,7 +148,9 @@ def _vtt_times(vtt: str) -> list[list[float]]:
 
 
 def test_runner_killed_mid_job_is_replaced_and_the_file_is_unchanged(job_mesh: Mesh, tmp_path: Path) -> None:
-    text = " ".join(reversed(SENTENCES))  # not in the cache yet: the first runner dies mid-synthesis
+    # Not in the cache yet, and long enough that the kill lands mid-job on any machine (a lone
+    # runner here speaks a short sentence in well under the poll's interval).
+    text = " ".join(KILLED_SENTENCES)
     with grpc.insecure_channel(job_mesh.gateway_address) as channel:
         stub = jobs_pb2_grpc.LongFormSynthesisStub(channel)
         job = stub.CreateJob(jobs_pb2.CreateJobRequest(text=text, encoding=tts_pb2.LINEAR_PCM))
@@ -155,7 +159,7 @@ def test_runner_killed_mid_job_is_replaced_and_the_file_is_unchanged(job_mesh: M
             first.process.kill()  # SIGKILL: no shutdown, the job stays claimed by a dead consumer
             first.process.wait()
         at_kill = stub.GetJob(jobs_pb2.GetJobRequest(id=job.id))
-        assert at_kill.state == jobs_pb2.JOB_STATE_RUNNING and 2 <= at_kill.sentences_done < len(SENTENCES)
+        assert at_kill.state == jobs_pb2.JOB_STATE_RUNNING and 2 <= at_kill.sentences_done < len(KILLED_SENTENCES)
         with runner(job_mesh, tmp_path / "second.log") as second:
             wait_for(job_mesh, job.id, lambda j: j["status"] == "succeeded")
             metrics = second_metrics(job_mesh, second)
