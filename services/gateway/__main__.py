@@ -42,6 +42,8 @@ async def _track_readiness(runtime: ServiceRuntime, pool: WorkerPool) -> None:
         await pool.changed.wait()
         if pool.ready != serving:
             serving = pool.ready
+            if serving:  # admission knows the workers' capacity before the first stream comes
+                await pool.loads.poll_once()
             await runtime.set_serving(serving)
             _log.info("gateway %s", "SERVING" if serving else "NOT_SERVING: waiting for workers")
 

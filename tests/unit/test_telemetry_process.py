@@ -35,8 +35,11 @@ def test_start_up_freeze_takes_the_heap_out_of_full_collections_and_shows_in_the
     tracked = len(gc.get_objects())
     try:
         freeze_startup_heap()
+        # Frozen objects another thread lets go of leave the count: the gauge reads it between two reads.
+        before = gc.get_freeze_count()
         frozen = _value(registry, GC_FROZEN_METRIC)
-        assert frozen is not None and frozen == gc.get_freeze_count() > 10_000  # torch alone brings more
+        after = gc.get_freeze_count()
+        assert frozen is not None and before >= frozen >= after > 10_000  # torch alone brings more
         # A full pass no longer walks them: what it still sees is what was made since.
         assert len(gc.get_objects()) < tracked / 10
     finally:
