@@ -7,10 +7,11 @@ descriptor growth.
 1. The mesh in containers (scripts/containers/mesh.py): Redis, one acoustic and one vocoder container
    and one gateway in each of two zones, the edge in front of both gateways, as the k8s base runs
    them; workers unbatched in float32 (as the fault tests), so audio can be compared sample for sample.
-2. Capacity: streams through the edge saturate the workers for a minute; each worker's
-   `tts_<kind>_realtime_capacity` (audio seconds it makes per second) is read, and the mesh's capacity
-   in real-time streams is the smaller of the acoustic and the vocoder sums. The soak then holds
-   `load` times that many streams open, through the edge, for `minutes`.
+2. Capacity: streams through the edge saturate the workers for a minute, and the mesh's capacity in
+   real-time streams is the audio seconds they delivered per second. (What the workers report, each
+   worker's `tts_<kind>_realtime_capacity` summed, is printed beside it: containers on one machine do
+   not see each other's share of its cores, so each reports the machine's capacity as its own.) The
+   soak then holds `load` times that many streams open, through the edge, for `minutes`.
 3. References: every text of the run (one sentence each) spoken before the soak three ways, each what
    a client can get: synthesised (cache empty), a cache hit with the sentence's cached audio head, a
    cache hit of the mel alone (head not written yet). A completed stream must equal one of them
@@ -129,29 +130,40 @@ def references(mesh: ContainerMesh, address: str, texts: Sequence[str]) -> dict[
     return found
 
 
-def capacity_streams(mesh: ContainerMesh, address: str, texts: Sequence[str], seconds: float) -> float:
-    """Saturate the workers for `seconds`, then the mesh's real-time capacity in streams."""
+def capacity_streams(mesh: ContainerMesh, address: str, texts: Sequence[str], seconds: float) -> tuple[float, float]:
+    """Saturate the mesh for `seconds`: the real-time streams it carried (audio seconds delivered to the
+    clients per second), and the streams its workers say they can carry (the smaller of the acoustic
+    and vocoder sums of `tts_<kind>_realtime_capacity`), for the record."""
     stop = threading.Event()
+    delivered_s = [0.0]
+    lock = threading.Lock()
 
     def client(offset: int) -> None:
         index = offset
         while not stop.is_set():
             with contextlib.suppress(grpc.RpcError):  # a refusal is what saturation looks like
-                speak(address, f"{texts[index % len(texts)]} Calibration {index}.", timeout_s=120)
+                # One sentence the cache has never seen: the mesh makes all of its audio.
+                unique = f"{texts[index % len(texts)].rstrip('.')}, calibration {index}."
+                spoken = speak(address, unique, timeout_s=120)
+                if spoken.sample_rate_hz and not stop.is_set():  # a call ending after the window had time it was not given
+                    with lock:
+                        delivered_s[0] += len(spoken.samples) / spoken.sample_rate_hz
             index += 1
 
     threads = [threading.Thread(target=client, args=(offset,)) for offset in range(2 * len(mesh.workers))]
+    started = time.monotonic()
     for thread in threads:
         thread.start()
     time.sleep(seconds)
     stop.set()
+    elapsed_s = time.monotonic() - started
     for thread in threads:
         thread.join()
     sums = dict.fromkeys(("acoustic", "vocoder"), 0.0)
     for name in mesh.workers:
         kind, _, zone = name.partition("@")
         sums[kind] += metric_sum(mesh.worker_metrics(kind, zone), f"tts_{kind}_realtime_capacity")
-    return min(sums.values())
+    return delivered_s[0] / elapsed_s, min(sums.values())
 
 
 def run_clients(address: str, refs: dict[str, list[np.ndarray]], streams: int, until: float, tally: Tally) -> list[threading.Thread]:
@@ -298,9 +310,9 @@ def main(argv: list[str] | None = None) -> int:
         assert mesh.edge_service is not None
         address = mesh.edge_service.address
         print(f"[soak] mesh in containers up ({mesh.engine.name}, network {mesh.network}); measuring capacity", flush=True)
-        capacity = capacity_streams(mesh, address, TEXTS, CALIBRATION_S)
+        capacity, reported = capacity_streams(mesh, address, TEXTS, CALIBRATION_S)
         streams = max(1, round(args.load * capacity))
-        log(f"capacity {capacity:.2f} real-time streams; holding {streams} streams open")
+        log(f"capacity {capacity:.2f} real-time streams carried (the workers report {reported:.2f}); holding {streams} streams open")
         refs = references(mesh, address, TEXTS)
         tally = Tally()
         started = time.monotonic()

@@ -67,8 +67,9 @@ class Attempts:
             self.made += 1
         return endpoint
 
-    def failed(self, endpoint: Endpoint, failure: AttemptFailure, remaining_s: float | None) -> RetryDecision:
-        """Record a failed attempt on `endpoint`; the decision says whether (and after how long) to retry."""
+    def failed(self, endpoint: Endpoint, failure: AttemptFailure, remaining_s: float | None, budgeted: bool = True) -> RetryDecision:
+        """Record a failed attempt on `endpoint`; the decision says whether (and after how long) to retry
+        (`budgeted` False: a retry would not spend the retry budget)."""
         if failure.code in ENDPOINT_FAILURE_CODES:
             self._table.record_failure(endpoint)
         self.tried.add(endpoint)
@@ -82,6 +83,7 @@ class Attempts:
             trailing_metadata=failure.trailers,
             remaining_s=remaining_s,
             zone=endpoint.zone,
+            budgeted=budgeted,
         )
 
     def succeeded(self, endpoint: Endpoint) -> None:

@@ -220,12 +220,14 @@ class RetryPolicy:
         trailing_metadata: Iterable[tuple[str, str | bytes]] | None = None,
         remaining_s: float | None = None,
         zone: str = "",
+        budgeted: bool = True,
     ) -> RetryDecision:
         """Decide after attempt number `attempts_made` (1 = the first) failed with `code`.
 
         `remaining_s` is the time left to the request's deadline (None: no deadline); the returned
         delay never runs past it. `zone` is where the attempt failed, for the event hook. A budget
-        token is spent only when everything else allows the retry.
+        token is spent only when everything else allows the retry, and only if `budgeted` (a caller
+        moving admitted work off a worker that is gone adds no load, and says so).
         """
         if not self.is_retryable(code):
             return RetryDecision(retry=False, delay_s=0.0, reason="not_retryable")
@@ -247,7 +249,7 @@ class RetryPolicy:
                 # Draw below what the deadline allows rather than give up on an unlucky draw.
                 ceiling_s = min(ceiling_s, usable_s)
             delay_s, reason = self._rng.uniform(0.0, ceiling_s), "backoff"
-        if self._budget is not None and not self._budget.try_spend_retry():
+        if budgeted and self._budget is not None and not self._budget.try_spend_retry():
             return self._deny("budget", zone)
         events.emit(self._on_event, events.RETRY, zone, code.name.lower())
         return RetryDecision(retry=True, delay_s=delay_s, reason=reason)

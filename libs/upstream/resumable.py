@@ -56,6 +56,8 @@ class ResumableCall(ABC):
         """Since when the worker owes an answer (None: it owes nothing, so its silence is fine)."""
         self._progressed = False
         """Whether the client has audio of this utterance: from then on a reopen is a resume."""
+        self._free_resume_spent = False
+        """Whether this stream has had its one resume outside the retry budget (see `_recover`)."""
         self._cancelled = False
 
     @abstractmethod
@@ -143,7 +145,15 @@ class ResumableCall(ABC):
         self._stop_if_cancelled()
         failure = await failure_of(call, error, self._timeout_s)
         self._stop_if_cancelled()
-        decision = self.attempts.failed(endpoint, failure, self._deadline.remaining_s())
+        # A stream its listener already hears, whose worker went away (UNAVAILABLE: the connection
+        # broke), may resume once without a retry token: the work was admitted and its worker no
+        # longer carries it, so moving it adds no load, and a worker's death must not cost the
+        # streams it held once more of them than the budget holds tokens. A second resume is a retry
+        # like any other, so an input that kills every worker it reaches is stopped by the budget.
+        free = self._progressed and not self._free_resume_spent and failure.code is grpc.StatusCode.UNAVAILABLE
+        decision = self.attempts.failed(endpoint, failure, self._deadline.remaining_s(), budgeted=not free)
+        if free and decision.retry:
+            self._free_resume_spent = True
         _log.warning(
             "%s stream on %s failed %s: %s %s; %s",
             self.kind, endpoint, self._position(), failure.code.name, failure.details,

@@ -121,9 +121,10 @@ async def mesh() -> AsyncIterator[ToyMesh]:
         await running.stop()
 
 
-async def _zone_pool(mesh: ToyMesh, tracer_provider: Any = None) -> WorkerPool:
+async def _zone_pool(mesh: ToyMesh, tracer_provider: Any = None, retry_budget: RetryBudgetConfig = RetryBudgetConfig()) -> WorkerPool:
     zones = ("zone-a", "zone-b")
-    return await _pool([mesh.of("acoustic", z).spec for z in zones], [mesh.of("vocoder", z).spec for z in zones], tracer_provider)
+    acoustic, vocoder = [mesh.of("acoustic", z).spec for z in zones], [mesh.of("vocoder", z).spec for z in zones]
+    return await _pool(acoustic, vocoder, tracer_provider, retry_budget=retry_budget)
 
 
 @pytest.mark.parametrize("kind", ["vocoder", "acoustic"])
@@ -155,6 +156,27 @@ async def test_worker_crash_mid_sentence_resumes_in_other_zone_sample_for_sample
     finally:
         await pool.close()
         provider.shutdown()
+
+
+@pytest.mark.parametrize("kind", ["vocoder", "acoustic"])
+async def test_a_heard_stream_resumes_once_after_its_worker_dies_with_the_retry_budget_spent(mesh: ToyMesh, kind: str) -> None:
+    # A worker's death must not cost the streams it held once they outnumber the budget's tokens.
+    pool = await _zone_pool(mesh, retry_budget=RetryBudgetConfig(retry_ratio=0.0, min_retries_per_s=0.0, max_tokens=1.0))
+    try:
+        reference = await _speak(pool)
+        assert pool.budget.try_spend_retry() and pool.budget.tokens() < 1.0  # no retry could be paid for now
+        local = mesh.of(kind, "zone-a")
+
+        async def crash_after_first_audio(count: int, response: AudioChunk) -> None:
+            if count == 1:
+                await local.proxy.crash()
+
+        faulted = await _speak(pool, crash_after_first_audio)
+        assert np.array_equal(faulted, reference)
+        assert _metric(pool, "tts_gateway_resumes_total", kind=kind, zone="zone-a", reason="unavailable") == 1
+        assert _metric(pool, "tts_gateway_retries_denied_total", zone="zone-a", reason="budget") == 0
+    finally:
+        await pool.close()
 
 
 async def test_only_a_first_sentence_on_an_idle_worker_gets_both_cores(mesh: ToyMesh) -> None:

@@ -139,6 +139,17 @@ def test_budget_is_consulted_last_and_denies_when_spent() -> None:
     assert policy.decide(attempts_made=1, code=grpc.StatusCode.UNAVAILABLE).retry
 
 
+def test_a_retry_outside_the_budget_spends_no_token_and_keeps_every_other_rule() -> None:
+    budget = RetryBudget(RetryBudgetConfig(retry_ratio=0.0, min_retries_per_s=0.0, max_tokens=1.0), clock=FakeClock())
+    policy = _policy(budget=budget)
+    assert policy.decide(attempts_made=1, code=grpc.StatusCode.UNAVAILABLE).retry  # the one token
+    assert policy.decide(attempts_made=1, code=grpc.StatusCode.UNAVAILABLE).reason == "budget"
+    assert policy.decide(attempts_made=1, code=grpc.StatusCode.UNAVAILABLE, budgeted=False).retry
+    assert budget.tokens() == 0.0
+    assert policy.decide(attempts_made=CONFIG.max_attempts, code=grpc.StatusCode.UNAVAILABLE, budgeted=False).reason == "max_attempts"
+    assert policy.decide(attempts_made=1, code=grpc.StatusCode.INVALID_ARGUMENT, budgeted=False).reason == "not_retryable"
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [{"max_attempts": 0}, {"base_backoff_s": -1.0}, {"base_backoff_s": 2.0, "max_backoff_s": 1.0}, {"min_attempt_time_s": -0.1}],

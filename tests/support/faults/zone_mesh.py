@@ -66,6 +66,8 @@ class Spoken:
     responses: int
     first_audio_s: float
     total_s: float
+    sample_rate_hz: int = 0
+    """The audio's rate (0: no audio came)."""
 
 
 def speak(
@@ -80,16 +82,18 @@ def speak(
         started = time.monotonic()
         first_audio_s = float("nan")
         pieces: list[np.ndarray] = []
+        sample_rate_hz = 0
         for response in stub.Synthesize(tts_pb2.SynthesizeRequest(text=text, encoding=tts_pb2.FLOAT_PCM), timeout=timeout_s):
             if not response.audio:
                 continue
+            sample_rate_hz = response.sample_rate_hz or sample_rate_hz
             if not pieces:
                 first_audio_s = time.monotonic() - started
             pieces.append(np.frombuffer(response.audio, dtype="<f4"))
             if on_audio is not None:
                 on_audio(len(pieces), response)
         samples = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
-        return Spoken(samples, len(pieces), first_audio_s, time.monotonic() - started)
+        return Spoken(samples, len(pieces), first_audio_s, time.monotonic() - started, sample_rate_hz)
 
 
 def scrape(metrics_port: int) -> dict[str, float]:
