@@ -27,7 +27,7 @@ from services.gateway.elevenlabs_socket import ElevenLabsDialect
 from services.gateway.http_api import audio_bytes, closing_stream, http_error_for, read_json
 from services.gateway.socket_commands import Command, Text
 from services.gateway.socket_dialect import DEFAULT_CONTEXT, OurDialect, error_event, parse_start
-from services.gateway.speech_socket import POLICY_VIOLATION, SpeechSocket
+from services.gateway.speech_socket import POLICY_VIOLATION, SpeechSocket, json_of
 
 METHOD: Final = "WS /v1/audio/speech/stream"
 ELEVENLABS_METHOD: Final = "WS /v1/text-to-speech/stream-input"
@@ -123,13 +123,7 @@ class SocketDoors:
             raise InvalidRequestError(f"no start message within {self._settings.socket_idle_timeout_s:g} s") from None
         if message["type"] == "websocket.disconnect":
             raise WebSocketDisconnect(message.get("code", 1000))
-        text = message.get("text")
-        if text is None:
-            raise InvalidRequestError("the first message must be JSON text: {\"type\": \"start\", ...}")
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as error:
-            raise InvalidRequestError(f"the first message is not JSON: {error}") from None
+        return json_of(message, "the first message")
 
 
 async def _refuse(websocket: WebSocket, error: BaseException) -> None:

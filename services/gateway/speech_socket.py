@@ -169,7 +169,7 @@ class SpeechSocket:
         if message["type"] == "websocket.disconnect":
             return False
         try:
-            commands = self._dialect.commands(_json_of(message))
+            commands = self._dialect.commands(json_of(message))
         except (InvalidRequestError, HttpError) as error:
             self._writer.event(None, self._dialect.error(None, _http_error(error)))
             return True
@@ -346,14 +346,15 @@ class SpeechSocket:
             await self._websocket.close(code, reason)
 
 
-def _json_of(message: dict[str, Any]) -> Any:
+def json_of(message: dict[str, Any], which: str = "a message") -> Any:
+    """A received WebSocket message's JSON; INVALID_ARGUMENT naming `which` when it is binary or not JSON."""
     text = message.get("text")
     if text is None:
-        raise InvalidRequestError("messages are JSON text; binary messages are not taken")
+        raise InvalidRequestError(f"{which} must be JSON text; binary messages are not taken")
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
-        raise InvalidRequestError(f"a message is not JSON: {error}") from None
+        raise InvalidRequestError(f"{which} is not JSON: {error}") from None
 
 
 def _http_error(error: BaseException) -> HttpError:
