@@ -174,7 +174,7 @@ class UtterancePipeline:
                     break
                 if isinstance(item, BaseException):
                     raise item
-                clock.delivered(len(item.samples) / item.sample_rate_hz)
+                clock.delivered(_audio_s(item))
                 yield item
                 self._room.release()  # the client has taken the piece
         finally:

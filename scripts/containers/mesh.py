@@ -29,7 +29,7 @@ from typing import Final
 
 from scripts.containers.engine import ContainerSpec, Engine, EngineError, Mount
 from scripts.containers.manifests import EDGE_CONFIG, PodContainer, pod_container
-from tests.support.faults.zone_mesh import metric_sum, scrape
+from tests.support.faults.zone_mesh import ServiceMetrics, worker_name
 from tests.support.mesh import free_port
 
 DEFAULT_IMAGE: Final = "tts-mesh:dev"
@@ -64,18 +64,13 @@ class Service:
         return self.engine.logs(self.container, lines) if self.engine else ""
 
 
-def worker_name(kind: str, zone: str) -> str:
-    """The key of a worker: "acoustic@zone-a" (as tests/support/faults/zone_mesh.py names them)."""
-    return f"{kind}@{zone}"
-
-
 def worker_host(kind: str, zone: str) -> str:
     """The worker's name on the network: the base's Service name for zone `local`, else per zone."""
     return kind if zone == "local" else f"{kind}-{zone}"
 
 
 @dataclass
-class ContainerMesh:
+class ContainerMesh(ServiceMetrics):
     """The mesh's containers on a network of their own; `start` runs them, `stop` removes them all."""
 
     zones: Sequence[str] = ("local",)
@@ -234,19 +229,6 @@ class ContainerMesh:
             client.close()
 
     # ---- what the scenarios read
-
-    def gateway_metrics(self, name: str = "gateway") -> dict[str, float]:
-        return scrape(self.gateways[name].metrics_port)
-
-    def worker_metrics(self, kind: str, zone: str) -> dict[str, float]:
-        return scrape(self.workers[worker_name(kind, zone)].metrics_port)
-
-    def worker_streams(self, kind: str, zone: str) -> float:
-        """Streams a worker has finished so far, any outcome (0 for a worker that is down)."""
-        try:
-            return metric_sum(self.worker_metrics(kind, zone), f"tts_{kind}_streams_total")
-        except OSError:
-            return 0.0
 
     def services(self) -> list[Service]:
         """Every running service container."""

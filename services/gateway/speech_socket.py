@@ -171,7 +171,7 @@ class SpeechSocket:
         try:
             commands = self._dialect.commands(json_of(message))
         except (InvalidRequestError, HttpError) as error:
-            self._writer.event(None, self._dialect.error(None, _http_error(error)))
+            self._writer.event(None, self._dialect.error(None, http_error_for(error)))
             return True
         for command in commands:
             await self._handle(command)
@@ -284,7 +284,7 @@ class SpeechSocket:
         except (SocketOverflow, SocketGone):
             pass  # the socket is closing: no one to tell
         except Exception as error:
-            refused = _http_error(error)
+            refused = http_error_for(error)
             code = refused.grpc_code.name
             with contextlib.suppress(SocketOverflow):
                 self._writer.event(context.context_id, self._dialect.error(context.context_id, refused))
@@ -339,7 +339,7 @@ class SpeechSocket:
         self._context_error(context.context_id, error)
 
     def _context_error(self, context_id: str, error: BaseException) -> None:
-        self._writer.event(context_id, self._dialect.error(context_id, _http_error(error)))
+        self._writer.event(context_id, self._dialect.error(context_id, http_error_for(error)))
 
     async def _close(self, code: int, reason: str) -> None:
         with contextlib.suppress(Exception):
@@ -355,7 +355,3 @@ def json_of(message: dict[str, Any], which: str = "a message") -> Any:
         return json.loads(text)
     except json.JSONDecodeError as error:
         raise InvalidRequestError(f"{which} is not JSON: {error}") from None
-
-
-def _http_error(error: BaseException) -> HttpError:
-    return http_error_for(error)

@@ -26,6 +26,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -118,8 +119,31 @@ def metric_sum(samples: Mapping[str, float], name: str, **labels: str) -> float:
     return total
 
 
+class ServiceMetrics:
+    """What a mesh's services say on /metrics, for a mesh with `gateways` and `workers` by name (each
+    with a `metrics_port`)."""
+
+    gateways: Mapping[str, Any]
+    workers: Mapping[str, Any]
+
+    def gateway_metrics(self, name: str = "gateway") -> dict[str, float]:
+        """A gateway's /metrics samples."""
+        return scrape(self.gateways[name].metrics_port)
+
+    def worker_metrics(self, kind: str, zone: str) -> dict[str, float]:
+        """A worker's /metrics samples."""
+        return scrape(self.workers[worker_name(kind, zone)].metrics_port)
+
+    def worker_streams(self, kind: str, zone: str) -> float:
+        """Streams a worker has finished so far, any outcome (0 for a worker that is down)."""
+        try:
+            return metric_sum(self.worker_metrics(kind, zone), f"tts_{kind}_streams_total")
+        except OSError:
+            return 0.0
+
+
 @dataclass
-class ZoneMesh:
+class ZoneMesh(ServiceMetrics):
     """Workers in every zone behind proxies, an embedded Redis (behind a proxy too), and gateways."""
 
     log_dir: Path
@@ -259,20 +283,6 @@ class ZoneMesh:
         finally:
             client.close()
 
-    def worker_metrics(self, kind: str, zone: str) -> dict[str, float]:
-        """A worker's /metrics samples."""
-        return scrape(self.workers[worker_name(kind, zone)].metrics_port)
-
-    def worker_streams(self, kind: str, zone: str) -> float:
-        """Streams a worker has finished so far, any outcome (0 for a worker that is down)."""
-        try:
-            return metric_sum(self.worker_metrics(kind, zone), f"tts_{kind}_streams_total")
-        except OSError:
-            return 0.0
-
-    def gateway_metrics(self, name: str = "gateway") -> dict[str, float]:
-        """A gateway's /metrics samples."""
-        return scrape(self.gateways[name].metrics_port)
 
     def model_info(self) -> acoustic_pb2.ModelInfo:
         """What the first zone's acoustic worker reports about its model."""
