@@ -24,6 +24,7 @@ from libs.serving.auth import AuthSettings
 from libs.serving.clients import ClientSettings
 from libs.serving.http import HttpSettings, SocketSettings
 from libs.serving.server import ServerSettings
+from libs.serving.voice_shelf import VoiceFolderSettings, VoiceShelfSettings
 from libs.serving.worker import WorkerSettings
 from libs.serving.wyoming import WyomingSettings
 from libs.settings.fields import load, render_value, settings_of
@@ -53,6 +54,7 @@ class GatewaySettings:
     wyoming: WyomingSettings
     jobs: JobSettings
     prewarm: PrewarmSettings
+    voices: VoiceFolderSettings
 
     def __post_init__(self) -> None:
         check_local_zone(self.upstream, self.server.zone)
@@ -66,11 +68,13 @@ class GatewaySettings:
 
 @dataclass(frozen=True)
 class WorkerServiceSettings:
-    """An acoustic or vocoder worker: its server, how it runs its model, when it refuses streams."""
+    """An acoustic or vocoder worker: its server, how it runs its model, when it refuses streams, its voices."""
 
     server: ServerSettings
     worker: WorkerSettings
     admission: AdmissionSettings
+    voices: VoiceFolderSettings
+    shelf: VoiceShelfSettings
 
 
 SERVICE_SETTINGS: Final[Mapping[str, type]] = {

@@ -33,12 +33,12 @@ STATE_VALUES: Final = {
 
 
 def job_spec(
-    registry: VoiceRegistry, *, voice: str, speed: float, encoding: int, sample_rate_hz: int, speaker_id: int
+    registry: VoiceRegistry, *, voice: str, speed: float, encoding: int, sample_rate_hz: int, speaker_id: int, speaker: str = ""
 ) -> JobSpec:
     """The job's options, checked exactly as a Synthesize request's are (InvalidRequestError, UnknownVoiceError)."""
     options = resolve_options(
         registry, voice=voice, speed=speed, encoding=encoding, sample_rate_hz=sample_rate_hz,
-        speaker_id=speaker_id, request_id="", include_alignment=False,
+        speaker_id=speaker_id, request_id="", include_alignment=False, speaker=speaker,
     )  # fmt: skip
     return JobSpec(options.voice.name, options.speed, options.encoding, options.sample_rate_hz, options.speaker_id)
 

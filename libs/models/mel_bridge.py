@@ -195,10 +195,20 @@ class MelVocoder(nn.Module):
     """A HiFi-GAN generator that takes the §3 mel: MelAdapter in front of the Piper decoder body, or
     (adapter None) a public HiFi-GAN generator that takes mel itself."""
 
-    def __init__(self, adapter: MelAdapter | None, decoder: Generator) -> None:
+    def __init__(self, adapter: MelAdapter | None, decoder: Generator, speakers: nn.Embedding | None = None) -> None:
+        """`speakers`: a multi-speaker voice's speaker embeddings (its acoustic model's), whose rows
+        condition the decoder; None for a decoder without speaker conditioning."""
         super().__init__()
         self.adapter = adapter
         self.decoder = decoder
+        self.speakers = speakers
+
+    def speaker_conditioning(self, speaker_id: int) -> torch.Tensor | None:
+        """The decoder's conditioning [gin, 1] for `speaker_id`, or None for a one-speaker decoder."""
+        if self.speakers is None or not self.decoder.config.gin_channels:
+            return None
+        with torch.inference_mode():
+            return self.speakers.weight[speaker_id].detach().clone().unsqueeze(-1)
 
     @property
     def receptive_field_frames(self) -> int:
@@ -206,10 +216,11 @@ class MelVocoder(nn.Module):
         adapter_frames = self.adapter.receptive_field_frames if self.adapter is not None else 0
         return adapter_frames + generator_receptive_field_frames(self.decoder.config)
 
-    def forward(self, mel: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
-        """Log-mel [B, 80, T] -> waveform [B, T * hop]; `lengths` [B] (frames) masks a padded batch."""
+    def forward(self, mel: torch.Tensor, lengths: torch.Tensor | None = None, g: torch.Tensor | None = None) -> torch.Tensor:
+        """Log-mel [B, 80, T] -> waveform [B, T * hop]; `lengths` [B] (frames) masks a padded batch;
+        `g` [B, gin, 1] is each item's speaker conditioning (`speaker_conditioning`)."""
         features = mel if self.adapter is None else self.adapter(mel, lengths)
-        return self.decoder(features, lengths).squeeze(1)
+        return self.decoder(features, lengths, g).squeeze(1)
 
 
 def save_stack(module: ConvStack, weights_path: Path) -> None:
@@ -243,11 +254,12 @@ def load_mel_adapter(weights_path: Path) -> MelAdapter:
     return adapter.eval()
 
 
-def load_mel_vocoder(voice_dir: Path, piper_decoder: Generator) -> MelVocoder:
+def load_mel_vocoder(voice_dir: Path, piper_decoder: Generator, speakers: nn.Embedding | None = None) -> MelVocoder:
     """The voice's vocoder: its MelAdapter in front of a copy of `piper_decoder`, carrying the
-    tuned decoder weights of DECODER_FILE when the voice build made them. In eval mode."""
+    tuned decoder weights of DECODER_FILE when the voice build made them, conditioned by `speakers`
+    (a multi-speaker voice's embeddings). In eval mode."""
     decoder = copy.deepcopy(piper_decoder)
     decoder_path = Path(voice_dir) / DECODER_FILE
     if decoder_path.exists():
         decoder.load_state_dict(torch.load(decoder_path, map_location="cpu", weights_only=True))
-    return MelVocoder(load_mel_adapter(Path(voice_dir) / MEL_ADAPTER_FILE), decoder).eval()
+    return MelVocoder(load_mel_adapter(Path(voice_dir) / MEL_ADAPTER_FILE), decoder, copy.deepcopy(speakers)).eval()

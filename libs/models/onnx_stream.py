@@ -253,13 +253,23 @@ class _ProbeStream:
         return cls(inputs, outputs)
 
     def error(self, session: Any, kind: StepKind) -> float:
-        """Largest |onnxruntime - torch| over the values and new tails of `kind`'s probe step."""
+        """Largest |onnxruntime - torch| over the values and new tails of `kind`'s probe step, relative
+        to the largest |torch| value of each where that is above 1 (float32 round-off grows with the
+        magnitude: an untrained voice's tails can run far above a trained one's)."""
         outputs = session.run(None, _feeds(self.inputs[kind]))
         expected = self.outputs[kind]
         if len(outputs) != 1 + len(expected.state) or outputs[0][0].shape != tuple(expected.values.shape):
             return float("inf")
         pairs = [(outputs[0][0], expected.values), *zip(outputs[1:], expected.state, strict=False)]
-        return max(float(np.abs(output - reference.numpy()).max()) if output.shape == tuple(reference.shape) else float("inf") for output, reference in pairs)
+        return max(_relative_error(output, reference.numpy()) for output, reference in pairs)
+
+
+def _relative_error(output: np.ndarray, reference: np.ndarray) -> float:
+    if output.shape != reference.shape:
+        return float("inf")
+    if reference.size == 0:
+        return 0.0
+    return float(np.abs(output - reference).max()) / max(1.0, float(np.abs(reference).max()))
 
 
 def _remove_older_graphs(path: Path) -> None:

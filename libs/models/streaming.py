@@ -344,12 +344,15 @@ def _resblock(step: _Step, block: nn.Module, x: _Signal, slope: float) -> _Signa
     raise TypeError(f"no streaming form for residual block {type(block).__name__}")
 
 
-def _generator(step: _Step, generator: Generator, x: _Signal) -> _Signal:
-    """`Generator.forward` (no speaker conditioning), streamed."""
-    if generator.config.gin_channels:
-        raise ValueError("streaming a speaker-conditioned generator is not supported")
+def _generator(step: _Step, generator: Generator, x: _Signal, g: torch.Tensor | None) -> _Signal:
+    """`Generator.forward`, streamed; `g` [B, gin, 1, 1] conditions a multi-speaker generator."""
     config = generator.config
     x = step.conv(generator.conv_pre, x)
+    if config.gin_channels:
+        if g is None:
+            raise ValueError("a speaker-conditioned generator needs each stream's speaker conditioning (StepInput.g)")
+        # The same bias at every position: where the next layer's input is edge padding it is masked away.
+        x = _pointwise(x, x.data + generator.cond(g[..., 0].float()).to(x.data.dtype).unsqueeze(2))
     for stage, up in enumerate(generator.ups):
         x = step.conv_transpose(up, _pointwise(x, F.leaky_relu(x.data, config.lrelu_slope)))
         blocks = generator.resblocks[stage * generator.num_kernels : (stage + 1) * generator.num_kernels]
@@ -420,7 +423,7 @@ class StreamNetwork:
         def forward(step: _Step, x: _Signal, g: torch.Tensor | None) -> _Signal:
             if vocoder.adapter is not None:
                 x = _conv_stack(step, vocoder.adapter, x)
-            return _generator(step, vocoder.decoder, x)
+            return _generator(step, vocoder.decoder, x, g)
 
         return cls(vocoder, forward)
 

@@ -45,12 +45,16 @@ class Attempts:
         picker: Picker,
         policy: RetryPolicy,
         eligible: Callable[[Endpoint], bool] = lambda endpoint: True,
+        preferred: Callable[[Endpoint], bool] = lambda endpoint: True,
     ) -> None:
+        """Only `eligible` endpoints are tried; among those not tried yet, `preferred` ones first
+        (e.g. those holding the voice in memory), whatever their zone."""
         self.kind = kind
         self._table = table
         self._picker = picker
         self._policy = policy
         self._eligible = eligible
+        self._preferred = preferred
         self.made = 0
         """Attempts made so far for the current piece of work."""
         self.tried: set[Endpoint] = set()
@@ -61,8 +65,12 @@ class Attempts:
 
     def choose(self) -> Endpoint | None:
         """The endpoint for the next attempt (counted as made), or None when no endpoint may take it."""
-        ineligible = {status.endpoint for status in self._table.statuses(self.kind) if not self._eligible(status.endpoint)}
-        endpoint = self._picker.pick(self.kind, exclude=self.tried | ineligible, failed_zones=self.failed_zones)
+        statuses = self._table.statuses(self.kind)
+        excluded = self.tried | {status.endpoint for status in statuses if not self._eligible(status.endpoint)}
+        others = {status.endpoint for status in statuses if not self._preferred(status.endpoint)}
+        endpoint = self._picker.pick(self.kind, exclude=excluded | others, failed_zones=self.failed_zones)
+        if endpoint is None and others - excluded:
+            endpoint = self._picker.pick(self.kind, exclude=excluded, failed_zones=self.failed_zones)
         if endpoint is not None:
             self.made += 1
         return endpoint

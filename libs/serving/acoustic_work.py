@@ -28,8 +28,7 @@ from libs.wire.mel_slices import SliceCutter, to_message
 class AcousticWork:
     """Sentences of the streams of one acoustic worker."""
 
-    def __init__(self, voice_name: str, scheduler: Scheduler, metrics: AcousticMetrics) -> None:
-        self._voice_name = voice_name
+    def __init__(self, scheduler: Scheduler, metrics: AcousticMetrics) -> None:
         self._scheduler = scheduler
         self._metrics = metrics
         self._sentences_in_progress = 0
@@ -69,7 +68,7 @@ class AcousticWork:
             slice_ms=request.slice_ms,
             dtype=request.dtype,
             expected_model_version=request.expected_model_version,
-            worker_voice=self._voice_name,
+            worker_voice=engine.voice_name,
             worker_model_version=engine.model_version,
             num_speakers=engine.num_speakers,
             vocabulary_size=engine.acoustic.config.n_vocab,

@@ -26,11 +26,15 @@ from libs.voice.vocode_session import SentenceSession, StreamSlices
 class VocoderWork:
     """One vocoder stream's slices and steps."""
 
-    def __init__(self, engine: Any, scheduler: Scheduler, metrics: VocoderMetrics) -> None:
+    def __init__(self, engine: Any, scheduler: Scheduler, metrics: VocoderMetrics, speaker_id: int = 0) -> None:
         self._engine = engine
         self._scheduler = scheduler
         self._metrics = metrics
-        self.slices = StreamSlices(engine.n_mels, engine.hop_length, engine.open_stream)
+
+        def open_stream(origin_frame: int, emit_from_frame: int) -> Any:
+            return engine.open_stream(origin_frame, emit_from_frame, speaker_id=speaker_id)
+
+        self.slices = StreamSlices(engine.n_mels, engine.hop_length, open_stream)
         self._playback: StreamPlayback | None = None
         self._frame_s = engine.hop_length / engine.sample_rate_hz
 

@@ -150,6 +150,7 @@ def resolve_options(
     ssml: bool = False,
     resume_token: str = "",
     frame_ms: int = 0,
+    speaker: str = "",
 ) -> SynthesisOptions:
     """Validate the non-text fields of a request: UnknownVoiceError for an unknown voice, else
     InvalidRequestError whose `field` names the field to fix (a lexicon entry that is not a word, or
@@ -166,6 +167,8 @@ def resolve_options(
         names = ", ".join(tts_pb2.AudioEncoding.Name(value) for value in ENCODINGS)
         raise InvalidRequestError(f"audio encoding {encoding} is not supported; use one of {names}", field="encoding")
     sample_rate_hz = _output_rate(encoding, sample_rate_hz, chosen)
+    if speaker:
+        speaker_id = chosen.speaker_id(speaker)
     if not 0 <= speaker_id < chosen.num_speakers:
         raise InvalidRequestError(
             f"speaker_id {speaker_id} does not exist in voice {chosen.name!r}; use 0 to {chosen.num_speakers - 1}",

@@ -154,16 +154,18 @@ class UtterancePipeline:
     async def run(self, sentences: AsyncIterator[Sentence]) -> AsyncIterator[SentencePiece]:
         """The samples of `sentences`, as soon as each piece exists."""
         self._pool.budget.record_request()
-        info = self._pool.model_info()
+        info = await self._pool.voice_model_info(self._voice)
         if info is None:
-            raise NoWorkerError("no acoustic worker has reported its model yet; retry shortly")
+            raise NoWorkerError(f"no acoustic worker serving voice {self._voice} has reported its model yet; retry shortly")
         # The listener's buffer, as the client is given audio: every worker request carries its slack.
         clock = PlaybackClock(info.hop_length / info.sample_rate_hz)
         if self._listener is not None:
             self._listener.clock = clock
         self._lookahead = Lookahead(clock, self._max_sentences_ahead, audio_ahead_s=self._audio_ahead_s)
-        acoustic = ResumableAcousticStream(self._pool, self._deadline, clock)
-        vocoder = ResumableVocoderStream(self._pool, self._deadline, info.hop_length, clock)
+        acoustic = ResumableAcousticStream(self._pool, self._deadline, clock, voice=self._voice)
+        vocoder = ResumableVocoderStream(
+            self._pool, self._deadline, info.hop_length, clock, voice=self._voice, speaker_id=self._params.speaker_id
+        )
         # Pieces are bounded by `_room`; an error or the end always gets in, however full it is.
         output: asyncio.Queue[Any] = asyncio.Queue()
         producer = asyncio.create_task(self._guard(self._produce(sentences, info, acoustic, vocoder), output))

@@ -50,9 +50,11 @@ class ResumableAcousticStream(ResumableCall):
 
     kind = "acoustic"
 
-    def __init__(self, pool: WorkerPool, deadline: Deadline, clock: PlaybackClock | None = None) -> None:
-        """`clock`, when given, is the listener's: each request then tells the worker its slack."""
-        super().__init__(pool, deadline, pool.attempts(self.kind))
+    def __init__(self, pool: WorkerPool, deadline: Deadline, clock: PlaybackClock | None = None, voice: str = "") -> None:
+        """`clock`, when given, is the listener's: each request then tells the worker its slack.
+        `voice` ("": the workers' default) picks the workers, and every request must name it."""
+        super().__init__(pool, deadline, pool.attempts(self.kind, voice=voice))
+        self._voice = voice
         self._clock = clock
         self._sentence_index = 0
         self._next_frame = 0
@@ -62,7 +64,7 @@ class ResumableAcousticStream(ResumableCall):
     def _attempts_for(self, model_version: str) -> None:
         """Count attempts among the workers running `model_version`; kept while it stays the same."""
         if model_version != self._model_version:
-            self.attempts = self._pool.attempts(self.kind, model_version)
+            self.attempts = self._pool.attempts(self.kind, model_version, self._voice)
             self._model_version = model_version
 
     async def sentence(self, request: acoustic_pb2.SentenceRequest) -> AsyncIterator[list[mel_pb2.MelSlice]]:
@@ -106,7 +108,7 @@ class ResumableAcousticStream(ResumableCall):
                 await self._recover(error)
 
     def _start(self, endpoint: Endpoint, timeout_s: float | None) -> Any:
-        return self._pool.acoustic_stub(endpoint).SynthesizeMel(timeout=timeout_s, metadata=self._pool.call_metadata)
+        return self._pool.acoustic_stub(endpoint).SynthesizeMel(timeout=timeout_s, metadata=self._pool.stream_metadata(self._voice))
 
     def _position(self) -> str:
         return f"in sentence {self._sentence_index} at frame {self._next_frame}"

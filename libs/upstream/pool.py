@@ -6,7 +6,12 @@ per pod, adds a pod as soon as discovery lists it, and drains one that goes away
 its own finish, then its channel closes. Health comes from one grpc.health.v1 Watch per endpoint (`HealthWatcher`); each attempt is chosen
 by `Attempts` (libs.routing.attempts) over a per-kind `HealthTable` and `Picker`, so the local
 zone is preferred and failures eject. The acoustic model version (part of every cache key) is read
-once per endpoint each time it turns SERVING and kept, so a cache hit needs no acoustic worker.
+once per endpoint and voice each time the endpoint turns SERVING and kept, so a cache hit needs no
+acoustic worker.
+
+Workers may serve several voices and hold some of them in memory (libs.serving.voice_shelf); their
+loads say which. A stream goes to a worker that holds its voice, or, where none does, to one that
+can load it; the first stream of a voice nobody holds asks one worker to load it (GetModelInfo).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,13 +44,15 @@ from libs.telemetry.tracing import client_interceptors
 from libs.upstream.loads import LOAD_TIMEOUT_S, KnownLoad, LoadWatcher, summed_capacity
 from libs.upstream.metrics import RoutingMetrics
 from libs.upstream.settings import UpstreamSettings, channel_credentials, channel_options
-from libs.wire.headers import GATEWAY_METADATA_KEY
+from libs.wire.headers import GATEWAY_METADATA_KEY, SPEAKER_METADATA_KEY, VOICE_METADATA_KEY
 
 _log = logging.getLogger(__name__)
 
 KINDS: Final = ("acoustic", "vocoder")
 MODEL_INFO_TIMEOUT_S: Final = 2.0
 """Longest a GetModelInfo call may take; an acoustic endpoint takes streams only once its model is known."""
+VOICE_LOAD_TIMEOUT_S: Final = 120.0
+"""Longest a GetModelInfo may take that makes a worker load a voice it does not hold."""
 MODEL_INFO_RETRY_S: Final = 1.0
 """Pause before a SERVING endpoint whose GetModelInfo failed is asked again (one call in flight per endpoint)."""
 # Watch reconnects back off to at most this, so a restarted worker is routable again within ~2 s
@@ -103,10 +111,17 @@ class WorkerPool:
             self._pickers[kind] = Picker(table, picker_config, rng=rng, on_event=hook)
             self._policies[kind] = RetryPolicy(retry, budget=self.budget, rng=rng, on_event=hook)
             self._watchers[kind] = HealthWatcher(table, {}, WatchConfig(reconnect_max_s=WATCH_RECONNECT_MAX_S), rng, hook)
-        self._model_info: dict[Endpoint, acoustic_pb2.ModelInfo] = {}
+        self._default_info: dict[Endpoint, acoustic_pb2.ModelInfo] = {}
+        """Each acoustic endpoint's default voice, read when it turns SERVING."""
+        self._voice_info: dict[tuple[Endpoint, str], acoustic_pb2.ModelInfo] = {}
+        """What each endpoint said of each voice it was asked about (it holds those, or did)."""
         self._info_fresh: set[Endpoint] = set()
         self._last_info: acoustic_pb2.ModelInfo | None = None
+        self._last_voice_info: dict[str, acoustic_pb2.ModelInfo] = {}
         self._info_tasks: dict[Endpoint, asyncio.Task[None]] = {}
+        self._voice_flights: dict[str, asyncio.Future[acoustic_pb2.ModelInfo]] = {}
+        self._voice_answered_s: dict[tuple[Endpoint, str], float] = {}
+        """When each endpoint answered a GetModelInfo for a voice (monotonic seconds)."""
         self.changed = asyncio.Event()
         """Set (and cleared) whenever health or a model version changes, for whoever waits on readiness."""
         self.targets: tuple[Endpoint, ...] = (*settings.acoustic, *settings.vocoder)
@@ -206,8 +221,7 @@ class WorkerPool:
                 info_task = self._info_tasks.pop(endpoint, None)
                 if info_task is not None:
                     info_task.cancel()
-                self._model_info.pop(endpoint, None)
-                self._info_fresh.discard(endpoint)
+                self._forget_infos(endpoint)
                 self.loads.forget(endpoint)
                 closing.append((self._watchers[kind].forget(endpoint), self._channels.pop(endpoint, None)))
                 _log.info("worker %s drained and forgotten", endpoint)
@@ -309,16 +323,63 @@ class WorkerPool:
         """The health table of `kind` endpoints."""
         return self._tables[kind]
 
-    def attempts(self, kind: str, model_version: str | None = None) -> Attempts:
-        """Attempt bookkeeping for one sentence on `kind` workers; acoustic ones must run `model_version`."""
+    def attempts(self, kind: str, model_version: str | None = None, voice: str = "") -> Attempts:
+        """Attempt bookkeeping for one sentence on `kind` workers that serve `voice` ("": the default
+        voice), those holding it first; acoustic ones must run `model_version`."""
 
         def eligible(endpoint: Endpoint) -> bool:
-            if kind != "acoustic":
-                return True
-            info = self._model_info.get(endpoint)
-            return endpoint in self._info_fresh and info is not None and info.model_version == model_version
+            if not self._serves(endpoint, voice):
+                return False
+            if kind == "acoustic":
+                info = self._info_of(endpoint, voice)
+                if info is not None and info.model_version != model_version:
+                    return False
+                if info is None and not voice:
+                    return False  # the default voice's version is read when the endpoint turns SERVING
+            return True
 
-        return Attempts(kind, self._tables[kind], self._pickers[kind], self._policies[kind], eligible)
+        return Attempts(
+            kind, self._tables[kind], self._pickers[kind], self._policies[kind], eligible, lambda endpoint: self._holds(endpoint, voice)
+        )
+
+    def stream_metadata(self, voice: str, speaker_id: int = 0) -> tuple[tuple[str, str], ...]:
+        """Metadata a worker stream of `voice` ("": the worker's default voice) and `speaker_id`
+        opens with (the vocoder needs the speaker: the mel does not say)."""
+        metadata = (*self.call_metadata, (VOICE_METADATA_KEY, voice)) if voice else self.call_metadata
+        return (*metadata, (SPEAKER_METADATA_KEY, str(speaker_id))) if speaker_id else metadata
+
+    def _info_of(self, endpoint: Endpoint, voice: str) -> acoustic_pb2.ModelInfo | None:
+        if endpoint not in self._info_fresh:
+            return None
+        default = self._default_info.get(endpoint)
+        if not voice or (default is not None and default.voice == voice):
+            return default
+        return self._voice_info.get((endpoint, voice))
+
+    def _serves(self, endpoint: Endpoint, voice: str) -> bool:
+        """Whether `endpoint` serves `voice`, as far as is known: its load lists the voices it serves;
+        an acoustic worker that lists none serves only its default voice; a vocoder that has not said
+        may."""
+        if not voice or (endpoint.kind == "acoustic" and self._info_of(endpoint, voice) is not None):
+            return True
+        known = self.loads.load(endpoint)
+        if known is not None and known.load.voices:
+            return voice in known.load.voices
+        if endpoint.kind == "acoustic":
+            default = self._default_info.get(endpoint)
+            return default is not None and default.voice == voice
+        return True
+
+    def _holds(self, endpoint: Endpoint, voice: str) -> bool:
+        """Whether `endpoint` has `voice` in memory now, as the later of its last load and its answer
+        to a GetModelInfo for the voice (which loaded it) said."""
+        if not voice:
+            return True
+        known = self.loads.load(endpoint)
+        answered_s = self._voice_answered_s.get((endpoint, voice))
+        if known is not None and known.load.voices and (answered_s is None or known.at_s > answered_s):
+            return voice in known.load.loaded_voices
+        return answered_s is not None or self._serves(endpoint, voice)
 
     def acoustic_stub(self, endpoint: Endpoint) -> acoustic_pb2_grpc.AcousticStub:
         """A stub on `endpoint`'s channel."""
@@ -328,16 +389,68 @@ class WorkerPool:
         """A stub on `endpoint`'s channel."""
         return vocoder_pb2_grpc.VocoderStub(self._channels[endpoint])
 
-    def model_info(self) -> acoustic_pb2.ModelInfo | None:
-        """The acoustic model new requests are keyed on: that of the routable (local first) acoustic
-        workers, else the last one any worker reported; None if no worker has ever answered."""
+    def model_info(self, voice: str = "") -> acoustic_pb2.ModelInfo | None:
+        """The acoustic model new requests of `voice` ("": the workers' default voice) are keyed on:
+        that of the routable (local first) acoustic workers, else the last one any worker reported;
+        None if no worker has answered for it."""
         routable = [
+            info
+            for status in sorted(self._tables["acoustic"].statuses(), key=lambda status: status.endpoint.zone != self.local_zone)
+            if status.available and (info := self._info_of(status.endpoint, voice)) is not None
+        ]
+        if routable:
+            return routable[0]
+        return self._last_voice_info.get(voice) if voice else self._last_info
+
+    async def voice_model_info(self, voice: str) -> acoustic_pb2.ModelInfo | None:
+        """`model_info(voice)`, asking a worker that serves `voice` to load it when no routable one
+        has answered for it yet (one ask per voice however many streams wait); None when no available
+        worker serves it."""
+        info = self.model_info(voice)
+        if info is not None or not voice:
+            return info
+        flight = self._voice_flights.get(voice)
+        if flight is None:
+            flight = asyncio.ensure_future(self._ask_voice(voice))
+            self._voice_flights[voice] = flight
+            flight.add_done_callback(lambda _done: self._voice_flights.pop(voice, None))
+        return await asyncio.shield(flight)
+
+    async def _ask_voice(self, voice: str) -> acoustic_pb2.ModelInfo | None:
+        candidates = [
             status.endpoint
             for status in self._tables["acoustic"].statuses()
-            if status.available and status.endpoint in self._info_fresh
+            if status.available and status.endpoint in self._info_fresh and self._serves(status.endpoint, voice)
         ]
-        routable.sort(key=lambda endpoint: endpoint.zone != self.local_zone)
-        return self._model_info[routable[0]] if routable else self._last_info
+        # Those holding it already (a load takes seconds), then the local zone, then the least busy.
+        candidates.sort(key=lambda endpoint: (not self._holds(endpoint, voice), endpoint.zone != self.local_zone, self._open_streams(endpoint)))
+        for endpoint in candidates:
+            try:
+                info = await self.acoustic_stub(endpoint).GetModelInfo(
+                    acoustic_pb2.GetModelInfoRequest(voice=voice), timeout=VOICE_LOAD_TIMEOUT_S
+                )
+            except grpc.aio.AioRpcError as error:
+                _log.warning("voice %s on %s: %s (%s)", voice, endpoint, error.code().name, error.details())
+                continue
+            if endpoint not in self._info_fresh:
+                continue
+            self._voice_info[(endpoint, voice)] = info
+            self._voice_answered_s[(endpoint, voice)] = time.monotonic()
+            self._last_voice_info[voice] = info
+            _log.info("%s serves voice %s as model %s", endpoint, voice, info.model_version)
+            return info
+        return None
+
+    def _open_streams(self, endpoint: Endpoint) -> int:
+        known = self.loads.load(endpoint)
+        return known.load.open_streams if known is not None else 0
+
+    def _forget_infos(self, endpoint: Endpoint) -> None:
+        self._default_info.pop(endpoint, None)
+        self._info_fresh.discard(endpoint)
+        for key in [key for key in self._voice_info if key[0] == endpoint]:
+            del self._voice_info[key]
+            self._voice_answered_s.pop(key, None)
 
     def _on_event_of(self, kind: str):  # type: ignore[no-untyped-def]
         def on_event(event: str, zone: str, reason: str) -> None:
@@ -355,8 +468,8 @@ class WorkerPool:
         for status in self._tables["acoustic"].statuses():
             endpoint = status.endpoint
             if status.serving is not Serving.SERVING:
-                # A worker that comes back may run new weights: its version is read again then.
-                self._info_fresh.discard(endpoint)
+                # A worker that comes back may run new weights: its versions are read again then.
+                self._forget_infos(endpoint)
             elif endpoint not in self._info_fresh and endpoint not in self._info_tasks:
                 task = asyncio.get_running_loop().create_task(self._read_model_info(endpoint), name=f"model-info {endpoint}")
                 self._info_tasks[endpoint] = task
@@ -375,9 +488,9 @@ class WorkerPool:
                 continue
             if not table.tracks(endpoint):  # drained and forgotten while it answered
                 return
-            self._model_info[endpoint] = info
+            self._default_info[endpoint] = info
             self._info_fresh.add(endpoint)
-            self._last_info = info
+            self._last_info = self._last_voice_info[info.voice] = info
             _log.info("%s serves model %s", endpoint, info.model_version)
             self.changed.set()
             self.changed.clear()

@@ -73,9 +73,21 @@ class ResumableVocoderStream(ResumableCall):
 
     kind = "vocoder"
 
-    def __init__(self, pool: WorkerPool, deadline: Deadline, hop_length: int, clock: PlaybackClock | None = None) -> None:
-        """`clock`, when given, is the listener's: each request then tells the worker its slack."""
-        super().__init__(pool, deadline, pool.attempts(self.kind))
+    def __init__(
+        self,
+        pool: WorkerPool,
+        deadline: Deadline,
+        hop_length: int,
+        clock: PlaybackClock | None = None,
+        voice: str = "",
+        speaker_id: int = 0,
+    ) -> None:
+        """`clock`, when given, is the listener's: each request then tells the worker its slack.
+        `voice` ("": the workers' default) picks the workers that may vocode it; a multi-speaker
+        voice's decoder needs `speaker_id`."""
+        super().__init__(pool, deadline, pool.attempts(self.kind, voice=voice))
+        self._voice = voice
+        self._speaker_id = speaker_id
         self._hop_length = hop_length
         self._clock = clock
         self._sentences: dict[int, _SentenceMel] = {}  # insertion order is sentence order
@@ -195,7 +207,7 @@ class ResumableVocoderStream(ResumableCall):
         return current.frames_sent - self._start_of(current.index) // self._hop_length >= UNANSWERED_FRAMES_OWED
 
     def _start(self, endpoint: Endpoint, timeout_s: float | None) -> Any:
-        return self._pool.vocoder_stub(endpoint).Vocode(timeout=timeout_s, metadata=self._pool.call_metadata)
+        return self._pool.vocoder_stub(endpoint).Vocode(timeout=timeout_s, metadata=self._pool.stream_metadata(self._voice, self._speaker_id))
 
     def _owed_on_open(self) -> float | None:
         return time.monotonic() if self._owes() else None

@@ -49,7 +49,7 @@ def check_sentence_request(
 ) -> None:
     """Validate an acoustic worker's sentence request against what the worker serves."""
     if voice and voice != worker_voice:
-        raise UnknownVoiceError(f"this worker speaks voice {worker_voice!r}, not {echo(voice)}")
+        raise UnknownVoiceError(f"this stream speaks voice {worker_voice!r}, not {echo(voice)}; open a stream per voice")
     if expected_model_version and expected_model_version != worker_model_version:
         raise ModelVersionMismatchError(
             f"caller expects model {echo(expected_model_version)}; this worker runs {worker_model_version!r}"

@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Final
 
-from libs.wire.errors import echo
+from libs.wire.errors import InvalidRequestError, echo
 
 DEFAULT_VOICE_NAME: Final = "en_US-joe-medium"
 
@@ -50,6 +50,26 @@ class Voice:
     def phoneme_id_map(self) -> dict[str, list[int]]:
         """Phoneme (one codepoint) -> symbol ids, as the voice config defines it."""
         return dict(_load_config(self.config_path)["phoneme_id_map"])
+
+    def speakers(self) -> dict[str, int]:
+        """The speakers' names -> ids, as the voice config names them (empty when it names none)."""
+        if not self.config_path.exists():
+            return {}
+        return {str(name): int(number) for name, number in (_load_config(self.config_path).get("speaker_id_map") or {}).items()}
+
+    def speaker_id(self, speaker: str) -> int:
+        """The id of `speaker`, a name of `speakers()` or an id in digits; InvalidRequestError (field
+        speaker) naming the speakers otherwise."""
+        names = self.speakers()
+        if speaker in names:
+            return names[speaker]
+        if speaker.isdigit() and int(speaker) < self.num_speakers:
+            return int(speaker)
+        known = ", ".join(f"{name} ({number})" for name, number in sorted(names.items(), key=lambda item: item[1]))
+        raise InvalidRequestError(
+            f"voice {self.name} has no speaker {echo(speaker)}; its speakers: {known or f'ids 0 to {self.num_speakers - 1}'}",
+            field="speaker",
+        )
 
 
 @lru_cache(maxsize=16)

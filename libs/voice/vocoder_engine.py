@@ -57,12 +57,15 @@ class VocoderEngine(BatchedEngine):
         self.hop_length = hop_length
         self.n_mels = n_mels
         self.context_frames = vocoder.receptive_field_frames
+        self.num_speakers = int(vocoder.speakers.num_embeddings) if vocoder.speakers is not None else 1
         self.schedule = schedule
         self._network = StreamNetwork.vocoder(self.vocoder)
-        self.lag_frames = -(-output_lag(self._network, n_mels, self.device) // hop_length)
+        probe_g = self.vocoder.speaker_conditioning(0)
+        self.lag_frames = -(-output_lag(self._network, n_mels, self.device, probe_g) // hop_length)
         """Frames the streamed output lags behind the mel pushed (the last step lets them out)."""
         self._network.first_step_width = schedule.chunk_frames(0)
-        self._onnx = self._runtime.onnx_network(self._network, "vocoder", n_mels, self.lag_frames + 1)
+        # A speaker-conditioned decoder's steps take the speaker too: they have no graphs, and run in torch.
+        self._onnx = self._runtime.onnx_network(self._network, "vocoder", n_mels, self.lag_frames + 1) if self.num_speakers <= 1 else None
         self.stream_backend = "torch" if self._onnx is None else "onnxruntime"
         """Where a stream's steps run when it runs alone (`EngineSettings.stream_backend`)."""
         # torch pads a stream's last step to a width it has seen before (see LAST_STEP_BUCKET_FRAMES);
@@ -80,11 +83,12 @@ class VocoderEngine(BatchedEngine):
     ) -> VocoderEngine:
         """The default voice's vocoder: trained mel adapter + the Piper decoder body (or its fine-tuned copy)."""
         voice = assets.piper_models()
-        vocoder = load_mel_vocoder(assets.trained_dir, voice.decoder)
+        speakers = voice.acoustic.emb_g if voice.acoustic.config.n_speakers > 1 else None
+        vocoder = load_mel_vocoder(assets.trained_dir, voice.decoder, speakers)
         # Like the acoustic side's, the version names the arithmetic: audio heads and resumes are
         # shared only between vocoders whose samples agree bit for bit.
         digests = [voice.onnx_sha256, assets.file_digest(assets.mel_adapter_path), _precision_part(settings, device)]
-        digests += stream_version_parts(settings, device)
+        digests += stream_version_parts(settings, device) if speakers is None else []
         if assets.decoder_path is not None:
             digests.append(assets.file_digest(assets.decoder_path))
         return cls(
@@ -129,17 +133,25 @@ class VocoderEngine(BatchedEngine):
         """The default voice."""
         return cls.load(default_voice_assets(), device=device, settings=settings)
 
-    def vocode(self, mel: np.ndarray) -> np.ndarray:
+    def vocode(self, mel: np.ndarray, speaker_id: int = 0) -> np.ndarray:
         """Samples of a whole sentence's mel [n_mels, frames] in one pass (never batched)."""
-        return self._vocode_batch([mel])[0]
+        return self._vocode_batch([mel], speaker_id)[0]
+
+    def speaker_conditioning(self, speaker_id: int) -> torch.Tensor | None:
+        """The decoder's conditioning [gin, 1] of `speaker_id` (None for a one-speaker voice);
+        ValueError for a speaker the voice does not have."""
+        if not 0 <= speaker_id < self.num_speakers:
+            raise ValueError(f"speaker {speaker_id} does not exist; this voice has speakers 0 to {self.num_speakers - 1}")
+        return self.vocoder.speaker_conditioning(speaker_id)
 
     def vocode_step(self, job: StepInput) -> StepOutput:
         """One stream step, batched with other streams' steps when batching is on."""
         return self._runtime.run(job)
 
     @torch.inference_mode()
-    def _vocode_batch(self, mels: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Vocode whole mel sequences in one pass each (several at once: padded and masked)."""
+    def _vocode_batch(self, mels: Sequence[np.ndarray], speaker_id: int = 0) -> list[np.ndarray]:
+        """Vocode whole mel sequences of one speaker in one pass each (several at once: padded and masked)."""
+        g = self.speaker_conditioning(speaker_id)
         outputs: list[np.ndarray] = [np.empty(0, dtype=np.float32)] * len(mels)
         widths = [int(mel.shape[1]) for mel in mels]
         hop = self.hop_length
@@ -151,7 +163,8 @@ class VocoderEngine(BatchedEngine):
             # A lone item needs no mask: its solo run is then bit-identical to max_batch 1.
             lengths = torch.tensor([widths[index] for index in group]) if len(group) > 1 else None
             with self._runtime.autocast():
-                audio = self.vocoder(batch.to(self.device), None if lengths is None else lengths.to(self.device))
+                conditioning = None if g is None else g.unsqueeze(0).expand(len(group), -1, -1).to(self.device)
+                audio = self.vocoder(batch.to(self.device), None if lengths is None else lengths.to(self.device), conditioning)
             audio = audio.float().cpu()
             for row, index in enumerate(group):
                 outputs[index] = audio[row, : widths[index] * hop].numpy()
@@ -166,12 +179,13 @@ class VocoderEngine(BatchedEngine):
         replaces: the sentence's first, since each step builds on the layer tails of all before it."""
         return 0
 
-    def open_stream(self, origin_frame: int = 0, emit_from_frame: int | None = None) -> VocoderStream:
-        """A stream for one sentence. `origin_frame` is the sentence frame index of the first mel
-        frame that will be pushed; samples are returned from `emit_from_frame` on (default: the
-        origin). A stream that starts mid-sentence must be primed with at least `context_frames`
-        of real mel before the first frame it emits."""
-        return VocoderStream(self, origin_frame, origin_frame if emit_from_frame is None else emit_from_frame)
+    def open_stream(self, origin_frame: int = 0, emit_from_frame: int | None = None, speaker_id: int = 0) -> VocoderStream:
+        """A stream for one sentence of `speaker_id`. `origin_frame` is the sentence frame index of
+        the first mel frame that will be pushed; samples are returned from `emit_from_frame` on
+        (default: the origin). A stream that starts mid-sentence must be primed with at least
+        `context_frames` of real mel before the first frame it emits."""
+        emit_from = origin_frame if emit_from_frame is None else emit_from_frame
+        return VocoderStream(self, origin_frame, emit_from, self.speaker_conditioning(speaker_id))
 
     def warm_up(self) -> None:
         """Vocode a short stretch of silence-like mel, whole and streamed through every kind of
@@ -204,6 +218,8 @@ class VocoderStream:
     """Sentence frame index of the first frame pushed."""
     emit_from_frame: int
     """First sentence frame whose samples are returned."""
+    g: torch.Tensor | None = None
+    """The speaker's conditioning [gin, 1] (None for a one-speaker voice)."""
     _pending: list[np.ndarray] = field(default_factory=list)
     _pending_frames: int = 0
     _next_step_frame: int = 0
@@ -307,7 +323,7 @@ class VocoderStream:
             # set-up longer than the step itself in torch), and last steps vary in length.
             bucket = self.engine.last_step_bucket_frames
             frames = np.pad(frames, ((0, 0), (0, -frames.shape[1] % bucket)))
-        job = StepInput(torch.from_numpy(np.ascontiguousarray(frames)), start, self.origin_frame, NO_END if total is None else total, self._state)
+        job = StepInput(torch.from_numpy(np.ascontiguousarray(frames)), start, self.origin_frame, NO_END if total is None else total, self._state, self.g)
         output = self.engine.vocode_step(job)
         self._state = output.state
         self._step_index += 1

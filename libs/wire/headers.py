@@ -17,5 +17,11 @@ limit of its own)."""
 GATEWAY_METADATA_KEY: Final = "tts-gateway"
 """Header a gateway sends when it opens a worker stream: its id, so a worker can say how many of its
 streams each gateway holds (`WorkerLoad.open_streams_by_gateway`)."""
+VOICE_METADATA_KEY: Final = "tts-voice"
+"""Header a gateway sends when it opens a worker stream: the voice the stream speaks (none: the
+worker's default voice). The worker loads that voice before it accepts the stream."""
+SPEAKER_METADATA_KEY: Final = "tts-speaker-id"
+"""Header a gateway sends when it opens a vocoder stream of a multi-speaker voice: the speaker's id
+(none: speaker 0). A speaker-conditioned decoder needs it; the mel alone does not say."""
 PUSHBACK_METADATA_KEY: Final = "grpc-retry-pushback-ms"
 """Trailing metadata key a worker sets to say how long to wait (milliseconds) or, if negative, not to retry."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 import grpc
 
@@ -17,28 +16,35 @@ from libs.serving.admission import Admission
 from libs.serving.memory import RELEASER
 from libs.serving.server import StreamTracker
 from libs.serving.status import abort_for
+from libs.serving.voice_shelf import VoiceShelf, pin_stream_voice, with_voices
 from libs.telemetry.metrics import AcousticMetrics
+from libs.voice.registry import UnknownVoiceError
+from libs.wire.errors import DownstreamError
 
 
 class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
     """Admits each stream and answers its sentences with `AcousticWork`; every failure goes through
     the one status table."""
 
-    def __init__(self, voice_name: str, metrics: AcousticMetrics, scheduler: Scheduler, admission: Admission) -> None:
-        self.engine: Any = None  # an AcousticEngine once loaded; None means "still loading"
+    def __init__(self, metrics: AcousticMetrics, scheduler: Scheduler, admission: Admission) -> None:
+        self.shelf: VoiceShelf | None = None  # the voices, once the preloaded ones are in; None means "still loading"
         self._admission = admission
-        self._voice_name = voice_name
         self._scheduler = scheduler
         self._tracker = StreamTracker(metrics.inflight_streams, metrics.streams_total)
-        self._work = AcousticWork(voice_name, scheduler, metrics)
+        self._work = AcousticWork(scheduler, metrics)
 
     async def GetModelInfo(
         self, request: acoustic_pb2.GetModelInfoRequest, context: grpc.aio.ServicerContext
     ) -> acoustic_pb2.ModelInfo:
-        engine = await self._ready_engine(context)
+        shelf = await self._ready_shelf(context)
+        try:
+            engine = await shelf.engine_for(request.voice)
+        except (UnknownVoiceError, DownstreamError) as error:
+            await abort_for(context, error)
+            raise
         return acoustic_pb2.ModelInfo(
             model_version=engine.model_version,
-            voice=self._voice_name,
+            voice=engine.voice_name,
             sample_rate_hz=engine.sample_rate_hz,
             hop_length=engine.hop_length,
             n_mels=engine.n_mels,
@@ -46,29 +52,34 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
         )
 
     async def GetLoad(self, request: load_pb2.GetLoadRequest, context: grpc.aio.ServicerContext) -> load_pb2.WorkerLoad:
-        await self._ready_engine(context)
-        return self._scheduler.load(self._admission.by_gateway, self._admission.settings.realtime_capacity)
+        shelf = await self._ready_shelf(context)
+        return with_voices(self._scheduler.load(self._admission.by_gateway, self._admission.settings.realtime_capacity), shelf)
 
     async def SynthesizeMel(
         self, request_iterator: AsyncIterator[acoustic_pb2.SentenceRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[mel_pb2.MelSlices]:
-        engine = await self._ready_engine(context)
-        await self._admission.admit(context, engine)  # RESOURCE_EXHAUSTED when out of room
-        context.add_done_callback(RELEASER.call_done)  # a long sentence's memory goes back once the stream ends
-        async with self._tracker.track(context):
-            try:
-                async for message in self._work.stream(engine, stamped(request_iterator)):
-                    yield message
-            except (asyncio.CancelledError, grpc.aio.AbortError):
-                raise
-            except Exception as error:
-                await abort_for(context, error)
+        shelf = await self._ready_shelf(context)
+        engine = await pin_stream_voice(shelf, context)  # loads the voice if this worker does not hold it
+        try:
+            await self._admission.admit(context, engine)  # RESOURCE_EXHAUSTED when out of room
+            context.add_done_callback(RELEASER.call_done)  # a long sentence's memory goes back once the stream ends
+            async with self._tracker.track(context):
+                try:
+                    async for message in self._work.stream(engine, stamped(request_iterator)):
+                        yield message
+                except (asyncio.CancelledError, grpc.aio.AbortError):
+                    raise
+                except Exception as error:
+                    await abort_for(context, error)
+        finally:
+            shelf.unpin(engine)
 
-    def install(self, engine: Any) -> None:
-        """Serve with `engine` from now on (the model has loaded, warmed up and been calibrated)."""
-        self.engine = engine
+    def install(self, shelf: VoiceShelf) -> None:
+        """Serve with the voices of `shelf` from now on (the preloaded ones have loaded, warmed up and
+        been calibrated)."""
+        self.shelf = shelf
 
-    async def _ready_engine(self, context: grpc.aio.ServicerContext) -> Any:
-        if self.engine is None:
+    async def _ready_shelf(self, context: grpc.aio.ServicerContext) -> VoiceShelf:
+        if self.shelf is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the acoustic model is still loading; retry shortly")
-        return self.engine
+        return self.shelf

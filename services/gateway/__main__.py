@@ -23,7 +23,7 @@ from libs.synthesis.text_side import TextSide
 from libs.telemetry.metrics import GatewayMetrics
 from libs.text.phonemizer_pool import PhonemizerPool
 from libs.upstream.pool import WorkerPool
-from libs.voice.registry import VoiceRegistry, default_registry
+from libs.voice.registry import VoiceRegistry
 from services.gateway.background_work import BackgroundWork, check_redis_kinds
 from services.gateway.http_api import SpeechApi
 from services.gateway.phonemes_http import phoneme_routes
@@ -52,7 +52,7 @@ async def serve(settings: GatewaySettings) -> None:
     """Run the gateway until SIGTERM/SIGINT."""
     await check_redis_kinds(settings)  # a Redis of another kind than the settings say stops the gateway here
     metrics = GatewayMetrics()
-    registry = default_registry()
+    registry = settings.voices.catalogue().registry()  # the installed voices and those of --voices-dir
     cache = MelCache.from_settings(settings.cache, on_outcome=metrics.cache_outcome, zone=settings.server.zone)
     # Key, certificate and password files are read here, before any port opens.
     gate = ApiKeyGate.from_settings(settings.auth, on_refused=metrics.auth_refused)

@@ -175,6 +175,9 @@ class SpeechApi:
                         "id": voice.name,
                         "language": voice.language_code,
                         "sample_rate_hz": voice.sample_rate_hz,
+                        "quality": voice.quality,
+                        "num_speakers": voice.num_speakers,
+                        "speakers": voice.speakers(),
                         "default": voice.name == self._registry.default_name,
                     }
                     for voice in self._registry.voices()

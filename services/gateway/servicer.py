@@ -101,6 +101,7 @@ class TextToSpeechServicer:
                         num_speakers=voice.num_speakers,
                         is_default=voice.name == self._registry.default_name,
                         quality=voice.quality,
+                        speakers=voice.speakers(),
                     )
                     for voice in self._registry.voices()
                     if voice.language_code.lower().startswith(prefix)
@@ -122,6 +123,7 @@ class TextToSpeechServicer:
             ssml=isinstance(message, tts_pb2.SynthesizeRequest) and message.ssml,
             resume_token=message.resume_token,
             frame_ms=message.frame_ms,
+            speaker=message.speaker,
         )
 
     def _call(self, method: str, context: grpc.aio.ServicerContext) -> _CallScope:

@@ -122,6 +122,8 @@ class SpeechFields(RequestBody):
     """One of RESPONSE_FORMATS."""
     sample_rate_hz: int = Field(0, description="the output rate in hertz, 0 for the format's default")
     """The output rate in hertz; 0 means the format's default (24,000 for OpenAI's pcm, else the encoding's)."""
+    speaker: str | int = Field("", description="a multi-speaker voice's speaker, by name (see GET /v1/audio/voices) or id")
+    """A speaker by name or id, as SynthesizeRequest.speaker ("": the voice's first speaker)."""
 
     @field_validator("model")
     @classmethod
@@ -179,6 +181,7 @@ class LiveSpeechFields(SpeechFields):
         return resolve_options(
             registry, voice=self.voice_name, speed=self.speed, encoding=self.encoding,
             sample_rate_hz=self.output_rate_hz, speaker_id=0, request_id="", include_alignment=False, lexicon=self.lexicon,
+            speaker=str(self.speaker),
         )  # fmt: skip
 
 
@@ -197,7 +200,7 @@ class SpeechBody(LiveSpeechFields):
         return resolve_options(
             registry, voice=self.voice_name, speed=self.speed, encoding=self.encoding, sample_rate_hz=self.output_rate_hz,
             speaker_id=0, request_id="", include_alignment=False, lexicon=self.lexicon, resume_token=self.resume_token,
-            frame_ms=self.frame_ms,
+            frame_ms=self.frame_ms, speaker=str(self.speaker),
         )  # fmt: skip
 
 
@@ -215,7 +218,7 @@ class JobBody(SpeechFields):
         """The job's options, checked as a CreateJob request's are (errors name their field)."""
         return job_spec(
             registry, voice=self.voice_name, speed=self.speed, encoding=self.encoding,
-            sample_rate_hz=self.output_rate_hz, speaker_id=0,
+            sample_rate_hz=self.output_rate_hz, speaker_id=0, speaker=str(self.speaker),
         )  # fmt: skip
 
 

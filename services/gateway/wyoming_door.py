@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import socket
 from collections.abc import AsyncIterator
@@ -48,7 +47,7 @@ from libs.synthesis.output import AudioChunk
 from libs.synthesis.synthesizer import Synthesizer
 from libs.telemetry.metrics import GatewayMetrics
 from libs.telemetry.request_meter import RequestMeter
-from libs.voice.registry import UnknownVoiceError, Voice, VoiceRegistry
+from libs.voice.registry import UnknownVoiceError, VoiceRegistry
 from libs.wire.errors import DownstreamError, InvalidRequestError, echo
 
 _log = logging.getLogger(__name__)
@@ -62,17 +61,11 @@ MAX_HELD_TEXT_CHARS: Final = 100_000
 sentences are spoken): an hour of speech, far past any answer a home assistant speaks."""
 
 
-def voice_speakers(voice: Voice) -> dict[str, int]:
-    """A voice's speakers by name (empty when it names none)."""
-    config = json.loads(voice.config_path.read_text(encoding="utf-8"))
-    return {str(name): int(number) for name, number in (config.get("speaker_id_map") or {}).items()}
-
-
 def info_event(registry: VoiceRegistry, version: str) -> Event:
     """The answer to `describe`: every voice, with its languages and speakers."""
     voices = []
     for voice in registry.voices():
-        speakers = voice_speakers(voice)
+        speakers = voice.speakers()
         entry = TtsVoice(
             name=voice.name, attribution=Attribution(name=PROGRAM, url=""), installed=True,
             description=f"{voice.name} ({voice.language_code}, {voice.quality}, {voice.sample_rate_hz} Hz)", version=version,
@@ -103,7 +96,7 @@ def options_for(registry: VoiceRegistry, voice: SynthesizeVoice | None) -> Synth
         name = matches[0].name
     chosen = registry.get(name)
     if voice is not None and voice.speaker:
-        speakers = voice_speakers(chosen)
+        speakers = chosen.speakers()
         if voice.speaker in speakers:
             speaker_id = speakers[voice.speaker]
         elif voice.speaker.isdigit():

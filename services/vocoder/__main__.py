@@ -9,29 +9,37 @@ from libs.pb.tts.vocoder.v1 import vocoder_pb2, vocoder_pb2_grpc
 from libs.scheduling.budget import read_cpu_budget
 from libs.scheduling.scheduler import Scheduler
 from libs.serving.server import run_service
-from libs.serving.worker import WorkerSettings, engine_settings, inference_executor, run_worker, worker_scheduling
+from libs.serving.voice_shelf import VoiceShelf, load_shelf
+from libs.serving.worker import engine_settings, inference_executor, run_worker, worker_scheduling
 from libs.telemetry.metrics import VocoderMetrics
+from libs.voice.catalogue import CatalogueVoice
 from services.settings import WorkerServiceSettings, load_worker_settings
 from services.vocoder.servicer import VocoderServicer
 
 SERVICE_NAME = vocoder_pb2.DESCRIPTOR.services_by_name["Vocoder"].full_name
 
 
-def load_engine(settings: WorkerSettings, scheduler: Scheduler, on_batch: Callable[..., None] | None = None):
-    """Load the default voice's vocoder, warm it up and measure its steps' costs (runs in the inference thread)."""
+def load_voices(settings: WorkerServiceSettings, scheduler: Scheduler, on_batch: Callable[..., None] | None = None) -> VoiceShelf:
+    """The worker's voices with the preloaded ones loaded and warmed up, the first of them measured
+    for the scheduler's step costs and pacing (runs in the inference thread)."""
     from libs.scheduling.stream import VocoderPacing
     from libs.voice.calibration import vocoder_steps
     from libs.voice.engine import VocoderEngine
 
-    # on_batch feeds the batch metrics whenever the engine batches (EngineSettings.batching.max_batch > 1).
-    engine = VocoderEngine.load_default(settings=engine_settings(settings, on_batch))
-    engine.warm_up()
+    def load(entry: CatalogueVoice) -> VocoderEngine:
+        # on_batch feeds the batch metrics whenever the engine batches (EngineSettings.batching.max_batch > 1).
+        engine = VocoderEngine.load(entry.assets, settings=engine_settings(settings.worker, on_batch))
+        engine.warm_up()
+        return engine
+
+    shelf = load_shelf(settings.voices.catalogue(), settings.shelf, load)
+    engine = shelf.held("")  # the worker's default voice: the first it preloads
     scheduler.pacing = VocoderPacing(lag_frames=engine.lag_frames, schedule=engine.schedule)
     scheduler.first_step_units = engine.schedule.chunk_frames(0)
     scheduler.longest_step_units = engine.schedule.max_chunk_frames
-    if settings.max_batch <= 1:  # a batch's steps cost the batcher's thread, not the stream's
+    if settings.worker.max_batch <= 1:  # a batch's steps cost the batcher's thread, not the stream's
         scheduler.calibrate(lambda: vocoder_steps(engine))
-    return engine
+    return shelf
 
 
 async def serve(settings: WorkerServiceSettings) -> None:
@@ -48,7 +56,7 @@ async def serve(settings: WorkerServiceSettings) -> None:
         metrics.registry,
         executor,
         register=lambda server: vocoder_pb2_grpc.add_VocoderServicer_to_server(servicer, server),
-        load_engine=lambda: load_engine(settings.worker, scheduler, metrics.observe_batch),
+        load_engine=lambda: load_voices(settings, scheduler, metrics.observe_batch),
         install_engine=servicer.install,
         on_stop=scheduler.close,
     )

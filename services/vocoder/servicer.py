@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any, Final
+from typing import Final
 
 import grpc
 
@@ -17,6 +17,7 @@ from libs.serving.memory import RELEASER
 from libs.serving.server import StreamTracker
 from libs.serving.status import abort_for
 from libs.serving.vocoder_work import VocoderWork
+from libs.serving.voice_shelf import VoiceShelf, pin_stream_voice, stream_speaker, with_voices
 from libs.telemetry.metrics import VocoderMetrics
 
 CANCEL_GRACE_S: Final = 0.1
@@ -28,46 +29,51 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
     """Admits each stream and vocodes it with `VocoderWork`; every failure goes through the one status table."""
 
     def __init__(self, metrics: VocoderMetrics, scheduler: Scheduler, admission: Admission) -> None:
-        self.engine: Any = None  # a VocoderEngine once loaded; None means "still loading"
+        self.shelf: VoiceShelf | None = None  # the voices, once the preloaded ones are in; None means "still loading"
         self._admission = admission
         self._metrics = metrics
         self._scheduler = scheduler
         self._tracker = StreamTracker(metrics.inflight_streams, metrics.streams_total)
 
     async def GetLoad(self, request: load_pb2.GetLoadRequest, context: grpc.aio.ServicerContext) -> load_pb2.WorkerLoad:
-        await self._ready_engine(context)
-        return self._scheduler.load(self._admission.by_gateway, self._admission.settings.realtime_capacity)
+        shelf = await self._ready_shelf(context)
+        return with_voices(self._scheduler.load(self._admission.by_gateway, self._admission.settings.realtime_capacity), shelf)
 
     async def Vocode(
         self, request_iterator: AsyncIterator[vocoder_pb2.VocodeRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[vocoder_pb2.VocodeResponse]:
-        engine = await self._ready_engine(context)
-        await self._admission.admit(context, engine)  # RESOURCE_EXHAUSTED when out of room
-        context.add_done_callback(RELEASER.call_done)  # a long sentence's memory goes back once the stream ends
-        async with self._tracker.track(context):
-            work = VocoderWork(engine, self._scheduler, self._metrics)
-            try:
-                async for request, arrived_s in stamped(request_iterator):
-                    async for response in work.answer(request, arrived_s):
-                        yield response
-            except (asyncio.CancelledError, grpc.aio.AbortError):
-                raise
-            except Exception as error:
-                await abort_for(context, error)
-                return
-            unfinished = work.slices.unfinished
-            if unfinished is not None:
-                await asyncio.sleep(CANCEL_GRACE_S)
-                await context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"stream ended inside sentence {unfinished.sentence_index}; end each sentence with a slice marked is_last",
-                )
+        shelf = await self._ready_shelf(context)
+        engine = await pin_stream_voice(shelf, context)  # loads the voice if this worker does not hold it
+        try:
+            await self._admission.admit(context, engine)  # RESOURCE_EXHAUSTED when out of room
+            context.add_done_callback(RELEASER.call_done)  # a long sentence's memory goes back once the stream ends
+            async with self._tracker.track(context):
+                try:
+                    work = VocoderWork(engine, self._scheduler, self._metrics, stream_speaker(context, engine))
+                    async for request, arrived_s in stamped(request_iterator):
+                        async for response in work.answer(request, arrived_s):
+                            yield response
+                except (asyncio.CancelledError, grpc.aio.AbortError):
+                    raise
+                except Exception as error:
+                    await abort_for(context, error)
+                    return
+                unfinished = work.slices.unfinished
+                if unfinished is not None:
+                    await asyncio.sleep(CANCEL_GRACE_S)
+                    await context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"stream ended inside sentence {unfinished.sentence_index}; end each sentence with a slice marked is_last",
+                    )
+        finally:
+            shelf.unpin(engine)
 
-    def install(self, engine: Any) -> None:
-        """Serve with `engine` from now on (the model has loaded, warmed up and been calibrated)."""
-        self.engine = engine
+    def install(self, shelf: VoiceShelf) -> None:
+        """Serve with the voices of `shelf` from now on (the preloaded ones have loaded, warmed up and
+        been calibrated)."""
+        self.shelf = shelf
 
-    async def _ready_engine(self, context: grpc.aio.ServicerContext) -> Any:
-        if self.engine is None:
+    async def _ready_shelf(self, context: grpc.aio.ServicerContext) -> VoiceShelf:
+        if self.shelf is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the vocoder model is still loading; retry shortly")
-        return self.engine
+        return self.shelf

@@ -54,7 +54,7 @@ class _Gateway:
         )
         self.pool = WorkerPool(upstream, "zone-a", registry=CollectorRegistry())
         self.synthesizer = Synthesizer(pool=self.pool, cache=self.cache, text_side=TextSide(_TEXT_THREAD, 5000), max_streams=8)
-        self.plans = mesh.of("acoustic", "zone-a").servicer.engine.wide_plans
+        self.plans = mesh.of("acoustic", "zone-a").servicer.shelf.any_engine().wide_plans
         """One entry per sentence the acoustic worker planned."""
 
     async def speak(self) -> np.ndarray:

@@ -182,7 +182,7 @@ async def test_a_heard_stream_resumes_once_after_its_worker_dies_with_the_retry_
 async def test_only_a_first_sentence_on_an_idle_worker_gets_both_cores(mesh: ToyMesh) -> None:
     pool = await _zone_pool(mesh)
     try:
-        engine = mesh.of("acoustic", "zone-a").servicer.engine
+        engine = mesh.of("acoustic", "zone-a").servicer.shelf.any_engine()
         await _speak(pool)
         assert engine.wide_plans == [True, False]  # the second sentence has the first one's playback as slack
         engine.wide_plans.clear()

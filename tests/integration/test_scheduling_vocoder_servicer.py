@@ -11,6 +11,7 @@ import numpy as np
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.pb.tts.vocoder.v1 import vocoder_pb2, vocoder_pb2_grpc
 from libs.scheduling.executor import DeadlineExecutor
+from libs.serving.voice_shelf import VoiceShelf
 from libs.telemetry.metrics import VocoderMetrics
 from libs.wire.mel_slices import cut_whole_mel, to_message
 from services.vocoder.servicer import VocoderServicer
@@ -38,7 +39,7 @@ async def _run(by_deadline: bool) -> tuple[int, dict[str, bytes]]:
     server = grpc.aio.server()
     metrics = VocoderMetrics()
     servicer = VocoderServicer(metrics, *toy_scheduling("vocoder", executor, metrics))
-    servicer.engine = toy_vocoder_engine()
+    servicer.install(VoiceShelf.holding(toy_vocoder_engine()))
     vocoder_pb2_grpc.add_VocoderServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()

@@ -9,6 +9,7 @@ import numpy as np
 
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.pb.tts.vocoder.v1 import vocoder_pb2, vocoder_pb2_grpc
+from libs.serving.voice_shelf import VoiceShelf
 from libs.telemetry.metrics import VocoderMetrics
 from libs.wire.mel_slices import cut_whole_mel, to_message
 from services.vocoder.servicer import VocoderServicer
@@ -22,7 +23,7 @@ async def _vocode(requests: list[vocoder_pb2.VocodeRequest]) -> list[vocoder_pb2
     server = grpc.aio.server()
     metrics = VocoderMetrics()
     servicer = VocoderServicer(metrics, *toy_scheduling("vocoder", executor, metrics))
-    servicer.engine = toy_vocoder_engine()
+    servicer.install(VoiceShelf.holding(toy_vocoder_engine()))
     vocoder_pb2_grpc.add_VocoderServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()

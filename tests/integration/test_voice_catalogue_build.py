@@ -17,19 +17,8 @@ from libs.models.mel_bridge import MEL_ADAPTER_FILE, MEL_HEAD_FILE, load_mel_ada
 from libs.models.piper_import import load_piper_voice
 from libs.voice.catalogue import VoiceCatalogue, VoiceRejectedError
 from libs.voice.registry import DEFAULT_VOICE_NAME, UnknownVoiceError
-from scripts.voice.build import BuildConfig, add_voice
-from scripts.voice.teacher import TeacherConfig
-from scripts.voice.train import DecoderTuneConfig, RegressionConfig
-from tests.support.piper_voices import TinyVoice, export_piper_voice
-
-SHORT_BUILD = BuildConfig(
-    teacher=TeacherConfig(variants_per_sentence=1),
-    head=RegressionConfig(steps=4, batch_size=2, segment_frames=16, seed=1),
-    adapter=RegressionConfig(steps=4, batch_size=2, segment_frames=32, seed=2),  # past twice its receptive field
-    tune=DecoderTuneConfig(steps=2, batch_size=2, segment_frames=8, context_frames=4),
-    max_sentences=3,
-)
-"""A build of seconds: structure, not quality."""
+from scripts.voice.build import add_voice
+from tests.support.piper_voices import SHORT_BUILD, TinyVoice, export_piper_voice
 
 VOICES = (
     TinyVoice("en_US-tiny-medium"),

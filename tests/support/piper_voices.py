@@ -25,6 +25,9 @@ from torch.nn import functional as F
 from libs.models.hifigan import Generator, GeneratorConfig
 from libs.models.vits import VitsAcoustic, VitsConfig
 from libs.voice.registry import default_registry
+from scripts.voice.build import BuildConfig, add_voice
+from scripts.voice.teacher import TeacherConfig
+from scripts.voice.train import DecoderTuneConfig, RegressionConfig
 
 OPSET = 15
 
@@ -172,3 +175,19 @@ def export_piper_voice(voice: TinyVoice, folder: Path) -> Path:
     onnx_path.write_bytes(buffer.getvalue())
     (folder / f"{voice.name}.onnx.json").write_text(json.dumps(piper_config(voice), ensure_ascii=False, indent=2), encoding="utf-8")
     return onnx_path
+
+
+SHORT_BUILD = BuildConfig(
+    teacher=TeacherConfig(variants_per_sentence=1),
+    head=RegressionConfig(steps=4, batch_size=2, segment_frames=16, seed=1),
+    adapter=RegressionConfig(steps=4, batch_size=2, segment_frames=32, seed=2),  # past twice its receptive field
+    tune=DecoderTuneConfig(steps=2, batch_size=2, segment_frames=8, context_frames=4),
+    max_sentences=3,
+)
+"""A build of seconds: structure, not quality."""
+
+
+def build_voice(voice: TinyVoice, voices_dir: Path, work_dir: Path) -> Path:
+    """`voice` exported in Piper's layout and imported into `voices_dir` with a short build; its folder."""
+    onnx_path = export_piper_voice(voice, work_dir)
+    return add_voice(onnx_path, voices_dir=voices_dir, config=SHORT_BUILD, threads=1, work_dir=work_dir, progress_stream=io.StringIO())

@@ -30,6 +30,7 @@ from libs.pb.tts.acoustic.v1 import acoustic_pb2_grpc
 from libs.pb.tts.vocoder.v1 import vocoder_pb2_grpc
 from libs.scheduling.scheduler import Scheduler
 from libs.serving.admission import Admission, AdmissionSettings
+from libs.serving.voice_shelf import VoiceShelf
 from libs.telemetry.metrics import AcousticMetrics, VocoderMetrics
 from libs.voice.chunking import ACOUSTIC_SCHEDULE
 from libs.voice.engine import MelVocoder, VocoderEngine
@@ -157,13 +158,13 @@ class ToyMesh:
                 health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
                 if kind == "acoustic":
                     metrics: Any = AcousticMetrics()
-                    servicer: Any = AcousticServicer(VOICE, metrics, *_scheduling("acoustic", self.executor, metrics))
-                    servicer.engine = ToyAcousticEngine(chunk_delay_s)
+                    servicer: Any = AcousticServicer(metrics, *_scheduling("acoustic", self.executor, metrics))
+                    servicer.install(VoiceShelf.holding(ToyAcousticEngine(chunk_delay_s), VOICE))
                     acoustic_pb2_grpc.add_AcousticServicer_to_server(servicer, server)
                 else:
                     metrics = VocoderMetrics()
                     servicer = VocoderServicer(metrics, *_scheduling("vocoder", self.executor, metrics))
-                    servicer.engine = vocoder_engine
+                    servicer.install(VoiceShelf.holding(vocoder_engine, VOICE))
                     vocoder_pb2_grpc.add_VocoderServicer_to_server(servicer, server)
                 port = server.add_insecure_port("127.0.0.1:0")
                 await server.start()

@@ -24,6 +24,7 @@ from prometheus_client import start_http_server
 
 from libs.pb.tts.acoustic.v1 import acoustic_pb2_grpc
 from libs.pb.tts.vocoder.v1 import vocoder_pb2_grpc
+from libs.serving.voice_shelf import VoiceShelf
 from libs.telemetry.metrics import AcousticMetrics, VocoderMetrics
 from services.acoustic.servicer import AcousticServicer
 from services.vocoder.servicer import VocoderServicer
@@ -37,13 +38,13 @@ async def serve(kind: str, host: str, port: int, metrics_port: int, chunk_delay_
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if kind == "acoustic":
         metrics: Any = AcousticMetrics()
-        servicer: Any = AcousticServicer(VOICE, metrics, *toy_scheduling("acoustic", executor, metrics))
-        servicer.engine = ToyAcousticEngine(chunk_delay_s)
+        servicer: Any = AcousticServicer(metrics, *toy_scheduling("acoustic", executor, metrics))
+        servicer.install(VoiceShelf.holding(ToyAcousticEngine(chunk_delay_s), VOICE))
         acoustic_pb2_grpc.add_AcousticServicer_to_server(servicer, server)
     else:
         metrics = VocoderMetrics()
         servicer = VocoderServicer(metrics, *toy_scheduling("vocoder", executor, metrics))
-        servicer.engine = toy_vocoder_engine()
+        servicer.install(VoiceShelf.holding(toy_vocoder_engine(), VOICE))
         vocoder_pb2_grpc.add_VocoderServicer_to_server(servicer, server)
     server.add_insecure_port(f"{host}:{port}")
     if metrics_port:

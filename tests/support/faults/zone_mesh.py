@@ -76,15 +76,17 @@ def speak(
     text: str,
     timeout_s: float = 60.0,
     on_audio: Callable[[int, tts_pb2.SynthesizeResponse], None] | None = None,
+    voice: str = "",
 ) -> Spoken:
-    """One Synthesize call in FLOAT_PCM; `on_audio(n, response)` runs after the n-th audio message."""
+    """One Synthesize call in FLOAT_PCM (in `voice`; "": the default); `on_audio(n, response)` runs
+    after the n-th audio message."""
     with grpc.insecure_channel(address) as channel:
         stub = tts_pb2_grpc.TextToSpeechStub(channel)
         started = time.monotonic()
         first_audio_s = float("nan")
         pieces: list[np.ndarray] = []
         sample_rate_hz = 0
-        for response in stub.Synthesize(tts_pb2.SynthesizeRequest(text=text, encoding=tts_pb2.FLOAT_PCM), timeout=timeout_s):
+        for response in stub.Synthesize(tts_pb2.SynthesizeRequest(text=text, voice=voice, encoding=tts_pb2.FLOAT_PCM), timeout=timeout_s):
             if not response.audio:
                 continue
             sample_rate_hz = response.sample_rate_hz or sample_rate_hz

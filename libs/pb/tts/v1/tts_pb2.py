@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10tts/v1/tts.proto\x12\x06tts.v1\"\xe2\x02\n\x11SynthesizeRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05voice\x18\x02 \x01(\t\x12\r\n\x05speed\x18\x03 \x01(\x02\x12\'\n\x08\x65ncoding\x18\x04 \x01(\x0e\x32\x15.tts.v1.AudioEncoding\x12\x16\n\x0esample_rate_hz\x18\x05 \x01(\x05\x12\x12\n\nspeaker_id\x18\x06 \x01(\x05\x12\x12\n\nrequest_id\x18\x07 \x01(\t\x12\x19\n\x11include_alignment\x18\x08 \x01(\x08\x12\x37\n\x07lexicon\x18\t \x03(\x0b\x32&.tts.v1.SynthesizeRequest.LexiconEntry\x12\x0c\n\x04ssml\x18\n \x01(\x08\x12\x14\n\x0cresume_token\x18\x0b \x01(\t\x12\x10\n\x08\x66rame_ms\x18\x0c \x01(\x05\x1a.\n\x0cLexiconEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xd6\x02\n\x19StreamingSynthesizeConfig\x12\r\n\x05voice\x18\x01 \x01(\t\x12\r\n\x05speed\x18\x02 \x01(\x02\x12\'\n\x08\x65ncoding\x18\x03 \x01(\x0e\x32\x15.tts.v1.AudioEncoding\x12\x16\n\x0esample_rate_hz\x18\x04 \x01(\x05\x12\x12\n\nspeaker_id\x18\x05 \x01(\x05\x12\x12\n\nrequest_id\x18\x06 \x01(\t\x12\x19\n\x11include_alignment\x18\x07 \x01(\x08\x12?\n\x07lexicon\x18\x08 \x03(\x0b\x32..tts.v1.StreamingSynthesizeConfig.LexiconEntry\x12\x14\n\x0cresume_token\x18\t \x01(\t\x12\x10\n\x08\x66rame_ms\x18\n \x01(\x05\x1a.\n\x0cLexiconEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"l\n\x1aStreamingSynthesizeRequest\x12\x33\n\x06\x63onfig\x18\x01 \x01(\x0b\x32!.tts.v1.StreamingSynthesizeConfigH\x00\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x42\t\n\x07request\"\x92\x02\n\x0cSentenceInfo\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x10\n\x08phonemes\x18\x03 \x01(\t\x12\x16\n\x0e\x61udio_offset_s\x18\x04 \x01(\x01\x12\x18\n\x10\x61udio_duration_s\x18\x05 \x01(\x01\x12\x16\n\x0ephoneme_frames\x18\x06 \x03(\x05\x12\x18\n\x10\x66rame_duration_s\x18\x07 \x01(\x01\x12\x1f\n\x05words\x18\x08 \x03(\x0b\x32\x10.tts.v1.WordInfo\x12\x1f\n\x05marks\x18\t \x03(\x0b\x32\x10.tts.v1.MarkInfo\x12\x16\n\x0epause_before_s\x18\n \x01(\x01\x12\x15\n\rpause_after_s\x18\x0b \x01(\x01\"(\n\x08MarkInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06time_s\x18\x02 \x01(\x01\"8\n\x08WordInfo\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x0f\n\x07start_s\x18\x02 \x01(\x01\x12\r\n\x05\x65nd_s\x18\x03 \x01(\x01\"\xab\x02\n\x12SynthesizeResponse\x12\r\n\x05\x61udio\x18\x01 \x01(\x0c\x12\x16\n\x0esample_rate_hz\x18\x02 \x01(\x05\x12\'\n\x08\x65ncoding\x18\x03 \x01(\x0e\x32\x15.tts.v1.AudioEncoding\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x16\n\x0esentence_index\x18\x05 \x01(\x05\x12\x16\n\x0e\x61udio_offset_s\x18\x06 \x01(\x01\x12\x18\n\x10\x61udio_duration_s\x18\x07 \x01(\x01\x12&\n\x08sentence\x18\x08 \x01(\x0b\x32\x14.tts.v1.SentenceInfo\x12\x14\n\x0csentence_end\x18\t \x01(\x08\x12)\n\x0cresume_point\x18\n \x01(\x0b\x32\x13.tts.v1.ResumePoint\"f\n\x0bResumePoint\x12\x16\n\x0esentence_index\x18\x01 \x01(\x05\x12\x18\n\x10sentence_samples\x18\x02 \x01(\x03\x12\x16\n\x0estream_samples\x18\x03 \x01(\x03\x12\r\n\x05token\x18\x04 \x01(\t\"*\n\x11ListVoicesRequest\x12\x15\n\rlanguage_code\x18\x01 \x01(\t\"\x87\x01\n\x05Voice\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rlanguage_code\x18\x02 \x01(\t\x12\x1e\n\x16natural_sample_rate_hz\x18\x03 \x01(\x05\x12\x14\n\x0cnum_speakers\x18\x04 \x01(\x05\x12\x12\n\nis_default\x18\x05 \x01(\x08\x12\x0f\n\x07quality\x18\x06 \x01(\t\"3\n\x12ListVoicesResponse\x12\x1d\n\x06voices\x18\x01 \x03(\x0b\x32\r.tts.v1.Voice*\x96\x01\n\rAudioEncoding\x12\x1e\n\x1a\x41UDIO_ENCODING_UNSPECIFIED\x10\x00\x12\x0e\n\nLINEAR_PCM\x10\x01\x12\r\n\tFLOAT_PCM\x10\x02\x12\x0c\n\x08OGG_OPUS\x10\x03\x12\x07\n\x03MP3\x10\x04\x12\x08\n\x04\x46LAC\x10\x05\x12\x07\n\x03WAV\x10\x06\x12\t\n\x05MULAW\x10\x07\x12\x08\n\x04\x41LAW\x10\x08\x12\x07\n\x03\x41\x41\x43\x10\t2\xf5\x01\n\x0cTextToSpeech\x12\x45\n\nSynthesize\x12\x19.tts.v1.SynthesizeRequest\x1a\x1a.tts.v1.SynthesizeResponse0\x01\x12Y\n\x13StreamingSynthesize\x12\".tts.v1.StreamingSynthesizeRequest\x1a\x1a.tts.v1.SynthesizeResponse(\x01\x30\x01\x12\x43\n\nListVoices\x12\x19.tts.v1.ListVoicesRequest\x1a\x1a.tts.v1.ListVoicesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10tts/v1/tts.proto\x12\x06tts.v1\"\xf3\x02\n\x11SynthesizeRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05voice\x18\x02 \x01(\t\x12\r\n\x05speed\x18\x03 \x01(\x02\x12\'\n\x08\x65ncoding\x18\x04 \x01(\x0e\x32\x15.tts.v1.AudioEncoding\x12\x16\n\x0esample_rate_hz\x18\x05 \x01(\x05\x12\x12\n\nspeaker_id\x18\x06 \x01(\x05\x12\x12\n\nrequest_id\x18\x07 \x01(\t\x12\x19\n\x11include_alignment\x18\x08 \x01(\x08\x12\x37\n\x07lexicon\x18\t \x03(\x0b\x32&.tts.v1.SynthesizeRequest.LexiconEntry\x12\x0c\n\x04ssml\x18\n \x01(\x08\x12\x14\n\x0cresume_token\x18\x0b \x01(\t\x12\x10\n\x08\x66rame_ms\x18\x0c \x01(\x05\x12\x0f\n\x07speaker\x18\r \x01(\t\x1a.\n\x0cLexiconEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xe7\x02\n\x19StreamingSynthesizeConfig\x12\r\n\x05voice\x18\x01 \x01(\t\x12\r\n\x05speed\x18\x02 \x01(\x02\x12\'\n\x08\x65ncoding\x18\x03 \x01(\x0e\x32\x15.tts.v1.AudioEncoding\x12\x16\n\x0esample_rate_hz\x18\x04 \x01(\x05\x12\x12\n\nspeaker_id\x18\x05 \x01(\x05\x12\x12\n\nrequest_id\x18\x06 \x01(\t\x12\x19\n\x11include_alignment\x18\x07 \x01(\x08\x12?\n\x07lexicon\x18\x08 \x03(\x0b\x32..tts.v1.StreamingSynthesizeConfig.LexiconEntry\x12\x14\n\x0cresume_token\x18\t \x01(\t\x12\x10\n\x08\x66rame_ms\x18\n \x01(\x05\x12\x0f\n\x07speaker\x18\x0b \x01(\t\x1a.\n\x0cLexiconEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"l\n\x1aStreamingSynthesizeRequest\x12\x33\n\x06\x63onfig\x18\x01 \x01(\x0b\x32!.tts.v1.StreamingSynthesizeConfigH\x00\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x42\t\n\x07request\"\x92\x02\n\x0cSentenceInfo\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x10\n\x08phonemes\x18\x03 \x01(\t\x12\x16\n\x0e\x61udio_offset_s\x18\x04 \x01(\x01\x12\x18\n\x10\x61udio_duration_s\x18\x05 \x01(\x01\x12\x16\n\x0ephoneme_frames\x18\x06 \x03(\x05\x12\x18\n\x10\x66rame_duration_s\x18\x07 \x01(\x01\x12\x1f\n\x05words\x18\x08 \x03(\x0b\x32\x10.tts.v1.WordInfo\x12\x1f\n\x05marks\x18\t \x03(\x0b\x32\x10.tts.v1.MarkInfo\x12\x16\n\x0epause_before_s\x18\n \x01(\x01\x12\x15\n\rpause_after_s\x18\x0b \x01(\x01\"(\n\x08MarkInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06time_s\x18\x02 \x01(\x01\"8\n\x08WordInfo\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x0f\n\x07start_s\x18\x02 \x01(\x01\x12\r\n\x05\x65nd_s\x18\x03 \x01(\x01\"\xab\x02\n\x12SynthesizeResponse\x12\r\n\x05\x61udio\x18\x01 \x01(\x0c\x12\x16\n\x0esample_rate_hz\x18\x02 \x01(\x05\x12\'\n\x08\x65ncoding\x18\x03 \x01(\x0e\x32\x15.tts.v1.AudioEncoding\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x16\n\x0esentence_index\x18\x05 \x01(\x05\x12\x16\n\x0e\x61udio_offset_s\x18\x06 \x01(\x01\x12\x18\n\x10\x61udio_duration_s\x18\x07 \x01(\x01\x12&\n\x08sentence\x18\x08 \x01(\x0b\x32\x14.tts.v1.SentenceInfo\x12\x14\n\x0csentence_end\x18\t \x01(\x08\x12)\n\x0cresume_point\x18\n \x01(\x0b\x32\x13.tts.v1.ResumePoint\"f\n\x0bResumePoint\x12\x16\n\x0esentence_index\x18\x01 \x01(\x05\x12\x18\n\x10sentence_samples\x18\x02 \x01(\x03\x12\x16\n\x0estream_samples\x18\x03 \x01(\x03\x12\r\n\x05token\x18\x04 \x01(\t\"*\n\x11ListVoicesRequest\x12\x15\n\rlanguage_code\x18\x01 \x01(\t\"\xe7\x01\n\x05Voice\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rlanguage_code\x18\x02 \x01(\t\x12\x1e\n\x16natural_sample_rate_hz\x18\x03 \x01(\x05\x12\x14\n\x0cnum_speakers\x18\x04 \x01(\x05\x12\x12\n\nis_default\x18\x05 \x01(\x08\x12\x0f\n\x07quality\x18\x06 \x01(\t\x12-\n\x08speakers\x18\x07 \x03(\x0b\x32\x1b.tts.v1.Voice.SpeakersEntry\x1a/\n\rSpeakersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"3\n\x12ListVoicesResponse\x12\x1d\n\x06voices\x18\x01 \x03(\x0b\x32\r.tts.v1.Voice*\x96\x01\n\rAudioEncoding\x12\x1e\n\x1a\x41UDIO_ENCODING_UNSPECIFIED\x10\x00\x12\x0e\n\nLINEAR_PCM\x10\x01\x12\r\n\tFLOAT_PCM\x10\x02\x12\x0c\n\x08OGG_OPUS\x10\x03\x12\x07\n\x03MP3\x10\x04\x12\x08\n\x04\x46LAC\x10\x05\x12\x07\n\x03WAV\x10\x06\x12\t\n\x05MULAW\x10\x07\x12\x08\n\x04\x41LAW\x10\x08\x12\x07\n\x03\x41\x41\x43\x10\t2\xf5\x01\n\x0cTextToSpeech\x12\x45\n\nSynthesize\x12\x19.tts.v1.SynthesizeRequest\x1a\x1a.tts.v1.SynthesizeResponse0\x01\x12Y\n\x13StreamingSynthesize\x12\".tts.v1.StreamingSynthesizeRequest\x1a\x1a.tts.v1.SynthesizeResponse(\x01\x30\x01\x12\x43\n\nListVoices\x12\x19.tts.v1.ListVoicesRequest\x1a\x1a.tts.v1.ListVoicesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,34 +35,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SYNTHESIZEREQUEST_LEXICONENTRY']._serialized_options = b'8\001'
   _globals['_STREAMINGSYNTHESIZECONFIG_LEXICONENTRY']._loaded_options = None
   _globals['_STREAMINGSYNTHESIZECONFIG_LEXICONENTRY']._serialized_options = b'8\001'
-  _globals['_AUDIOENCODING']._serialized_start=1859
-  _globals['_AUDIOENCODING']._serialized_end=2009
+  _globals['_VOICE_SPEAKERSENTRY']._loaded_options = None
+  _globals['_VOICE_SPEAKERSENTRY']._serialized_options = b'8\001'
+  _globals['_AUDIOENCODING']._serialized_start=1989
+  _globals['_AUDIOENCODING']._serialized_end=2139
   _globals['_SYNTHESIZEREQUEST']._serialized_start=29
-  _globals['_SYNTHESIZEREQUEST']._serialized_end=383
-  _globals['_SYNTHESIZEREQUEST_LEXICONENTRY']._serialized_start=337
-  _globals['_SYNTHESIZEREQUEST_LEXICONENTRY']._serialized_end=383
-  _globals['_STREAMINGSYNTHESIZECONFIG']._serialized_start=386
-  _globals['_STREAMINGSYNTHESIZECONFIG']._serialized_end=728
-  _globals['_STREAMINGSYNTHESIZECONFIG_LEXICONENTRY']._serialized_start=337
-  _globals['_STREAMINGSYNTHESIZECONFIG_LEXICONENTRY']._serialized_end=383
-  _globals['_STREAMINGSYNTHESIZEREQUEST']._serialized_start=730
-  _globals['_STREAMINGSYNTHESIZEREQUEST']._serialized_end=838
-  _globals['_SENTENCEINFO']._serialized_start=841
-  _globals['_SENTENCEINFO']._serialized_end=1115
-  _globals['_MARKINFO']._serialized_start=1117
-  _globals['_MARKINFO']._serialized_end=1157
-  _globals['_WORDINFO']._serialized_start=1159
-  _globals['_WORDINFO']._serialized_end=1215
-  _globals['_SYNTHESIZERESPONSE']._serialized_start=1218
-  _globals['_SYNTHESIZERESPONSE']._serialized_end=1517
-  _globals['_RESUMEPOINT']._serialized_start=1519
-  _globals['_RESUMEPOINT']._serialized_end=1621
-  _globals['_LISTVOICESREQUEST']._serialized_start=1623
-  _globals['_LISTVOICESREQUEST']._serialized_end=1665
-  _globals['_VOICE']._serialized_start=1668
-  _globals['_VOICE']._serialized_end=1803
-  _globals['_LISTVOICESRESPONSE']._serialized_start=1805
-  _globals['_LISTVOICESRESPONSE']._serialized_end=1856
-  _globals['_TEXTTOSPEECH']._serialized_start=2012
-  _globals['_TEXTTOSPEECH']._serialized_end=2257
+  _globals['_SYNTHESIZEREQUEST']._serialized_end=400
+  _globals['_SYNTHESIZEREQUEST_LEXICONENTRY']._serialized_start=354
+  _globals['_SYNTHESIZEREQUEST_LEXICONENTRY']._serialized_end=400
+  _globals['_STREAMINGSYNTHESIZECONFIG']._serialized_start=403
+  _globals['_STREAMINGSYNTHESIZECONFIG']._serialized_end=762
+  _globals['_STREAMINGSYNTHESIZECONFIG_LEXICONENTRY']._serialized_start=354
+  _globals['_STREAMINGSYNTHESIZECONFIG_LEXICONENTRY']._serialized_end=400
+  _globals['_STREAMINGSYNTHESIZEREQUEST']._serialized_start=764
+  _globals['_STREAMINGSYNTHESIZEREQUEST']._serialized_end=872
+  _globals['_SENTENCEINFO']._serialized_start=875
+  _globals['_SENTENCEINFO']._serialized_end=1149
+  _globals['_MARKINFO']._serialized_start=1151
+  _globals['_MARKINFO']._serialized_end=1191
+  _globals['_WORDINFO']._serialized_start=1193
+  _globals['_WORDINFO']._serialized_end=1249
+  _globals['_SYNTHESIZERESPONSE']._serialized_start=1252
+  _globals['_SYNTHESIZERESPONSE']._serialized_end=1551
+  _globals['_RESUMEPOINT']._serialized_start=1553
+  _globals['_RESUMEPOINT']._serialized_end=1655
+  _globals['_LISTVOICESREQUEST']._serialized_start=1657
+  _globals['_LISTVOICESREQUEST']._serialized_end=1699
+  _globals['_VOICE']._serialized_start=1702
+  _globals['_VOICE']._serialized_end=1933
+  _globals['_VOICE_SPEAKERSENTRY']._serialized_start=1886
+  _globals['_VOICE_SPEAKERSENTRY']._serialized_end=1933
+  _globals['_LISTVOICESRESPONSE']._serialized_start=1935
+  _globals['_LISTVOICESRESPONSE']._serialized_end=1986
+  _globals['_TEXTTOSPEECH']._serialized_start=2142
+  _globals['_TEXTTOSPEECH']._serialized_end=2387
 # @@protoc_insertion_point(module_scope)

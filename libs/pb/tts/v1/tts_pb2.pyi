@@ -31,7 +31,7 @@ ALAW: AudioEncoding
 AAC: AudioEncoding
 
 class SynthesizeRequest(_message.Message):
-    __slots__ = ("text", "voice", "speed", "encoding", "sample_rate_hz", "speaker_id", "request_id", "include_alignment", "lexicon", "ssml", "resume_token", "frame_ms")
+    __slots__ = ("text", "voice", "speed", "encoding", "sample_rate_hz", "speaker_id", "request_id", "include_alignment", "lexicon", "ssml", "resume_token", "frame_ms", "speaker")
     class LexiconEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +51,7 @@ class SynthesizeRequest(_message.Message):
     SSML_FIELD_NUMBER: _ClassVar[int]
     RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
     FRAME_MS_FIELD_NUMBER: _ClassVar[int]
+    SPEAKER_FIELD_NUMBER: _ClassVar[int]
     text: str
     voice: str
     speed: float
@@ -63,10 +64,11 @@ class SynthesizeRequest(_message.Message):
     ssml: bool
     resume_token: str
     frame_ms: int
-    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., speed: _Optional[float] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ..., sample_rate_hz: _Optional[int] = ..., speaker_id: _Optional[int] = ..., request_id: _Optional[str] = ..., include_alignment: _Optional[bool] = ..., lexicon: _Optional[_Mapping[str, str]] = ..., ssml: _Optional[bool] = ..., resume_token: _Optional[str] = ..., frame_ms: _Optional[int] = ...) -> None: ...
+    speaker: str
+    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., speed: _Optional[float] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ..., sample_rate_hz: _Optional[int] = ..., speaker_id: _Optional[int] = ..., request_id: _Optional[str] = ..., include_alignment: _Optional[bool] = ..., lexicon: _Optional[_Mapping[str, str]] = ..., ssml: _Optional[bool] = ..., resume_token: _Optional[str] = ..., frame_ms: _Optional[int] = ..., speaker: _Optional[str] = ...) -> None: ...
 
 class StreamingSynthesizeConfig(_message.Message):
-    __slots__ = ("voice", "speed", "encoding", "sample_rate_hz", "speaker_id", "request_id", "include_alignment", "lexicon", "resume_token", "frame_ms")
+    __slots__ = ("voice", "speed", "encoding", "sample_rate_hz", "speaker_id", "request_id", "include_alignment", "lexicon", "resume_token", "frame_ms", "speaker")
     class LexiconEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -84,6 +86,7 @@ class StreamingSynthesizeConfig(_message.Message):
     LEXICON_FIELD_NUMBER: _ClassVar[int]
     RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
     FRAME_MS_FIELD_NUMBER: _ClassVar[int]
+    SPEAKER_FIELD_NUMBER: _ClassVar[int]
     voice: str
     speed: float
     encoding: AudioEncoding
@@ -94,7 +97,8 @@ class StreamingSynthesizeConfig(_message.Message):
     lexicon: _containers.ScalarMap[str, str]
     resume_token: str
     frame_ms: int
-    def __init__(self, voice: _Optional[str] = ..., speed: _Optional[float] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ..., sample_rate_hz: _Optional[int] = ..., speaker_id: _Optional[int] = ..., request_id: _Optional[str] = ..., include_alignment: _Optional[bool] = ..., lexicon: _Optional[_Mapping[str, str]] = ..., resume_token: _Optional[str] = ..., frame_ms: _Optional[int] = ...) -> None: ...
+    speaker: str
+    def __init__(self, voice: _Optional[str] = ..., speed: _Optional[float] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ..., sample_rate_hz: _Optional[int] = ..., speaker_id: _Optional[int] = ..., request_id: _Optional[str] = ..., include_alignment: _Optional[bool] = ..., lexicon: _Optional[_Mapping[str, str]] = ..., resume_token: _Optional[str] = ..., frame_ms: _Optional[int] = ..., speaker: _Optional[str] = ...) -> None: ...
 
 class StreamingSynthesizeRequest(_message.Message):
     __slots__ = ("config", "text")
@@ -191,20 +195,29 @@ class ListVoicesRequest(_message.Message):
     def __init__(self, language_code: _Optional[str] = ...) -> None: ...
 
 class Voice(_message.Message):
-    __slots__ = ("name", "language_code", "natural_sample_rate_hz", "num_speakers", "is_default", "quality")
+    __slots__ = ("name", "language_code", "natural_sample_rate_hz", "num_speakers", "is_default", "quality", "speakers")
+    class SpeakersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_CODE_FIELD_NUMBER: _ClassVar[int]
     NATURAL_SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
     NUM_SPEAKERS_FIELD_NUMBER: _ClassVar[int]
     IS_DEFAULT_FIELD_NUMBER: _ClassVar[int]
     QUALITY_FIELD_NUMBER: _ClassVar[int]
+    SPEAKERS_FIELD_NUMBER: _ClassVar[int]
     name: str
     language_code: str
     natural_sample_rate_hz: int
     num_speakers: int
     is_default: bool
     quality: str
-    def __init__(self, name: _Optional[str] = ..., language_code: _Optional[str] = ..., natural_sample_rate_hz: _Optional[int] = ..., num_speakers: _Optional[int] = ..., is_default: _Optional[bool] = ..., quality: _Optional[str] = ...) -> None: ...
+    speakers: _containers.ScalarMap[str, int]
+    def __init__(self, name: _Optional[str] = ..., language_code: _Optional[str] = ..., natural_sample_rate_hz: _Optional[int] = ..., num_speakers: _Optional[int] = ..., is_default: _Optional[bool] = ..., quality: _Optional[str] = ..., speakers: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class ListVoicesResponse(_message.Message):
     __slots__ = ("voices",)

@@ -43,8 +43,10 @@ class SentenceRequest(_message.Message):
     def __init__(self, utterance_id: _Optional[str] = ..., sentence_index: _Optional[int] = ..., phoneme_ids: _Optional[_Iterable[int]] = ..., voice: _Optional[str] = ..., speaker_id: _Optional[int] = ..., speed: _Optional[float] = ..., noise_scale: _Optional[float] = ..., noise_w: _Optional[float] = ..., seed: _Optional[int] = ..., expected_model_version: _Optional[str] = ..., start_frame: _Optional[int] = ..., slice_ms: _Optional[float] = ..., dtype: _Optional[_Union[_mel_pb2.MelDType, str]] = ..., playback_slack_ms: _Optional[float] = ..., vocoder_pacing: _Optional[_Union[_load_pb2.VocoderPacing, _Mapping]] = ...) -> None: ...
 
 class GetModelInfoRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("voice",)
+    VOICE_FIELD_NUMBER: _ClassVar[int]
+    voice: str
+    def __init__(self, voice: _Optional[str] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
     __slots__ = ("model_version", "voice", "sample_rate_hz", "hop_length", "n_mels", "num_speakers")

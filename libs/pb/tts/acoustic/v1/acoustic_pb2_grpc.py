@@ -66,13 +66,15 @@ class AcousticServicer:
         grpc-retry-pushback-ms trailer. The gateway writes only after the headers arrive.
         A message without slices says the worker is busy with the stream's next step: a busy worker is
         not a silent one.
+        The stream's voice is its tts-voice header (none: the worker's default voice); a voice the
+        worker serves but has not loaded is loaded before the stream is accepted.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetModelInfo(self, request, context):
-        """What model this worker runs; the gateway keys its cache on model_version.
+        """What model this worker runs for a voice; the gateway keys its cache on model_version.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -58,6 +58,8 @@ class VocoderServicer:
         The worker sends its response headers as soon as it accepts the stream, before reading any
         request; an overloaded worker instead ends the call with RESOURCE_EXHAUSTED and the
         grpc-retry-pushback-ms trailer. The gateway writes only after the headers arrive.
+        The stream's voice is its tts-voice header (none: the worker's default voice); a voice the
+        worker serves but has not loaded is loaded before the stream is accepted.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
