@@ -12,7 +12,7 @@ OUT ?= hello.wav
 
 .DEFAULT_GOAL := help
 .PHONY: help venv run run-zones certs web grpcjs say test test-fast proto docs voice bench bench-load bench-quality bench-faults \
-	bench-doors bench-hostile bench-text bench-text-zh bench-jobs fuzz idle-keepalive k8s-validate image image-gpu base-image \
+	bench-doors bench-hostile bench-voices bench-text bench-text-zh bench-jobs fuzz idle-keepalive k8s-validate image image-gpu base-image \
 	container-engine run-containers test-containers soak
 
 ## List the targets.
@@ -108,6 +108,10 @@ bench-doors: $(DEV)
 	$(PY) -m bench.doors --out bench/doors.md
 
 ## Phoneme error rate and heteronym accuracy of the text front end against piper-tts, and its cost.
+## What a worker's voices take in memory (one, four), and whether its voice memory budget holds.
+bench-voices: $(DEV)
+	$(PY) -m bench.voices --out bench/voices.md
+
 bench-text: $(DEV)
 	$(PY) -m bench.text_front_end --out bench/text.md
 

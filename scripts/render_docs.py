@@ -14,7 +14,8 @@ Each generated part sits in a page between `<!-- NAME:begin -->` and `<!-- NAME:
   - `doors`: `bench/doors.md` (`make bench-doors`);
   - `text-bench`: `bench/text.md` (`make bench-text`);
   - `jobs-bench` and `prewarm-bench`: `bench/jobs.md` and `bench/prewarm.md` (`make bench-jobs`);
-  - `hostile`: `bench/hostile.md` (`make bench-hostile`).
+  - `hostile`: `bench/hostile.md` (`make bench-hostile`);
+  - `voices-bench`: `bench/voices.md` (`make bench-voices`).
 
     python -m scripts.render_docs [--check]
 
@@ -44,6 +45,7 @@ TEXT_RESULTS = ROOT / "bench" / "text.md"
 JOBS_RESULTS = ROOT / "bench" / "jobs.md"
 PREWARM_RESULTS = ROOT / "bench" / "prewarm.md"
 HOSTILE_RESULTS = ROOT / "bench" / "hostile.md"
+VOICES_RESULTS = ROOT / "bench" / "voices.md"
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -68,6 +70,7 @@ def generated_sections() -> dict[Path, dict[str, Callable[[], str]]]:
             "jobs-bench": lambda: bench_output(JOBS_RESULTS),
             "prewarm-bench": lambda: bench_output(PREWARM_RESULTS),
             "hostile": lambda: bench_output(HOSTILE_RESULTS),
+            "voices-bench": lambda: bench_output(VOICES_RESULTS),
         },
     }
 

@@ -31,6 +31,7 @@ from libs.serving.admission import process_rss_mb
 from libs.serving.memory import release_free_memory
 from libs.serving.status import abort_for
 from libs.settings.fields import setting
+from libs.telemetry.metrics import WorkerMetrics
 from libs.voice.catalogue import CatalogueVoice, VoiceCatalogue
 from libs.voice.registry import DEFAULT_VOICE_NAME, UnknownVoiceError
 from libs.wire.errors import DownstreamError, InvalidRequestError, echo
@@ -123,9 +124,11 @@ class VoiceShelf(Generic[Engine]):
         resident_bytes: Callable[[], int] = lambda: int(process_rss_mb() * MIB),
         tidy: Callable[[], None] = lambda: _hand_back_free_memory(),
         default_name: str = DEFAULT_VOICE_NAME,
+        on_change: Callable[[str, str], None] = lambda change, voice: None,
     ) -> None:
         """`load` builds (and warms) one voice's engine; `budget_bytes` 0 means no bound.
-        `resident_bytes` reads the process's resident memory, `tidy` hands freed memory back first."""
+        `resident_bytes` reads the process's resident memory, `tidy` hands freed memory back first;
+        `on_change(change, voice)` hears of every load and eviction (metrics)."""
         self.catalogue = catalogue
         self.default_name = default_name
         self.budget_bytes = budget_bytes
@@ -133,6 +136,7 @@ class VoiceShelf(Generic[Engine]):
         self._close = close
         self._resident_bytes = resident_bytes
         self._tidy = tidy
+        self._on_change = on_change
         self._held: OrderedDict[str, _Held[Engine]] = OrderedDict()
         self._lock = threading.RLock()  # guards _held; loads also hold _loading, one at a time
         self._loading = threading.Lock()
@@ -206,6 +210,7 @@ class VoiceShelf(Generic[Engine]):
             with self._lock:
                 self._held[name] = _Held(engine, grown, model_bytes)
                 self.loads += 1
+            self._on_change("load", name)
             _log.info("voice %s loaded: %.0f MiB (voices: %s)", name, grown / MIB, ", ".join(self.loaded()))
             self._make_room(0, keep=name)  # it took more than expected: the least recently used make way
             return engine
@@ -280,6 +285,7 @@ class VoiceShelf(Generic[Engine]):
                     )
                 held = self._held.pop(victim)
                 self.evictions += 1
+            self._on_change("evict", victim)
             self._close(held.engine)
             del held
             self._tidy()
@@ -292,13 +298,16 @@ def _hand_back_free_memory() -> None:
     release_free_memory()
 
 
-def load_shelf(catalogue: VoiceCatalogue, settings: VoiceShelfSettings, load: Callable[[CatalogueVoice], Any]) -> VoiceShelf:
+def load_shelf(
+    catalogue: VoiceCatalogue, settings: VoiceShelfSettings, load: Callable[[CatalogueVoice], Any], metrics: WorkerMetrics
+) -> VoiceShelf:
     """A worker's shelf with its budget from `settings` and its preloaded voices loaded (blocking);
-    the first of them is the worker's default voice."""
+    the first of them is the worker's default voice. Its voices and their memory go to `metrics`."""
     names = settings.preload_names(catalogue)
     if not names:
         raise ValueError("--preload-voices names no voice; a worker needs at least one (its default)")
-    shelf = VoiceShelf(catalogue, load, int(settings.voice_memory_mb * MIB), default_name=names[0])
+    shelf = VoiceShelf(catalogue, load, int(settings.voice_memory_mb * MIB), default_name=names[0], on_change=metrics.voice_changed)
+    metrics.track_voices(lambda: len(shelf.loaded()), shelf.used_bytes)
     for name in names:
         shelf.load(name)
     return shelf

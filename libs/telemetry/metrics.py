@@ -114,6 +114,30 @@ class WorkerMetrics:
             registry=self.registry,
         )
 
+        self.voices_loaded = Gauge(
+            f"tts_{service}_voices_loaded", "Voices whose models this worker holds in memory now.", registry=self.registry
+        )
+        self.voice_memory_bytes = Gauge(
+            f"tts_{service}_voice_memory_bytes",
+            "Resident memory the loaded voices took when they loaded (what --voice-memory-mb bounds).",
+            registry=self.registry,
+        )
+        self.voice_changes_total = Counter(
+            f"tts_{service}_voice_changes_total",
+            "Voices loaded (change: load) and unloaded to make room (change: evict), by voice.",
+            ["change", "voice"],
+            registry=self.registry,
+        )
+
+    def track_voices(self, loaded: Callable[[], int], memory_bytes: Callable[[], int]) -> None:
+        """Read the voices held and their memory whenever the metrics are scraped."""
+        self.voices_loaded.set_function(loaded)
+        self.voice_memory_bytes.set_function(memory_bytes)
+
+    def voice_changed(self, change: str, voice: str) -> None:
+        """A voice shelf's `on_change` hook: `change` is load or evict."""
+        self.voice_changes_total.labels(change=change, voice=voice).inc()
+
     def track_realtime(self, capacity: Callable[[], float], demand: Callable[[], float]) -> None:
         """Read capacity and demand (audio s per s) whenever the metrics are scraped."""
         self.realtime_capacity.set_function(capacity)

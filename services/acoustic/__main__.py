@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
 from libs.scheduling.budget import read_cpu_budget
@@ -19,19 +18,19 @@ from services.settings import WorkerServiceSettings, load_worker_settings
 SERVICE_NAME = acoustic_pb2.DESCRIPTOR.services_by_name["Acoustic"].full_name
 
 
-def load_voices(settings: WorkerServiceSettings, scheduler: Scheduler, on_batch: Callable[..., None] | None = None) -> VoiceShelf:
+def load_voices(settings: WorkerServiceSettings, scheduler: Scheduler, metrics: AcousticMetrics) -> VoiceShelf:
     """The worker's voices with the preloaded ones loaded and warmed up, the first of them measured
     for the scheduler's step costs (runs in the inference thread)."""
     from libs.voice.calibration import acoustic_steps
     from libs.voice.engine import AcousticEngine
 
     def load(entry: CatalogueVoice) -> AcousticEngine:
-        # on_batch feeds the batch metrics whenever the engine batches (EngineSettings.batching.max_batch > 1).
-        engine = AcousticEngine.load(entry.assets, settings=engine_settings(settings.worker, on_batch))
+        # observe_batch feeds the batch metrics whenever the engine batches (EngineSettings.batching.max_batch > 1).
+        engine = AcousticEngine.load(entry.assets, settings=engine_settings(settings.worker, metrics.observe_batch))
         engine.warm_up()
         return engine
 
-    shelf = load_shelf(settings.voices.catalogue(), settings.shelf, load)
+    shelf = load_shelf(settings.voices.catalogue(), settings.shelf, load, metrics)
     engine = shelf.held("")  # the worker's default voice: the first it preloads
     scheduler.first_step_units = engine.schedule.chunk_frames(0) + engine.lag_frames
     scheduler.longest_step_units = engine.schedule.max_chunk_frames
@@ -54,7 +53,7 @@ async def serve(settings: WorkerServiceSettings) -> None:
         metrics.registry,
         executor,
         register=lambda server: acoustic_pb2_grpc.add_AcousticServicer_to_server(servicer, server),
-        load_engine=lambda: load_voices(settings, scheduler, metrics.observe_batch),
+        load_engine=lambda: load_voices(settings, scheduler, metrics),
         install_engine=servicer.install,
         on_stop=scheduler.close,
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 
 from libs.pb.tts.vocoder.v1 import vocoder_pb2, vocoder_pb2_grpc
 from libs.scheduling.budget import read_cpu_budget
@@ -19,7 +18,7 @@ from services.vocoder.servicer import VocoderServicer
 SERVICE_NAME = vocoder_pb2.DESCRIPTOR.services_by_name["Vocoder"].full_name
 
 
-def load_voices(settings: WorkerServiceSettings, scheduler: Scheduler, on_batch: Callable[..., None] | None = None) -> VoiceShelf:
+def load_voices(settings: WorkerServiceSettings, scheduler: Scheduler, metrics: VocoderMetrics) -> VoiceShelf:
     """The worker's voices with the preloaded ones loaded and warmed up, the first of them measured
     for the scheduler's step costs and pacing (runs in the inference thread)."""
     from libs.scheduling.stream import VocoderPacing
@@ -27,12 +26,12 @@ def load_voices(settings: WorkerServiceSettings, scheduler: Scheduler, on_batch:
     from libs.voice.engine import VocoderEngine
 
     def load(entry: CatalogueVoice) -> VocoderEngine:
-        # on_batch feeds the batch metrics whenever the engine batches (EngineSettings.batching.max_batch > 1).
-        engine = VocoderEngine.load(entry.assets, settings=engine_settings(settings.worker, on_batch))
+        # observe_batch feeds the batch metrics whenever the engine batches (EngineSettings.batching.max_batch > 1).
+        engine = VocoderEngine.load(entry.assets, settings=engine_settings(settings.worker, metrics.observe_batch))
         engine.warm_up()
         return engine
 
-    shelf = load_shelf(settings.voices.catalogue(), settings.shelf, load)
+    shelf = load_shelf(settings.voices.catalogue(), settings.shelf, load, metrics)
     engine = shelf.held("")  # the worker's default voice: the first it preloads
     scheduler.pacing = VocoderPacing(lag_frames=engine.lag_frames, schedule=engine.schedule)
     scheduler.first_step_units = engine.schedule.chunk_frames(0)
@@ -56,7 +55,7 @@ async def serve(settings: WorkerServiceSettings) -> None:
         metrics.registry,
         executor,
         register=lambda server: vocoder_pb2_grpc.add_VocoderServicer_to_server(servicer, server),
-        load_engine=lambda: load_voices(settings, scheduler, metrics.observe_batch),
+        load_engine=lambda: load_voices(settings, scheduler, metrics),
         install_engine=servicer.install,
         on_stop=scheduler.close,
     )

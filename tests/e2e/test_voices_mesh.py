@@ -125,8 +125,9 @@ def test_a_speaker_is_chosen_by_name_or_id_and_a_16_khz_voice_is_served_end_to_e
     assert rate == 16_000 and by_name.size > 0
     assert np.array_equal(by_name, by_id) and np.array_equal(by_name, by_digits)
     assert by_name.shape != alice.shape or not np.array_equal(by_name, alice), "speakers share cached audio"
-    resampled, rate_48k = _say(address, text, voice=TRIO.name, speaker="bob", sample_rate_hz=48_000)
-    assert rate_48k == 48_000 and abs(resampled.size / 3 - by_name.size) <= 48
+    for rate_hz in (24_000, 48_000):  # OpenAI's pcm rate, and a rate three times the voice's
+        resampled, rate = _say(address, text, voice=TRIO.name, speaker="bob", sample_rate_hz=rate_hz)
+        assert rate == rate_hz and abs(resampled.size * 16_000 / rate_hz - by_name.size) <= 48
     with pytest.raises(grpc.RpcError) as refused:
         _say(address, text, voice=TRIO.name, speaker="dave")
     assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
@@ -193,5 +194,7 @@ def test_a_killed_worker_s_stream_resumes_on_a_worker_that_loads_the_voice_with_
         assert metric_sum(mesh.gateway_metrics("gateway"), "tts_gateway_resumes_total", kind=kind) > resumes_before
         assert np.array_equal(spoken.samples, reference), "the resumed stream's audio differs"
         assert BUILT.name in _loaded(mesh, kind, "zone-a"), "the stream did not move to zone-a, which had to load the voice"
+        loads = metric_sum(mesh.worker_metrics(kind, "zone-a"), f"tts_{kind}_voice_changes_total", change="load", voice=BUILT.name)
+        assert loads == 1, "a voice is loaded once however many streams ask for it"
     finally:
         mesh.restart_worker(kind, "zone-b")
