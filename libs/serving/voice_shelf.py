@@ -42,10 +42,10 @@ _log = logging.getLogger(__name__)
 Engine = TypeVar("Engine")
 
 MIB: Final = 1 << 20
-FIRST_GUESS_BYTES_PER_MODEL_BYTE: Final = 4.0
+FIRST_GUESS_BYTES_PER_MODEL_BYTE: Final = {"acoustic": 4.0, "vocoder": 1.5}
 """What a voice is expected to take per byte of its Piper model before a voice of its size has been
 measured (the torch modules, the onnxruntime graphs and their arenas: a medium voice's acoustic side
-takes about 3.4 times its model, its vocoder side 1.4 times)."""
+takes about 3.4 times its model, its vocoder side about 1.4 times, after the first voice)."""
 VOICE_ROOM_RETRY_S: Final = 1.0
 """When a stream refused for want of voice memory may try this worker again."""
 
@@ -122,13 +122,16 @@ class VoiceShelf(Generic[Engine]):
         *,
         close: Callable[[Engine], None] = lambda engine: getattr(engine, "close", lambda: None)(),
         resident_bytes: Callable[[], int] = lambda: int(process_rss_mb() * MIB),
-        tidy: Callable[[], None] = lambda: _hand_back_free_memory(),
+        tidy: Callable[[], None] = lambda: hand_back_free_memory(),
         default_name: str = DEFAULT_VOICE_NAME,
         on_change: Callable[[str, str], None] = lambda change, voice: None,
+        first_guess_per_model_byte: float = FIRST_GUESS_BYTES_PER_MODEL_BYTE["acoustic"],
     ) -> None:
         """`load` builds (and warms) one voice's engine; `budget_bytes` 0 means no bound.
         `resident_bytes` reads the process's resident memory, `tidy` hands freed memory back first;
-        `on_change(change, voice)` hears of every load and eviction (metrics)."""
+        `on_change(change, voice)` hears of every load and eviction (metrics);
+        `first_guess_per_model_byte`: what a voice is expected to take per byte of its model before
+        one of its size has been measured."""
         self.catalogue = catalogue
         self.default_name = default_name
         self.budget_bytes = budget_bytes
@@ -137,6 +140,7 @@ class VoiceShelf(Generic[Engine]):
         self._resident_bytes = resident_bytes
         self._tidy = tidy
         self._on_change = on_change
+        self._first_guess = first_guess_per_model_byte
         self._held: OrderedDict[str, _Held[Engine]] = OrderedDict()
         self._lock = threading.RLock()  # guards _held; loads also hold _loading, one at a time
         self._loading = threading.Lock()
@@ -263,7 +267,7 @@ class VoiceShelf(Generic[Engine]):
         with self._lock:
             measured = [(held.bytes, held.model_bytes) for held in self._held.values() if held.model_bytes and held.bytes]
         alike = [taken / size for taken, size in measured if size / 2 <= model_bytes <= size * 2]
-        per_model_byte = max(alike) if alike else FIRST_GUESS_BYTES_PER_MODEL_BYTE
+        per_model_byte = max(alike) if alike else self._first_guess
         return max(int(model_bytes * per_model_byte), min((taken for taken, _ in measured), default=0))
 
     def _make_room(self, incoming_bytes: int, keep: str) -> None:
@@ -279,6 +283,11 @@ class VoiceShelf(Generic[Engine]):
                 if victim is None:
                     if incoming_bytes == 0:
                         return  # what is held is in use: it stays until its streams end
+                    if not self._held:
+                        # Alone it is over the budget (or expected to be): a worker serves at least one voice.
+                        _log.warning("voice %s is expected to take %.0f MiB, over the %.0f MiB budget on its own",
+                                     keep, incoming_bytes / MIB, self.budget_bytes / MIB)  # fmt: skip
+                        return
                     raise VoiceMemoryFullError(
                         f"no memory for voice {keep}: the voices in use ({', '.join(self._held)}) take "
                         f"{used / MIB:.0f} of {self.budget_bytes / MIB:.0f} MiB; another worker may have room"
@@ -292,21 +301,24 @@ class VoiceShelf(Generic[Engine]):
             _log.info("voice %s unloaded to make room (%.0f MiB)", victim, used / MIB)
 
 
-def _hand_back_free_memory() -> None:
+def hand_back_free_memory() -> None:
     """Collect cycles (an engine's modules hold some), then return the C heap's free pages."""
     gc.collect()
     release_free_memory()
 
 
 def load_shelf(
-    catalogue: VoiceCatalogue, settings: VoiceShelfSettings, load: Callable[[CatalogueVoice], Any], metrics: WorkerMetrics
+    kind: str, catalogue: VoiceCatalogue, settings: VoiceShelfSettings, load: Callable[[CatalogueVoice], Any], metrics: WorkerMetrics
 ) -> VoiceShelf:
     """A worker's shelf with its budget from `settings` and its preloaded voices loaded (blocking);
     the first of them is the worker's default voice. Its voices and their memory go to `metrics`."""
     names = settings.preload_names(catalogue)
     if not names:
         raise ValueError("--preload-voices names no voice; a worker needs at least one (its default)")
-    shelf = VoiceShelf(catalogue, load, int(settings.voice_memory_mb * MIB), default_name=names[0], on_change=metrics.voice_changed)
+    shelf = VoiceShelf(
+        catalogue, load, int(settings.voice_memory_mb * MIB), default_name=names[0], on_change=metrics.voice_changed,
+        first_guess_per_model_byte=FIRST_GUESS_BYTES_PER_MODEL_BYTE[kind],
+    )  # fmt: skip
     metrics.track_voices(lambda: len(shelf.loaded()), shelf.used_bytes)
     for name in names:
         shelf.load(name)

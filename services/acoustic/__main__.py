@@ -30,7 +30,7 @@ def load_voices(settings: WorkerServiceSettings, scheduler: Scheduler, metrics: 
         engine.warm_up()
         return engine
 
-    shelf = load_shelf(settings.voices.catalogue(), settings.shelf, load, metrics)
+    shelf = load_shelf("acoustic", settings.voices.catalogue(), settings.shelf, load, metrics)
     engine = shelf.held("")  # the worker's default voice: the first it preloads
     scheduler.first_step_units = engine.schedule.chunk_frames(0) + engine.lag_frames
     scheduler.longest_step_units = engine.schedule.max_chunk_frames

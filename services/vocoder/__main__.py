@@ -31,7 +31,7 @@ def load_voices(settings: WorkerServiceSettings, scheduler: Scheduler, metrics: 
         engine.warm_up()
         return engine
 
-    shelf = load_shelf(settings.voices.catalogue(), settings.shelf, load, metrics)
+    shelf = load_shelf("vocoder", settings.voices.catalogue(), settings.shelf, load, metrics)
     engine = shelf.held("")  # the worker's default voice: the first it preloads
     scheduler.pacing = VocoderPacing(lag_frames=engine.lag_frames, schedule=engine.schedule)
     scheduler.first_step_units = engine.schedule.chunk_frames(0)

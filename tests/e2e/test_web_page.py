@@ -58,6 +58,8 @@ def test_the_page_speaks_plays_and_highlights_every_word(mesh: Mesh, page_url: s
             page.on("pageerror", lambda error: problems.append(str(error)))
             page.goto(page_url)
             page.wait_for_function("document.querySelectorAll('#voice option').length > 0", timeout=30_000)
+            # Each voice with its language, quality and sample rate, as ListVoices gives them.
+            assert page.inner_text("#voice option") == "en_US-joe-medium (en-US, medium, 22.05 kHz)"
             page.fill("#text", TEXT)
             page.click("#speak")
             page.wait_for_function("window.ttsPage.done || window.ttsPage.error", timeout=60_000)

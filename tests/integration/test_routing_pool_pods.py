@@ -82,7 +82,8 @@ async def test_a_pod_that_drains_and_returns_keeps_or_regains_a_working_channel(
         await wait_until(lambda: not table.tracks(first), timeout_s=5)
         assert metrics.registry.get_sample_value(healthy, {"kind": "acoustic", "zone": "zone-a"}) == 0.0
         names.names["acoustic-a"] = ["127.0.0.61", "127.0.0.62"]
-        await wait_until(lambda: table.tracks(second) and table.is_available(second), timeout_s=5)
+        # Both pods listed again: each is healthy once its own Watch answers (they answer in any order).
+        await wait_until(lambda: all(table.tracks(pod) and table.is_available(pod) for pod in (first, second)), timeout_s=5)
         assert metrics.registry.get_sample_value(healthy, {"kind": "acoustic", "zone": "zone-a"}) == 2.0
     finally:
         await pool.close()

@@ -6,7 +6,7 @@
 
 import { createClient } from "@connectrpc/connect";
 import { createGrpcWebTransport } from "@connectrpc/connect-web";
-import { AudioEncoding, TextToSpeech, type SentenceInfo, type WordInfo } from "./gen/tts/v1/tts_pb";
+import { AudioEncoding, TextToSpeech, type SentenceInfo, type Voice, type WordInfo } from "./gen/tts/v1/tts_pb";
 
 const transport = createGrpcWebTransport({ baseUrl: window.location.origin, useBinaryFormat: true });
 const client = createClient(TextToSpeech, transport);
@@ -57,11 +57,18 @@ const DOWNLOADS: Record<string, { encoding: AudioEncoding; extension: string; ty
 
 let audioContext: AudioContext | null = null;
 
+/** A voice as the list shows it: name, language, quality, sample rate and, for several, its speakers. */
+function voiceLabel(voice: Voice): string {
+  const speakers = Object.keys(voice.speakers);
+  const who = voice.numSpeakers > 1 ? `, ${voice.numSpeakers} speakers${speakers.length ? ": " + speakers.join(", ") : ""}` : "";
+  return `${voice.name} (${voice.languageCode}, ${voice.quality}, ${voice.naturalSampleRateHz / 1000} kHz${who})`;
+}
+
 async function loadVoices(): Promise<void> {
   try {
     const reply = await client.listVoices({});
     voiceSelect.replaceChildren(
-      ...reply.voices.map((voice) => new Option(`${voice.name} (${voice.languageCode})`, voice.name, voice.isDefault, voice.isDefault)),
+      ...reply.voices.map((voice) => new Option(voiceLabel(voice), voice.name, voice.isDefault, voice.isDefault)),
     );
   } catch (error) {
     showError(error);
