@@ -145,8 +145,15 @@ class Synthesizer:
         return self._opening_max_ids or None
 
     def client_limit(self) -> int | None:
-        """Streams one client may hold at most (None: no limit)."""
-        return self._max_streams_per_client or None
+        """Streams one client may hold at most (None: no limit): `max_streams_per_client`, and never
+        more than half the streams the workers take at once, so one greedy client cannot fill the
+        workers and leave every other client refused by them."""
+        limit = self._max_streams_per_client or None
+        slots = self._pool.stream_slots()
+        if slots:
+            share = max(1, slots // 2)
+            limit = share if limit is None else min(limit, share)
+        return limit
 
     def _take_slot(self, client: str, expected_audio_s: float, characters: int = 0) -> _Slot:
         """Count one stream of `client` until its slot is released (or dropped), or shed it with
@@ -164,7 +171,8 @@ class Synthesizer:
             self._pool.metrics.shed(SHED_CLIENT_LIMIT)
             raise DownstreamError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"this client already has {held} streams open here, its limit; finish or cancel one before starting another",
+                f"this client already has {held} streams open here, its limit (at most {self._max_streams_per_client or 'any number'} "
+                "per client, and half of what the workers take at once); finish or cancel one before starting another",
             )
         listener = Listener(client, expected_audio_s)
         if self.admission is not None:

@@ -273,6 +273,17 @@ class WorkerPool:
         sums = [summed_capacity(self.available_loads(kind)) for kind in KINDS]
         return min(sums) if all(total > 0 for total in sums) else 0.0
 
+    def stream_slots(self) -> int | None:
+        """Streams the available workers take at once, as they said when they admitted a stream (the
+        smaller of the acoustic and the vocoder sums); None while a kind's workers set no limit or
+        have not said theirs."""
+        sums = []
+        for kind in KINDS:
+            limits = [status.stream_limit for status in self._tables[kind].statuses() if status.available]
+            if limits and all(limit for limit in limits):
+                sums.append(sum(limit for limit in limits if limit))
+        return min(sums) if sums else None
+
     def other_gateways_streams(self) -> int:
         """Streams other gateways hold on the available workers, as the workers last said (of whichever
         kind counts more)."""

@@ -16,21 +16,39 @@ from libs.wire.errors import DownstreamError
 
 
 class _Pool:
-    """What the counts read of a worker pool: the shed counter."""
+    """What the counts read of a worker pool: the shed counter, and the streams the workers take."""
 
-    def __init__(self) -> None:
+    def __init__(self, slots: int | None = None) -> None:
         self.metrics = SimpleNamespace(shed=lambda reason: None)
+        self.slots = slots
+
+    def stream_slots(self) -> int | None:
+        return self.slots
 
 
-def _synthesizer(per_client: int = 0, admission: RealtimeAdmission | None = None) -> Synthesizer:
+def _synthesizer(per_client: int = 0, admission: RealtimeAdmission | None = None, slots: int | None = None) -> Synthesizer:
     return Synthesizer(
-        pool=_Pool(), cache=None, text_side=None, max_streams=8, max_streams_per_client=per_client, admission=admission,  # type: ignore[arg-type]
+        pool=_Pool(slots), cache=None, text_side=None, max_streams=8, max_streams_per_client=per_client, admission=admission,  # type: ignore[arg-type]
     )  # fmt: skip
 
 
 def test_a_client_limit_is_the_fixed_per_client_limit() -> None:
     assert _synthesizer().client_limit() is None
     assert _synthesizer(per_client=10).client_limit() == 10
+
+
+def test_a_client_never_holds_more_than_half_of_what_the_workers_take() -> None:
+    assert _synthesizer(slots=32).client_limit() == 16
+    assert _synthesizer(per_client=64, slots=32).client_limit() == 16
+    assert _synthesizer(per_client=10, slots=64).client_limit() == 10
+    assert _synthesizer(per_client=4, slots=1).client_limit() == 1
+    synthesizer = _synthesizer(per_client=64, slots=4)
+    greedy = [synthesizer._take_slot("greedy", 1.0) for _ in range(2)]
+    with pytest.raises(DownstreamError, match="half of what the workers take"):
+        synthesizer._take_slot("greedy", 1.0)
+    other = synthesizer._take_slot("other", 1.0)  # the workers' other half is there for everyone else
+    for slot in (*greedy, other):
+        slot.release()
 
 
 def test_a_dropped_slot_is_given_back_and_a_released_one_only_once() -> None:
