@@ -52,6 +52,7 @@ class FastTierConfig:
     learning_rate: float = 5e-4
     mel_weight: float = 1.0
     seed: int = 7
+    checkpoint_every: int = 500
     teacher: TeacherConfig = field(default_factory=lambda: TeacherConfig(variants_per_sentence=2))
 
 
@@ -87,8 +88,11 @@ def _batch(pairs: list[tuple[torch.Tensor, torch.Tensor]], config: FastTierConfi
     return torch.stack(mels), torch.stack(audios)
 
 
-def train(config: FastTierConfig, work_dir: Path = WORK_DIR, log=print) -> FrameVocoder:  # type: ignore[no-untyped-def]
-    """Train (or go on training from the checkpoint) to `config.steps`; returns the student."""
+def train(config: FastTierConfig, work_dir: Path = WORK_DIR, log=print, until_step: int | None = None) -> FrameVocoder:  # type: ignore[no-untyped-def]
+    """Train (or go on training from the checkpoint) to `config.steps`, or only to `until_step` (a
+    sitting shorter than the run: it checkpoints there); returns the student. Each step's batch and
+    learning rate follow from the step's number alone, so a run that stops and resumes reaches the
+    weights of one that never stopped."""
     torch.manual_seed(config.seed)
     pairs = teacher_pairs(config, work_dir, log)
     model = FrameVocoder(config.model)
@@ -102,14 +106,14 @@ def train(config: FastTierConfig, work_dir: Path = WORK_DIR, log=print) -> Frame
             optimiser.load_state_dict(state["optimiser"])
             step = int(state["step"])
             log(f"resumed at step {step}")
-    rng = random.Random(f"{config.seed}-{step}")
     hop, context = config.model.hop_length, config.context_frames
     started_s = time.perf_counter()
     model.train()
-    while step < config.steps:
+    last = config.steps if until_step is None else min(until_step, config.steps)
+    while step < last:
         for group in optimiser.param_groups:  # cosine decay from the peak
             group["lr"] = config.learning_rate * 0.5 * (1 + np.cos(np.pi * step / config.steps))
-        mel, target = _batch(pairs, config, rng)
+        mel, target = _batch(pairs, config, random.Random(f"{config.seed}-{step}"))
         predicted = model(mel)[:, context * hop : (context + config.segment_frames) * hop]
         stft = multi_resolution_stft_loss(predicted, target, STFT_RESOLUTIONS)
         mel_loss = (mel_spectrogram(predicted) - mel_spectrogram(target)).abs().mean()
@@ -122,7 +126,7 @@ def train(config: FastTierConfig, work_dir: Path = WORK_DIR, log=print) -> Frame
         if step % 100 == 0 or step == config.steps:
             elapsed = time.perf_counter() - started_s
             log(f"step {step}/{config.steps}: stft {stft.item():.3f} mel {mel_loss.item():.3f} ({elapsed:.0f} s)")
-        if step % 500 == 0 or step == config.steps:
+        if step % config.checkpoint_every == 0 or step == last:
             torch.save({"model": model.state_dict(), "optimiser": optimiser.state_dict(), "step": step, "config": asdict(config.model)}, checkpoint)
     return model.eval()
 
@@ -172,12 +176,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=FastTierConfig.steps)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--until-step", type=int, default=None, help="stop (checkpointed) at this step; run again to go on")
     parser.add_argument("--work-dir", type=Path, default=WORK_DIR)
     parser.add_argument("--evaluate", action="store_true", help="score the student against the quality tier afterwards")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     config = FastTierConfig(steps=args.steps)
-    model = train(config, args.work_dir)
+    model = train(config, args.work_dir, until_step=args.until_step)
     if args.evaluate:
         print(json.dumps(evaluate(model, work_dir=args.work_dir), indent=2))
     return 0

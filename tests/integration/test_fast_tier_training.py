@@ -1,0 +1,36 @@
+"""The fast tier's trainer: seeded, checkpointed, and a run that stops goes on from its checkpoint to
+the very weights an unbroken run reaches. Teacher pairs here are random stand-ins (structure only;
+the student's quality is measured by `python -m scripts.voice.fast_tier --evaluate`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from libs.models.frame_vocoder import FrameVocoderConfig
+from scripts.voice.fast_tier import FastTierConfig, train
+
+SMALL = FastTierConfig(
+    model=FrameVocoderConfig(channels=16, intermediate=32, layers=1), batch_size=2, segment_frames=8, context_frames=4, steps=4
+)
+
+
+def _work_dir(tmp_path: Path, config: FastTierConfig) -> Path:
+    generator = torch.Generator().manual_seed(0)
+    pairs = [(torch.randn(80, 40, generator=generator), torch.randn(40 * 256, generator=generator) * 0.1) for _ in range(3)]
+    work_dir = tmp_path / "work"
+    work_dir.mkdir(parents=True)
+    torch.save(pairs, work_dir / f"teacher-{config.teacher.variants_per_sentence}-{config.teacher.seed}.pt")
+    return work_dir
+
+
+def test_a_stopped_run_resumes_from_its_checkpoint_to_the_weights_of_an_unbroken_one(tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    unbroken = train(SMALL, _work_dir(tmp_path / "a", SMALL), log=lambda line: None).state_dict()
+    stopped_dir = _work_dir(tmp_path / "b", SMALL)
+    train(SMALL, stopped_dir, log=lambda line: None, until_step=2)  # one sitting ends at step 2
+    said: list[str] = []
+    resumed = train(SMALL, stopped_dir, log=said.append).state_dict()
+    assert "resumed at step 2" in said
+    assert all(torch.equal(unbroken[name], resumed[name]) for name in unbroken)
