@@ -10,7 +10,9 @@ longer than one sitting goes on where it stopped. `--evaluate` scores the studen
 quality tier on the held-out sentences: DNSMOS and CPU seconds per audio second, one thread each.
 
 Without a discriminator the student's audio is smoother than its teacher's (phase and fine structure
-are what adversarial training adds); the scores say how far this gets.
+are what adversarial training adds); the scores say how far this gets. `--adversarial-steps N` goes on
+from the reconstruction run's checkpoint with a multi-resolution spectrogram discriminator (least-
+squares GAN and feature matching, the reconstruction losses kept), checkpointed and resumed alike.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
 from libs.audio.mel import mel_spectrogram
 from libs.models.frame_vocoder import FrameVocoder, FrameVocoderConfig
@@ -131,6 +134,100 @@ def train(config: FastTierConfig, work_dir: Path = WORK_DIR, log=print, until_st
     return model.eval()
 
 
+class SpectrogramDiscriminator(nn.Module):
+    """Judges one resolution's log-magnitude spectrogram with 2D convolutions (as UnivNet's and
+    Vocos's multi-resolution discriminators do); returns its score map and its layers' features."""
+
+    def __init__(self, n_fft: int, hop: int, channels: int = 32) -> None:
+        super().__init__()
+        self.n_fft, self.hop = n_fft, hop
+        norm = nn.utils.parametrizations.weight_norm
+        self.layers = nn.ModuleList([
+            norm(nn.Conv2d(1, channels, (3, 9), padding=(1, 4))),
+            norm(nn.Conv2d(channels, channels, (3, 9), stride=(1, 2), padding=(1, 4))),
+            norm(nn.Conv2d(channels, channels, (3, 9), stride=(1, 2), padding=(1, 4))),
+            norm(nn.Conv2d(channels, channels, (3, 3), padding=(1, 1))),
+        ])  # fmt: skip
+        self.out = norm(nn.Conv2d(channels, 1, (3, 3), padding=(1, 1)))
+
+    def forward(self, audio: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        spectrum = torch.stft(audio, self.n_fft, self.hop, window=torch.hann_window(self.n_fft), return_complex=True)
+        x = spectrum.abs().clamp(min=1e-5).log().transpose(1, 2).unsqueeze(1)  # [B, 1, frames, bins]
+        features = []
+        for layer in self.layers:
+            x = torch.nn.functional.leaky_relu(layer(x), 0.1)
+            features.append(x)
+        return self.out(x), features
+
+
+def discriminators() -> nn.ModuleList:
+    return nn.ModuleList(SpectrogramDiscriminator(n_fft, hop) for n_fft, hop in STFT_RESOLUTIONS)
+
+
+def train_adversarial(config: FastTierConfig, steps: int, work_dir: Path = WORK_DIR, log=print, until_step: int | None = None) -> FrameVocoder:  # type: ignore[no-untyped-def]
+    """Go on from the reconstruction checkpoint for `steps` adversarial steps (resumable as `train`)."""
+    torch.manual_seed(config.seed)
+    pairs = teacher_pairs(config, work_dir, log)
+    model = FrameVocoder(config.model)
+    judges = discriminators()
+    base = torch.load(work_dir / "checkpoint.pt", weights_only=False)
+    model.load_state_dict(base["model"])
+    optimiser = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.8, 0.99), weight_decay=0.01)
+    judge_optimiser = torch.optim.AdamW(judges.parameters(), lr=1e-4, betas=(0.8, 0.99), weight_decay=0.01)
+    checkpoint = work_dir / "adversarial.pt"
+    step = 0
+    if checkpoint.exists():
+        state = torch.load(checkpoint, weights_only=False)
+        model.load_state_dict(state["model"])
+        judges.load_state_dict(state["judges"])
+        optimiser.load_state_dict(state["optimiser"])
+        judge_optimiser.load_state_dict(state["judge_optimiser"])
+        step = int(state["step"])
+        log(f"resumed the adversarial run at step {step}")
+    hop, context = config.model.hop_length, config.context_frames
+    last = steps if until_step is None else min(until_step, steps)
+    started_s = time.perf_counter()
+    model.train()
+    while step < last:
+        mel, target = _batch(pairs, config, random.Random(f"{config.seed}-adversarial-{step}"))
+        predicted = model(mel)[:, context * hop : (context + config.segment_frames) * hop]
+        # The judges first, on the student's audio as it is now.
+        judge_loss = predicted.new_zeros(())
+        for judge in judges:
+            real, _ = judge(target)
+            fake, _ = judge(predicted.detach())
+            judge_loss = judge_loss + ((real - 1) ** 2).mean() + (fake**2).mean()
+        judge_optimiser.zero_grad(set_to_none=True)
+        judge_loss.backward()
+        judge_optimiser.step()
+        # Then the student: fool them, match their features, and keep the reconstruction losses.
+        adversarial = matching = predicted.new_zeros(())
+        for judge in judges:
+            fake, fake_features = judge(predicted)
+            with torch.no_grad():
+                _, real_features = judge(target)
+            adversarial = adversarial + ((fake - 1) ** 2).mean()
+            matching = matching + sum((f - r).abs().mean() for f, r in zip(fake_features, real_features, strict=True))
+        stft = multi_resolution_stft_loss(predicted, target, STFT_RESOLUTIONS)
+        mel_loss = (mel_spectrogram(predicted) - mel_spectrogram(target)).abs().mean()
+        loss = adversarial + 2.0 * matching + 15.0 * mel_loss + stft
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimiser.step()
+        step += 1
+        if step % 50 == 0 or step == last:
+            log(f"adversarial step {step}/{steps}: judges {judge_loss.item():.3f} fool {adversarial.item():.3f} "
+                f"match {matching.item():.3f} mel {mel_loss.item():.3f} ({time.perf_counter() - started_s:.0f} s)")  # fmt: skip
+        if step % 200 == 0 or step == last:
+            torch.save(
+                {"model": model.state_dict(), "judges": judges.state_dict(), "optimiser": optimiser.state_dict(),
+                 "judge_optimiser": judge_optimiser.state_dict(), "step": step},
+                checkpoint,
+            )  # fmt: skip
+    return model.eval()
+
+
 def cpu_per_audio_second(vocode, mels: list[torch.Tensor], repeats: int = 3) -> float:  # type: ignore[no-untyped-def]
     """CPU seconds `vocode` spends per second of audio (22,050 Hz) over `mels`, the best of `repeats`."""
     audio_s = sum(mel.size(-1) for mel in mels) * 256 / 22050
@@ -177,12 +274,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=FastTierConfig.steps)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--until-step", type=int, default=None, help="stop (checkpointed) at this step; run again to go on")
+    parser.add_argument("--adversarial-steps", type=int, default=0, help="then this many steps with a discriminator")
     parser.add_argument("--work-dir", type=Path, default=WORK_DIR)
     parser.add_argument("--evaluate", action="store_true", help="score the student against the quality tier afterwards")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     config = FastTierConfig(steps=args.steps)
     model = train(config, args.work_dir, until_step=args.until_step)
+    if args.adversarial_steps:
+        model = train_adversarial(config, args.adversarial_steps, args.work_dir)
     if args.evaluate:
         print(json.dumps(evaluate(model, work_dir=args.work_dir), indent=2))
     return 0
