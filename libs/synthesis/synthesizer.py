@@ -36,6 +36,11 @@ STREAMED_TEXT_AUDIO_S: Final = 10.0
 """The audio a stream whose text is still arriving is expected to need, until its text says more."""
 
 
+OTHERS_SHARE: Final = 8
+"""One client may hold all but 1/OTHERS_SHARE of the streams the workers take at once (where they take
+at least that many): the rest stays for other clients."""
+
+
 class Synthesizer:
     """Speaks texts with the workers of `pool`, through the mel cache."""
 
@@ -145,13 +150,14 @@ class Synthesizer:
         return self._opening_max_ids or None
 
     def client_limit(self) -> int | None:
-        """Streams one client may hold at most (None: no limit): `max_streams_per_client`, and never
-        more than half the streams the workers take at once, so one greedy client cannot fill the
-        workers and leave every other client refused by them."""
+        """Streams one client may hold at most (None: no limit): `max_streams_per_client`, and of the
+        streams the workers take at once all but an eighth (`OTHERS_SHARE`, kept where they take 8 or
+        more), so one greedy client cannot fill the workers and leave every other client refused by
+        them, while a client alone still has nearly all of them."""
         limit = self._max_streams_per_client or None
         slots = self._pool.stream_slots()
-        if slots:
-            share = max(1, slots // 2)
+        if slots and slots >= OTHERS_SHARE:
+            share = slots - slots // OTHERS_SHARE
             limit = share if limit is None else min(limit, share)
         return limit
 
@@ -172,7 +178,8 @@ class Synthesizer:
             raise DownstreamError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"this client already has {held} streams open here, its limit (at most {self._max_streams_per_client or 'any number'} "
-                "per client, and half of what the workers take at once); finish or cancel one before starting another",
+                "per client, and of what the workers take at once all but an eighth, kept for other clients); "
+                "finish or cancel one before starting another",
             )
         listener = Listener(client, expected_audio_s)
         if self.admission is not None:

@@ -37,16 +37,16 @@ def test_a_client_limit_is_the_fixed_per_client_limit() -> None:
     assert _synthesizer(per_client=10).client_limit() == 10
 
 
-def test_a_client_never_holds_more_than_half_of_what_the_workers_take() -> None:
-    assert _synthesizer(slots=32).client_limit() == 16
-    assert _synthesizer(per_client=64, slots=32).client_limit() == 16
+def test_a_client_leaves_an_eighth_of_what_the_workers_take_to_the_others() -> None:
+    assert _synthesizer(slots=32).client_limit() == 28
+    assert _synthesizer(per_client=64, slots=32).client_limit() == 28
     assert _synthesizer(per_client=10, slots=64).client_limit() == 10
-    assert _synthesizer(per_client=4, slots=1).client_limit() == 1
-    synthesizer = _synthesizer(per_client=64, slots=4)
-    greedy = [synthesizer._take_slot("greedy", 1.0) for _ in range(2)]
-    with pytest.raises(DownstreamError, match="half of what the workers take"):
+    assert _synthesizer(per_client=4, slots=4).client_limit() == 4, "workers that take few streams: nothing to keep back"
+    synthesizer = _synthesizer(per_client=64, slots=8)
+    greedy = [synthesizer._take_slot("greedy", 1.0) for _ in range(7)]
+    with pytest.raises(DownstreamError, match="all but an eighth"):
         synthesizer._take_slot("greedy", 1.0)
-    other = synthesizer._take_slot("other", 1.0)  # the workers' other half is there for everyone else
+    other = synthesizer._take_slot("other", 1.0)  # the eighth kept back is there for everyone else
     for slot in (*greedy, other):
         slot.release()
 
