@@ -325,6 +325,32 @@ def load_shelf(
     return shelf
 
 
+class VoiceServicer:
+    """What both workers' servicers share: the shelf of voices they serve once it is installed, and
+    their load with the voices in it."""
+
+    kind: str
+    """"acoustic" or "vocoder", for the still-loading message."""
+    shelf: VoiceShelf | None = None
+    """The voices, once the preloaded ones are in; None means "still loading"."""
+    _scheduler: Any
+    _admission: Any
+
+    def install(self, shelf: VoiceShelf) -> None:
+        """Serve with the voices of `shelf` from now on (the preloaded ones have loaded, warmed up and
+        been calibrated)."""
+        self.shelf = shelf
+
+    async def _ready_shelf(self, context: grpc.aio.ServicerContext) -> VoiceShelf:
+        if self.shelf is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"the {self.kind} model is still loading; retry shortly")
+        return self.shelf  # type: ignore[return-value]
+
+    async def GetLoad(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        shelf = await self._ready_shelf(context)
+        return with_voices(self._scheduler.load(self._admission.by_gateway, self._admission.settings.realtime_capacity), shelf)
+
+
 def stream_voice(context: grpc.aio.ServicerContext) -> str:
     """The voice a worker stream was opened for (its tts-voice header; "" for the default voice)."""
     return str(dict(context.invocation_metadata() or ()).get(VOICE_METADATA_KEY, ""))

@@ -89,8 +89,6 @@ class CatalogueVoice:
     """Name, language, sample rate, speakers, espeak-ng voice, files."""
     assets: VoiceAssets
     """The Piper files and the folder of our trained pieces."""
-    speakers: Mapping[str, int] = field(default_factory=dict)
-    """Speaker name -> id (empty for a single speaker, or a voice that names none)."""
 
     @functools.cached_property
     def model_version(self) -> str:
@@ -102,19 +100,14 @@ class CatalogueVoice:
             digest.update(VoiceAssets.file_digest(path).encode())
         return digest.hexdigest()
 
+    @property
+    def speakers(self) -> dict[str, int]:
+        """Speaker name -> id (empty for a single speaker, or a voice that names none)."""
+        return self.voice.speakers()
+
     def speaker_id(self, speaker: str | int) -> int:
-        """The id of a speaker given by id or by name; UnknownVoiceError naming the speakers."""
-        if isinstance(speaker, int) or str(speaker).isdigit():
-            number = int(speaker)
-            if 0 <= number < self.voice.num_speakers:
-                return number
-        elif speaker in self.speakers:
-            return self.speakers[speaker]
-        known = ", ".join(f"{name} ({number})" for name, number in sorted(self.speakers.items(), key=lambda item: item[1]))
-        raise UnknownVoiceError(
-            f"voice {self.voice.name} has no speaker {str(speaker)[:40]!r}; "
-            f"speakers: {known or f'ids 0 to {self.voice.num_speakers - 1}'}"
-        )
+        """The id of a speaker given by id or by name; InvalidRequestError naming the speakers."""
+        return self.voice.speaker_id(str(speaker))
 
 
 @functools.cache
@@ -242,7 +235,6 @@ def read_voice_folder(folder: Path) -> CatalogueVoice:
     return CatalogueVoice(
         voice=voice_from_piper_config(name, onnx_path, config_path),
         assets=VoiceAssets(name=name, onnx_path=onnx_path, config_path=config_path, trained_dir=folder),
-        speakers=dict(config.get("speaker_id_map", {})),
     )
 
 

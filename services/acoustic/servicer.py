@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
-from libs.pb.tts.common.v1 import load_pb2, mel_pb2
+from libs.pb.tts.common.v1 import mel_pb2
 from libs.scheduling.scheduler import Scheduler
 from libs.scheduling.stream import stamped
 from libs.serving.acoustic_work import AcousticWork
@@ -16,18 +16,19 @@ from libs.serving.admission import Admission
 from libs.serving.memory import RELEASER
 from libs.serving.server import StreamTracker
 from libs.serving.status import abort_for
-from libs.serving.voice_shelf import VoiceShelf, pin_stream_voice, with_voices
+from libs.serving.voice_shelf import VoiceServicer, pin_stream_voice
 from libs.telemetry.metrics import AcousticMetrics
 from libs.voice.registry import UnknownVoiceError
 from libs.wire.errors import DownstreamError
 
 
-class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
+class AcousticServicer(VoiceServicer, acoustic_pb2_grpc.AcousticServicer):
     """Admits each stream and answers its sentences with `AcousticWork`; every failure goes through
     the one status table."""
 
+    kind = "acoustic"
+
     def __init__(self, metrics: AcousticMetrics, scheduler: Scheduler, admission: Admission) -> None:
-        self.shelf: VoiceShelf | None = None  # the voices, once the preloaded ones are in; None means "still loading"
         self._admission = admission
         self._scheduler = scheduler
         self._tracker = StreamTracker(metrics.inflight_streams, metrics.streams_total)
@@ -51,10 +52,6 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
             num_speakers=engine.num_speakers,
         )
 
-    async def GetLoad(self, request: load_pb2.GetLoadRequest, context: grpc.aio.ServicerContext) -> load_pb2.WorkerLoad:
-        shelf = await self._ready_shelf(context)
-        return with_voices(self._scheduler.load(self._admission.by_gateway, self._admission.settings.realtime_capacity), shelf)
-
     async def SynthesizeMel(
         self, request_iterator: AsyncIterator[acoustic_pb2.SentenceRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[mel_pb2.MelSlices]:
@@ -73,13 +70,3 @@ class AcousticServicer(acoustic_pb2_grpc.AcousticServicer):
                     await abort_for(context, error)
         finally:
             shelf.unpin(engine)
-
-    def install(self, shelf: VoiceShelf) -> None:
-        """Serve with the voices of `shelf` from now on (the preloaded ones have loaded, warmed up and
-        been calibrated)."""
-        self.shelf = shelf
-
-    async def _ready_shelf(self, context: grpc.aio.ServicerContext) -> VoiceShelf:
-        if self.shelf is None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "the acoustic model is still loading; retry shortly")
-        return self.shelf

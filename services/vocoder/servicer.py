@@ -8,7 +8,6 @@ from typing import Final
 
 import grpc
 
-from libs.pb.tts.common.v1 import load_pb2
 from libs.pb.tts.vocoder.v1 import vocoder_pb2, vocoder_pb2_grpc
 from libs.scheduling.scheduler import Scheduler
 from libs.scheduling.stream import stamped
@@ -17,7 +16,7 @@ from libs.serving.memory import RELEASER
 from libs.serving.server import StreamTracker
 from libs.serving.status import abort_for
 from libs.serving.vocoder_work import VocoderWork
-from libs.serving.voice_shelf import VoiceShelf, pin_stream_voice, stream_speaker, with_voices
+from libs.serving.voice_shelf import VoiceServicer, pin_stream_voice, stream_speaker
 from libs.telemetry.metrics import VocoderMetrics
 
 CANCEL_GRACE_S: Final = 0.1
@@ -25,19 +24,16 @@ CANCEL_GRACE_S: Final = 0.1
 gateway's stream also just ends, a moment before the call is marked cancelled)."""
 
 
-class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
+class VocoderServicer(VoiceServicer, vocoder_pb2_grpc.VocoderServicer):
     """Admits each stream and vocodes it with `VocoderWork`; every failure goes through the one status table."""
 
+    kind = "vocoder"
+
     def __init__(self, metrics: VocoderMetrics, scheduler: Scheduler, admission: Admission) -> None:
-        self.shelf: VoiceShelf | None = None  # the voices, once the preloaded ones are in; None means "still loading"
         self._admission = admission
         self._metrics = metrics
         self._scheduler = scheduler
         self._tracker = StreamTracker(metrics.inflight_streams, metrics.streams_total)
-
-    async def GetLoad(self, request: load_pb2.GetLoadRequest, context: grpc.aio.ServicerContext) -> load_pb2.WorkerLoad:
-        shelf = await self._ready_shelf(context)
-        return with_voices(self._scheduler.load(self._admission.by_gateway, self._admission.settings.realtime_capacity), shelf)
 
     async def Vocode(
         self, request_iterator: AsyncIterator[vocoder_pb2.VocodeRequest], context: grpc.aio.ServicerContext
@@ -67,13 +63,3 @@ class VocoderServicer(vocoder_pb2_grpc.VocoderServicer):
                     )
         finally:
             shelf.unpin(engine)
-
-    def install(self, shelf: VoiceShelf) -> None:
-        """Serve with the voices of `shelf` from now on (the preloaded ones have loaded, warmed up and
-        been calibrated)."""
-        self.shelf = shelf
-
-    async def _ready_shelf(self, context: grpc.aio.ServicerContext) -> VoiceShelf:
-        if self.shelf is None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "the vocoder model is still loading; retry shortly")
-        return self.shelf

@@ -17,6 +17,7 @@ from libs.models.mel_bridge import MEL_ADAPTER_FILE, MEL_HEAD_FILE, load_mel_ada
 from libs.models.piper_import import load_piper_voice
 from libs.voice.catalogue import VoiceCatalogue, VoiceRejectedError
 from libs.voice.registry import DEFAULT_VOICE_NAME, UnknownVoiceError
+from libs.wire.errors import InvalidRequestError
 from scripts.voice.build import add_voice
 from tests.support.piper_voices import SHORT_BUILD, TinyVoice, export_piper_voice
 
@@ -67,7 +68,7 @@ def test_speakers_are_found_by_id_and_by_name(built) -> None:
     voices_dir, _ = built
     trio = VoiceCatalogue.scan(voices_dir).get("en_GB-trio-low")
     assert [trio.speaker_id("alice"), trio.speaker_id("carol"), trio.speaker_id(1), trio.speaker_id("2")] == [0, 2, 1, 2]
-    with pytest.raises(UnknownVoiceError, match=r"alice \(0\), bob \(1\), carol \(2\)"):
+    with pytest.raises(InvalidRequestError, match=r"alice \(0\), bob \(1\), carol \(2\)"):
         trio.speaker_id("dave")
 
 
