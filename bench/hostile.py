@@ -77,7 +77,8 @@ class Row:
     answer: Answer
     worst_delay_s: dict[str, float]
     """Of ListVoices (the gateway's event loop alone) and of a cached Synthesize (the gateway and a vocoder)."""
-    healthy_failures: int
+    healthy_failures: list[str]
+    """Why each healthy call that failed during the attack failed."""
     peak_rss: dict[str, int]
     speaks_after: bool
     alive: bool
@@ -88,7 +89,7 @@ class Row:
             self.answer.clear
             and self.answer.seconds <= DEADLINE_S
             and max(self.worst_delay_s.values()) <= DELAY_LIMIT_S
-            and self.healthy_failures == 0
+            and not self.healthy_failures
             and all(rss < RSS_LIMIT_BYTES for rss in self.peak_rss.values())
             and self.speaks_after
             and self.alive
@@ -177,6 +178,8 @@ class HealthyCaller:
     address: str
     calls: list[tuple[float, str, float, bool]] = field(default_factory=list)
     """(started, kind, latency_s, ok)."""
+    errors: dict[float, str] = field(default_factory=dict)
+    """Why each failed call failed, by when it started."""
     baseline_s: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -193,8 +196,9 @@ class HealthyCaller:
                 try:
                     call()
                     ok = True
-                except grpc.RpcError:
+                except grpc.RpcError as error:
                     ok = False
+                    self.errors[started] = f"{kind} {error.code().name}: {error.details()}"
                 self.calls.append((started, kind, time.monotonic() - started, ok))
                 self._stop.wait(0.05)
 
@@ -214,14 +218,14 @@ class HealthyCaller:
             latencies = [latency for began, k, latency, ok in self.calls if k == kind and ok and began >= start]
             self.baseline_s[kind] = statistics.median(latencies)
 
-    def during(self, start: float, end: float) -> tuple[dict[str, float], int]:
-        """Worst delay over the calm median of each kind, and failed calls, of calls that overlapped [start, end]."""
+    def during(self, start: float, end: float) -> tuple[dict[str, float], list[str]]:
+        """Worst delay over the calm median of each kind, and why each failed call failed, of calls that overlapped [start, end]."""
         window = [call for call in list(self.calls) if call[0] <= end and call[0] + call[2] >= start]
         worst = {
             kind: max((latency - self.baseline_s[kind] for _, k, latency, ok in window if ok and k == kind), default=0.0)
             for kind in ("ListVoices", "Synthesize")
         }
-        return worst, sum(not ok for *_, ok in window)
+        return worst, [self.errors.get(began, kind) for began, kind, _, ok in window if not ok]
 
     def stop(self) -> None:
         self._stop.set()
@@ -617,7 +621,7 @@ def render(rows: Sequence[Row]) -> str:
     for row in rows:
         rss = " / ".join(f"{row.peak_rss.get(name, 0) / MIB:.0f}" for name in SERVICES)
         delay = " / ".join(f"{max(0.0, row.worst_delay_s[kind]) * 1000:.0f}" for kind in ("ListVoices", "Synthesize")) + " ms"
-        delay += f", {row.healthy_failures} failed" if row.healthy_failures else ""
+        delay += f", {len(row.healthy_failures)} failed ({_short(row.healthy_failures[0], 160)})" if row.healthy_failures else ""
         speaks = "yes" if row.speaks_after and row.alive else ("no" if row.alive else "no: a process died")
         lines.append(
             f"| {row.name} | {row.answer.status} | {row.answer.seconds:.2f} s | {delay} | {rss} | {speaks} | {'yes' if row.met else 'NO'} |"

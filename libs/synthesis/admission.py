@@ -15,12 +15,16 @@ start. Streams other gateways hold on the same workers are taken off R, one audi
 
 Fairness conserves work: a client alone may fill the mesh. When it is full, a client holding more
 than an equal share of it is tested against what is left once every other active client's share is
-set aside, so its new streams are refused while the others' still fit.
+set aside, so its new streams are refused while the others' still fit. A client is active while it
+holds a stream and for a while after it last asked (`active_client_s`): one that asks for short
+streams one after another holds nothing between them, and a flood from another client must not take
+its share in those gaps.
 """
 
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -34,6 +38,11 @@ RATE_WEIGHT: Final = 0.1
 EPSILON_S: Final = 1e-6
 MIN_RETRY_AFTER_S: Final = 0.2
 MAX_RETRY_AFTER_S: Final = 10.0
+DEFAULT_ACTIVE_CLIENT_S: Final = MAX_RETRY_AFTER_S
+"""How long a client counts as active after it last asked or its last stream ended: as long as a
+refused client may be told to wait before it asks again."""
+MAX_REMEMBERED_CLIENTS: Final = 4096
+"""Clients remembered as recently active at most (the oldest are forgotten first)."""
 
 
 @dataclass
@@ -81,14 +90,25 @@ def keeps_playing(listeners: Sequence[tuple[float, float]], rate: float) -> bool
 class RealtimeAdmission:
     """The listeners of one gateway, and the test a new one must pass."""
 
-    def __init__(self, capacity: Callable[[], float], other_streams: Callable[[], int], headroom: float) -> None:
+    def __init__(
+        self,
+        capacity: Callable[[], float],
+        other_streams: Callable[[], int],
+        headroom: float,
+        active_client_s: float = DEFAULT_ACTIVE_CLIENT_S,
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
         """`capacity()` is the mesh's real-time capacity (0: unknown, and then every listener is
         admitted); `other_streams()` the streams other gateways hold on the same workers; `headroom`
-        the share of the capacity listeners may need."""
+        the share of the capacity listeners may need; `active_client_s` how long a client that holds
+        no stream still counts as active after it last asked."""
         self._capacity = capacity
         self._other_streams = other_streams
         self._headroom = headroom
+        self._active_client_s = active_client_s
+        self._now = now
         self._listeners: dict[int, Listener] = {}
+        self._last_asked: dict[str, float] = {}  # client -> when it last asked or its last stream ended, oldest first
         self.audio_s_per_char = DEFAULT_AUDIO_S_PER_CHAR
 
     @property
@@ -104,6 +124,7 @@ class RealtimeAdmission:
         or None. Work no listener waits for (client "") is never refused here."""
         if not client or not self._headroom:
             return None
+        self._asked(client)
         capacity = self._capacity()
         if capacity <= 0:
             return None
@@ -136,7 +157,7 @@ class RealtimeAdmission:
     def _reserve_for_others(self, client: str, rate: float) -> float:
         """The capacity kept for other clients when `client` holds more than an equal share: what each
         other active client's equal share has left (0 when `client` is within its own)."""
-        held: dict[str, int] = {}
+        held = dict.fromkeys(self._last_asked, 0)
         for listener in self._listeners.values():
             if listener.client:
                 held[listener.client] = held.get(listener.client, 0) + 1
@@ -148,12 +169,25 @@ class RealtimeAdmission:
             return 0.0
         return sum(max(0.0, share - count) for count in others)
 
+    def _asked(self, client: str) -> None:
+        """Note that `client` is active now, and forget the clients that have not been for `active_client_s`."""
+        now = self._now()
+        self._last_asked.pop(client, None)
+        self._last_asked[client] = now
+        while self._last_asked:
+            oldest, when = next(iter(self._last_asked.items()))
+            if now - when <= self._active_client_s and len(self._last_asked) <= MAX_REMEMBERED_CLIENTS:
+                break
+            del self._last_asked[oldest]
+
     def add(self, listener: Listener) -> None:
         self._listeners[listener.id] = listener
 
     def remove(self, listener: Listener, finished: bool = False, characters: int = 0) -> None:
         """`listener` is over; when it `finished` whole, its text of `characters` teaches the audio per character."""
         self._listeners.pop(listener.id, None)
+        if listener.client:
+            self._asked(listener.client)
         if finished and characters > 0 and listener.clock is not None and listener.clock.delivered_s > 0:
             measured = listener.clock.delivered_s / characters
             self.audio_s_per_char += RATE_WEIGHT * (measured - self.audio_s_per_char)

@@ -11,6 +11,7 @@ from typing import Final
 from libs.encoding.encoders import ENCODINGS
 from libs.pb.tts.v1 import tts_pb2
 from libs.settings.fields import setting
+from libs.synthesis.admission import DEFAULT_ACTIVE_CLIENT_S
 from libs.synthesis.resume import FIELD as RESUME_FIELD
 from libs.synthesis.resume import RESUMABLE_ENCODINGS, ResumeFrom, decode_token, options_digest
 from libs.text.errors import TextError
@@ -73,6 +74,11 @@ class RequestLimits:
         doc="share of the mesh's real-time capacity the listeners may need: a new stream that would make one run dry "
         "is refused with RESOURCE_EXHAUSTED and a retry hint, and under contention a client over an equal share is "
         "refused first (0: no real-time admission)",
+    )  # fmt: skip
+    active_client_s: float = setting(
+        DEFAULT_ACTIVE_CLIENT_S, env="TTS_ACTIVE_CLIENT_S", unit="s", minimum=0,
+        doc="how long a client keeps its equal share after it last asked or its last stream ended, so a flood from "
+        "another client cannot take the share of one that asks for short streams one after another",
     )  # fmt: skip
 
 

@@ -78,7 +78,9 @@ async def serve(settings: GatewaySettings) -> None:
     )
     # Listeners are admitted by the mesh's real-time capacity and their buffers; the gateway's own CPU
     # (its text processes' included) goes into the ledger it shares with workers on the same budget.
-    admission = RealtimeAdmission(pool.realtime_capacity, pool.other_gateways_streams, settings.limits.admission_headroom)
+    admission = RealtimeAdmission(
+        pool.realtime_capacity, pool.other_gateways_streams, settings.limits.admission_headroom, settings.limits.active_client_s
+    )
     capacity = SharedCapacity("gateway", cost=AudioCost(with_children_cpu(phonemizers.pids)))
     metrics.track_realtime(pool.realtime_capacity, lambda: sum(1 for listener in admission.listeners if listener.client))
     synthesizer = Synthesizer(

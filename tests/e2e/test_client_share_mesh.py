@@ -5,12 +5,14 @@ another client still gets in, at both doors.
 The workers here are pinned to a capacity of 4 listeners (`TTS_REALTIME_CAPACITY`). The gateway trusts
 its loopback peer's `x-forwarded-for` (as it trusts the edge in a cluster), so each test client names
 the address it stands for. Held streams read nothing, so their listeners hold no audio: each needs a
-whole audio second per second.
+whole audio second per second. A client stays active for `ACTIVE_S` after it last asked, so each test
+starts by letting the clients of the one before fall quiet.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from libs.serving.clients import FORWARDED_FOR
 from tests.support.mesh import Mesh
 
 CAPACITY = 4
+ACTIVE_S = 4.0
 SERVICE, FLOODER, NEIGHBOUR = "192.0.2.10", "198.51.100.7", "203.0.113.9"
 WORDS = ("amber", "brave", "calm", "dusty", "eager", "faint", "grand", "humble")
 
@@ -39,6 +42,7 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
         "TTS_REALTIME_HEADROOM": "1.0",
         "TTS_ADMISSION_HEADROOM": "1.0",
         "TTS_TRUSTED_PROXIES": "127.0.0.1/32",
+        "TTS_ACTIVE_CLIENT_S": str(ACTIVE_S),
     }
     mesh = Mesh(log_dir=Path(tmp_path_factory.mktemp("share")), env=env).start()
     try:
@@ -70,6 +74,7 @@ def _refusal(channel: grpc.Channel, client: str, tag: int) -> grpc.RpcError | No
 
 @pytest.fixture
 def channel(mesh: Mesh) -> Iterator[grpc.Channel]:
+    time.sleep(ACTIVE_S + 0.2)  # the clients of the test before are no longer active
     with grpc.insecure_channel(mesh.gateway_address, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
         yield channel
 
@@ -105,3 +110,21 @@ def test_when_the_mesh_is_full_the_client_over_its_share_is_refused_and_another_
     # Streams ended are room again, for anyone.
     answers = _stub(channel).Synthesize(tts_pb2.SynthesizeRequest(text="Room again."), metadata=((FORWARDED_FOR, FLOODER),), timeout=60)
     assert sum(len(answer.audio) for answer in answers) > 0
+
+
+def test_a_client_between_short_streams_keeps_its_share_against_a_flood(mesh: Mesh, channel: grpc.Channel) -> None:
+    # The neighbour's short stream has ended: it holds nothing, but asked a moment ago.
+    answers = _stub(channel).Synthesize(tts_pb2.SynthesizeRequest(text="Lights off."), metadata=((FORWARDED_FOR, NEIGHBOUR),), timeout=60)
+    assert sum(len(answer.audio) for answer in answers) > 0
+    with contextlib.ExitStack() as held:
+        for tag in (1, 2):  # the flood takes an equal share of the capacity ...
+            held.callback(_open(channel, FLOODER, tag).cancel)
+        refused = _refusal(channel, FLOODER, 3)  # ... and no more, though the mesh has room
+        assert refused is not None and refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "equal share" in refused.details()
+        held.callback(_open(channel, NEIGHBOUR, 4).cancel)  # the neighbour's next stream is served
+    # Once the neighbour has been quiet for a while the flood may fill the mesh, as a client alone may.
+    time.sleep(ACTIVE_S + 0.2)
+    with contextlib.ExitStack() as held:
+        for tag in range(CAPACITY):
+            held.callback(_open(channel, FLOODER, tag).cancel)

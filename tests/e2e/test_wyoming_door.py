@@ -1,13 +1,15 @@
 """The Wyoming door, driven by the `wyoming` package's own client over a real socket, on a gateway
 with `--wyoming-port`: describe lists every voice with streaming, synthesize gives gRPC's audio,
 streamed text is spoken sentence by sentence as it arrives (audio before the stream is stopped), and
-the per-client limit and the bounds on events hold."""
+the per-client limit and the bounds on events hold; with `--wyoming-zeroconf` a browser of
+`_wyoming._tcp` finds the door, reaches it at what was announced, and sees it withdrawn when it stops."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+import socket
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -19,6 +21,7 @@ from wyoming.event import Event
 from wyoming.info import Describe, Info
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped, SynthesizeVoice
 
+from libs.devmesh.launcher import stop_processes
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
 from libs.serving.wyoming import read_event
 from libs.voice.registry import default_registry
@@ -125,3 +128,72 @@ def test_a_client_past_its_connection_limit_and_an_oversized_event_get_errors_wi
     refused, oversized = asyncio.run(run())
     assert refused is not None and Error.from_event(refused).code == "RESOURCE_EXHAUSTED"
     assert oversized is not None and Error.from_event(oversized).code == "INVALID_ARGUMENT"
+
+
+async def _mdns_works() -> bool:
+    """Whether an mDNS announcement made on this host is heard on it (multicast may be off in a sandbox)."""
+    from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
+
+    announcer, listener = AsyncZeroconf(), AsyncZeroconf()
+    name = f"probe-{free_port()}._tts-probe._tcp.local."
+    try:
+        await announcer.async_register_service(
+            AsyncServiceInfo("_tts-probe._tcp.local.", name, addresses=[socket.inet_aton("127.0.0.1")], port=9)
+        )
+        return await AsyncServiceInfo("_tts-probe._tcp.local.", name).async_request(listener.zeroconf, 3000)
+    finally:
+        await announcer.async_close()
+        await listener.async_close()
+
+
+def test_the_door_is_announced_over_mdns_while_it_serves_and_withdrawn_when_it_stops(
+    mesh: Mesh, tmp_path: Path
+) -> None:
+    from zeroconf import ServiceStateChange
+    from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
+
+    if not asyncio.run(_mdns_works()):
+        pytest.skip("mDNS announcements are not heard on this host")
+    port = free_port()
+    args = ["--wyoming-port", str(port), "--wyoming-host", "127.0.0.1", "--wyoming-zeroconf", "true", "--http-port", "0"]
+
+    async def browse(until_stopped: Callable[[], Awaitable[None]]) -> tuple[list[tuple[str, ServiceStateChange]], Info | None]:
+        home = AsyncZeroconf()  # what Home Assistant runs: a browser of _wyoming._tcp
+        changes: list[tuple[str, ServiceStateChange]] = []
+        browser = AsyncServiceBrowser(
+            home.zeroconf, "_wyoming._tcp.local.", handlers=[lambda name, state_change, **_: changes.append((name, state_change))]
+        )
+        try:
+            info = None
+            for _ in range(100):
+                ours = [name for name, change in changes if change is ServiceStateChange.Added]
+                for name in ours:
+                    service = AsyncServiceInfo("_wyoming._tcp.local.", name)
+                    if await service.async_request(home.zeroconf, 3000) and service.port == port:
+                        async with AsyncTcpClient(service.parsed_addresses()[0], service.port) as client:
+                            await client.write_event(Describe().event())
+                            info = Info.from_event((await _until(client, "info"))[-1])
+                        break
+                if info is not None:
+                    break
+                await asyncio.sleep(0.1)
+            await until_stopped()
+            for _ in range(100):
+                if any(change is ServiceStateChange.Removed for _, change in changes):
+                    break
+                await asyncio.sleep(0.1)
+            return changes, info
+        finally:
+            await browser.async_cancel()
+            await home.async_close()
+
+    with extra_gateway(mesh, tmp_path / "gateway.log", args) as gateway:
+
+        async def stop() -> None:
+            await asyncio.to_thread(stop_processes, [gateway.process])
+
+        changes, info = asyncio.run(browse(stop))
+    assert info is not None, f"the door was not found over mDNS on port {port}: {changes}"
+    assert [voice.name for voice in info.tts[0].voices] == [voice.name for voice in default_registry().voices()]
+    announced = {name for name, change in changes if change is ServiceStateChange.Added}
+    assert any(name in announced for name, change in changes if change is ServiceStateChange.Removed), changes

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from libs.synthesis.admission import MAX_RETRY_AFTER_S, MIN_RETRY_AFTER_S, Listener, RealtimeAdmission, keeps_playing
+from libs.synthesis.admission import (
+    DEFAULT_ACTIVE_CLIENT_S,
+    MAX_RETRY_AFTER_S,
+    MIN_RETRY_AFTER_S,
+    Listener,
+    RealtimeAdmission,
+    keeps_playing,
+)
 from libs.upstream.playback import PlaybackClock
 
 
@@ -104,6 +111,28 @@ def test_when_the_mesh_is_nearly_full_the_client_over_an_equal_share_is_refused_
     assert refusal is not None and "equal share" in refusal
     # ... while the small client, within its share, is let in.
     assert admission.refusal("small", 10.0) is None
+
+
+def test_a_client_between_two_short_streams_keeps_its_share_against_a_flood() -> None:
+    now = _Now()
+    admission = RealtimeAdmission(lambda: 6.0, lambda: 0, 1.0, now=now)
+    # The small client asks for a short stream, which ends: it holds nothing now, but is active.
+    assert admission.refusal("small", 1.0) is None
+    short = _playing(admission, "small", 0.0, 1.0, now)
+    admission.remove(short, finished=True, characters=14)
+    now.s += 0.5
+    admitted = 0
+    while admission.refusal("flood", 10.0) is None:
+        _playing(admission, "flood", 0.0, 10.0, now)
+        admitted += 1
+    assert admitted == 3  # an equal share of 6; the other share waits for the small client ...
+    assert admission.refusal("small", 1.0) is None  # ... which is let in
+    # A client that has not asked for a while is no longer set aside: the flood may fill the mesh.
+    now.s += DEFAULT_ACTIVE_CLIENT_S + 0.1
+    while admission.refusal("flood", 10.0) is None:
+        _playing(admission, "flood", 0.0, 10.0, now)
+        admitted += 1
+    assert admitted == 6
 
 
 def test_a_finished_stream_teaches_the_audio_a_character_makes() -> None:
