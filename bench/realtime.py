@@ -12,7 +12,9 @@ comes), one mesh with `make run`'s defaults is started inside the quota and meas
 - streams arriving at random (Poisson) at shares of the capacity (0.5, 0.8, 1.2 by default): each a
   unique paragraph, so every sentence misses the cache;
 - one client alone up to the capacity, and a client holding more than its share against a small one
-  (clients told apart by `x-forwarded-for` behind the gateway's trusted proxy, as behind the edge).
+  (clients told apart by `x-forwarded-for` behind the gateway's trusted proxy, as behind the edge),
+  each after the earlier scenarios' client has been quiet for as long as admission keeps an active
+  client's share (`--active-client-s`).
 
 Every stream has a player that starts at its first audio and pauses whenever its buffer runs dry
 (`bench.measure.playback_stalls`). The piper-tts pool (one process per core) gets the same bursts
@@ -51,6 +53,7 @@ from bench.mesh import BenchMesh
 from bench.report import machine_header, run_heading
 from bench.speed import pin_cores
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
+from libs.synthesis.admission import DEFAULT_ACTIVE_CLIENT_S
 
 DEFAULT_QUOTAS: Final = (1.0, 0.5, 0.25)
 DEFAULT_SHARES: Final = (0.5, 0.8, 1.2)
@@ -236,11 +239,14 @@ class QuotaRun:
             outcome = Outcome.of(asyncio.run(open_loop(target, self.texts.take(len(arrivals)), arrivals)))
             facts[f"poisson_{share:g}"] = len(arrivals)
             rows.append((f"Poisson at {share:g} x capacity", outcome, f"{rate:.2f} streams/s for {self.duration_s:g} s"))
-        # One client alone, up to the capacity: refused nothing.
+        # One client alone, up to the capacity: refused nothing. Alone means no other client asked
+        # within the time admission keeps an active client's share (the Poisson runs' client did).
+        time.sleep(DEFAULT_ACTIVE_CLIENT_S + 0.5)
         count = max(1, math.floor(capacity))
         outcome = Outcome.of(burst(target, self.texts.take(count), clients=lambda index: "10.0.0.1"))
         rows.append((f"one client, {count} streams", outcome, ""))
         # A client over its share and a small one: the hog fills the mesh, the small client comes after.
+        time.sleep(DEFAULT_ACTIVE_CLIENT_S + 0.5)  # the hog starts alone too
         hog, small = max(2, math.ceil(capacity)), 2
         arrivals = [0.0] * hog + [0.5] * small
         results = asyncio.run(

@@ -115,18 +115,25 @@ class StreamPlayback:
         hears the next ones before a later listener's first."""
         return self.started_s is None or (self.started_s != float("-inf") and self.made_s <= self.startup_audio_s + 1e-9)
 
-    def deadline(self, received_s: float, playback_slack_ms: float) -> PlaybackDeadline:
+    def deadline(self, received_s: float, playback_slack_ms: float, downstream_ms: float = 0.0) -> PlaybackDeadline:
         """The deadline of a request that arrived at `received_s` with `playback_slack_ms` of slack
-        (negative: overdue already); InvalidRequestError when the slack is not a finite number."""
+        (negative: overdue already), of which `downstream_ms` was taken off for what follows this
+        worker's step; InvalidRequestError when either is not a finite number (or downstream_ms is
+        negative)."""
         if not math.isfinite(playback_slack_ms):
             raise InvalidRequestError(
                 f"playback_slack_ms is {playback_slack_ms}; send a finite number of milliseconds (the audio the "
                 "listener holds before this request's audio, negative when overdue)"
             )
+        if not math.isfinite(downstream_ms) or downstream_ms < 0:
+            raise InvalidRequestError(
+                f"downstream_ms is {downstream_ms}; send the milliseconds that follow this worker's step before the "
+                "listener hears it (0 or more)"
+            )
         due_s = received_s + float(playback_slack_ms) / 1000.0
         if math.isnan(self.asked_s):
             self.asked_s = due_s
-        return PlaybackDeadline(due_s, self)
+        return PlaybackDeadline(due_s, self, float(downstream_ms) / 1000.0)
 
     def made(self, audio_s: float, done_s: float | None = None) -> None:
         """A step done at `done_s` (now by default) made `audio_s` of the listener's audio."""
@@ -143,6 +150,10 @@ class PlaybackDeadline:
     """When the listener needs the audio of the request's next step, by the request's slack."""
     stream: StreamPlayback
     """The request's stream."""
+    downstream_s: float = 0.0
+    """What follows this worker's step before the listener hears its audio (the next worker's step,
+    the hops): taken off the stream's own view of when the listener runs dry, as the gateway took it
+    off the slack."""
 
     @property
     def first_audio(self) -> bool:
@@ -163,11 +174,12 @@ class PlaybackDeadline:
 
     def at_offset_s(self, offset_s: float) -> float:
         """The deadline of a step whose audio starts `offset_s` after the audio the request's slack
-        was measured for (negative: before it)."""
+        was measured for (negative: before it): by the slack, or by the audio made here since the
+        stream's first, less what must follow this step, whichever is later."""
         by_slack = self.listener_s + offset_s
         if self.stream.started_s is None:
             return by_slack
-        return max(by_slack, self.stream.started_s + self.stream.made_s)
+        return max(by_slack, self.stream.started_s + self.stream.made_s - self.downstream_s)
 
     def advance(self, audio_s: float, done_s: float | None = None) -> None:
         """A step done at `done_s` (now by default) made `audio_s` of audio: the next one is needed that

@@ -42,7 +42,7 @@ class AcousticWork:
                 pacing = VocoderPacing.from_message(request.vocoder_pacing if request.HasField("vocoder_pacing") else None)
                 startup_s = pacing.first_audio_frames() * engine.hop_length / engine.sample_rate_hz
                 playback = StreamPlayback.opening(request.sentence_index == 0 and request.start_frame == 0, startup_s)
-            deadline = playback.deadline(received_s, request.playback_slack_ms)
+            deadline = playback.deadline(received_s, request.playback_slack_ms, request.downstream_ms)
             self._sentences_in_progress += 1
             try:
                 async for message in self._sentence(engine, request, order, deadline):

@@ -48,7 +48,7 @@ class VocoderWork:
             first_audio = anchor.sentence_index == 0 and anchor.first_frame == 0 and not request.context_only
             first_frames = self._engine.schedule.chunk_frames(0) - self._engine.lag_frames
             self._playback = StreamPlayback.opening(first_audio, max(0, first_frames) * self._frame_s)
-        deadline = self._playback.deadline(arrived_s, request.playback_slack_ms)
+        deadline = self._playback.deadline(arrived_s, request.playback_slack_ms, request.downstream_ms)
         anchor_s = max(0, anchor.first_frame - self._engine.lag_frames) * self._frame_s
         runner = self._scheduler.runner
         for mel_slice in request.slices:

@@ -189,19 +189,27 @@ class UtterancePipeline:
                 await close()
 
     async def _starting_together(self, output: asyncio.Queue[Any]) -> AsyncIterator[Any]:
-        """What `output` carries, in order, with the listener's first pieces held back together while
-        the audio they hold would run out before the vocoder's next step could add to it (its step lead
-        now, hops included), for at most that long: a player starts at its first audio, and a first
-        piece shorter than the wait for the next is a gap heard a moment later. Where steps are quick
-        (an idle or fast machine) the first piece goes at once; where they are slow (a small CPU
-        quota) the listener starts a step later and plays on without a gap."""
+        """What `output` carries, in order, with the listener's first pieces held back while the audio
+        they hold would run out before the next piece could add to it: a player starts at its first
+        audio, and a first piece shorter than the wait for the next is a gap heard a moment later. The
+        wait is the longest of the vocoder's step lead now (hops included), how long second pieces have
+        come after first ones lately (`StartGaps`), and how long the work the workers said they have
+        queued keeps them busy (in a burst the next piece queues behind other streams' steps). The
+        pieces are held only for the difference, so that the audio they hold lasts until the next
+        piece is due, or until it comes. Where steps are quick (an idle or fast machine) the first
+        piece goes at once; where they are slow or queued (a small CPU quota, a burst) the listener
+        starts that much later and plays on without a gap."""
         loop = asyncio.get_running_loop()
         held = [await output.get()]
-        cushion_s = self._pool.step_lead_s(None, "vocoder")
+        first_s = loop.time()
+        cushion_s = max(self._pool.step_lead_s(None, "vocoder"), self._pool.start_gaps.high_s(), self._pool.queued_s())
         held_s = _audio_s(held[0])
-        until_s = loop.time() + cushion_s
         getter: asyncio.Task[Any] | None = None
-        while held_s < cushion_s and isinstance(held[-1], SentencePiece) and (wait_s := until_s - loop.time()) > 0:
+        while (
+            held_s < cushion_s
+            and isinstance(held[-1], SentencePiece)
+            and (wait_s := first_s + cushion_s - held_s - loop.time()) > 0
+        ):
             getter = getter or asyncio.ensure_future(output.get())
             done, _ = await asyncio.wait({getter}, timeout=wait_s)
             if not done:
@@ -382,7 +390,14 @@ class UtterancePipeline:
     async def _read(self, vocoder: ResumableVocoderStream, info: acoustic_pb2.ModelInfo, output: asyncio.Queue[Any]) -> None:
         collector: HeadCollector | None = None
         sentence = -1
+        first_piece_s: float | None = None  # when the utterance's first piece came, until its second has
+        loop = asyncio.get_running_loop()
         async for piece, write_key in self._pieces(vocoder):
+            if first_piece_s is not None:
+                self._pool.start_gaps.observe(loop.time() - first_piece_s)  # read as it came, whatever the client does
+                first_piece_s = None
+            elif sentence == -1 and not piece.is_last:
+                first_piece_s = loop.time()
             if piece.sentence_index != sentence:  # a sentence's first piece
                 sentence = piece.sentence_index
                 collector = None

@@ -84,6 +84,7 @@ class ResumableAcousticStream(ResumableCall):
                     # and the hops to it and back, so the slack the worker gets is its own.
                     after_s = self._pool.step_lead_s(None, "vocoder") + self._pool.round_trip_s(self._endpoint)
                     resumed.playback_slack_ms = self._clock.slack_ms(request.sentence_index, self._next_frame) - 1000.0 * after_s
+                    resumed.downstream_ms = 1000.0 * after_s
                 pacing = self._pool.vocoder_pacing(None)
                 if pacing is not None:
                     resumed.vocoder_pacing.CopyFrom(pacing)

@@ -10,7 +10,9 @@ dry, plus the audio that will reach it before the request's own audio (docs/ARCH
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
+from typing import Final
 
 from libs.scheduling.stream import DEFAULT_VOCODER_LAG_FRAMES
 
@@ -74,3 +76,30 @@ class PlaybackClock:
         """The slack of mel slices from `frame` on: the vocoder's samples trail its mel by `lag_frames`,
         so they carry the audio of frames that much earlier."""
         return self.slack_ms(sentence_index, max(0, frame - lag_frames))
+
+
+START_GAPS_KEPT: Final = 32
+"""Listeners' starts whose gap between the first and the second piece `StartGaps` keeps."""
+START_GAP_QUANTILE: Final = 0.9
+"""The share of recent gaps that `StartGaps.high_s` is at least."""
+
+
+class StartGaps:
+    """How long a listener's second piece of audio has come after its first, lately, on this mesh: the
+    wait a first piece must outlast, measured where it happens (queueing behind other streams' steps
+    included, which no step's estimate holds)."""
+
+    def __init__(self, kept: int = START_GAPS_KEPT) -> None:
+        self._gaps: deque[float] = deque(maxlen=kept)
+
+    def observe(self, gap_s: float) -> None:
+        """A listener's second piece came `gap_s` after its first."""
+        if gap_s >= 0:
+            self._gaps.append(gap_s)
+
+    def high_s(self) -> float:
+        """The START_GAP_QUANTILE quantile of the recent gaps (0: none seen)."""
+        if not self._gaps:
+            return 0.0
+        ordered = sorted(self._gaps)
+        return ordered[min(len(ordered) - 1, int(START_GAP_QUANTILE * len(ordered)))]

@@ -248,7 +248,9 @@ class ResumableVocoderStream(ResumableCall):
             pacing = self._pool.vocoder_pacing(self._endpoint)
             lag_frames = pacing.lag_frames if pacing is not None else DEFAULT_VOCODER_LAG_FRAMES
             slack_ms = self._clock.vocoder_slack_ms(first.sentence_index, first.first_frame, lag_frames)
-            message.playback_slack_ms = slack_ms - 1000.0 * self._pool.round_trip_s(self._endpoint)
+            downstream_s = self._pool.round_trip_s(self._endpoint)
+            message.playback_slack_ms = slack_ms - 1000.0 * downstream_s
+            message.downstream_ms = 1000.0 * downstream_s
         return message
 
 

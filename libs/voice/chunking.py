@@ -24,15 +24,17 @@ DEFAULT_MAX_CHUNK_FRAMES: Final = 128
 # convolution width the CPU library has not seen costs far more to set up than the padding costs to
 # compute, and a few buckets stay within its cache of set-ups.
 LAST_STEP_BUCKET_FRAMES: Final = 16
-# Acoustic side: the vocoder's first step needs 32 frames, and at 22050 Hz / 256 the 40 ms slice that
-# holds frame 31 ends with it (slice 8 = frames 28-31), so a first acoustic chunk of 32 frames unlocks
-# first audio in one flow pass. The flow streams (no context is recomputed) and costs less per frame
-# in long steps, so later chunks grow threefold: 96 frames, then 288, 864. The second chunk is the
-# step a listener waits on once its first audio plays, so it is kept short; it still covers the
-# vocoder's second step (frames 32-95) in whole slices, or the vocoder's step would wait for the third
-# chunk (tests/unit/test_chunk_schedules.py checks the two schedules line up).
-DEFAULT_ACOUSTIC_FIRST_CHUNK_FRAMES: Final = 32
-DEFAULT_ACOUSTIC_CHUNK_GROWTH: Final = 3.0
+# Acoustic side: each early chunk ends where the vocoder's next step can run, so a listener's next
+# audio waits on no more acoustic work than it needs. The vocoder's steps end at frames 32, 96, 224
+# (32, 64, 128 frames), and the 40 ms slices that hold those frames end at 32, 97 and 224 (22050 Hz /
+# 256: a slice is 3.45 frames), so chunks of 33 frames doubling (ends 33, 99, 231) unlock each of the
+# vocoder's first steps with one chunk more (tests/unit/test_chunk_schedules.py checks it). The
+# chunk a playing listener waits on after its first audio is then 66 frames, and the one after that
+# 132 rather than 288: in a burst every started listener needs that chunk while other streams'
+# first audios are still being made. The flow streams (no context is recomputed) and a chunk's fixed
+# cost is about a millisecond, so the smaller early chunks cost little.
+DEFAULT_ACOUSTIC_FIRST_CHUNK_FRAMES: Final = 33
+DEFAULT_ACOUSTIC_CHUNK_GROWTH: Final = 2.0
 DEFAULT_ACOUSTIC_MAX_CHUNK_FRAMES: Final = 1024
 
 

@@ -155,6 +155,17 @@ def test_a_stream_is_due_by_the_audio_made_since_its_first_audio_not_since_it_as
     assert playback.deadline(101.05, 2000.0).at_s == pytest.approx(103.05)
 
 
+def test_the_audio_made_here_is_due_earlier_by_what_follows_the_step() -> None:
+    # An acoustic chunk is heard only after the vocoder's step and the hops: 150 ms, which the gateway
+    # took off the slack. The worker's own view of the listener (the audio made since its first) must
+    # take them off too, or a chunk is scheduled as if it were heard the moment it is made.
+    playback = StreamPlayback.opening(first_audio=True)
+    playback.deadline(100.0, 0.0).advance(0.87, done_s=100.0)
+    later = playback.deadline(100.2, -300.0, downstream_ms=150.0)  # slack measured before the listener started
+    assert later.at_s == pytest.approx(100.72)
+    assert playback.deadline(100.2, -300.0).at_s == pytest.approx(100.87)  # nothing follows: as before
+
+
 def test_a_resumed_stream_is_a_playing_listener_and_a_new_one_is_due_when_it_asked() -> None:
     resumed = StreamPlayback.opening(first_audio=False).deadline(100.0, 250.0)
     assert not resumed.first_audio and resumed.at_s == pytest.approx(100.25)
@@ -224,6 +235,9 @@ def test_a_request_with_a_slack_that_is_not_a_number_is_refused() -> None:
     for bad in (float("nan"), float("inf"), float("-inf")):
         with pytest.raises(InvalidRequestError, match="playback_slack_ms is"):
             StreamPlayback.opening(first_audio=True).deadline(100.0, bad)
+    for bad in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(InvalidRequestError, match="downstream_ms is"):
+            StreamPlayback.opening(first_audio=True).deadline(100.0, 0.0, bad)
 
 
 def test_a_call_becomes_urgent_as_its_deadline_nears() -> None:

@@ -8,24 +8,31 @@ from typing import Any
 import numpy as np
 
 from libs.synthesis.pipeline import _DONE, SentenceMeta, SentencePiece, UtterancePipeline
+from libs.upstream.playback import StartGaps
 
 RATE_HZ = 22050
 
 
 class _Pool:
-    """Only what the hold reads: the vocoder's step lead now."""
+    """Only what the hold reads: the vocoder's step lead now, the recent gaps after first pieces, and
+    the work the workers have queued."""
 
-    def __init__(self, step_lead_s: float) -> None:
+    def __init__(self, step_lead_s: float, start_gaps: StartGaps | None = None, queued_s: float = 0.0) -> None:
         self.lead_s = step_lead_s
+        self.start_gaps = start_gaps or StartGaps()
+        self.queued = queued_s
+
+    def queued_s(self) -> float:
+        return self.queued
 
     def step_lead_s(self, endpoint: Any, kind: str) -> float:
         assert kind == "vocoder"
         return self.lead_s
 
 
-def _pipeline(step_lead_s: float) -> UtterancePipeline:
+def _pipeline(step_lead_s: float, start_gaps: StartGaps | None = None, queued_s: float = 0.0) -> UtterancePipeline:
     return UtterancePipeline(
-        pool=_Pool(step_lead_s),  # type: ignore[arg-type]
+        pool=_Pool(step_lead_s, start_gaps, queued_s),  # type: ignore[arg-type]
         cache=None,  # type: ignore[arg-type]
         flights=None,  # type: ignore[arg-type]
         voice="v",
@@ -97,6 +104,73 @@ async def test_a_held_piece_goes_when_the_next_step_should_have_come() -> None:
     output.put_nowait(_DONE)
     await reader
     assert received == [first, later, _DONE]
+
+
+async def test_a_held_piece_waits_only_until_what_it_holds_lasts_to_the_next_step() -> None:
+    output: asyncio.Queue[Any] = asyncio.Queue()
+    received: list[Any] = []
+    reader = asyncio.create_task(_received(_pipeline(4.0), output, received))
+    first = _piece(3.5)  # lasts 3.5 s of the 4 s the next step takes: held for the half second missing
+    output.put_nowait(first)
+    await asyncio.sleep(0.1)
+    assert received == []
+    for _ in range(300):  # not the whole 4 s: the listener plays the first piece while the step runs
+        if received:
+            break
+        await asyncio.sleep(0.01)
+    assert received == [first]
+    output.put_nowait(_DONE)
+    await reader
+
+
+async def test_second_pieces_that_came_late_lately_hold_a_first_piece_the_step_lead_would_not() -> None:
+    gaps = StartGaps()
+    for gap_s in (0.1, 0.2, 6.0, 6.0, 6.0):  # bursts queue second pieces behind other streams' steps
+        gaps.observe(gap_s)
+    assert gaps.high_s() == 6.0
+    output: asyncio.Queue[Any] = asyncio.Queue()
+    received: list[Any] = []
+    reader = asyncio.create_task(_received(_pipeline(0.05, gaps), output, received))
+    first, second = _piece(0.128), _piece(6.0)
+    output.put_nowait(first)
+    await asyncio.sleep(0.2)
+    assert received == []  # the step lead alone (50 ms) would have let it go
+    output.put_nowait(second)
+    for _ in range(100):
+        if len(received) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert received == [first, second]
+    output.put_nowait(_DONE)
+    await reader
+
+
+async def test_work_queued_at_the_workers_holds_a_first_piece_as_long_as_it_keeps_them_busy() -> None:
+    output: asyncio.Queue[Any] = asyncio.Queue()
+    received: list[Any] = []
+    reader = asyncio.create_task(_received(_pipeline(0.05, queued_s=6.0), output, received))
+    first, second = _piece(0.128), _piece(6.0)
+    output.put_nowait(first)
+    await asyncio.sleep(0.2)
+    assert received == []  # a burst's other steps are queued ahead of the next piece
+    output.put_nowait(second)
+    for _ in range(100):
+        if len(received) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert received == [first, second]
+    output.put_nowait(_DONE)
+    await reader
+
+
+def test_start_gaps_keep_a_high_quantile_of_the_recent_ones() -> None:
+    gaps = StartGaps(kept=10)
+    assert gaps.high_s() == 0.0
+    for gap_s in range(100):  # only the last ten count: 90 to 99
+        gaps.observe(gap_s / 100)
+    assert gaps.high_s() == 0.99
+    gaps.observe(-1.0)  # a clock that went back says nothing
+    assert gaps.high_s() == 0.99
 
 
 async def test_an_error_or_the_end_is_never_held() -> None:
