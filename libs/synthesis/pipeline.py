@@ -192,9 +192,8 @@ class UtterancePipeline:
         """What `output` carries, in order, with the listener's first pieces held back while the audio
         they hold would run out before the next piece could add to it: a player starts at its first
         audio, and a first piece shorter than the wait for the next is a gap heard a moment later. The
-        wait is the longest of the vocoder's step lead now (hops included), how long second pieces have
-        come after first ones lately (`StartGaps`), and how long the work the workers said they have
-        queued keeps them busy (in a burst the next piece queues behind other streams' steps). The
+        wait is the longer of the vocoder's step lead now (hops included) and how long second pieces
+        have come after first ones lately (`StartGaps`: queueing behind other streams included). The
         pieces are held only for the difference, so that the audio they hold lasts until the next
         piece is due, or until it comes. Where steps are quick (an idle or fast machine) the first
         piece goes at once; where they are slow or queued (a small CPU quota, a burst) the listener
@@ -202,7 +201,7 @@ class UtterancePipeline:
         loop = asyncio.get_running_loop()
         held = [await output.get()]
         first_s = loop.time()
-        cushion_s = max(self._pool.step_lead_s(None, "vocoder"), self._pool.start_gaps.high_s(), self._pool.queued_s())
+        cushion_s = max(self._pool.step_lead_s(None, "vocoder"), self._pool.start_gaps.high_s())
         held_s = _audio_s(held[0])
         getter: asyncio.Task[Any] | None = None
         while (

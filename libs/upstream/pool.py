@@ -60,8 +60,6 @@ MODEL_INFO_RETRY_S: Final = 1.0
 # (the channel's own reconnect backoff is capped likewise in libs.upstream.settings).
 WATCH_RECONNECT_MAX_S: Final = 2.0
 DRAIN_CHECK_S: Final = 1.0
-MIN_BUDGET_CORES: Final = 0.01
-"""The smallest CPU budget a worker's queued work is spread over (a load that says 0 cores: not known)."""
 """How often drained endpoints (no stream left) are looked for, to close their channels."""
 
 
@@ -277,17 +275,6 @@ class WorkerPool:
         shares its CPU with)."""
         sums = [summed_capacity(self.available_loads(kind)) for kind in KINDS]
         return min(sums) if all(total > 0 for total in sums) else 0.0
-
-    def queued_s(self) -> float:
-        """How long the work the available workers have queued keeps their cores busy, as they last
-        said: an acoustic worker's queue and then a vocoder's (a listener's next piece may wait behind
-        both; of several workers of a kind, the fullest)."""
-        total = 0.0
-        for kind in KINDS:
-            loads = self.available_loads(kind)
-            if loads:
-                total += max(known.load.queued_cpu_s / max(known.load.budget_cores, MIN_BUDGET_CORES) for known in loads)
-        return total
 
     def stream_slots(self) -> int | None:
         """Streams the available workers take at once, as they said when they admitted a stream (the

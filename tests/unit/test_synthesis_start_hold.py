@@ -14,25 +14,20 @@ RATE_HZ = 22050
 
 
 class _Pool:
-    """Only what the hold reads: the vocoder's step lead now, the recent gaps after first pieces, and
-    the work the workers have queued."""
+    """Only what the hold reads: the vocoder's step lead now, and the recent gaps after first pieces."""
 
-    def __init__(self, step_lead_s: float, start_gaps: StartGaps | None = None, queued_s: float = 0.0) -> None:
+    def __init__(self, step_lead_s: float, start_gaps: StartGaps | None = None) -> None:
         self.lead_s = step_lead_s
         self.start_gaps = start_gaps or StartGaps()
-        self.queued = queued_s
-
-    def queued_s(self) -> float:
-        return self.queued
 
     def step_lead_s(self, endpoint: Any, kind: str) -> float:
         assert kind == "vocoder"
         return self.lead_s
 
 
-def _pipeline(step_lead_s: float, start_gaps: StartGaps | None = None, queued_s: float = 0.0) -> UtterancePipeline:
+def _pipeline(step_lead_s: float, start_gaps: StartGaps | None = None) -> UtterancePipeline:
     return UtterancePipeline(
-        pool=_Pool(step_lead_s, start_gaps, queued_s),  # type: ignore[arg-type]
+        pool=_Pool(step_lead_s, start_gaps),  # type: ignore[arg-type]
         cache=None,  # type: ignore[arg-type]
         flights=None,  # type: ignore[arg-type]
         voice="v",
@@ -135,24 +130,6 @@ async def test_second_pieces_that_came_late_lately_hold_a_first_piece_the_step_l
     output.put_nowait(first)
     await asyncio.sleep(0.2)
     assert received == []  # the step lead alone (50 ms) would have let it go
-    output.put_nowait(second)
-    for _ in range(100):
-        if len(received) == 2:
-            break
-        await asyncio.sleep(0.01)
-    assert received == [first, second]
-    output.put_nowait(_DONE)
-    await reader
-
-
-async def test_work_queued_at_the_workers_holds_a_first_piece_as_long_as_it_keeps_them_busy() -> None:
-    output: asyncio.Queue[Any] = asyncio.Queue()
-    received: list[Any] = []
-    reader = asyncio.create_task(_received(_pipeline(0.05, queued_s=6.0), output, received))
-    first, second = _piece(0.128), _piece(6.0)
-    output.put_nowait(first)
-    await asyncio.sleep(0.2)
-    assert received == []  # a burst's other steps are queued ahead of the next piece
     output.put_nowait(second)
     for _ in range(100):
         if len(received) == 2:
