@@ -176,10 +176,8 @@ class HealthyCaller:
     """Calls ListVoices and a cached Synthesize in turn, all the time, and keeps each call's latency."""
 
     address: str
-    calls: list[tuple[float, str, float, bool]] = field(default_factory=list)
-    """(started, kind, latency_s, ok)."""
-    errors: dict[float, str] = field(default_factory=dict)
-    """Why each failed call failed, by when it started."""
+    calls: list[tuple[float, str, float, str]] = field(default_factory=list)
+    """(started, kind, latency_s, why it failed: "" when it did not)."""
     baseline_s: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -193,13 +191,12 @@ class HealthyCaller:
         while not self._stop.is_set():
             for kind, call in (("ListVoices", self._voices), ("Synthesize", self._first_audio)):
                 started = time.monotonic()
+                failure = ""
                 try:
                     call()
-                    ok = True
                 except grpc.RpcError as error:
-                    ok = False
-                    self.errors[started] = f"{kind} {error.code().name}: {error.details()}"
-                self.calls.append((started, kind, time.monotonic() - started, ok))
+                    failure = f"{kind} {error.code().name}: {error.details()}"
+                self.calls.append((started, kind, time.monotonic() - started, failure))
                 self._stop.wait(0.05)
 
     def _voices(self) -> None:
@@ -215,17 +212,17 @@ class HealthyCaller:
         start = time.monotonic()
         time.sleep(seconds)
         for kind in ("ListVoices", "Synthesize"):
-            latencies = [latency for began, k, latency, ok in self.calls if k == kind and ok and began >= start]
+            latencies = [latency for began, k, latency, failure in self.calls if k == kind and not failure and began >= start]
             self.baseline_s[kind] = statistics.median(latencies)
 
     def during(self, start: float, end: float) -> tuple[dict[str, float], list[str]]:
         """Worst delay over the calm median of each kind, and why each failed call failed, of calls that overlapped [start, end]."""
         window = [call for call in list(self.calls) if call[0] <= end and call[0] + call[2] >= start]
         worst = {
-            kind: max((latency - self.baseline_s[kind] for _, k, latency, ok in window if ok and k == kind), default=0.0)
+            kind: max((latency - self.baseline_s[kind] for _, k, latency, failure in window if not failure and k == kind), default=0.0)
             for kind in ("ListVoices", "Synthesize")
         }
-        return worst, [self.errors.get(began, kind) for began, kind, _, ok in window if not ok]
+        return worst, [failure for *_, failure in window if failure]
 
     def stop(self) -> None:
         self._stop.set()

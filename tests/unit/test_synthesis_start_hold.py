@@ -49,16 +49,21 @@ async def _received(pipeline: UtterancePipeline, output: asyncio.Queue[Any], int
             return
 
 
+async def _until_received(received: list[Any], count: int, within_s: float) -> None:
+    """Wait until `count` items have been received, or `within_s` has passed."""
+    for _ in range(round(within_s / 0.01)):
+        if len(received) >= count:
+            return
+        await asyncio.sleep(0.01)
+
+
 async def test_a_first_piece_that_outlasts_the_next_step_goes_at_once() -> None:
     output: asyncio.Queue[Any] = asyncio.Queue()
     received: list[Any] = []
     reader = asyncio.create_task(_received(_pipeline(0.05), output, received))
     first = _piece(0.128)
     output.put_nowait(first)
-    for _ in range(100):  # no second piece is coming: the first is not held for one
-        if received:
-            break
-        await asyncio.sleep(0.01)
+    await _until_received(received, 1, 1)  # no second piece is coming: the first is not held for one
     assert received == [first]
     output.put_nowait(_DONE)
     await reader
@@ -73,10 +78,7 @@ async def test_a_first_piece_shorter_than_the_next_step_waits_for_the_next() -> 
     await asyncio.sleep(0.1)
     assert received == []  # held: alone it would run out long before a 5 s step came
     output.put_nowait(second)
-    for _ in range(100):
-        if len(received) == 2:
-            break
-        await asyncio.sleep(0.01)
+    await _until_received(received, 2, 1)
     assert received == [first, second]  # together they outlast the next step: both go
     output.put_nowait(_DONE)
     await reader
@@ -89,10 +91,7 @@ async def test_a_held_piece_goes_when_the_next_step_should_have_come() -> None:
     reader = asyncio.create_task(_received(_pipeline(0.2), output, received))
     first = _piece(0.128)
     output.put_nowait(first)
-    for _ in range(500):  # the next piece never comes: the first goes once the step lead has passed
-        if received:
-            break
-        await asyncio.sleep(0.01)
+    await _until_received(received, 1, 5)  # the next piece never comes: the first goes once the step lead has passed
     assert received == [first]
     later = _piece(0.5, is_last=True)
     output.put_nowait(later)  # what comes after goes straight on, nothing lost to the wait's end
@@ -109,10 +108,7 @@ async def test_a_held_piece_waits_only_until_what_it_holds_lasts_to_the_next_ste
     output.put_nowait(first)
     await asyncio.sleep(0.1)
     assert received == []
-    for _ in range(300):  # not the whole 4 s: the listener plays the first piece while the step runs
-        if received:
-            break
-        await asyncio.sleep(0.01)
+    await _until_received(received, 1, 3)  # not the whole 4 s: the listener plays the first piece while the step runs
     assert received == [first]
     output.put_nowait(_DONE)
     await reader
@@ -131,10 +127,7 @@ async def test_second_pieces_that_came_late_lately_hold_a_first_piece_the_step_l
     await asyncio.sleep(0.2)
     assert received == []  # the step lead alone (50 ms) would have let it go
     output.put_nowait(second)
-    for _ in range(100):
-        if len(received) == 2:
-            break
-        await asyncio.sleep(0.01)
+    await _until_received(received, 2, 1)
     assert received == [first, second]
     output.put_nowait(_DONE)
     await reader
