@@ -55,12 +55,13 @@ class AcousticServicer(VoiceServicer, acoustic_pb2_grpc.AcousticServicer):
     async def SynthesizeMel(
         self, request_iterator: AsyncIterator[acoustic_pb2.SentenceRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[mel_pb2.MelSlices]:
-        shelf = await self._ready_shelf(context)
-        engine = await pin_stream_voice(shelf, context)  # loads the voice if this worker does not hold it
-        try:
-            await self._admission.admit(context, engine)  # RESOURCE_EXHAUSTED when out of room
-            context.add_done_callback(RELEASER.call_done)  # a long sentence's memory goes back once the stream ends
-            async with self._tracker.track(context):
+        # Every stream that reaches the worker is counted, one refused at admission or cut before it starts too.
+        async with self._tracker.track(context):
+            shelf = await self._ready_shelf(context)
+            engine = await pin_stream_voice(shelf, context)  # loads the voice if this worker does not hold it
+            try:
+                await self._admission.admit(context, engine)  # RESOURCE_EXHAUSTED when out of room
+                context.add_done_callback(RELEASER.call_done)  # a long sentence's memory goes back once the stream ends
                 try:
                     async for message in self._work.stream(engine, stamped(request_iterator)):
                         yield message
@@ -68,5 +69,5 @@ class AcousticServicer(VoiceServicer, acoustic_pb2_grpc.AcousticServicer):
                     raise
                 except Exception as error:
                     await abort_for(context, error)
-        finally:
-            shelf.unpin(engine)
+            finally:
+                shelf.unpin(engine)

@@ -38,12 +38,13 @@ class VocoderServicer(VoiceServicer, vocoder_pb2_grpc.VocoderServicer):
     async def Vocode(
         self, request_iterator: AsyncIterator[vocoder_pb2.VocodeRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[vocoder_pb2.VocodeResponse]:
-        shelf = await self._ready_shelf(context)
-        engine = await pin_stream_voice(shelf, context)  # loads the voice if this worker does not hold it
-        try:
-            await self._admission.admit(context, engine)  # RESOURCE_EXHAUSTED when out of room
-            context.add_done_callback(RELEASER.call_done)  # a long sentence's memory goes back once the stream ends
-            async with self._tracker.track(context):
+        # Every stream that reaches the worker is counted, one refused at admission or cut before it starts too.
+        async with self._tracker.track(context):
+            shelf = await self._ready_shelf(context)
+            engine = await pin_stream_voice(shelf, context)  # loads the voice if this worker does not hold it
+            try:
+                await self._admission.admit(context, engine)  # RESOURCE_EXHAUSTED when out of room
+                context.add_done_callback(RELEASER.call_done)  # a long sentence's memory goes back once the stream ends
                 try:
                     work = VocoderWork(engine, self._scheduler, self._metrics, stream_speaker(context, engine))
                     async for request, arrived_s in stamped(request_iterator):
@@ -61,5 +62,5 @@ class VocoderServicer(VoiceServicer, vocoder_pb2_grpc.VocoderServicer):
                         grpc.StatusCode.INVALID_ARGUMENT,
                         f"stream ended inside sentence {unfinished.sentence_index}; end each sentence with a slice marked is_last",
                     )
-        finally:
-            shelf.unpin(engine)
+            finally:
+                shelf.unpin(engine)

@@ -189,6 +189,14 @@ def _synthesize_until_error(address: str, text: str, deadline_s: float) -> tuple
         return caught.value, started, time.monotonic() - started, audio_messages
 
 
+def _speak_once(address: str) -> None:
+    """One short uncached request, spoken to its end."""
+    with grpc.insecure_channel(address) as channel:
+        stub = tts_pb2_grpc.TextToSpeechStub(channel)
+        responses = list(stub.Synthesize(tts_pb2.SynthesizeRequest(text=_long_text(1)), timeout=120))
+    assert any(response.audio for response in responses)
+
+
 def _stream_codes(mesh: Mesh, kind: str) -> dict[str, float]:
     """A worker's finished streams so far, by final status code."""
     prefix = f'tts_{kind}_streams_total{{code="'
@@ -214,6 +222,16 @@ def _wait_until_finished(mesh: Mesh, kind: str, count: float) -> None:
         raise AssertionError(f"{error} ({state})") from None
 
 
+def _assert_one_stream_served(mesh: Mesh, kind: str, before: dict[str, float]) -> None:
+    """`kind` ended every stream of one request and holds none open: at most one stream was served,
+    and any other was refused at admission (RESOURCE_EXHAUSTED, which the gateway retries)."""
+    _wait_until_finished(mesh, kind, sum(before.values()) + 1)
+    after = _stream_codes(mesh, kind)
+    new_codes = {code: after[code] - before.get(code, 0.0) for code in after if after[code] != before.get(code, 0.0)}
+    served = sum(count for code, count in new_codes.items() if code != "RESOURCE_EXHAUSTED")
+    assert served <= 1, f"the {kind} worker served {served:.0f} streams of one request: {new_codes}"
+
+
 @pytest.mark.parametrize("deadline_s", [1.0, 2.0])
 @pytest.mark.parametrize("hung_kind", ["acoustic", "vocoder"])
 def test_hung_worker_call_carries_the_client_deadline_and_every_call_ends_with_it(
@@ -223,7 +241,7 @@ def test_hung_worker_call_carries_the_client_deadline_and_every_call_ends_with_i
     setup = setups[hung_kind]
     real = setup.real_kind
     calls_before = len(setup.hung.calls)
-    real_finished_before = _finished_streams(mesh, real)
+    real_before = _stream_codes(mesh, real)
     assert mesh.metric(real, f"tts_{real}_inflight_streams") == 0
 
     error, started, elapsed_s, audio_messages = _synthesize_until_error(
@@ -248,8 +266,7 @@ def test_hung_worker_call_carries_the_client_deadline_and_every_call_ends_with_i
     assert held.ended.wait(timeout=deadline_s + PROMPT_MARGIN_S), f"the hung {hung_kind} call outlived the deadline"
     assert held.ended_s is not None and held.ended_s - started <= deadline_s + PROMPT_MARGIN_S
     # ... and so did the real worker's stream of the same request, and the gateway's.
-    _wait_until_finished(mesh, real, real_finished_before + 1)
-    assert _finished_streams(mesh, real) == real_finished_before + 1
+    _assert_one_stream_served(mesh, real, real_before)
     assert harness.gateway_metrics(setup.gateway_name).get("tts_gateway_inflight_streams") == 0
     print(f"\nhung {hung_kind}: the call arrived with {held.remaining_s:.3f} s of the client's {deadline_s} s left and "
           f"ended {held.ended_s - started:.3f} s after the request; client error after {elapsed_s:.3f} s")  # fmt: skip
@@ -273,16 +290,16 @@ def test_idle_worker_stream_cut_by_the_client_deadline_is_not_counted_as_ok(
 def test_deadline_shorter_than_a_long_text_ends_both_real_worker_streams(mesh: Mesh) -> None:
     deadline_s = 2.0
     sentences = 24
+    _speak_once(mesh.gateway_address)  # channels and voice warm, so the deadline is spent on the workers' streams
     sentences_before = mesh.metric("acoustic", "tts_acoustic_sentences_total")
-    finished_before = {kind: _finished_streams(mesh, kind) for kind in ("acoustic", "vocoder")}
+    before = {kind: _stream_codes(mesh, kind) for kind in ("acoustic", "vocoder")}
 
     error, _, elapsed_s, audio_messages = _synthesize_until_error(mesh.gateway_address, _long_text(sentences), deadline_s)
 
     assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED, error
     assert deadline_s - 0.05 <= elapsed_s <= deadline_s + PROMPT_MARGIN_S, elapsed_s
     for kind in ("acoustic", "vocoder"):
-        _wait_until_finished(mesh, kind, finished_before[kind] + 1)
-        assert _finished_streams(mesh, kind) == finished_before[kind] + 1
+        _assert_one_stream_served(mesh, kind, before[kind])
     made = mesh.metric("acoustic", "tts_acoustic_sentences_total") - sentences_before
     time.sleep(1.0)
     assert mesh.metric("acoustic", "tts_acoustic_sentences_total") - sentences_before == made, "the acoustic worker kept going"
