@@ -273,7 +273,7 @@ class PiperPool:
                 submit()
             dispatch()
         results.sort(key=lambda result: result.index)
-        wall_s = max(r.started_s + r.total_s for r in results) - min(r.started_s for r in results)
+        wall_s = max(r.started_s + r.total_s for r in results) - min(r.started_s for r in results) if results else 0.0
         return PiperRun(self.setup, False, results, summarize(results, wall_s), 0)
 
 
@@ -312,7 +312,7 @@ class PiperPool:
                         event["sample_rate_hz"], run_start, event.get("chunks", ()))
             )  # fmt: skip
         results.sort(key=lambda result: result.index)
-        wall_s = max(r.started_s + r.total_s for r in results) - min(r.started_s for r in results)
+        wall_s = max(r.started_s + r.total_s for r in results) - min(r.started_s for r in results) if results else 0.0
         return PiperRun(self.setup, False, results, summarize(results, wall_s), 0)
 
 

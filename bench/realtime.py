@@ -5,8 +5,10 @@ CFS quota with 100 ms periods over every process of the mesh, and of the piper-t
 comes), one mesh with `make run`'s defaults is started inside the quota and measured:
 
 - the lone cold stream's first audio (the median of a few), the reference of the first-audio bars;
-- the capacity the mesh reports (`tts_gateway_realtime_capacity`), and the largest burst of streams
-  started together that plays without a stall, searched upward from half the capacity;
+- the capacity the mesh reports (`tts_gateway_realtime_capacity`: what its admission takes), and the
+  largest burst of streams started together that plays without a stall, searched upward from half the
+  capacity; each later scenario takes the capacity reported as it starts (gaps listeners heard in an
+  earlier one lower it);
 - a burst at 0.8 of the capacity, with the p95 first audio the cores would reach doing nothing but
   first audios (`load_table.first_audio_floor`, from the workers' CPU counters);
 - streams arriving at random (Poisson) at shares of the capacity (0.5, 0.8, 1.2 by default): each a
@@ -224,7 +226,10 @@ class QuotaRun:
             largest = count
             count = max(count + 1, round(count * BURST_STEP))
         facts["largest_clean_burst"] = largest
-        # A burst at 0.8 of the capacity, with the floor its first audios' CPU sets.
+        # A burst at 0.8 of the capacity, with the floor its first audios' CPU sets. Each scenario takes
+        # the capacity the mesh reports as it starts: what listeners heard in the last one may have moved it.
+        capacity = reported_capacity(mesh)
+        facts["capacity_burst"] = capacity
         count = max(1, round(capacity * 0.8))
         spent = first_audio_cpu(mesh)
         results = burst(target, self.texts.take(count))
@@ -232,21 +237,27 @@ class QuotaRun:
         per_stream = (first_audio_cpu(mesh) - spent) / max(1, outcome.served)
         floor = percentile(first_audio_floor(max(1, outcome.served), per_stream, self.quota_cores), 95)
         facts["burst_floor_s"], facts["burst_count"] = floor, count
-        rows.append((f"burst of {count} (0.8 x capacity)", outcome, f"CPU floor p95 {floor * 1000:.0f} ms"))
+        rows.append((f"burst of {count} (0.8 x capacity)", outcome, f"CPU floor p95 {floor * 1000:.0f} ms; capacity {capacity:.1f}"))
         for share in self.shares:
+            capacity = reported_capacity(mesh)
+            facts[f"capacity_poisson_{share:g}"] = capacity
             rate = share * capacity / mean_audio_s
             arrivals = poisson_arrivals(rate, self.duration_s, seed=round(share * 1000))
             outcome = Outcome.of(asyncio.run(open_loop(target, self.texts.take(len(arrivals)), arrivals)))
             facts[f"poisson_{share:g}"] = len(arrivals)
-            rows.append((f"Poisson at {share:g} x capacity", outcome, f"{rate:.2f} streams/s for {self.duration_s:g} s"))
+            rows.append(
+                (f"Poisson at {share:g} x capacity", outcome, f"{rate:.2f} streams/s for {self.duration_s:g} s; capacity {capacity:.1f}")
+            )
         # One client alone, up to the capacity: refused nothing. Alone means no other client asked
         # within the time admission keeps an active client's share (the Poisson runs' client did).
         time.sleep(DEFAULT_ACTIVE_CLIENT_S + 0.5)
+        capacity = reported_capacity(mesh)
         count = max(1, math.floor(capacity))
         outcome = Outcome.of(burst(target, self.texts.take(count), clients=lambda index: "10.0.0.1"))
-        rows.append((f"one client, {count} streams", outcome, ""))
+        rows.append((f"one client, {count} streams", outcome, f"capacity {capacity:.1f}"))
         # A client over its share and a small one: the hog fills the mesh, the small client comes after.
         time.sleep(DEFAULT_ACTIVE_CLIENT_S + 0.5)  # the hog starts alone too
+        capacity = reported_capacity(mesh)
         hog, small = max(2, math.ceil(capacity)), 2
         arrivals = [0.0] * hog + [0.5] * small
         results = asyncio.run(
@@ -267,7 +278,7 @@ class QuotaRun:
             count = int(facts["burst_count"])
             outcomes[f"burst of {count} (0.8 x capacity)"] = Outcome.of(pool.run_arrivals(self.texts.take(count), [0.0] * count).results)
             for share in self.shares:
-                rate = share * facts["capacity"] / facts["mean_audio_s"]
+                rate = share * facts[f"capacity_poisson_{share:g}"] / facts["mean_audio_s"]
                 arrivals = poisson_arrivals(rate, self.duration_s, seed=round(share * 1000))
                 outcomes[f"Poisson at {share:g} x capacity"] = Outcome.of(pool.run_arrivals(self.texts.take(len(arrivals)), arrivals).results)
         return outcomes

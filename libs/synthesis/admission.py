@@ -12,6 +12,8 @@ which only needs checking where the left side bends (each b_i and b_i + r_i). A 
 nothing. So a burst of new streams is admitted up to R at once, while a stream arriving among
 listeners who hold seconds of audio is admitted even above R for a while: their buffers pay for its
 start. Streams other gateways hold on the same workers are taken off R, one audio second per second each.
+A listener alone (none here, none of other gateways on the workers) is always taken: there is nobody to
+keep playing, and a machine slower than real time still serves it as fast as it can.
 
 Fairness conserves work: a client alone may fill the mesh. When it is full, a client holding more
 than an equal share of it is tested against what is left once every other active client's share is
@@ -19,17 +21,27 @@ set aside, so its new streams are refused while the others' still fit. A client 
 holds a stream and for a while after it last asked (`active_client_s`): one that asks for short
 streams one after another holds nothing between them, and a flood from another client must not take
 its share in those gaps.
+
+What listeners hear corrects the capacity: R is the workers' model of the machine, and where real
+scheduling falls short of it (steps that cannot be split, cores shared with the other worker) a
+listener runs dry below R. A gap a listener hears while the mesh is loaded cuts the share of R that
+admission trusts (`StallFeedback`), at most once per CUT_SPACING_S; the share grows back towards the
+whole of R with a half-life of SHARE_RECOVERY_HALF_LIFE_S while no listener runs dry. The capacity the
+gateway reports is what admission takes now: R times the headroom times that share.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 from libs.upstream.playback import PlaybackClock
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_AUDIO_S_PER_CHAR: Final = 0.07
 """Audio seconds per character of English text at speed 1, until this gateway has measured its own."""
@@ -43,6 +55,19 @@ DEFAULT_ACTIVE_CLIENT_S: Final = MAX_RETRY_AFTER_S
 refused client may be told to wait before it asks again."""
 MAX_REMEMBERED_CLIENTS: Final = 4096
 """Clients remembered as recently active at most (the oldest are forgotten first)."""
+STALL_BAR_S: Final = 0.1
+"""A gap shorter than this is not counted against the capacity (a player's jitter buffer hides it)."""
+SHARE_CUT: Final = 0.9
+"""What one counted gap multiplies the trusted share of the capacity by."""
+CUT_SPACING_S: Final = 2.0
+"""Gaps within this long of the last cut are one overload, cut once: a burst's listeners run dry together."""
+MIN_SHARE: Final = 0.5
+"""The least share of the capacity admission trusts, however many gaps listeners hear."""
+SHARE_RECOVERY_HALF_LIFE_S: Final = 60.0
+"""How long the distrusted part of the capacity takes to halve while no listener runs dry."""
+LOADED_SHARE: Final = 0.5
+"""A gap counts against the capacity only while the listeners are at least this share of what admission
+takes: one heard on a quiet mesh (a worker lost mid-stream, a slow hop) is no sign of too many listeners."""
 
 
 @dataclass
@@ -55,7 +80,14 @@ class Listener:
     """The audio it will have in all (an estimate until its text is all spoken)."""
     clock: PlaybackClock | None = None
     """Its listener's clock, once its audio flows."""
+    on_stall: Callable[[float], None] | None = None
+    """Told of every gap its listener sits through (set by the admission that holds it)."""
     id: int = field(default_factory=itertools.count().__next__)
+
+    def stalled(self, gap_s: float) -> None:
+        """Its listener sat `gap_s` seconds with an empty buffer before the latest audio."""
+        if self.on_stall is not None:
+            self.on_stall(gap_s)
 
     def buffered_s(self) -> float:
         """Audio its listener holds now."""
@@ -87,6 +119,37 @@ def keeps_playing(listeners: Sequence[tuple[float, float]], rate: float) -> bool
     return True
 
 
+class StallFeedback:
+    """The share of the mesh's capacity that admission trusts, cut when listeners run dry under load
+    and recovering while none does (module docstring)."""
+
+    def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
+        self._now = now
+        self._share_at_cut = 1.0
+        self._cut_at: float | None = None
+        self.cuts = 0
+        """Cuts so far."""
+
+    def share(self) -> float:
+        """The share trusted now (MIN_SHARE to 1)."""
+        if self._cut_at is None:
+            return 1.0
+        elapsed_s = max(0.0, self._now() - self._cut_at)
+        return 1.0 - (1.0 - self._share_at_cut) * 0.5 ** (elapsed_s / SHARE_RECOVERY_HALF_LIFE_S)
+
+    def stalled(self, gap_s: float, loaded: bool) -> bool:
+        """A listener sat `gap_s` with an empty buffer, the mesh `loaded` or not; whether the share was cut."""
+        if gap_s < STALL_BAR_S or not loaded:
+            return False
+        now = self._now()
+        if self._cut_at is not None and now - self._cut_at < CUT_SPACING_S:
+            return False
+        self._share_at_cut = max(MIN_SHARE, self.share() * SHARE_CUT)
+        self._cut_at = now
+        self.cuts += 1
+        return True
+
+
 class RealtimeAdmission:
     """The listeners of one gateway, and the test a new one must pass."""
 
@@ -97,16 +160,20 @@ class RealtimeAdmission:
         headroom: float,
         active_client_s: float = DEFAULT_ACTIVE_CLIENT_S,
         now: Callable[[], float] = time.monotonic,
+        on_stall: Callable[[float], None] | None = None,
     ) -> None:
         """`capacity()` is the mesh's real-time capacity (0: unknown, and then every listener is
         admitted); `other_streams()` the streams other gateways hold on the same workers; `headroom`
         the share of the capacity listeners may need; `active_client_s` how long a client that holds
-        no stream still counts as active after it last asked."""
+        no stream still counts as active after it last asked; `on_stall(seconds)` hears of every gap
+        a listener sits through."""
         self._capacity = capacity
         self._other_streams = other_streams
         self._headroom = headroom
         self._active_client_s = active_client_s
         self._now = now
+        self._on_stall = on_stall
+        self.feedback = StallFeedback(now)
         self._listeners: dict[int, Listener] = {}
         self._last_asked: dict[str, float] = {}  # client -> when it last asked or its last stream ended, oldest first
         self.audio_s_per_char = DEFAULT_AUDIO_S_PER_CHAR
@@ -128,8 +195,11 @@ class RealtimeAdmission:
         capacity = self._capacity()
         if capacity <= 0:
             return None
-        rate = capacity * self._headroom - self._other_streams()
+        others = self._other_streams()
         demand = [(listener.buffered_s(), listener.remaining_s()) for listener in self._listeners.values() if listener.client]
+        if not demand and others <= 0:
+            return None  # nobody to keep playing: a machine slower than real time still serves one listener
+        rate = self.listener_capacity() - others
         demand.append((0.0, max(expected_audio_s, EPSILON_S)))
         if not keeps_playing(demand, rate):
             return (
@@ -143,6 +213,24 @@ class RealtimeAdmission:
                 "streams go first when the mesh is busy: retry when one ends"
             )
         return None
+
+    def listener_capacity(self) -> float:
+        """The listeners admission takes now: the mesh's capacity times the headroom, times the share
+        that what listeners heard lets it trust (the capacity itself when admission is off)."""
+        capacity = self._capacity()
+        if not self._headroom:
+            return capacity
+        return capacity * self._headroom * self.feedback.share()
+
+    def _stalled(self, gap_s: float) -> None:
+        if self._on_stall is not None:
+            self._on_stall(gap_s)
+        listening = sum(1 for other in self._listeners.values() if other.client)
+        if self._headroom and self.feedback.stalled(gap_s, loaded=listening >= LOADED_SHARE * self.listener_capacity()):
+            _log.warning(
+                "a listener ran dry for %.2f s with %d listeners on the mesh: admission now takes %.0f%% of its capacity",
+                gap_s, listening, 100 * self.feedback.share(),
+            )  # fmt: skip
 
     def retry_after_s(self) -> float:
         """When a refused listener may find room: about when the listener nearest its end has all its
@@ -182,6 +270,8 @@ class RealtimeAdmission:
 
     def add(self, listener: Listener) -> None:
         self._listeners[listener.id] = listener
+        if listener.client:  # work no listener waits for hears nothing
+            listener.on_stall = self._stalled
 
     def remove(self, listener: Listener, finished: bool = False, characters: int = 0) -> None:
         """`listener` is over; when it `finished` whole, its text of `characters` teaches the audio per character."""

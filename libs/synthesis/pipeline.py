@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, replace
 from typing import Any, Final
@@ -110,6 +111,8 @@ class SentencePiece:
     """The sentence they belong to."""
     frame_duration_s: float
     """Seconds per mel frame."""
+    made_s: float = 0.0
+    """When the mesh had it ready for the client (`time.monotonic()`; 0: from the start)."""
 
 
 class UtterancePipeline:
@@ -158,7 +161,7 @@ class UtterancePipeline:
         if info is None:
             raise NoWorkerError(f"no acoustic worker serving voice {self._voice} has reported its model yet; retry shortly")
         # The listener's buffer, as the client is given audio: every worker request carries its slack.
-        clock = PlaybackClock(info.hop_length / info.sample_rate_hz)
+        clock = PlaybackClock(info.hop_length / info.sample_rate_hz, on_stall=self._listener.stalled if self._listener else None)
         if self._listener is not None:
             self._listener.clock = clock
         self._lookahead = Lookahead(clock, self._max_sentences_ahead, audio_ahead_s=self._audio_ahead_s)
@@ -176,7 +179,7 @@ class UtterancePipeline:
                     break
                 if isinstance(item, BaseException):
                     raise item
-                clock.delivered(_audio_s(item))
+                clock.delivered(_audio_s(item), ready_s=item.made_s)
                 yield item
                 self._room.release()  # the client has taken the piece
         finally:
@@ -409,6 +412,7 @@ class UtterancePipeline:
                     self._spawn(self._cache.put_head(write_key, head))
             if piece.is_last and self._lookahead is not None:
                 self._lookahead.sentence_vocoded()
+            made_s = time.monotonic()
             await self._room.acquire()  # a client that does not read stops the reading here
             output.put_nowait(
                 SentencePiece(
@@ -418,6 +422,7 @@ class UtterancePipeline:
                     piece.is_last,
                     self._meta[piece.sentence_index],
                     info.hop_length / piece.sample_rate_hz,
+                    made_s,
                 )
             )
         output.put_nowait(_DONE)

@@ -256,7 +256,21 @@ class GatewayMetrics:
         )
         self.realtime_capacity = Gauge(
             "tts_gateway_realtime_capacity",
-            "Listeners the mesh behind this gateway keeps playing in real time, as its workers say (audio s per s).",
+            "Listeners this gateway's admission takes now (audio s per s): the mesh's capacity as its workers say, "
+            "times the admission headroom, times the share of it that what listeners heard lets it trust.",
+            registry=self.registry,
+        )
+        self.realtime_share = Gauge(
+            "tts_gateway_realtime_share",
+            "Share of the workers' capacity admission trusts now: cut when listeners run dry under load, "
+            "recovering while none does (1: all of it).",
+            registry=self.registry,
+        )
+        self.listener_stall_seconds = Histogram(
+            "tts_gateway_listener_stall_seconds",
+            "Gaps listeners sat through: how long a player that starts at the first audio and plays in real time "
+            "waited with an empty buffer before the next audio came (seconds).",
+            buckets=(0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0),
             registry=self.registry,
         )
         self.realtime_listeners = Gauge(
@@ -280,10 +294,16 @@ class GatewayMetrics:
         """The API-key gate's `on_refused` hook."""
         self.auth_refusals_total.labels(reason=reason).inc()
 
-    def track_realtime(self, capacity: Callable[[], float], listeners: Callable[[], int]) -> None:
-        """Read the mesh's real-time capacity and this gateway's listeners whenever the metrics are scraped."""
+    def track_realtime(self, capacity: Callable[[], float], listeners: Callable[[], int], share: Callable[[], float]) -> None:
+        """Read the listeners admission takes, this gateway's listeners and the trusted share of the
+        capacity whenever the metrics are scraped."""
         self.realtime_capacity.set_function(capacity)
         self.realtime_listeners.set_function(listeners)
+        self.realtime_share.set_function(share)
+
+    def listener_stalled(self, gap_s: float) -> None:
+        """Admission's `on_stall` hook: a listener sat `gap_s` with an empty buffer."""
+        self.listener_stall_seconds.observe(gap_s)
 
     def track_endpoints(self, statuses: Callable[[], Iterable[EndpointStatusLike]]) -> None:
         """Serve `tts_gateway_healthy_endpoints{kind,zone}` from `statuses()` at every scrape.

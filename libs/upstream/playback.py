@@ -20,10 +20,18 @@ from libs.scheduling.stream import DEFAULT_VOCODER_LAG_FRAMES
 class PlaybackClock:
     """One utterance's listener, as audio is delivered to it (`time.monotonic()` seconds)."""
 
-    def __init__(self, frame_s: float, now: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, frame_s: float, now: Callable[[], float] = time.monotonic, on_stall: Callable[[float], None] | None = None
+    ) -> None:
+        """`on_stall(seconds)` hears of every gap the mesh makes the listener sit through: audio the
+        mesh had ready `seconds` after what the listener held ran out (a client that reads late makes
+        its own gaps, which are not the mesh's)."""
         self.frame_s = frame_s
         """Seconds of audio per mel frame."""
         self._now = now
+        self._on_stall = on_stall
+        self.stalled_s = 0.0
+        """How long the mesh has made the listener wait with an empty buffer, in all (seconds)."""
         self._asked_at_s = now()
         """When the listener asked: its first audio was due then."""
         self._dry_at_s: float | None = None
@@ -40,9 +48,15 @@ class PlaybackClock:
         """Whether the listener has had its first audio."""
         return self._dry_at_s is not None
 
-    def delivered(self, audio_s: float) -> None:
-        """`audio_s` more seconds of audio went to the client now."""
+    def delivered(self, audio_s: float, ready_s: float | None = None) -> None:
+        """`audio_s` more seconds of audio went to the client now, ready since `ready_s` (None: now)."""
         now = self._now()
+        ready_s = now if ready_s is None else min(now, ready_s)
+        if self._dry_at_s is not None and ready_s > self._dry_at_s and audio_s > 0:
+            gap_s = ready_s - self._dry_at_s
+            self.stalled_s += gap_s
+            if self._on_stall is not None:
+                self._on_stall(gap_s)
         self._dry_at_s = max(now if self._dry_at_s is None else self._dry_at_s, now) + audio_s
         self._delivered_s += audio_s
 

@@ -79,10 +79,13 @@ async def serve(settings: GatewaySettings) -> None:
     # Listeners are admitted by the mesh's real-time capacity and their buffers; the gateway's own CPU
     # (its text processes' included) goes into the ledger it shares with workers on the same budget.
     admission = RealtimeAdmission(
-        pool.realtime_capacity, pool.other_gateways_streams, settings.limits.admission_headroom, settings.limits.active_client_s
-    )
+        pool.realtime_capacity, pool.other_gateways_streams, settings.limits.admission_headroom, settings.limits.active_client_s,
+        on_stall=metrics.listener_stalled,
+    )  # fmt: skip
     capacity = SharedCapacity("gateway", cost=AudioCost(with_children_cpu(phonemizers.pids)))
-    metrics.track_realtime(pool.realtime_capacity, lambda: sum(1 for listener in admission.listeners if listener.client))
+    metrics.track_realtime(
+        admission.listener_capacity, lambda: sum(1 for listener in admission.listeners if listener.client), admission.feedback.share
+    )
     synthesizer = Synthesizer(
         pool=pool, cache=cache, text_side=text_side, max_streams=settings.limits.max_streams,
         max_streams_per_client=settings.limits.max_streams_per_client, admission=admission, capacity=capacity,

@@ -55,6 +55,7 @@ def test_a_stream_past_the_real_time_capacity_is_shed_with_a_retry_hint_and_admi
             assert small_mesh.metric(worker, f"tts_{worker}_realtime_demand") == CAPACITY
             assert small_mesh.metric(worker, f"tts_{worker}_realtime_load") == 1.0
         assert small_mesh.metric("gateway", "tts_gateway_realtime_capacity") == CAPACITY
+        assert small_mesh.metric("gateway", "tts_gateway_realtime_share") == 1.0  # no listener has run dry
         assert small_mesh.metric("gateway", "tts_gateway_realtime_listeners") == CAPACITY
         # The held listeners read nothing: their buffers run out, and a third would need a third audio
         # second per second of a mesh that makes two.

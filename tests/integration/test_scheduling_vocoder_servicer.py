@@ -70,15 +70,19 @@ async def _run(by_deadline: bool) -> tuple[int, dict[str, bytes]]:
     finally:
         await server.stop(0)
         executor.shutdown()
-    window = events[events.index("sent") : len(events) - events[::-1].index("new")]
+    # From the new stream's first answer to its last: what the server ran once it held the new stream
+    # (buffered answers written before it arrived are not its doing, however late a busy client reads them).
+    window = events[events.index("new") : len(events) - events[::-1].index("new")]
     return sum(name.startswith("buffered") for name in window), {name: b"".join(parts) for name, parts in samples.items()}
 
 
 async def test_a_new_stream_goes_before_buffered_ones_and_no_sample_changes() -> None:
     by_deadline, deadline_samples = await _run(by_deadline=True)
     by_arrival, arrival_samples = await _run(by_deadline=False)
-    # Each of the new stream's 3 steps waits at most for the one buffered step already running;
-    # in arrival order it waits behind every buffered stream's queued step.
-    assert by_deadline <= 4 < by_arrival, (by_deadline, by_arrival)
+    # The new stream's 2 later steps are each queued once the one before is answered, so each waits at
+    # most for the one buffered step the thread took meanwhile; in arrival order each waits behind every
+    # buffered stream's queued step.
+    print(f"\nbuffered answers while the new stream was served: {by_deadline} by deadline, {by_arrival} by arrival")
+    assert by_deadline <= 2 < BUFFERED_STREAMS <= by_arrival, (by_deadline, by_arrival)
     assert deadline_samples == arrival_samples  # order changes when a step runs, never what it computes
     assert len(deadline_samples["new"]) == NEW_FRAMES * HOP_LENGTH * 4

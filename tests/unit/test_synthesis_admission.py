@@ -144,3 +144,77 @@ def test_a_finished_stream_teaches_the_audio_a_character_makes() -> None:
     assert admission.audio_s_per_char == pytest.approx(before + 0.1 * (0.06 - before))
     assert admission.expected_audio_s(1000) == pytest.approx(1000 * admission.audio_s_per_char)
     assert list(admission.listeners) == []
+
+
+def test_the_clock_counts_only_the_gaps_the_mesh_makes() -> None:
+    now, gaps = _Now(), []
+    clock = PlaybackClock(0.0116, now=now, on_stall=gaps.append)
+    clock.delivered(1.0)  # first audio at 100 s: plays until 101 s
+    now.s = 100.5
+    clock.delivered(1.0, ready_s=100.5)  # in time: plays until 102 s
+    now.s = 102.3
+    clock.delivered(1.0, ready_s=102.3)  # ready 0.3 s after the listener ran dry
+    now.s = 104.0
+    clock.delivered(1.0, ready_s=102.8)  # ready in time, but the client read it late: its own gap
+    assert gaps == [pytest.approx(0.3)]
+    assert clock.stalled_s == pytest.approx(0.3)
+
+
+def _stall(listener: Listener, gap_s: float) -> None:
+    listener.stalled(gap_s)
+
+
+def test_gaps_heard_under_load_cut_the_trusted_capacity_once_per_overload_and_it_recovers() -> None:
+    now, heard = _Now(), []
+    admission = RealtimeAdmission(lambda: 10.0, lambda: 0, 0.9, now=now, on_stall=heard.append)
+    listeners = [_playing(admission, "a", 1.0, 20.0, now) for _ in range(6)]
+    assert admission.listener_capacity() == pytest.approx(9.0)
+    _stall(listeners[0], 0.05)  # too short to count against the capacity
+    assert admission.listener_capacity() == pytest.approx(9.0)
+    _stall(listeners[0], 0.3)
+    cut = admission.listener_capacity()
+    assert cut == pytest.approx(9.0 * 0.9)
+    _stall(listeners[1], 0.4)  # the same overload: the burst's listeners run dry together
+    assert admission.listener_capacity() == pytest.approx(cut)
+    assert heard == [0.05, 0.3, 0.4]  # every gap reaches the metrics
+    now.s += 60.0  # a half-life with no gap: half the distrusted part comes back
+    assert admission.listener_capacity() == pytest.approx(9.0 - (9.0 - cut) / 2)
+    for _ in range(40):  # however many overloads, admission keeps at least half the capacity
+        now.s += 3.0
+        _stall(listeners[0], 1.0)
+    assert admission.listener_capacity() >= 9.0 * 0.5 - 1e-9
+
+
+def test_a_gap_on_a_quiet_mesh_or_of_work_nobody_listens_to_does_not_cut_the_capacity() -> None:
+    now = _Now()
+    admission = RealtimeAdmission(lambda: 10.0, lambda: 0, 1.0, now=now)
+    lone = _playing(admission, "a", 1.0, 20.0, now)
+    _stall(lone, 1.0)  # one listener of ten: a lost worker or a slow hop, not too many listeners
+    job = Listener("", 30.0)
+    admission.add(job)
+    for _ in range(9):
+        _playing(admission, "b", 1.0, 20.0, now)
+    _stall(job, 1.0)
+    assert admission.listener_capacity() == pytest.approx(10.0)
+    _stall(lone, 1.0)  # ten listeners now: the mesh is loaded
+    assert admission.listener_capacity() == pytest.approx(9.0)
+
+
+def test_the_trusted_capacity_is_what_admission_takes() -> None:
+    now = _Now()
+    admission = RealtimeAdmission(lambda: 5.0, lambda: 0, 0.8, now=now)
+    for _ in range(4):  # 4 of 5 x 0.8: full
+        assert admission.refusal("a", 10.0) is None
+        admission.add(Listener("a", 10.0))
+    assert admission.refusal("a", 10.0) is not None
+    off = RealtimeAdmission(lambda: 5.0, lambda: 0, 0.0, now=now)
+    assert off.listener_capacity() == 5.0  # no admission: the mesh's own figure
+
+
+def test_a_listener_alone_is_taken_even_where_the_mesh_is_slower_than_real_time() -> None:
+    slow = RealtimeAdmission(lambda: 0.6, lambda: 0, 0.9)
+    assert slow.refusal("a", 20.0) is None  # nobody else to keep playing: serve it as fast as the mesh can
+    slow.add(Listener("a", 20.0))
+    assert slow.refusal("b", 20.0) is not None  # a second would make the first run dry
+    elsewhere = RealtimeAdmission(lambda: 0.6, lambda: 1, 0.9)  # another gateway's listener on the workers
+    assert elsewhere.refusal("a", 20.0) is not None
