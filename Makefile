@@ -9,6 +9,9 @@ RUNTIME := $(VENV)/.installed-runtime
 DEV := $(VENV)/.installed-dev
 TEXT ?= Hello! This is the text to speech mesh speaking.
 OUT ?= hello.wav
+# Processes `make test` spreads the test files over: one alone keeps about 1.2 of two cores busy (the
+# suite waits on sockets, sleeps and child processes), two keep both; each runs meshes of its own.
+TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
 .PHONY: help venv run run-zones certs web grpcjs say test test-fast proto docs voice bench bench-load bench-quality bench-faults \
@@ -67,10 +70,11 @@ grpcjs:
 say: $(RUNTIME)
 	$(PY) -m tts_mesh.cli say "$(TEXT)" -o "$(OUT)"
 
+# The test files are spread over TEST_WORKERS processes, each file whole in one of them.
 ## The whole suite: lint, then unit, integration and end-to-end tests (what CI runs; containers: test-containers).
 test: $(DEV)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -m "not containers"
+	$(PY) -m pytest -q -m "not containers" -n $(TEST_WORKERS) --dist loadfile
 
 ## The unit tests alone (pure code: no sockets, no processes, no real weights), in under a minute.
 test-fast: $(DEV)

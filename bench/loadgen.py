@@ -162,7 +162,6 @@ async def synthesize_once(
         error=error,
         stall_s=stall_s,
         longest_stall_s=longest_stall_s,
-        arrivals=tuple((received - started, audio) for received, audio in arrivals),
     )
 
 

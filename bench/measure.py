@@ -42,8 +42,6 @@ class RequestResult:
     before the stream's audio ended (seconds, summed over its stalls)."""
     longest_stall_s: float = 0.0
     """The longest single stall of that player (seconds)."""
-    arrivals: tuple[tuple[float, float], ...] = ()
-    """(received, audio seconds) of each audio message, received relative to the request's start."""
 
     @property
     def ok(self) -> bool:

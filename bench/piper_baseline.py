@@ -273,8 +273,7 @@ class PiperPool:
                 submit()
             dispatch()
         results.sort(key=lambda result: result.index)
-        wall_s = max(r.started_s + r.total_s for r in results) - min(r.started_s for r in results) if results else 0.0
-        return PiperRun(self.setup, False, results, summarize(results, wall_s), 0)
+        return PiperRun(self.setup, False, results, summarize(results, _wall_s(results)), 0)
 
 
     def run_arrivals(self, texts: Sequence[str], arrivals_s: Sequence[float]) -> PiperRun:
@@ -312,8 +311,14 @@ class PiperPool:
                         event["sample_rate_hz"], run_start, event.get("chunks", ()))
             )  # fmt: skip
         results.sort(key=lambda result: result.index)
-        wall_s = max(r.started_s + r.total_s for r in results) - min(r.started_s for r in results) if results else 0.0
-        return PiperRun(self.setup, False, results, summarize(results, wall_s), 0)
+        return PiperRun(self.setup, False, results, summarize(results, _wall_s(results)), 0)
+
+
+def _wall_s(results: Sequence[RequestResult]) -> float:
+    """From the first request's start to the last one's end (0 for no requests)."""
+    if not results:
+        return 0.0
+    return max(r.started_s + r.total_s for r in results) - min(r.started_s for r in results)
 
 
 def setups_for(cores: int) -> list[PiperSetup]:

@@ -229,7 +229,6 @@ class QuotaRun:
         # A burst at 0.8 of the capacity, with the floor its first audios' CPU sets. Each scenario takes
         # the capacity the mesh reports as it starts: what listeners heard in the last one may have moved it.
         capacity = reported_capacity(mesh)
-        facts["capacity_burst"] = capacity
         count = max(1, round(capacity * 0.8))
         spent = first_audio_cpu(mesh)
         results = burst(target, self.texts.take(count))

@@ -43,23 +43,20 @@ READ_EVERY_S: Final = 1.0
 """How long the others' entries are reused before the ledger is read again."""
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds process `pid` has used (user and system, its threads included; 0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def with_children_cpu(children: Callable[[], list[int]], own: Callable[[], float] = time.process_time) -> Callable[[], float]:
     """A CPU clock of this process and its `children()` (pids) together: a gateway's text processes
     do part of its work. A child that is replaced takes its CPU with it, which a window then sees as
     a fall: `AudioCost` drops such a window."""
-    ticks = os.sysconf("SC_CLK_TCK")
-
-    def cpu_s() -> float:
-        total = own()
-        for pid in children():
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
-                total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
-            except (OSError, IndexError, ValueError):
-                continue
-        return total
-
-    return cpu_s
+    return lambda: own() + sum(process_cpu_s(pid) for pid in children())
 
 
 class AudioCost:

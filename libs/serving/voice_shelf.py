@@ -19,8 +19,9 @@ import gc
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Generic, TypeVar
@@ -28,7 +29,8 @@ from typing import Any, Final, Generic, TypeVar
 import grpc
 
 from libs.serving.admission import process_rss_mb
-from libs.serving.memory import release_free_memory
+from libs.serving.memory import RELEASER, release_free_memory
+from libs.serving.server import StreamTracker
 from libs.serving.status import abort_for
 from libs.settings.fields import setting
 from libs.telemetry.metrics import WorkerMetrics
@@ -335,6 +337,7 @@ class VoiceServicer:
     """The voices, once the preloaded ones are in; None means "still loading"."""
     _scheduler: Any
     _admission: Any
+    _tracker: StreamTracker
 
     def install(self, shelf: VoiceShelf) -> None:
         """Serve with the voices of `shelf` from now on (the preloaded ones have loaded, warmed up and
@@ -345,6 +348,22 @@ class VoiceServicer:
         if self.shelf is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"the {self.kind} model is still loading; retry shortly")
         return self.shelf  # type: ignore[return-value]
+
+    @asynccontextmanager
+    async def _model_stream(self, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        """The engine one model stream runs on, for the stream's whole life: the stream is counted
+        (one refused at admission or cut before it starts too), its voice pinned (loaded if this worker
+        does not hold it) and the stream admitted (RESOURCE_EXHAUSTED when out of room); once it ends,
+        the voice is unpinned and a long sentence's memory goes back."""
+        async with self._tracker.track(context):
+            shelf = await self._ready_shelf(context)
+            engine = await pin_stream_voice(shelf, context)
+            try:
+                await self._admission.admit(context, engine)
+                context.add_done_callback(RELEASER.call_done)
+                yield engine
+            finally:
+                shelf.unpin(engine)
 
     async def GetLoad(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         shelf = await self._ready_shelf(context)

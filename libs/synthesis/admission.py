@@ -61,8 +61,8 @@ SHARE_CUT: Final = 0.9
 """What one counted gap multiplies the trusted share of the capacity by."""
 CUT_SPACING_S: Final = 2.0
 """Gaps within this long of the last cut are one overload, cut once: a burst's listeners run dry together."""
-MIN_SHARE: Final = 0.5
-"""The least share of the capacity admission trusts, however many gaps listeners hear."""
+DEFAULT_MIN_SHARE: Final = 0.5
+"""The least share of the capacity admission trusts, however many gaps listeners hear (1: gaps cut nothing)."""
 SHARE_RECOVERY_HALF_LIFE_S: Final = 60.0
 """How long the distrusted part of the capacity takes to halve while no listener runs dry."""
 LOADED_SHARE: Final = 0.5
@@ -123,15 +123,14 @@ class StallFeedback:
     """The share of the mesh's capacity that admission trusts, cut when listeners run dry under load
     and recovering while none does (module docstring)."""
 
-    def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, now: Callable[[], float] = time.monotonic, min_share: float = DEFAULT_MIN_SHARE) -> None:
         self._now = now
+        self._min_share = min_share
         self._share_at_cut = 1.0
         self._cut_at: float | None = None
-        self.cuts = 0
-        """Cuts so far."""
 
     def share(self) -> float:
-        """The share trusted now (MIN_SHARE to 1)."""
+        """The share trusted now (the least share to 1)."""
         if self._cut_at is None:
             return 1.0
         elapsed_s = max(0.0, self._now() - self._cut_at)
@@ -139,14 +138,13 @@ class StallFeedback:
 
     def stalled(self, gap_s: float, loaded: bool) -> bool:
         """A listener sat `gap_s` with an empty buffer, the mesh `loaded` or not; whether the share was cut."""
-        if gap_s < STALL_BAR_S or not loaded:
+        if gap_s < STALL_BAR_S or not loaded or self._min_share >= 1.0:
             return False
         now = self._now()
         if self._cut_at is not None and now - self._cut_at < CUT_SPACING_S:
             return False
-        self._share_at_cut = max(MIN_SHARE, self.share() * SHARE_CUT)
+        self._share_at_cut = max(self._min_share, self.share() * SHARE_CUT)
         self._cut_at = now
-        self.cuts += 1
         return True
 
 
@@ -161,19 +159,20 @@ class RealtimeAdmission:
         active_client_s: float = DEFAULT_ACTIVE_CLIENT_S,
         now: Callable[[], float] = time.monotonic,
         on_stall: Callable[[float], None] | None = None,
+        min_share: float = DEFAULT_MIN_SHARE,
     ) -> None:
         """`capacity()` is the mesh's real-time capacity (0: unknown, and then every listener is
         admitted); `other_streams()` the streams other gateways hold on the same workers; `headroom`
         the share of the capacity listeners may need; `active_client_s` how long a client that holds
         no stream still counts as active after it last asked; `on_stall(seconds)` hears of every gap
-        a listener sits through."""
+        a listener sits through; `min_share` the least share of the capacity those gaps leave trusted."""
         self._capacity = capacity
         self._other_streams = other_streams
         self._headroom = headroom
         self._active_client_s = active_client_s
         self._now = now
         self._on_stall = on_stall
-        self.feedback = StallFeedback(now)
+        self.feedback = StallFeedback(now, min_share)
         self._listeners: dict[int, Listener] = {}
         self._last_asked: dict[str, float] = {}  # client -> when it last asked or its last stream ended, oldest first
         self.audio_s_per_char = DEFAULT_AUDIO_S_PER_CHAR
@@ -199,7 +198,7 @@ class RealtimeAdmission:
         demand = [(listener.buffered_s(), listener.remaining_s()) for listener in self._listeners.values() if listener.client]
         if not demand and others <= 0:
             return None  # nobody to keep playing: a machine slower than real time still serves one listener
-        rate = self.listener_capacity() - others
+        rate = self._admitted(capacity) - others
         demand.append((0.0, max(expected_audio_s, EPSILON_S)))
         if not keeps_playing(demand, rate):
             return (
@@ -217,10 +216,10 @@ class RealtimeAdmission:
     def listener_capacity(self) -> float:
         """The listeners admission takes now: the mesh's capacity times the headroom, times the share
         that what listeners heard lets it trust (the capacity itself when admission is off)."""
-        capacity = self._capacity()
-        if not self._headroom:
-            return capacity
-        return capacity * self._headroom * self.feedback.share()
+        return self._admitted(self._capacity())
+
+    def _admitted(self, capacity: float) -> float:
+        return capacity * self._headroom * self.feedback.share() if self._headroom else capacity
 
     def _stalled(self, gap_s: float) -> None:
         if self._on_stall is not None:

@@ -11,7 +11,7 @@ from typing import Final
 from libs.encoding.encoders import ENCODINGS
 from libs.pb.tts.v1 import tts_pb2
 from libs.settings.fields import setting
-from libs.synthesis.admission import DEFAULT_ACTIVE_CLIENT_S
+from libs.synthesis.admission import DEFAULT_ACTIVE_CLIENT_S, DEFAULT_MIN_SHARE
 from libs.synthesis.resume import FIELD as RESUME_FIELD
 from libs.synthesis.resume import RESUMABLE_ENCODINGS, ResumeFrom, decode_token, options_digest
 from libs.text.errors import TextError
@@ -79,6 +79,11 @@ class RequestLimits:
         DEFAULT_ACTIVE_CLIENT_S, env="TTS_ACTIVE_CLIENT_S", unit="s", minimum=0,
         doc="how long a client keeps its equal share after it last asked or its last stream ended, so a flood from "
         "another client cannot take the share of one that asks for short streams one after another",
+    )  # fmt: skip
+    realtime_min_share: float = setting(
+        DEFAULT_MIN_SHARE, env="TTS_REALTIME_MIN_SHARE", unit="ratio", minimum=0.1, maximum=1,
+        doc="least share of the mesh's real-time capacity admission keeps trusting when listeners hear gaps under "
+        "load (each gap cuts the share, which grows back while none is heard; 1: gaps cut nothing)",
     )  # fmt: skip
 
 

@@ -30,8 +30,6 @@ class PlaybackClock:
         """Seconds of audio per mel frame."""
         self._now = now
         self._on_stall = on_stall
-        self.stalled_s = 0.0
-        """How long the mesh has made the listener wait with an empty buffer, in all (seconds)."""
         self._asked_at_s = now()
         """When the listener asked: its first audio was due then."""
         self._dry_at_s: float | None = None
@@ -52,11 +50,8 @@ class PlaybackClock:
         """`audio_s` more seconds of audio went to the client now, ready since `ready_s` (None: now)."""
         now = self._now()
         ready_s = now if ready_s is None else min(now, ready_s)
-        if self._dry_at_s is not None and ready_s > self._dry_at_s and audio_s > 0:
-            gap_s = ready_s - self._dry_at_s
-            self.stalled_s += gap_s
-            if self._on_stall is not None:
-                self._on_stall(gap_s)
+        if self._on_stall is not None and self._dry_at_s is not None and ready_s > self._dry_at_s and audio_s > 0:
+            self._on_stall(ready_s - self._dry_at_s)
         self._dry_at_s = max(now if self._dry_at_s is None else self._dry_at_s, now) + audio_s
         self._delivered_s += audio_s
 

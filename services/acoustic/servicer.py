@@ -13,10 +13,9 @@ from libs.scheduling.scheduler import Scheduler
 from libs.scheduling.stream import stamped
 from libs.serving.acoustic_work import AcousticWork
 from libs.serving.admission import Admission
-from libs.serving.memory import RELEASER
 from libs.serving.server import StreamTracker
 from libs.serving.status import abort_for
-from libs.serving.voice_shelf import VoiceServicer, pin_stream_voice
+from libs.serving.voice_shelf import VoiceServicer
 from libs.telemetry.metrics import AcousticMetrics
 from libs.voice.registry import UnknownVoiceError
 from libs.wire.errors import DownstreamError
@@ -55,19 +54,11 @@ class AcousticServicer(VoiceServicer, acoustic_pb2_grpc.AcousticServicer):
     async def SynthesizeMel(
         self, request_iterator: AsyncIterator[acoustic_pb2.SentenceRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[mel_pb2.MelSlices]:
-        # Every stream that reaches the worker is counted, one refused at admission or cut before it starts too.
-        async with self._tracker.track(context):
-            shelf = await self._ready_shelf(context)
-            engine = await pin_stream_voice(shelf, context)  # loads the voice if this worker does not hold it
+        async with self._model_stream(context) as engine:
             try:
-                await self._admission.admit(context, engine)  # RESOURCE_EXHAUSTED when out of room
-                context.add_done_callback(RELEASER.call_done)  # a long sentence's memory goes back once the stream ends
-                try:
-                    async for message in self._work.stream(engine, stamped(request_iterator)):
-                        yield message
-                except (asyncio.CancelledError, grpc.aio.AbortError):
-                    raise
-                except Exception as error:
-                    await abort_for(context, error)
-            finally:
-                shelf.unpin(engine)
+                async for message in self._work.stream(engine, stamped(request_iterator)):
+                    yield message
+            except (asyncio.CancelledError, grpc.aio.AbortError):
+                raise
+            except Exception as error:
+                await abort_for(context, error)

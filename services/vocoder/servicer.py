@@ -12,11 +12,10 @@ from libs.pb.tts.vocoder.v1 import vocoder_pb2, vocoder_pb2_grpc
 from libs.scheduling.scheduler import Scheduler
 from libs.scheduling.stream import stamped
 from libs.serving.admission import Admission
-from libs.serving.memory import RELEASER
 from libs.serving.server import StreamTracker
 from libs.serving.status import abort_for
 from libs.serving.vocoder_work import VocoderWork
-from libs.serving.voice_shelf import VoiceServicer, pin_stream_voice, stream_speaker
+from libs.serving.voice_shelf import VoiceServicer, stream_speaker
 from libs.telemetry.metrics import VocoderMetrics
 
 CANCEL_GRACE_S: Final = 0.1
@@ -38,29 +37,21 @@ class VocoderServicer(VoiceServicer, vocoder_pb2_grpc.VocoderServicer):
     async def Vocode(
         self, request_iterator: AsyncIterator[vocoder_pb2.VocodeRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[vocoder_pb2.VocodeResponse]:
-        # Every stream that reaches the worker is counted, one refused at admission or cut before it starts too.
-        async with self._tracker.track(context):
-            shelf = await self._ready_shelf(context)
-            engine = await pin_stream_voice(shelf, context)  # loads the voice if this worker does not hold it
+        async with self._model_stream(context) as engine:
             try:
-                await self._admission.admit(context, engine)  # RESOURCE_EXHAUSTED when out of room
-                context.add_done_callback(RELEASER.call_done)  # a long sentence's memory goes back once the stream ends
-                try:
-                    work = VocoderWork(engine, self._scheduler, self._metrics, stream_speaker(context, engine))
-                    async for request, arrived_s in stamped(request_iterator):
-                        async for response in work.answer(request, arrived_s):
-                            yield response
-                except (asyncio.CancelledError, grpc.aio.AbortError):
-                    raise
-                except Exception as error:
-                    await abort_for(context, error)
-                    return
-                unfinished = work.slices.unfinished
-                if unfinished is not None:
-                    await asyncio.sleep(CANCEL_GRACE_S)
-                    await context.abort(
-                        grpc.StatusCode.INVALID_ARGUMENT,
-                        f"stream ended inside sentence {unfinished.sentence_index}; end each sentence with a slice marked is_last",
-                    )
-            finally:
-                shelf.unpin(engine)
+                work = VocoderWork(engine, self._scheduler, self._metrics, stream_speaker(context, engine))
+                async for request, arrived_s in stamped(request_iterator):
+                    async for response in work.answer(request, arrived_s):
+                        yield response
+            except (asyncio.CancelledError, grpc.aio.AbortError):
+                raise
+            except Exception as error:
+                await abort_for(context, error)
+                return
+            unfinished = work.slices.unfinished
+            if unfinished is not None:
+                await asyncio.sleep(CANCEL_GRACE_S)
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"stream ended inside sentence {unfinished.sentence_index}; end each sentence with a slice marked is_last",
+                )

@@ -29,6 +29,7 @@ from libs.pb.tts.common.v1 import load_pb2
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
 from libs.pb.tts.vocoder.v1 import vocoder_pb2_grpc
 from libs.wire.headers import STREAM_ACCEPTED_METADATA
+from tests.support.client import synthesize
 from tests.support.faults.zone_mesh import ZoneMesh, wait_for
 from tests.support.mesh import Mesh
 
@@ -189,14 +190,6 @@ def _synthesize_until_error(address: str, text: str, deadline_s: float) -> tuple
         return caught.value, started, time.monotonic() - started, audio_messages
 
 
-def _speak_once(address: str) -> None:
-    """One short uncached request, spoken to its end."""
-    with grpc.insecure_channel(address) as channel:
-        stub = tts_pb2_grpc.TextToSpeechStub(channel)
-        responses = list(stub.Synthesize(tts_pb2.SynthesizeRequest(text=_long_text(1)), timeout=120))
-    assert any(response.audio for response in responses)
-
-
 def _stream_codes(mesh: Mesh, kind: str) -> dict[str, float]:
     """A worker's finished streams so far, by final status code."""
     prefix = f'tts_{kind}_streams_total{{code="'
@@ -290,7 +283,7 @@ def test_idle_worker_stream_cut_by_the_client_deadline_is_not_counted_as_ok(
 def test_deadline_shorter_than_a_long_text_ends_both_real_worker_streams(mesh: Mesh) -> None:
     deadline_s = 2.0
     sentences = 24
-    _speak_once(mesh.gateway_address)  # channels and voice warm, so the deadline is spent on the workers' streams
+    assert synthesize(mesh.gateway_address, _long_text(1)).duration_s > 0  # warm: the deadline is spent on the workers' streams
     sentences_before = mesh.metric("acoustic", "tts_acoustic_sentences_total")
     before = {kind: _stream_codes(mesh, kind) for kind in ("acoustic", "vocoder")}
 

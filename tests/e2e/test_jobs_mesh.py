@@ -22,6 +22,7 @@ import grpc
 import numpy as np
 import pytest
 
+from libs.jobs.audio import SENTENCES_PER_READ
 from libs.pb.tts.v1 import jobs_pb2, jobs_pb2_grpc, tts_pb2
 from tests.support.client import synthesize
 from tests.support.gateway_process import extra_gateway
@@ -42,7 +43,8 @@ SENTENCES = [
 TEXT = " ".join(SENTENCES)
 ANIMALS = ("badger", "heron", "otter", "falcon", "beetle", "walrus", "gecko", "magpie", "puffin", "lemur", "newt", "raven")
 COLOURS = ("amber", "silver", "olive", "scarlet", "golden", "ivory", "violet", "copper", "indigo", "coral", "russet", "teal")
-MANY_SENTENCES = [f"The {colour} {animal} waits." for colour in COLOURS for animal in ANIMALS][:140]
+MANY_SENTENCES = [f"The {colour} {animal} waits." for colour in COLOURS for animal in ANIMALS][: 2 * SENTENCES_PER_READ + 6]
+"""More sentences than two of the reads that assemble a job's file, the last read a short one."""
 """More sentences than a runner speaks in one utterance (SENTENCES_PER_UTTERANCE), and short enough for one Synthesize."""
 KILLED_SENTENCES = [f"A {colour} {animal} sleeps by the river tonight." for animal in ANIMALS for colour in COLOURS[:5]]
 """Sentences no other test speaks, enough that a runner killed after two has most of them left."""

@@ -42,12 +42,12 @@ def cluster() -> Iterator[LocalRedisCluster]:
 
 @pytest.fixture(scope="module")
 def cluster_mesh(cluster: LocalRedisCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
-    # Admission by real-time capacity off: on a busy machine one worker of each kind may refuse some
-    # of eight streams with pushback, which is the workers' answer, not the cache's; here every stream
-    # is taken, at whatever pace, so each client error would be one the cluster caused.
+    # Admission by real-time capacity off, at the workers and at the gateway: on a busy machine either
+    # may refuse some of eight streams, which is the mesh's answer to its load, not the cache's; here
+    # every stream is taken, at whatever pace, so each client error would be one the cluster caused.
     mesh = Mesh(
         log_dir=tmp_path_factory.mktemp("cluster-mesh"), secure=False, redis_url=cluster.url, gateway_args=["--redis-cluster", "true"],
-        env={"TTS_REALTIME_HEADROOM": "0"},
+        env={"TTS_REALTIME_HEADROOM": "0", "TTS_ADMISSION_HEADROOM": "0"},
     )
     mesh.start()
     try:

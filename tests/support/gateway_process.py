@@ -32,6 +32,7 @@ def extra_gateway(
         "--vocoder", f"{mesh.zone}={mesh.services['vocoder'].address}",
         "--redis-url", f"redis://127.0.0.1:{mesh.redis.config.port}/0",
         *mesh.gateway_secret_args(),
+        "--http-port", "0",  # no HTTP door on the fixed default port, unless `args` asks for one
         *args,
     ])  # fmt: skip
     with log_path.open("wb") as log:
