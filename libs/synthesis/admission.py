@@ -13,7 +13,8 @@ nothing. So a burst of new streams is admitted up to R at once, while a stream a
 listeners who hold seconds of audio is admitted even above R for a while: their buffers pay for its
 start. Streams other gateways hold on the same workers are taken off R, one audio second per second each.
 A listener alone (none here, none of other gateways on the workers) is always taken: there is nobody to
-keep playing, and a machine slower than real time still serves it as fast as it can.
+keep playing, and a machine slower than real time still serves it as fast as it can, its first audio
+held back until it holds what lets it play to the end without a gap (`Listener.start_buffer_s`).
 
 Fairness conserves work: a client alone may fill the mesh. When it is full, a client holding more
 than an equal share of it is tested against what is left once every other active client's share is
@@ -82,7 +83,13 @@ class Listener:
     """Its listener's clock, once its audio flows."""
     on_stall: Callable[[float], None] | None = None
     """Told of every gap its listener sits through (set by the admission that holds it)."""
+    start_buffer: Callable[[], float] | None = None
+    """The audio its listener should hold before it starts playing (set by the admission that holds it)."""
     id: int = field(default_factory=itertools.count().__next__)
+
+    def start_buffer_s(self) -> float:
+        """Audio its listener should hold before it starts, so that it then plays to the end without a gap."""
+        return self.start_buffer() if self.start_buffer is not None else 0.0
 
     def stalled(self, gap_s: float) -> None:
         """Its listener sat `gap_s` seconds with an empty buffer before the latest audio."""
@@ -271,6 +278,22 @@ class RealtimeAdmission:
         self._listeners[listener.id] = listener
         if listener.client:  # work no listener waits for hears nothing
             listener.on_stall = self._stalled
+            if self._headroom:
+                listener.start_buffer = lambda: self._start_buffer_s(listener)
+
+    def _start_buffer_s(self, listener: Listener) -> float:
+        """What `listener` should hold before it plays: where it is alone on a mesh slower than real time
+        (taken anyway: nobody else to keep playing), the mesh makes R < 1 audio seconds per second, and a
+        listener holding b plays its A seconds through without a gap exactly when b >= (1 - R) * A. R is
+        the rate admission trusts (`listener_capacity`): the workers' model overstates what a listener
+        gets by as much as gaps heard have shown. With others on the mesh admission has already kept
+        everyone playing, and nothing is held."""
+        rate = self.listener_capacity()
+        if not 0 < rate < 1:
+            return 0.0
+        if self._other_streams() > 0 or any(other.client and other.id != listener.id for other in self._listeners.values()):
+            return 0.0
+        return (1.0 - rate) * listener.remaining_s()
 
     def remove(self, listener: Listener, finished: bool = False, characters: int = 0) -> None:
         """`listener` is over; when it `finished` whole, its text of `characters` teaches the audio per character."""

@@ -200,12 +200,18 @@ class UtterancePipeline:
         pieces are held only for the difference, so that the audio they hold lasts until the next
         piece is due, or until it comes. Where steps are quick (an idle or fast machine) the first
         piece goes at once; where they are slow or queued (a small CPU quota, a burst) the listener
-        starts that much later and plays on without a gap."""
+        starts that much later and plays on without a gap. A listener alone on a mesh slower than real
+        time first holds the share of its audio the mesh cannot keep up with (its start buffer)."""
         loop = asyncio.get_running_loop()
         held = [await output.get()]
+        held_s = _audio_s(held[0])
+        # A listener alone on a mesh slower than real time first holds what lets it play to the end.
+        start_buffer_s = self._listener.start_buffer_s() if self._listener is not None else 0.0
+        while held_s < start_buffer_s and isinstance(held[-1], SentencePiece):
+            held.append(await output.get())
+            held_s += _audio_s(held[-1])
         first_s = loop.time()
         cushion_s = max(self._pool.step_lead_s(None, "vocoder"), self._pool.start_gaps.high_s())
-        held_s = _audio_s(held[0])
         getter: asyncio.Task[Any] | None = None
         while (
             held_s < cushion_s

@@ -117,7 +117,8 @@ async def test_discovery_needs_only_what_the_manifests_rbac_grants_and_the_rest_
 async def test_a_watch_answered_410_gone_lists_again_and_sees_what_changed_meanwhile(fake: FakeApiServer) -> None:
     fake.apply(_slice("10.0.0.1"))
     async with discovering(fake) as (published, _):
-        await wait_until(lambda: published.live == _live("10.0.0.1"), timeout_s=10)
+        # The watch must be open before the compaction: one opened after it, from the listed version, is still valid.
+        await wait_until(lambda: published.live == _live("10.0.0.1") and len(fake.watches) == 1, timeout_s=10)
         lists = len(fake.list_versions)
         fake.compact()  # the open watch gets 410 Gone; its history is gone
         fake.apply(_slice("10.0.0.1", "10.0.0.3"))

@@ -228,3 +228,34 @@ def test_a_listener_alone_is_taken_even_where_the_mesh_is_slower_than_real_time(
     assert slow.refusal("b", 20.0) is not None  # a second would make the first run dry
     elsewhere = RealtimeAdmission(lambda: 0.6, lambda: 1, 0.9)  # another gateway's listener on the workers
     assert elsewhere.refusal("a", 20.0) is not None
+
+
+def test_only_a_listener_alone_on_a_mesh_slower_than_real_time_holds_audio_before_it_plays() -> None:
+    now = _Now()
+    slow = RealtimeAdmission(lambda: 0.8, lambda: 0, 0.75, now=now)  # trusted: 0.8 x 0.75 = 0.6 audio s per s
+    alone = Listener("a", 10.0)
+    slow.add(alone)
+    assert alone.start_buffer_s() == pytest.approx(4.0)  # it must hold what the mesh falls behind by: (1 - 0.6) x 10 s
+    work = Listener("", 10.0)  # work no listener waits for neither holds nor counts
+    slow.add(work)
+    assert work.start_buffer_s() == 0.0 and alone.start_buffer_s() == pytest.approx(4.0)
+    second = Listener("b", 10.0)
+    slow.add(second)  # with others on the mesh admission keeps them all playing: nothing is held
+    assert alone.start_buffer_s() == 0.0 and second.start_buffer_s() == 0.0
+    busy_elsewhere = RealtimeAdmission(lambda: 0.6, lambda: 1, 0.9, now=now)
+    third = Listener("a", 10.0)
+    busy_elsewhere.add(third)
+    assert third.start_buffer_s() == 0.0  # another gateway's stream is on the workers
+    fast = RealtimeAdmission(lambda: 1.2, lambda: 0, 0.9, now=now)
+    quick = Listener("a", 10.0)
+    fast.add(quick)
+    assert quick.start_buffer_s() == 0.0  # real time or faster (1.2 x 0.9): it plays as the audio comes
+    for _ in range(3):  # until gaps heard cut the trusted rate below real time
+        now.s += 3.0
+        fast.feedback.stalled(1.0, loaded=True)
+    assert fast.feedback.share() < 1 / 1.08
+    assert quick.start_buffer_s() == pytest.approx((1 - 1.2 * 0.9 * fast.feedback.share()) * 10.0)
+    off = RealtimeAdmission(lambda: 0.6, lambda: 0, 0.0, now=now)
+    unheld = Listener("a", 10.0)
+    off.add(unheld)
+    assert unheld.start_buffer_s() == 0.0  # admission off: the gateway does not read the capacity

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from libs.synthesis.admission import Listener, RealtimeAdmission
 from libs.synthesis.pipeline import _DONE, SentenceMeta, SentencePiece, UtterancePipeline
 from libs.upstream.playback import StartGaps
 
@@ -25,7 +26,7 @@ class _Pool:
         return self.lead_s
 
 
-def _pipeline(step_lead_s: float, start_gaps: StartGaps | None = None) -> UtterancePipeline:
+def _pipeline(step_lead_s: float, start_gaps: StartGaps | None = None, listener: Listener | None = None) -> UtterancePipeline:
     return UtterancePipeline(
         pool=_Pool(step_lead_s, start_gaps),  # type: ignore[arg-type]
         cache=None,  # type: ignore[arg-type]
@@ -34,6 +35,7 @@ def _pipeline(step_lead_s: float, start_gaps: StartGaps | None = None) -> Uttera
         params=None,  # type: ignore[arg-type]
         utterance_id="u",
         timeout_s=None,
+        listener=listener,
     )
 
 
@@ -153,3 +155,37 @@ async def test_an_error_or_the_end_is_never_held() -> None:
     output.put_nowait(_DONE)
     await asyncio.wait_for(reader, 5)
     assert received == [first, _DONE]
+
+
+async def test_a_listener_alone_on_a_mesh_slower_than_real_time_holds_what_lets_it_play_to_the_end() -> None:
+    admission = RealtimeAdmission(lambda: 0.75, lambda: 0, 1.0)  # 0.75 audio s per s: slower than real time
+    listener = Listener("a", 8.0)
+    admission.add(listener)
+    assert listener.start_buffer_s() == 2.0  # (1 - 0.75) x 8 s: it then plays 8 s while the mesh makes the other 6
+    output: asyncio.Queue[Any] = asyncio.Queue()
+    received: list[Any] = []
+    reader = asyncio.create_task(_received(_pipeline(0.05, listener=listener), output, received))
+    pieces = [_piece(0.6) for _ in range(4)]
+    for piece in pieces[:3]:
+        output.put_nowait(piece)
+    await asyncio.sleep(0.3)
+    assert received == []  # 1.8 s held, past any step lead: still short of what it must hold
+    output.put_nowait(pieces[3])
+    await _until_received(received, 4, 1)
+    assert received == pieces
+    output.put_nowait(_DONE)
+    await reader
+
+
+async def test_a_short_utterance_is_never_held_past_its_end() -> None:
+    admission = RealtimeAdmission(lambda: 0.5, lambda: 0, 0.9)
+    listener = Listener("a", 30.0)  # the estimate was long; the text was short
+    admission.add(listener)
+    output: asyncio.Queue[Any] = asyncio.Queue()
+    received: list[Any] = []
+    reader = asyncio.create_task(_received(_pipeline(0.05, listener=listener), output, received))
+    only = _piece(1.0, is_last=True)
+    output.put_nowait(only)
+    output.put_nowait(_DONE)
+    await reader
+    assert received == [only, _DONE]
