@@ -9,8 +9,8 @@ RUNTIME := $(VENV)/.installed-runtime
 DEV := $(VENV)/.installed-dev
 TEXT ?= Hello! This is the text to speech mesh speaking.
 OUT ?= hello.wav
-# Processes `make test` spreads the test files over: one alone keeps about 1.2 of two cores busy (the
-# suite waits on sockets, sleeps and child processes), two keep both; each runs meshes of its own.
+# Processes `make test` spreads the test files over (the suite waits on sockets, sleeps and child
+# processes: on two cores, two took it to 0.66x the time of one); each runs meshes of its own.
 TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help

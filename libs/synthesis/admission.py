@@ -188,6 +188,10 @@ class RealtimeAdmission:
     def listeners(self) -> Iterable[Listener]:
         return self._listeners.values()
 
+    def listening(self) -> list[Listener]:
+        """The listeners someone waits on (work no listener waits for left out)."""
+        return [listener for listener in self._listeners.values() if listener.client]
+
     def expected_audio_s(self, characters: int) -> float:
         """The audio a text of `characters` makes, by what this gateway has measured."""
         return characters * self.audio_s_per_char
@@ -202,7 +206,7 @@ class RealtimeAdmission:
         if capacity <= 0:
             return None
         others = self._other_streams()
-        demand = [(listener.buffered_s(), listener.remaining_s()) for listener in self._listeners.values() if listener.client]
+        demand = [(listener.buffered_s(), listener.remaining_s()) for listener in self.listening()]
         if not demand and others <= 0:
             return None  # nobody to keep playing: a machine slower than real time still serves one listener
         rate = self._admitted(capacity) - others
@@ -231,7 +235,7 @@ class RealtimeAdmission:
     def _stalled(self, gap_s: float) -> None:
         if self._on_stall is not None:
             self._on_stall(gap_s)
-        listening = sum(1 for other in self._listeners.values() if other.client)
+        listening = len(self.listening())
         if self._headroom and self.feedback.stalled(gap_s, loaded=listening >= LOADED_SHARE * self.listener_capacity()):
             _log.warning(
                 "a listener ran dry for %.2f s with %d listeners on the mesh: admission now takes %.0f%% of its capacity",
@@ -242,7 +246,7 @@ class RealtimeAdmission:
         """When a refused listener may find room: about when the listener nearest its end has all its
         audio, at an equal share of the capacity (at least MIN_RETRY_AFTER_S, at most MAX_RETRY_AFTER_S)."""
         capacity = self._capacity()
-        listeners = [listener for listener in self._listeners.values() if listener.client]
+        listeners = self.listening()
         if capacity <= 0 or not listeners:
             return MIN_RETRY_AFTER_S
         soonest_s = min(listener.remaining_s() for listener in listeners) * len(listeners) / capacity
@@ -252,9 +256,8 @@ class RealtimeAdmission:
         """The capacity kept for other clients when `client` holds more than an equal share: what each
         other active client's equal share has left (0 when `client` is within its own)."""
         held = dict.fromkeys(self._last_asked, 0)
-        for listener in self._listeners.values():
-            if listener.client:
-                held[listener.client] = held.get(listener.client, 0) + 1
+        for listener in self.listening():
+            held[listener.client] = held.get(listener.client, 0) + 1
         others = [count for name, count in held.items() if name != client]
         if not others:
             return 0.0
@@ -291,7 +294,7 @@ class RealtimeAdmission:
         rate = self.listener_capacity()
         if not 0 < rate < 1:
             return 0.0
-        if self._other_streams() > 0 or any(other.client and other.id != listener.id for other in self._listeners.values()):
+        if self._other_streams() > 0 or any(other is not listener for other in self.listening()):
             return 0.0
         return (1.0 - rate) * listener.remaining_s()
 

@@ -84,7 +84,7 @@ async def serve(settings: GatewaySettings) -> None:
     )  # fmt: skip
     capacity = SharedCapacity("gateway", cost=AudioCost(with_children_cpu(phonemizers.pids)))
     metrics.track_realtime(
-        admission.listener_capacity, lambda: sum(1 for listener in admission.listeners if listener.client), admission.feedback.share
+        admission.listener_capacity, lambda: len(admission.listening()), admission.feedback.share
     )
     synthesizer = Synthesizer(
         pool=pool, cache=cache, text_side=text_side, max_streams=settings.limits.max_streams,

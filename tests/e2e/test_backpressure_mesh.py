@@ -12,14 +12,13 @@ first message would have run out."""
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
-from pathlib import Path
 
 import grpc
 
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
+from libs.scheduling.capacity import process_cpu_s
 from tests.support.client import synthesize
 from tests.support.mesh import Mesh
 
@@ -49,11 +48,6 @@ def _rss_mb(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _text(client: int) -> str:
     sentence = f"Client {client} of the slow ones says something the listener never hears, again and again. "
     return (f"{uuid.uuid4().hex}. " + sentence * 80)[:TEXT_CHARS]
@@ -66,14 +60,14 @@ def _wait_until_steady(mesh: Mesh, pids: dict[str, int], started: float, samples
     if the pipeline keeps working for `STALL_TIMEOUT_S`."""
     deadline = time.monotonic() + STALL_TIMEOUT_S
     last, since = mesh.metric("vocoder", VOCODER_SAMPLES), time.monotonic()
-    cpu_since = {name: _cpu_s(pid) for name, pid in pids.items()}
+    cpu_since = {name: process_cpu_s(pid) for name, pid in pids.items()}
     while time.monotonic() < deadline:
         time.sleep(1.0)
         now, moment = mesh.metric("vocoder", VOCODER_SAMPLES), time.monotonic()
-        busy = any(_cpu_s(pid) - cpu_since[name] > IDLE_SHARE * (moment - since) for name, pid in pids.items())
+        busy = any(process_cpu_s(pid) - cpu_since[name] > IDLE_SHARE * (moment - since) for name, pid in pids.items())
         if now != last or busy:
             last, since = now, moment
-            cpu_since = {name: _cpu_s(pid) for name, pid in pids.items()}
+            cpu_since = {name: process_cpu_s(pid) for name, pid in pids.items()}
         elif moment - since >= STEADY_S and moment - started >= (now - samples_before) / RATE_HZ / SLOW_CLIENTS + STEADY_S:
             return now
     raise AssertionError(f"the pipeline kept working for clients that do not read ({last / RATE_HZ:.0f} s of audio)")
@@ -100,9 +94,9 @@ def test_clients_that_stop_reading_stop_the_pipeline_and_cost_bounded_memory(mes
         assert normal.duration_s > 1.0
         held_samples = _wait_until_steady(mesh, pids, started, samples_before) - samples_before
         peak_mb = _rss_mb(pids["gateway"])
-        cpu_before = {name: _cpu_s(pid) for name, pid in pids.items()}
+        cpu_before = {name: process_cpu_s(pid) for name, pid in pids.items()}
         time.sleep(STEADY_S)
-        cpu_used = {name: _cpu_s(pid) - cpu_before[name] for name, pid in pids.items()}
+        cpu_used = {name: process_cpu_s(pid) - cpu_before[name] for name, pid in pids.items()}
         print(
             f"\ngateway {baseline_mb:.0f} MB -> {peak_mb:.0f} MB with {SLOW_CLIENTS} stalled clients; "
             f"{held_samples / RATE_HZ / SLOW_CLIENTS:.0f} s of audio made for each; CPU in {STEADY_S:.0f} s: {cpu_used}"
