@@ -16,7 +16,7 @@ TEST_WORKERS ?= 2
 .DEFAULT_GOAL := help
 .PHONY: help venv run run-zones certs web grpcjs say test test-fast proto docs voice bench bench-load bench-quality bench-faults \
 	bench-doors bench-hostile bench-voices bench-text bench-text-zh bench-jobs fuzz idle-keepalive k8s-validate image image-gpu base-image \
-	container-engine run-containers test-containers soak
+	container-engine run-containers test-containers soak voice-fast
 
 ## List the targets.
 help:
@@ -93,16 +93,22 @@ docs: $(DEV)
 voice: $(DEV)
 	$(PY) -m scripts.voice.build $(if $(VOICE),--voice $(VOICE))
 
-## Time to first audio, throughput, batch sweep and memory, side by side with piper-tts.
+## Retrain the default voice's fast tier (its student vocoder) from its quality tier, going on from its committed checkpoint: seeded, CPU only, about an hour on 2 cores from nothing.
+voice-fast: $(DEV)
+	$(PY) -m scripts.voice.fast_tier --evaluate --install
+
+## Time to first audio, throughput, batch sweep and memory, side by side with piper-tts; CPU per audio second and per first audio of each tier.
 bench: $(DEV)
 	$(PY) -m bench.speed --out bench/results.md
+	$(PY) -m bench.cpu_per_audio --tiers quality,fast
 
-## Many listeners at once, and real time under CPU quotas with random arrivals, side by side with a piper-tts pool.
+## Many listeners at once, and real time under CPU quotas with random arrivals, side by side with a piper-tts pool; a burst past capacity in auto.
 bench-load: $(DEV)
 	$(PY) -m bench.load_table --out bench/load.md
 	$(PY) -m bench.realtime --out bench/realtime.md
+	$(PY) -m bench.tier_burst
 
-## DNSMOS of our full path, copy synthesis and piper-tts on held-out sentences; a long first sentence spoken whole and with its opening first.
+## DNSMOS and word error rate of our full path (both tiers), copy synthesis and piper-tts on held-out sentences; a long first sentence spoken whole and with its opening first.
 bench-quality: $(DEV)
 	$(PY) -m bench.quality
 	$(PY) -m bench.opening --out bench/opening.md

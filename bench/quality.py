@@ -10,7 +10,11 @@ On the held-out sentences (never trained on) it scores with DNSMOS (speechmos, a
 (b') the same models in float32 on whole sentences: torch acoustic -> MelHead -> mel -> vocoder;
 (c)  our vocoder (MelAdapter + decoder) on the mel of piper-tts's own audio (copy synthesis);
 (a') the same voice as our torch modules without the mel interface (decoder on the latent z that
-     (b) starts from), so (b) - (a') is exactly what the mel interface costs.
+     (b) starts from), so (b) - (a') is exactly what the mel interface costs;
+(f)  the voice's fast tier as served: the mel of (b) through the fast tier's vocoder stream.
+
+An independent recogniser (PocketSphinx's English model) transcribes (a), (b) and (f): the word
+error rate against the held-out texts says whether a tier is as intelligible as the other.
 
 Every system's audio is peak-normalised before scoring, as piper-tts does by default. The log-mel
 L1 of (b) against Piper compares equal durations by starting both from the same latent z (same
@@ -51,6 +55,11 @@ OVRL_TOLERANCE: Final = 0.05
 """(b) passes when its OVRL is at least (a)'s minus this."""
 REDUCED_PRECISION_TOLERANCE: Final = 0.02
 """(b), in the workers' reduced precisions, passes when its OVRL is at least (b')'s (float32) minus this."""
+FAST_TIER_OVRL_TOLERANCE: Final = 0.10
+"""(f) passes when its OVRL is at least (b)'s minus this..."""
+FAST_TIER_WER_TOLERANCE: Final = 0.02
+"""...and its word error rate at most (b)'s plus this."""
+RECOGNISED_LABELS: Final = ("(a) piper-tts 1.8.0", "(b) ours as served", "(f) fast tier as served")
 
 
 @dataclass(frozen=True)
@@ -83,18 +92,57 @@ class SystemScores:
     """Synthesis time, seconds (timed systems only)."""
     audio_s: float = 0.0
     """Audio produced, seconds."""
+    transcripts: list[str] = field(default_factory=list)
+    """What the recogniser heard in each utterance (recognised systems only)."""
 
-    def add(self, audio: np.ndarray) -> None:
-        """Score one utterance."""
+    def add(self, audio: np.ndarray, recogniser: Recogniser | None = None) -> None:
+        """Score one utterance (and transcribe it with `recogniser`)."""
         ovrl, sig, bak = dnsmos_scores(audio, VOICE_SAMPLE_RATE_HZ)
         self.ovrl.append(ovrl)
         self.sig.append(sig)
         self.bak.append(bak)
+        if recogniser is not None:
+            self.transcripts.append(recogniser.transcribe(audio, VOICE_SAMPLE_RATE_HZ))
+
+    def word_error_rate(self, references: list[str]) -> float:
+        """Word error rate of the transcripts against `references` (nan when not recognised)."""
+        if not self.transcripts:
+            return float("nan")
+        import jiwer
+
+        return float(jiwer.wer([_words(text) for text in references], [_words(text) for text in self.transcripts]))
 
     @property
     def real_time_factor(self) -> float:
         """Compute seconds per audio second (nan when not timed)."""
         return self.compute_s / self.audio_s if self.compute_s else float("nan")
+
+
+class Recogniser:
+    """PocketSphinx with its bundled US English model, one utterance at a time at 16 kHz."""
+
+    def __init__(self) -> None:
+        from pocketsphinx import Decoder
+
+        self._decoder = Decoder(samprate=DNSMOS_SAMPLE_RATE_HZ, loglevel="FATAL")
+
+    def transcribe(self, audio: np.ndarray, sample_rate_hz: int) -> str:
+        import librosa
+
+        audio = np.asarray(audio, dtype=np.float32)
+        audio = audio * (PEAK_LEVEL / max(float(np.abs(audio).max()), 1e-8))
+        resampled = librosa.resample(audio, orig_sr=sample_rate_hz, target_sr=DNSMOS_SAMPLE_RATE_HZ, res_type="soxr_hq")
+        pcm = (np.clip(resampled, -1.0, 1.0) * 32767).astype("<i2").tobytes()
+        self._decoder.start_utt()
+        self._decoder.process_raw(pcm, full_utt=True)
+        self._decoder.end_utt()
+        hypothesis = self._decoder.hyp()
+        return hypothesis.hypstr if hypothesis is not None else ""
+
+
+def _words(text: str) -> str:
+    """`text` as the recogniser writes words: lower case, no punctuation but apostrophes."""
+    return " ".join("".join(c.lower() if c.isalnum() or c == "'" else " " for c in text).split())
 
 
 def dnsmos_scores(audio: np.ndarray, sample_rate_hz: int) -> tuple[float, float, float]:
@@ -122,6 +170,8 @@ class QualityReport:
     """Log-mel L1 of MelHead(z) vs the mel of Piper's audio from the same z."""
     utterances: int
     """Sentences scored."""
+    texts: list[str] = field(default_factory=list)
+    """The held-out texts scored, the recogniser's references."""
 
 
 def run_quality(config: QualityConfig) -> QualityReport:
@@ -146,6 +196,9 @@ def run_quality(config: QualityConfig) -> QualityReport:
     assets = replace(default_voice_assets(), trained_dir=config.voice_dir)
     acoustic_engine = AcousticEngine.load(assets, settings=EngineSettings(precision=DEFAULT_PRECISION))
     vocoder_engine = VocoderEngine.load(assets, settings=EngineSettings(precision=DEFAULT_PRECISION))
+    fast_engine = VocoderEngine.load_fast(assets, settings=EngineSettings(precision=DEFAULT_PRECISION))
+    fast = systems.setdefault(RECOGNISED_LABELS[2], SystemScores()) if fast_engine is not None else None
+    recogniser = Recogniser()
     l1_full = l1_head = 0.0
     frames = 0
 
@@ -156,13 +209,16 @@ def run_quality(config: QualityConfig) -> QualityReport:
     with torch.no_grad():
         vocoder(head(voice.acoustic.infer(torch.tensor([warm_ids]), synthesis_generator(0)).z))
     served_audio(acoustic_engine, vocoder_engine, warm_ids, seed=0)
+    if fast_engine is not None:
+        served_audio(acoustic_engine, fast_engine, warm_ids, seed=0)
 
-    for text in heldout_sentences()[: config.sentence_count]:
+    texts = heldout_sentences()[: config.sentence_count]
+    for text in texts:
         started_s = time.perf_counter()
         piper_audio = np.concatenate([c.audio_float_array for c in piper_tts.synthesize(text, syn_config=piper_settings)])
         piper.compute_s += time.perf_counter() - started_s
         piper.audio_s += len(piper_audio) / VOICE_SAMPLE_RATE_HZ
-        piper.add(piper_audio)
+        piper.add(piper_audio, recogniser)
 
         started_s = time.perf_counter()
         served_wave = np.concatenate(
@@ -170,7 +226,16 @@ def run_quality(config: QualityConfig) -> QualityReport:
         )
         served.compute_s += time.perf_counter() - started_s
         served.audio_s += len(served_wave) / VOICE_SAMPLE_RATE_HZ
-        served.add(served_wave)
+        served.add(served_wave, recogniser)
+
+        if fast is not None:
+            started_s = time.perf_counter()
+            fast_wave = np.concatenate(
+                [served_audio(acoustic_engine, fast_engine, ids, bench_seed(ids, config)) for ids in phoneme_id_sentences(text)]
+            )
+            fast.compute_s += time.perf_counter() - started_s
+            fast.audio_s += len(fast_wave) / VOICE_SAMPLE_RATE_HZ
+            fast.add(fast_wave, recogniser)
 
         with torch.no_grad():
             started_s = time.perf_counter()
@@ -199,7 +264,7 @@ def run_quality(config: QualityConfig) -> QualityReport:
 
             copy_audio = vocoder(mel_spectrogram(torch.from_numpy(piper_audio)).unsqueeze(0))[0]
             copy.add(copy_audio.numpy())
-    return QualityReport(systems, l1_full / frames, l1_head / frames, config.sentence_count)
+    return QualityReport(systems, l1_full / frames, l1_head / frames, config.sentence_count, texts)
 
 
 def bench_seed(phoneme_ids: list[int], config: QualityConfig) -> int:
@@ -238,13 +303,15 @@ def format_report(report: QualityReport) -> str:
     lines = [
         f"DNSMOS on {report.utterances} held-out sentences (mean; higher is better), single-stream real-time factor",
         "",
-        f"| {'system':<30} | OVRL | SIG  | BAK  |  RTF  |",
-        f"|{'-' * 32}|------|------|------|-------|",
+        f"| {'system':<30} | OVRL | SIG  | BAK  |  RTF  |  WER  |",
+        f"|{'-' * 32}|------|------|------|-------|-------|",
     ]
     for label, scores in report.systems.items():
         rtf = "   -  " if np.isnan(scores.real_time_factor) else f"{scores.real_time_factor:6.3f}"
+        wer = scores.word_error_rate(report.texts)
+        wer_text = "   -  " if np.isnan(wer) else f"{wer:6.3f}"
         lines.append(
-            f"| {label:<30} | {np.mean(scores.ovrl):.2f} | {np.mean(scores.sig):.2f} | {np.mean(scores.bak):.2f} | {rtf}|"
+            f"| {label:<30} | {np.mean(scores.ovrl):.2f} | {np.mean(scores.sig):.2f} | {np.mean(scores.bak):.2f} | {rtf}| {wer_text}|"
         )
     piper, full, float32 = (report.systems[label] for label in list(report.systems)[:3])
     gap = float(np.mean(full.ovrl) - np.mean(piper.ovrl))
@@ -260,6 +327,17 @@ def format_report(report: QualityReport) -> str:
         f"target (b) OVRL >= (b') OVRL - {REDUCED_PRECISION_TOLERANCE} (reduced precision against float32): "
         f"{precision_gap:+.3f} -> {precision_verdict}",
     ]
+    fast = report.systems.get(RECOGNISED_LABELS[2])
+    if fast is not None:
+        ovrl_gap = float(np.mean(fast.ovrl) - np.mean(full.ovrl))
+        wer_gap = fast.word_error_rate(report.texts) - full.word_error_rate(report.texts)
+        lines += [
+            f"RTF (f) / (b): {fast.real_time_factor / full.real_time_factor:.2f}x",
+            f"target (f) OVRL >= (b) OVRL - {FAST_TIER_OVRL_TOLERANCE}: {ovrl_gap:+.3f} -> "
+            f"{'PASS' if ovrl_gap >= -FAST_TIER_OVRL_TOLERANCE else 'FAIL'}",
+            f"target (f) WER <= (b) WER + {FAST_TIER_WER_TOLERANCE}: {wer_gap:+.3f} -> "
+            f"{'PASS' if wer_gap <= FAST_TIER_WER_TOLERANCE else 'FAIL'}",
+        ]
     return "\n".join(lines)
 
 

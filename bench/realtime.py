@@ -141,17 +141,18 @@ def poisson_arrivals(rate_per_s: float, duration_s: float, seed: int) -> list[fl
 
 
 async def open_loop(
-    target: str, texts: Sequence[str], arrivals_s: Sequence[float], clients: Callable[[int], str] = lambda index: ""
+    target: str, texts: Sequence[str], arrivals_s: Sequence[float], clients: Callable[[int], str] = lambda index: "", tier: int = 0
 ) -> list[RequestResult]:
     """Request i (texts[i]) sent at `arrivals_s[i]` whatever the others are doing; `clients(i)` names
-    its client (its `x-forwarded-for`; "" for the benchmark's own address)."""
+    its client (its `x-forwarded-for`; "" for the benchmark's own address); `tier` is every request's
+    `SynthesizeRequest.tier` (0: the default)."""
     async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
         stub = tts_pb2_grpc.TextToSpeechStub(channel)
         start = time.perf_counter()
 
         async def one(index: int) -> RequestResult:
             await asyncio.sleep(max(0.0, arrivals_s[index] - (time.perf_counter() - start)))
-            request = tts_pb2.SynthesizeRequest(text=texts[index], encoding=tts_pb2.LINEAR_PCM, request_id=f"rt-{index}")
+            request = tts_pb2.SynthesizeRequest(text=texts[index], encoding=tts_pb2.LINEAR_PCM, request_id=f"rt-{index}", tier=tier)
             client = clients(index)
             return await synthesize_once(
                 stub, request, index=index, run_start_s=start, timeout_s=REQUEST_TIMEOUT_S,
@@ -161,9 +162,9 @@ async def open_loop(
         return list(await asyncio.gather(*(one(index) for index in range(len(arrivals_s)))))
 
 
-def burst(target: str, texts: Sequence[str], clients: Callable[[int], str] = lambda index: "") -> list[RequestResult]:
-    """Every text's stream started at once."""
-    return asyncio.run(open_loop(target, texts, [0.0] * len(texts), clients))
+def burst(target: str, texts: Sequence[str], clients: Callable[[int], str] = lambda index: "", tier: int = 0) -> list[RequestResult]:
+    """Every text's stream started at once (in `tier`: 0 the default)."""
+    return asyncio.run(open_loop(target, texts, [0.0] * len(texts), clients, tier))
 
 
 def reported_capacity(mesh: BenchMesh, wait_s: float = 30.0) -> float:

@@ -72,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     say.add_argument("--voice", default="", help="voice name (default: the service's default voice)")
     say.add_argument("--speed", type=float, default=1.0, help="speaking-rate multiple, 0.25 to 4.0")
     say.add_argument("--rate", type=int, default=0, help="output sample rate in Hz (0: the format's default)")
+    say.add_argument("--tier", choices=("quality", "fast", "auto"), default="", help="the voice's tier (default: quality)")
     say.add_argument("--play", action="store_true", help="also play the audio as it arrives (needs ffplay or mpv)")
     say.add_argument("--quiet", action="store_true", help="no progress or summary on standard error")
     commands.add_parser("voices", help="list the voices the service speaks")
@@ -97,7 +98,7 @@ def _say(client: TextToSpeechClient, args: argparse.Namespace) -> int:
     progress = _Progress(sys.stderr, enabled=not args.quiet, characters=len(text))
     started = time.monotonic()
     with out_path.open("wb") as out:
-        for response in client.synthesize(text, voice=args.voice, speed=args.speed, encoding=encoding, sample_rate_hz=args.rate):
+        for response in client.synthesize(text, voice=args.voice, speed=args.speed, encoding=encoding, sample_rate_hz=args.rate, tier=args.tier):
             out.write(response.audio)
             if player is not None and response.audio:
                 player.stdin.write(response.audio)  # type: ignore[union-attr]

@@ -81,8 +81,10 @@ class TextToSpeechClient:
         encoding: str | int = "pcm",
         sample_rate_hz: int = 0,
         include_alignment: bool = False,
+        tier: str = "",
     ) -> Iterator[tts_pb2.SynthesizeResponse]:
-        """The responses of one Synthesize call, as they arrive (grpc.RpcError on failure)."""
+        """The responses of one Synthesize call, as they arrive (grpc.RpcError on failure); `tier` is
+        quality, fast or auto ("": the key's default, else quality)."""
         request = tts_pb2.SynthesizeRequest(
             text=text,
             voice=voice,
@@ -90,6 +92,7 @@ class TextToSpeechClient:
             encoding=encoding_value(encoding),
             sample_rate_hz=sample_rate_hz,
             include_alignment=include_alignment,
+            tier={"": tts_pb2.TIER_UNSPECIFIED, "quality": tts_pb2.TIER_QUALITY, "fast": tts_pb2.TIER_FAST, "auto": tts_pb2.TIER_AUTO}[tier],
         )
         return self._stub.Synthesize(request, timeout=self.timeout_s, metadata=self._metadata, wait_for_ready=True)
 

@@ -13,6 +13,7 @@ import hashlib
 from typing import Final
 
 from libs.voice.inputs import SynthesisInputs
+from libs.voice.tiers import QUALITY, SPOKEN
 
 FORMAT_VERSION: Final = 1
 """Layout version of the values (libs.cache.codec); part of every key, so a new layout never reads an old one."""
@@ -25,8 +26,17 @@ def cache_key(inputs: SynthesisInputs) -> str:
     return KEY_PREFIX + "{" + hashlib.sha256(inputs.digest_bytes()).hexdigest() + "}"
 
 
-def head_key(mel_key: str) -> str:
-    """The key of the audio head of the sentence whose mel is cached at `mel_key`."""
+def head_key(mel_key: str, tier: str = "") -> str:
+    """The key of the audio head of the sentence whose mel is cached at `mel_key`, as `tier` speaks it
+    ("": the quality tier). Both tiers vocode the same mel, so they share its entry, but each has its
+    own head: `tts:head:v1:{<digest>}` for quality, `tts:head:v1:<tier>:{<digest>}` for another
+    (the same hash tag, so the same slot)."""
     if not mel_key.startswith(KEY_PREFIX):
         raise ValueError(f"{mel_key!r} is not a mel cache key")
-    return HEAD_KEY_PREFIX + mel_key[len(KEY_PREFIX) :]
+    tier_part = f"{tier}:" if tier and tier != QUALITY else ""
+    return HEAD_KEY_PREFIX + tier_part + mel_key[len(KEY_PREFIX) :]
+
+
+def head_keys(mel_key: str) -> list[str]:
+    """The keys of every tier's audio head of the sentence whose mel is cached at `mel_key`."""
+    return [head_key(mel_key, tier) for tier in SPOKEN]

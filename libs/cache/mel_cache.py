@@ -29,7 +29,7 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from libs.cache.circuit_breaker import BreakerConfig, CircuitBreaker
 from libs.cache.codec import AudioHead, CachedMel, CacheFormatError, decode_head, decode_mel, encode_head, encode_mel
-from libs.cache.keys import head_key
+from libs.cache.keys import head_key, head_keys
 from libs.cache.sealing import KeyRing, SealError
 from libs.cache.settings import CacheSettings, redacted_url
 from libs.settings.files import SettingFileError
@@ -192,18 +192,18 @@ class MelCache:
         """Whether a Redis is configured at all."""
         return self._client is not None
 
-    async def get(self, key: str) -> CachedMel | None:
+    async def get(self, key: str, tier: str = "") -> CachedMel | None:
         """The cached mel for `key`, or None on a miss, an error, a corrupt value or an open breaker.
 
-        With heads on, the sentence's audio head comes in the same round trip, as `head` (None
-        when it is absent or corrupt: the mel alone is still a hit).
+        With heads on, the sentence's audio head as `tier` speaks it ("": quality) comes in the same
+        round trip, as `head` (None when it is absent or corrupt: the mel alone is still a hit).
         """
         with step_span(SPAN_CACHE_LOOKUP) as span:
-            cached = await self._get(key)
+            cached = await self._get(key, tier)
             span.set_attribute(ATTR_CACHE_HIT, cached is not None)
             return cached
 
-    async def _get(self, key: str) -> CachedMel | None:
+    async def _get(self, key: str, tier: str) -> CachedMel | None:
         if self._client is None:
             return None
         if not self._breaker.allow():
@@ -213,7 +213,7 @@ class MelCache:
         try:
             async with asyncio.timeout(self._timeout_s * 2):
                 if self.head_ms > 0:
-                    value, head_value = await self._client.mget([key, head_key(key)])
+                    value, head_value = await self._client.mget([key, head_key(key, tier)])
                 else:
                     value = await self._client.get(key)
         except REDIS_FAILURES as error:
@@ -227,7 +227,7 @@ class MelCache:
         if cached is None:
             return None
         self._on_outcome(OUTCOME_HIT)
-        head = None if head_value is None else self._decoded(decode_head, head_value, "audio head", head_key(key))
+        head = None if head_value is None else self._decoded(decode_head, head_value, "audio head", head_key(key, tier))
         if head is None:
             return cached
         self._on_outcome(OUTCOME_HEAD_HIT)
@@ -259,11 +259,12 @@ class MelCache:
             span.set_attribute("tts.cache.stored", stored)
             return stored
 
-    async def put_head(self, key: str, head: AudioHead) -> bool:
-        """Store the audio head of the sentence whose mel key is `key`, with the TTL; returns whether Redis took it."""
+    async def put_head(self, key: str, head: AudioHead, tier: str = "") -> bool:
+        """Store the audio head, as `tier` speaks it ("": quality), of the sentence whose mel key is
+        `key`, with the TTL; returns whether Redis took it."""
         if self._client is None or self.head_ms <= 0 or not self._breaker.allow():
             return False
-        return await self._set(head_key(key), self._sealed(head_key(key), encode_head(head)), OUTCOME_HEAD_WRITTEN)
+        return await self._set(head_key(key, tier), self._sealed(head_key(key, tier), encode_head(head)), OUTCOME_HEAD_WRITTEN)
 
     def _sealed(self, key: str, plain: bytes) -> bytes:
         """The value to store at `key`: `plain`, sealed when a cache key is configured."""
@@ -281,12 +282,12 @@ class MelCache:
         self._on_outcome(outcome)
         return True
 
-    async def delete(self, key: str, *, head_only: bool = False) -> bool:
-        """Remove the entry at `key`, its mel and its audio head (only the head with `head_only`), e.g.
-        one that does not suit the model reading it; returns whether Redis took the command."""
+    async def delete(self, key: str, *, head_only: bool = False, tier: str = "") -> bool:
+        """Remove the entry at `key`, its mel and every tier's audio head (only `tier`'s head with
+        `head_only`), e.g. one that does not suit the model reading it; returns whether Redis took the command."""
         if self._client is None or not self._breaker.allow():
             return False
-        keys = [head_key(key)] if head_only else [key, head_key(key)]
+        keys = [head_key(key, tier)] if head_only else [key, *head_keys(key)]
         try:
             async with asyncio.timeout(self._timeout_s * 2):
                 await self._client.delete(*keys)

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from libs.models.commons import sequence_mask
-from libs.models.hifigan import Generator
+from libs.models.hifigan import Generator, GeneratorConfig
 from libs.models.hifigan import receptive_field_frames as generator_receptive_field_frames
 
 MEL_HEAD_FILE: Final = "mel_head.pt"
@@ -263,3 +263,21 @@ def load_mel_vocoder(voice_dir: Path, piper_decoder: Generator, speakers: nn.Emb
     if decoder_path.exists():
         decoder.load_state_dict(torch.load(decoder_path, map_location="cpu", weights_only=True))
     return MelVocoder(load_mel_adapter(Path(voice_dir) / MEL_ADAPTER_FILE), decoder, copy.deepcopy(speakers)).eval()
+
+
+def save_fast_vocoder(generator: Generator, weights_path: Path) -> None:
+    """Write a fast-tier generator's weights (weight norm folded) to `weights_path`, its config beside it."""
+    plain = copy.deepcopy(generator).eval()
+    plain.remove_weight_norm()
+    torch.save(plain.state_dict(), weights_path)
+    Path(weights_path).with_suffix(".json").write_text(json.dumps(generator.config.to_dict(), indent=2) + "\n")
+
+
+def load_fast_vocoder(weights_path: Path) -> MelVocoder:
+    """The fast tier's vocoder of the voice whose file is `weights_path` (libs.voice.tiers.FAST_VOCODER_FILE): a
+    generator that takes the mel itself, no adapter, weight norm folded. In eval mode."""
+    config = GeneratorConfig.from_dict(json.loads(Path(weights_path).with_suffix(".json").read_text()))
+    generator = Generator(config)
+    generator.remove_weight_norm()
+    generator.load_state_dict(torch.load(weights_path, map_location="cpu", weights_only=True))
+    return MelVocoder(None, generator).eval()

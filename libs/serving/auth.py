@@ -135,9 +135,11 @@ class TokenBucket:
 class Grant:
     """A call let in: release it when the call ends (releasing twice does nothing)."""
 
-    def __init__(self, key_id: str, release: Callable[[], None] | None = None) -> None:
+    def __init__(self, key_id: str, release: Callable[[], None] | None = None, tier: str = "") -> None:
         self.key_id = key_id
         """The id of the key the call came with."""
+        self.tier = tier
+        """The tier the key's requests that name none are spoken in ("": quality)."""
         self._release = release
 
     def release(self) -> None:
@@ -227,9 +229,9 @@ class ApiKeyGate:
                 wait_s,
             )
         if not stream:
-            return Grant(key.key_id)
+            return Grant(key.key_id, tier=key.tier or "")
         self._streams[key.sha256] = open_streams + 1
-        return Grant(key.key_id, lambda: self._stream_ended(key.sha256))
+        return Grant(key.key_id, lambda: self._stream_ended(key.sha256), key.tier or "")
 
     def _bucket(self, key: StoredKey, now_s: float) -> TokenBucket:
         rate_per_s = key.rate_per_s or self._settings.api_key_rate_per_s
@@ -332,6 +334,8 @@ def _charging(handler: grpc.RpcMethodHandler, gate: ApiKeyGate, key: StoredKey) 
 CALLER_KEY: Final[contextvars.ContextVar[str | None]] = contextvars.ContextVar("tts_caller_key", default=None)
 """The id of the API key the call being handled came with (None: keys are off). Limits that count per
 client count a key as one client, wherever its calls come from (libs.serving.clients)."""
+CALLER_TIER: Final[contextvars.ContextVar[str]] = contextvars.ContextVar("tts_caller_tier", default="")
+"""The tier the API key of the call being handled speaks in when its request names none ("": quality)."""
 
 
 def _charged(behaviour: Callable[..., Any], gate: ApiKeyGate, key: StoredKey, stream: bool) -> Callable[..., Any]:
@@ -348,6 +352,7 @@ def _charged(behaviour: Callable[..., Any], gate: ApiKeyGate, key: StoredKey, st
         async def charged_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             grant = await charge(context)
             CALLER_KEY.set(grant.key_id)  # the handler's own task: nothing else sees it
+            CALLER_TIER.set(grant.tier)
             try:
                 async for response in behaviour(request, context):
                     yield response
@@ -359,6 +364,7 @@ def _charged(behaviour: Callable[..., Any], gate: ApiKeyGate, key: StoredKey, st
     async def charged_call(request: Any, context: grpc.aio.ServicerContext) -> Any:
         grant = await charge(context)
         CALLER_KEY.set(grant.key_id)
+        CALLER_TIER.set(grant.tier)
         try:
             return await behaviour(request, context)
         finally:

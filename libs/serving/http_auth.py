@@ -17,7 +17,7 @@ from typing import Any, Final
 from libs.serving.auth import ApiKeyGate, Refusal
 from libs.serving.clients import key_client
 from libs.serving.http_errors import error_body
-from libs.serving.http_limits import CLIENT_SCOPE_KEY, send_refusal
+from libs.serving.http_limits import CLIENT_SCOPE_KEY, TIER_SCOPE_KEY, send_refusal
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -55,6 +55,7 @@ class ApiKeyAsgi:
             return
         # The synthesizer's limits count the key as the client, as at the gRPC door.
         scope[CLIENT_SCOPE_KEY] = key_client(grant.key_id)
+        scope[TIER_SCOPE_KEY] = grant.tier
         try:
             await self._app(scope, receive, send)
         finally:

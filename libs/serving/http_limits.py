@@ -29,6 +29,8 @@ AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 RETRY_AFTER_S: Final = 1
 CLIENT_SCOPE_KEY: Final = "tts.client"
 """Where the app finds the request's client ("" when the door does not tell clients apart)."""
+TIER_SCOPE_KEY: Final = "tts.tier"
+"""Where the app finds the tier the request's API key speaks in when the request names none (absent: quality)."""
 
 
 class ClientRequestLimit:

@@ -6,10 +6,11 @@ search, and it lets a check cost one hash and one dictionary lookup.
 
 The keys file holds one key per line, as a JSON object; blank lines and `#` comments are ignored:
 
-    {"id": "app1", "sha256": "<64 hex digits>", "rate_per_s": 5, "burst": 10, "max_streams": 4}
+    {"id": "app1", "sha256": "<64 hex digits>", "rate_per_s": 5, "burst": 10, "max_streams": 4, "tier": "auto"}
 
 `id` names the key in logs, metrics and messages; the limits are optional (the gateway's
-`--api-key-*` defaults apply). A gateway re-reads the file when it changes, without a restart.
+`--api-key-*` defaults apply); `tier` (optional: quality, fast or auto) is the voice tier its requests
+that name none are spoken in (libs.voice.tiers). A gateway re-reads the file when it changes, without a restart.
 
     python -m libs.serving.keys new --name app1 [--rate-per-s 5] [--burst 10] [--max-streams 4] [--append FILE]
 """
@@ -32,6 +33,7 @@ from typing import Any, Final
 
 from libs.serving.tls import file_signature
 from libs.settings.files import SettingFileError
+from libs.voice.tiers import NAMES as TIER_NAMES
 
 _log = logging.getLogger(__name__)
 
@@ -43,7 +45,7 @@ MAX_FILE_BYTES: Final = 4 * 1024 * 1024
 """A keys file beyond this is refused (about 20 thousand keys)."""
 _ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _HASH_PATTERN: Final = re.compile(r"^[0-9a-f]{64}$")
-_FIELDS: Final = {"id", "sha256", "rate_per_s", "burst", "max_streams"}
+_FIELDS: Final = {"id", "sha256", "rate_per_s", "burst", "max_streams", "tier"}
 
 
 class KeysFileError(SettingFileError):
@@ -64,11 +66,13 @@ class StoredKey:
     """Requests it may make at once after a quiet spell (the bucket's size)."""
     max_streams: int | None = None
     """Synthesis streams it may hold open at once."""
+    tier: str | None = None
+    """The tier its requests that name none are spoken in (None: quality)."""
 
     def line(self) -> str:
         """The key as a keys file line."""
         fields: dict[str, Any] = {"id": self.key_id, "sha256": self.sha256}
-        for name in ("rate_per_s", "burst", "max_streams"):
+        for name in ("rate_per_s", "burst", "max_streams", "tier"):
             if getattr(self, name) is not None:
                 fields[name] = getattr(self, name)
         return json.dumps(fields)
@@ -125,7 +129,10 @@ def _stored_key(line: str) -> StoredKey:
     max_streams = _limit(fields, "max_streams", key_id, minimum=1)
     if max_streams is not None and max_streams != int(max_streams):
         raise KeysFileError(f"{key_id}: max_streams must be a whole number")
-    return StoredKey(key_id, digest, rate_per_s, burst, None if max_streams is None else int(max_streams))
+    tier = fields.get("tier")
+    if tier is not None and tier not in TIER_NAMES:
+        raise KeysFileError(f"{key_id}: tier must be one of {', '.join(TIER_NAMES)}")
+    return StoredKey(key_id, digest, rate_per_s, burst, None if max_streams is None else int(max_streams), tier)
 
 
 def _limit(fields: Mapping[str, Any], name: str, key_id: str, minimum: float) -> float | None:
@@ -192,10 +199,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     new.add_argument("--rate-per-s", type=float, help="its requests per second (default: the gateway's --api-key-rate-per-s)")
     new.add_argument("--burst", type=float, help="its burst (default: the gateway's --api-key-burst)")
     new.add_argument("--max-streams", type=int, help="its open streams (default: the gateway's --api-key-max-streams)")
+    new.add_argument("--tier", choices=TIER_NAMES, help="the tier its requests that name none are spoken in (default: quality)")
     new.add_argument("--append", type=Path, help="also append the line to this keys file")
     args = parser.parse_args(argv)
     key = mint_key()
-    stored = StoredKey(args.name, hash_key(key), args.rate_per_s, args.burst, args.max_streams)
+    stored = StoredKey(args.name, hash_key(key), args.rate_per_s, args.burst, args.max_streams, args.tier)
     try:
         _stored_key(stored.line())  # the same checks a gateway makes
     except KeysFileError as error:

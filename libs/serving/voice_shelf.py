@@ -37,7 +37,7 @@ from libs.telemetry.metrics import WorkerMetrics
 from libs.voice.catalogue import CatalogueVoice, VoiceCatalogue
 from libs.voice.registry import DEFAULT_VOICE_NAME, UnknownVoiceError
 from libs.wire.errors import DownstreamError, InvalidRequestError, echo
-from libs.wire.headers import SPEAKER_METADATA_KEY, VOICE_METADATA_KEY
+from libs.wire.headers import SPEAKER_METADATA_KEY, TIER_METADATA_KEY, VOICE_METADATA_KEY
 
 _log = logging.getLogger(__name__)
 
@@ -187,6 +187,12 @@ class VoiceShelf(Generic[Engine]):
                 return None
             self._held.move_to_end(name)
             return held.engine
+
+    def peek(self, voice: str) -> Engine | None:
+        """The engine of `voice` if it is loaded, its place in the least-recently-used order untouched."""
+        with self._lock:
+            held = self._held.get(self.name_of(voice))
+            return None if held is None else held.engine
 
     def any_engine(self) -> Engine | None:
         """The most recently used engine (None before the first load)."""
@@ -375,6 +381,11 @@ def stream_voice(context: grpc.aio.ServicerContext) -> str:
     return str(dict(context.invocation_metadata() or ()).get(VOICE_METADATA_KEY, ""))
 
 
+def stream_tier(context: grpc.aio.ServicerContext) -> str:
+    """The tier a vocoder stream was opened for (its tts-tier header; "" for quality)."""
+    return str(dict(context.invocation_metadata() or ()).get(TIER_METADATA_KEY, ""))
+
+
 def stream_speaker(context: grpc.aio.ServicerContext, engine: Any) -> int:
     """The speaker a vocoder stream was opened for (its tts-speaker-id header; none: 0), checked
     against `engine`'s voice: InvalidRequestError naming the speakers there are."""
@@ -396,7 +407,9 @@ async def pin_stream_voice(shelf: VoiceShelf, context: grpc.aio.ServicerContext)
 
 
 def with_voices(load: Any, shelf: VoiceShelf) -> Any:
-    """A worker's `WorkerLoad` with the voices it serves and those it holds."""
+    """A worker's `WorkerLoad` with the voices it serves and those it holds (and, from a vocoder, what
+    its default voice's fast tier costs)."""
     load.voices.extend(shelf.servable())
     load.loaded_voices.extend(shelf.loaded())
+    load.fast_tier_cost = float(getattr(shelf.peek(""), "fast_tier_cost", 0.0))
     return load

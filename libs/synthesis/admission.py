@@ -85,6 +85,9 @@ class Listener:
     """Told of every gap its listener sits through (set by the admission that holds it)."""
     start_buffer: Callable[[], float] | None = None
     """The audio its listener should hold before it starts playing (set by the admission that holds it)."""
+    cost: float = 1.0
+    """What a second of its audio costs the mesh, in seconds of the capacity (1: the voice's quality tier;
+    less for its fast tier, libs.voice.tiers)."""
     id: int = field(default_factory=itertools.count().__next__)
 
     def start_buffer_s(self) -> float:
@@ -106,21 +109,22 @@ class Listener:
         return max(0.0, self.expected_audio_s - delivered)
 
 
-def keeps_playing(listeners: Sequence[tuple[float, float]], rate: float) -> bool:
+def keeps_playing(listeners: Sequence[tuple[float, float] | tuple[float, float, float]], rate: float) -> bool:
     """Whether a mesh making `rate` audio seconds per second keeps every listener (buffered seconds,
-    remaining seconds) playing: the module docstring's test."""
-    needing = [(max(0.0, held), remaining) for held, remaining in listeners if remaining > 0]
+    remaining seconds[, cost of its audio per second, 1 by default]) playing: the module docstring's
+    test, each listener's need weighted by its cost."""
+    needing = [(max(0.0, item[0]), item[1], item[2] if len(item) > 2 else 1.0) for item in listeners if item[1] > 0]
     if not needing:
         return True
     if rate <= 0:
         return False
-    # Just after now, every listener that holds nothing needs a second per second.
-    if sum(1 for held, _ in needing if held <= EPSILON_S) > rate + EPSILON_S:
+    # Just after now, every listener that holds nothing needs its cost per second.
+    if sum(cost for held, _, cost in needing if held <= EPSILON_S) > rate + EPSILON_S:
         return False
-    for t in sorted({held for held, _ in needing} | {held + remaining for held, remaining in needing}):
+    for t in sorted({held for held, _, _ in needing} | {held + remaining for held, remaining, _ in needing}):
         if t <= EPSILON_S:
             continue
-        needed = sum(min(remaining, max(0.0, t - held)) for held, remaining in needing)
+        needed = sum(cost * min(remaining, max(0.0, t - held)) for held, remaining, cost in needing)
         if needed > rate * t + EPSILON_S:
             return False
     return True
@@ -196,9 +200,10 @@ class RealtimeAdmission:
         """The audio a text of `characters` makes, by what this gateway has measured."""
         return characters * self.audio_s_per_char
 
-    def refusal(self, client: str, expected_audio_s: float) -> str | None:
-        """Why a new listener of `client` that expects `expected_audio_s` of audio cannot be taken now,
-        or None. Work no listener waits for (client "") is never refused here."""
+    def refusal(self, client: str, expected_audio_s: float, cost: float = 1.0) -> str | None:
+        """Why a new listener of `client` that expects `expected_audio_s` of audio at `cost` per second
+        (`Listener.cost`) cannot be taken now, or None. Work no listener waits for (client "") is never
+        refused here."""
         if not client or not self._headroom:
             return None
         self._asked(client)
@@ -206,11 +211,11 @@ class RealtimeAdmission:
         if capacity <= 0:
             return None
         others = self._other_streams()
-        demand = [(listener.buffered_s(), listener.remaining_s()) for listener in self.listening()]
+        demand = [(listener.buffered_s(), listener.remaining_s(), listener.cost) for listener in self.listening()]
         if not demand and others <= 0:
             return None  # nobody to keep playing: a machine slower than real time still serves one listener
         rate = self._admitted(capacity) - others
-        demand.append((0.0, max(expected_audio_s, EPSILON_S)))
+        demand.append((0.0, max(expected_audio_s, EPSILON_S), cost))
         if not keeps_playing(demand, rate):
             return (
                 f"the mesh makes {capacity:.1f} audio s per s and its {len(demand) - 1} listeners need that to keep "

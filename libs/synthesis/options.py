@@ -19,6 +19,8 @@ from libs.text.frontend import DEFAULT_MAX_TEXT_CHARS
 from libs.text.pronounce import parse_lexicon_entries
 from libs.voice.checks import MAX_SPEED, MIN_SPEED
 from libs.voice.registry import Voice, VoiceRegistry
+from libs.voice.tiers import FAST, QUALITY, SPOKEN
+from libs.voice.tiers import FIELD as TIER_FIELD
 from libs.wire.errors import InvalidRequestError
 from libs.wire.limits import MAX_ID_CHARS
 
@@ -113,6 +115,9 @@ class SynthesisOptions:
     """Where a broken stream goes on (libs.synthesis.resume); None: from the start."""
     frame_ms: int = 0
     """Audio leaves in real-time frames of this many milliseconds (libs.synthesis.pacing); 0: as it is made."""
+    tier: str = ""
+    """The voice's tier (libs.voice.tiers): as asked ("" for none, quality, fast or auto) until the
+    stream is admitted, then the one it is spoken in (quality or fast)."""
 
     @property
     def resumable(self) -> bool:
@@ -122,7 +127,8 @@ class SynthesisOptions:
     @property
     def digest(self) -> bytes:
         """The check a resume token carries of these options (libs.synthesis.resume.options_digest)."""
-        return options_digest(self.voice.name, self.speaker_id, self.speed, self.encoding, self.sample_rate_hz)
+        spoken = self.tier if self.tier in SPOKEN and self.tier != QUALITY else ""
+        return options_digest(self.voice.name, self.speaker_id, self.speed, self.encoding, self.sample_rate_hz, spoken)
 
 
 def _output_rate(encoding: int, sample_rate_hz: int, voice: Voice) -> int:
@@ -162,12 +168,20 @@ def resolve_options(
     resume_token: str = "",
     frame_ms: int = 0,
     speaker: str = "",
+    tier: str = "",
 ) -> SynthesisOptions:
     """Validate the non-text fields of a request: UnknownVoiceError for an unknown voice, else
     InvalidRequestError whose `field` names the field to fix (a lexicon entry that is not a word, or
     a phoneme the voice cannot speak, is one of `lexicon`, and its message names the entry; a resume
-    token made for other options is one of `resume_token`)."""
+    token made for other options is one of `resume_token`; a tier the voice lacks is one of `tier`)."""
     chosen = registry.get(voice)
+    if tier == FAST and FAST not in chosen.tiers:
+        with_fast = [other.name for other in registry.voices() if FAST in other.tiers]
+        raise InvalidRequestError(
+            f"voice {chosen.name} has no fast tier; use tier quality or auto"
+            + (f", or a voice that has one: {', '.join(with_fast)}" if with_fast else ""),
+            field=TIER_FIELD,
+        )
     if speed == 0:
         speed = 1.0
     if not math.isfinite(speed) or not MIN_SPEED <= speed <= MAX_SPEED:
@@ -201,6 +215,7 @@ def resolve_options(
         lexicon=_checked_lexicon(lexicon, chosen) if lexicon else {},
         ssml=ssml,
         frame_ms=frame_ms,
+        tier=tier,
     )
     return with_resume(options, resume_token) if resume_token else options
 
@@ -212,12 +227,23 @@ def with_resume(options: SynthesisOptions, resume_token: str) -> SynthesisOption
         names = ", ".join(tts_pb2.AudioEncoding.Name(value) for value in sorted(RESUMABLE_ENCODINGS))
         raise InvalidRequestError(f"a stream resumes only in an encoding whose bytes are its samples ({names})", field=RESUME_FIELD)
     resume = decode_token(resume_token)
-    if resume.options_digest != options.digest:
+    # A stream goes on in the tier it was spoken in: with none or auto asked, the token says which.
+    asked = [options.tier] if options.tier in SPOKEN else list(SPOKEN)
+    spoken = next((tier for tier in asked if replace(options, tier=tier).digest == resume.options_digest), None)
+    if spoken is None:
         raise InvalidRequestError(
-            "resume_token was made for other options: send the voice, speaker, speed, encoding and rate of the stream it came from",
+            "resume_token was made for other options: send the voice, speaker, speed, encoding, rate and tier of the stream it came from",
             field=RESUME_FIELD,
         )
-    return replace(options, resume=resume)
+    return replace(options, resume=resume, tier=spoken)
+
+
+def with_default_tier(options: SynthesisOptions, default: str) -> SynthesisOptions:
+    """`options` in `default` (an API key's tier) when the request named none: a default of fast for a
+    voice without a fast tier speaks in quality, as a default is no demand."""
+    if options.tier or not default:
+        return options
+    return replace(options, tier=QUALITY if default == FAST and FAST not in options.voice.tiers else default)
 
 
 def with_speed(options: SynthesisOptions, speed: float) -> SynthesisOptions:

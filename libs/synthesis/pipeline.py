@@ -131,12 +131,15 @@ class UtterancePipeline:
         slice_ms: float = DEFAULT_SLICE_MS,
         lookahead_sentences: int = DEFAULT_LOOKAHEAD_SENTENCES,
         listener: Listener | None = None,
+        tier: str = "",
     ) -> None:
-        """`listener`, when given, is told the listener's clock once audio flows (for admission)."""
+        """`listener`, when given, is told the listener's clock once audio flows (for admission);
+        `tier` ("": quality) is the voice's tier the vocoder speaks in (libs.voice.tiers)."""
         self._pool = pool
         self._cache = cache
         self._flights = flights
         self._voice = voice
+        self._tier = tier
         self._params = params
         self._utterance_id = utterance_id
         self._deadline = Deadline(timeout_s)
@@ -167,7 +170,7 @@ class UtterancePipeline:
         self._lookahead = Lookahead(clock, self._max_sentences_ahead, audio_ahead_s=self._audio_ahead_s)
         acoustic = ResumableAcousticStream(self._pool, self._deadline, clock, voice=self._voice)
         vocoder = ResumableVocoderStream(
-            self._pool, self._deadline, info.hop_length, clock, voice=self._voice, speaker_id=self._params.speaker_id
+            self._pool, self._deadline, info.hop_length, clock, voice=self._voice, speaker_id=self._params.speaker_id, tier=self._tier
         )
         # Pieces are bounded by `_room`; an error or the end always gets in, however full it is.
         output: asyncio.Queue[Any] = asyncio.Queue()
@@ -289,7 +292,7 @@ class UtterancePipeline:
         inputs = SynthesisInputs(info.model_version, self._voice, sentence.phoneme_ids, params)
         key = cache_key(inputs)
         phonemes = "".join(sentence.phonemes)
-        cached = await self._cache.get(key)
+        cached = await self._cache.get(key, self._tier)
         if cached is None and self._flights.in_flight(key):
             cached = await self._flights.wait(key)  # another request is synthesising this sentence now
         if cached is not None:
@@ -353,7 +356,7 @@ class UtterancePipeline:
         if problem is None:
             return cached
         _log.warning("deleting the audio head of cache entry %s: %s", key, problem)
-        await self._cache.delete(key, head_only=True)
+        await self._cache.delete(key, head_only=True, tier=self._tier)
         return replace(cached, head=None)
 
     def _lookup(self, index: int) -> asyncio.Future[tuple[str, AudioHead | None] | None]:
@@ -415,7 +418,7 @@ class UtterancePipeline:
             if collector is not None and write_key is not None:
                 head = collector.add(piece.samples, piece.sample_rate_hz, piece.model_version, piece.is_last)
                 if head is not None:
-                    self._spawn(self._cache.put_head(write_key, head))
+                    self._spawn(self._cache.put_head(write_key, head, self._tier))
             if piece.is_last and self._lookahead is not None:
                 self._lookahead.sentence_vocoded()
             made_s = time.monotonic()

@@ -92,9 +92,12 @@ def sentence_digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=DIGEST_BYTES, person=b"tts-resume-sent").digest()
 
 
-def options_digest(voice: str, speaker_id: int, speed: float, encoding: int, sample_rate_hz: int) -> bytes:
-    """The check of the options that shape a stream's samples."""
+def options_digest(voice: str, speaker_id: int, speed: float, encoding: int, sample_rate_hz: int, tier: str = "") -> bytes:
+    """The check of the options that shape a stream's samples; `tier` is the tier spoken in, "" for
+    quality (whose tokens read as they did before there were tiers)."""
     data = struct.pack(">IdII", speaker_id, speed, encoding, sample_rate_hz) + voice.encode("utf-8", "surrogatepass")
+    if tier:
+        data += b"\0tier:" + tier.encode("ascii")
     return hashlib.blake2b(data, digest_size=DIGEST_BYTES, person=b"tts-resume-opts").digest()
 
 

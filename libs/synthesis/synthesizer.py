@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Final
+from dataclasses import replace
+from typing import Any, Final
 
 import grpc
 
@@ -30,6 +31,7 @@ from libs.text.ssml import looks_like_ssml
 from libs.upstream.metrics import SHED_CLIENT_LIMIT, SHED_GATEWAY_FULL, SHED_REALTIME
 from libs.upstream.pool import WorkerPool
 from libs.voice.inputs import SynthesisParams
+from libs.voice.tiers import AUTO, FAST, QUALITY
 from libs.wire.errors import DownstreamError
 
 STREAMED_TEXT_AUDIO_S: Final = 10.0
@@ -76,12 +78,12 @@ class Synthesizer:
 
     async def synthesize(
         self, text: str, options: SynthesisOptions, timeout_s: float | None, client: str = ""
-    ) -> AsyncGenerator[AudioChunk, None]:
+    ) -> SpokenAudio:
         """The audio of `text`. Raises at once for text that cannot be spoken, or when the gateway or
         `client` (who the caller is, for its stream limit) has no room; the returned iterator yields
         chunks as they are produced."""
         expected_s = self.admission.expected_audio_s(len(text)) if self.admission is not None else 0.0
-        slot = self._take_slot(client, expected_s, len(text))  # before the text costs anything
+        slot = self._take_slot(client, expected_s, options, len(text))  # before the text costs anything
         try:
             opening = self.opening_ids()
             if options.ssml or looks_like_ssml(text):
@@ -91,22 +93,23 @@ class Synthesizer:
         except BaseException:
             slot.release()
             raise
-        return self._speak(sentences, options, timeout_s, slot)
+        return SpokenAudio(self._speak(sentences, _in_tier(options, slot.tier), timeout_s, slot), slot.tier)
 
     def synthesize_incremental(
         self, pieces: AsyncIterator[str], options: SynthesisOptions, timeout_s: float | None, client: str = ""
-    ) -> AsyncGenerator[AudioChunk, None]:
+    ) -> SpokenAudio:
         """The audio of text that arrives in `pieces` (joined as sent): each sentence is spoken as
         soon as it is complete, the rest when the pieces end. Raises at once when there is no room."""
-        slot = self._take_slot(client, STREAMED_TEXT_AUDIO_S)
+        slot = self._take_slot(client, STREAMED_TEXT_AUDIO_S, options)
         sentences = self.text_side.incremental_sentences(options.voice, _counted(pieces, slot), options.lexicon, self.opening_ids())
-        return self._speak(sentences, options, timeout_s, slot)
+        return SpokenAudio(self._speak(sentences, _in_tier(options, slot.tier), timeout_s, slot), slot.tier)
 
     def speak(
         self, sentences: AsyncIterator[Sentence], options: SynthesisOptions, timeout_s: float | None, client: str = ""
-    ) -> AsyncGenerator[AudioChunk, None]:
+    ) -> SpokenAudio:
         """The audio of sentences already phonemised (by `text_side`, or a caller that cut a long text itself)."""
-        return self._speak(sentences, options, timeout_s, self._take_slot(client, 0.0))
+        slot = self._take_slot(client, 0.0, options)
+        return SpokenAudio(self._speak(sentences, _in_tier(options, slot.tier), timeout_s, slot), slot.tier)
 
     async def _speak(
         self, sentences: AsyncIterator[Sentence], options: SynthesisOptions, timeout_s: float | None, slot: _Slot
@@ -121,6 +124,7 @@ class Synthesizer:
             utterance_id=options.request_id,
             timeout_s=timeout_s,  # the client's deadline bounds every downstream call
             listener=slot.listener,
+            tier=options.tier,
         )
         output = AudioOutput(options.encoding, options.sample_rate_hz, options.include_alignment, options.resume)
         pieces = pipeline.run(resumed_sentences(sentences, options.resume) if options.resume else sentences)
@@ -161,10 +165,11 @@ class Synthesizer:
             limit = share if limit is None else min(limit, share)
         return limit
 
-    def _take_slot(self, client: str, expected_audio_s: float, characters: int = 0) -> _Slot:
+    def _take_slot(self, client: str, expected_audio_s: float, options: SynthesisOptions | None = None, characters: int = 0) -> _Slot:
         """Count one stream of `client` until its slot is released (or dropped), or shed it with
         RESOURCE_EXHAUSTED when the gateway is full, the client holds its limit of streams, or the
-        mesh cannot keep one more listener playing (`admission`)."""
+        mesh cannot keep one more listener playing (`admission`). The slot's tier is the one the
+        stream is spoken in: the one asked for, or for auto quality unless only the fast tier fits."""
         if self._open_streams >= self._max_streams:
             self._pool.metrics.shed(SHED_GATEWAY_FULL)
             raise DownstreamError(
@@ -181,16 +186,25 @@ class Synthesizer:
                 "per client, and of what the workers take at once all but an eighth, kept for other clients); "
                 "finish or cancel one before starting another",
             )
-        listener = Listener(client, expected_audio_s)
+        asked = options.tier if options is not None else ""
+        tier = FAST if asked == FAST else QUALITY
+        listener = Listener(client, expected_audio_s, cost=self._pool.fast_tier_cost() if tier == FAST else 1.0)
         if self.admission is not None:
-            refusal = self.admission.refusal(client, expected_audio_s)
+            refusal = self.admission.refusal(client, expected_audio_s, listener.cost)
+            if refusal is not None and asked == AUTO and options is not None and FAST in options.voice.tiers:
+                # The mesh degrades before it refuses: a new stream asking for auto takes the fast tier
+                # when a listener at its cost still fits.
+                cost = self._pool.fast_tier_cost()
+                if cost < 1.0 and self.admission.refusal(client, expected_audio_s, cost) is None:
+                    tier, listener.cost, refusal = FAST, cost, None
             if refusal is not None:
                 self._pool.metrics.shed(SHED_REALTIME)
                 raise DownstreamError(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal, retry_after_s=self.admission.retry_after_s())
             self.admission.add(listener)
         self._open_streams += 1
         self._client_streams[client] = held + 1
-        return _Slot(self, client, listener, characters)
+        self._pool.metrics.spoken_in(tier, asked)
+        return _Slot(self, client, listener, characters, tier)
 
     def _give_back(self, client: str, listener: Listener, state: dict[str, int]) -> None:
         self._open_streams -= 1
@@ -201,13 +215,44 @@ class Synthesizer:
             self.admission.remove(listener, bool(state["finished"]), state["characters"])
 
 
+def _in_tier(options: SynthesisOptions, tier: str) -> SynthesisOptions:
+    """`options` as the stream admitted in `tier` is spoken."""
+    return replace(options, tier=tier) if options is not None and options.tier != tier else options
+
+
+class SpokenAudio(AsyncGenerator[AudioChunk, None]):
+    """An utterance's audio chunks as they are made, and the tier of the voice they are spoken in
+    (known once the stream is admitted, before its first chunk: a door sends it ahead of the audio)."""
+
+    def __init__(self, chunks: AsyncGenerator[AudioChunk, None], tier: str) -> None:
+        self._chunks = chunks
+        self.tier = tier
+
+    def __aiter__(self) -> SpokenAudio:
+        return self
+
+    async def __anext__(self) -> AudioChunk:
+        return await self._chunks.__anext__()
+
+    async def asend(self, value: None) -> AudioChunk:
+        return await self._chunks.asend(value)
+
+    async def athrow(self, *args: Any) -> AudioChunk:
+        return await self._chunks.athrow(*args)
+
+    async def aclose(self) -> None:
+        await self._chunks.aclose()
+
+
 class _Slot:
     """One stream's place in a synthesizer's counts, given back exactly once: by `release()` when
     the stream ends, or when the slot is dropped unused (a response the door never started to send
     still frees its place)."""
 
-    def __init__(self, synthesizer: Synthesizer, client: str, listener: Listener, characters: int) -> None:
+    def __init__(self, synthesizer: Synthesizer, client: str, listener: Listener, characters: int, tier: str) -> None:
         self.listener = listener
+        self.tier = tier
+        """The tier of the voice the stream is spoken in."""
         self._state = {"finished": 0, "characters": characters}
         self.release = weakref.finalize(self, synthesizer._give_back, client, listener, self._state)
 

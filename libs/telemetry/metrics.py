@@ -273,6 +273,12 @@ class GatewayMetrics:
             buckets=(0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0),
             registry=self.registry,
         )
+        self.fast_tier_cost = Gauge(
+            "tts_gateway_fast_tier_cost",
+            "What a listener of a voice's fast tier costs the mesh against one of its quality tier, from the workers' "
+            "measurements (1: not known yet, or no fast tier).",
+            registry=self.registry,
+        )
         self.realtime_listeners = Gauge(
             "tts_gateway_realtime_listeners",
             "Listeners this gateway serves now (streams a listener waits for).",

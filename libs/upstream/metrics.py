@@ -67,6 +67,13 @@ class RoutingMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self.streams_by_tier_total = Counter(
+            "tts_gateway_streams_by_tier_total",
+            "Client streams admitted, by the tier of the voice they are spoken in and the tier asked for "
+            "(asked auto, spoken fast: moved to the fast tier because the mesh was too busy for quality).",
+            ["tier", "asked"],
+            registry=self.registry,
+        )
         self.retry_budget_tokens = Gauge(
             "tts_gateway_retry_budget_tokens",
             "Retries the gateway's retry budget would allow right now (tokens).",
@@ -93,6 +100,10 @@ class RoutingMetrics:
     def resumed(self, kind: str, zone: str, reason: str) -> None:
         """A `kind` stream that failed in `zone` with `reason` is being reopened elsewhere."""
         self.resumes_total.labels(kind=kind, zone=zone, reason=reason).inc()
+
+    def spoken_in(self, tier: str, asked: str) -> None:
+        """A client stream was admitted in `tier`, having asked for `asked` ("" counts as "default")."""
+        self.streams_by_tier_total.labels(tier=tier, asked=asked or "default").inc()
 
     def shed(self, reason: str) -> None:
         """A client stream was refused for `reason` (one of the SHED_* words)."""

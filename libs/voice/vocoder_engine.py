@@ -9,6 +9,7 @@ a stream's steps run in onnxruntime (`libs.models.onnx_stream`), the same steps 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -16,7 +17,8 @@ import numpy as np
 import torch
 
 from libs.models.hifigan import Generator
-from libs.models.mel_bridge import MelVocoder, load_mel_vocoder
+from libs.models.mel_bridge import MelVocoder, load_fast_vocoder, load_mel_vocoder
+from libs.models.piper_import import PiperVoiceConfig
 from libs.models.streaming import NO_END, StepInput, StepOutput, StreamNetwork, StreamState, output_lag
 from libs.voice.acoustic_engine import model_version_of
 from libs.voice.assets import VoiceAssets, default_voice_assets
@@ -24,6 +26,8 @@ from libs.voice.batching import padding_groups
 from libs.voice.chunking import LAST_STEP_BUCKET_FRAMES, VOCODER_SCHEDULE, ChunkSchedule
 from libs.voice.precision import resolve_precision
 from libs.voice.runtime import BatchedEngine, EngineSettings, ModelRuntime, run_stream_steps, stream_version_parts
+from libs.voice.tiers import FAST, QUALITY
+from libs.wire.errors import InvalidRequestError, echo
 
 
 class VocoderEngine(BatchedEngine):
@@ -72,6 +76,10 @@ class VocoderEngine(BatchedEngine):
         # onnxruntime sets nothing up per width, so there the last step is exactly what is left.
         self.last_step_bucket_frames = LAST_STEP_BUCKET_FRAMES if self._onnx is None else 1
         """A stream's last step is padded to a multiple of this many frames."""
+        self.fast_tier: VocoderEngine | None = None
+        """The voice's fast tier (libs.voice.tiers), when the worker loaded one beside this engine."""
+        self.fast_tier_cost = 0.0
+        """What the fast tier's steps cost against this engine's, once measured (0: not measured)."""
 
     @classmethod
     def load(
@@ -97,6 +105,32 @@ class VocoderEngine(BatchedEngine):
             sample_rate_hz=voice.config.sample_rate_hz,
             hop_length=voice.config.hop_length,
             n_mels=int(vocoder.adapter.config.in_channels) if vocoder.adapter is not None else 80,
+            schedule=schedule,
+            device=device,
+            settings=settings,
+        )
+
+    @classmethod
+    def load_fast(
+        cls,
+        assets: VoiceAssets,
+        device: str | None = None,
+        schedule: ChunkSchedule = VOCODER_SCHEDULE,
+        settings: EngineSettings = EngineSettings(),
+    ) -> VocoderEngine | None:
+        """The voice's fast tier (libs.voice.tiers): its small mel-in generator, streamed, batched and
+        resumed exactly as the quality tier is; None for a voice without one."""
+        path = assets.fast_vocoder_path
+        if path is None:
+            return None
+        voice_config = PiperVoiceConfig.from_dict(json.loads(assets.config_path.read_text(encoding="utf-8")))
+        digests = ["fast", assets.file_digest(path), assets.file_digest(path.with_suffix(".json")), _precision_part(settings, device)]
+        return cls(
+            load_fast_vocoder(path),
+            model_version=model_version_of(assets.name, [*digests, *stream_version_parts(settings, device)]),
+            sample_rate_hz=voice_config.sample_rate_hz,
+            hop_length=voice_config.hop_length,
+            n_mels=80,
             schedule=schedule,
             device=device,
             settings=settings,
@@ -132,6 +166,16 @@ class VocoderEngine(BatchedEngine):
     def load_default(cls, device: str | None = None, settings: EngineSettings = EngineSettings()) -> VocoderEngine:
         """The default voice."""
         return cls.load(default_voice_assets(), device=device, settings=settings)
+
+    def for_tier(self, tier: str) -> VocoderEngine:
+        """The engine that speaks `tier` ("" or quality: this one); InvalidRequestError for a tier
+        this voice does not have here."""
+        if tier in ("", QUALITY):
+            return self
+        if tier == FAST and self.fast_tier is not None:
+            return self.fast_tier
+        raise InvalidRequestError(f"this vocoder has no {echo(tier)} tier of this voice; use {QUALITY}" +
+                                  (f" or {FAST}" if self.fast_tier is not None else ""), field="tier")  # fmt: skip
 
     def vocode(self, mel: np.ndarray, speaker_id: int = 0) -> np.ndarray:
         """Samples of a whole sentence's mel [n_mels, frames] in one pass (never batched)."""

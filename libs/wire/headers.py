@@ -23,5 +23,9 @@ worker's default voice). The worker loads that voice before it accepts the strea
 SPEAKER_METADATA_KEY: Final = "tts-speaker-id"
 """Header a gateway sends when it opens a vocoder stream of a multi-speaker voice: the speaker's id
 (none: speaker 0). A speaker-conditioned decoder needs it; the mel alone does not say."""
+TIER_METADATA_KEY: Final = "tts-tier"
+"""Header a gateway sends when it opens a vocoder stream: the tier of the voice it speaks in (none:
+quality; libs.voice.tiers). The gateway sends the same header to its clients: the tier a stream was
+spoken in."""
 PUSHBACK_METADATA_KEY: Final = "grpc-retry-pushback-ms"
 """Trailing metadata key a worker sets to say how long to wait (milliseconds) or, if negative, not to retry."""

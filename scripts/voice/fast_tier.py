@@ -1,77 +1,99 @@
-"""Train the fast tier's vocoder for a voice: a frame-rate decoder ending in an inverse STFT
-(libs/models/frame_vocoder.py), the student of the voice itself.
+"""Train the fast tier of a voice's vocoder: a small HiFi-GAN generator that takes the mel itself, the
+student of the voice's quality tier (its MelAdapter in front of the Piper decoder).
 
-`python -m scripts.voice.fast_tier --steps 4000` renders teacher data once (the voice's own latents
-and audio for the training corpus; cached in the work folder), then trains the student to turn the
-mel the served path makes (the mel head on the latent) into the voice's audio, with multi-resolution
-STFT and log-mel losses. Every random draw is seeded. A checkpoint (weights, optimiser, step) is
-written every `--checkpoint-every` steps to the work folder, and the run resumes from it: training
-longer than one sitting goes on where it stopped. `--evaluate` scores the student against the
-quality tier on the held-out sentences: DNSMOS and CPU seconds per audio second, one thread each.
+`python -m scripts.voice.fast_tier` renders teacher data once (cached in the work folder): the
+training corpus through the voice, its latents through the mel head (the mel the acoustic worker
+serves), and the quality tier's audio of that mel. The student learns to make that audio from that
+mel with multi-resolution STFT and log-mel losses (a waveform L1 is there too, off by default: at
+weight 10 it cost DNSMOS and intelligibility in the first thousand steps). Every random draw is
+seeded; a checkpoint (weights, optimiser, step) is written every `--checkpoint-every` steps into the
+voice's folder, where it is committed with the student: a run resumes from it, in this sitting or a
+later one, and reaches the weights an unbroken run reaches. `--evaluate` scores the student against the
+quality tier on held-out sentences (DNSMOS, CPU seconds per audio second, one thread); `--install`
+writes it into the voice's folder (FAST_VOCODER_FILE, its config, and FAST_TIER.md saying how it was
+made), where the vocoder workers load it as the voice's fast tier.
 
-Without a discriminator the student's audio is smoother than its teacher's (phase and fine structure
-are what adversarial training adds); the scores say how far this gets. `--adversarial-steps N` goes on
-from the reconstruction run's checkpoint with a multi-resolution spectrogram discriminator (least-
-squares GAN and feature matching, the reconstruction losses kept), checkpointed and resumed alike.
+The student keeps the teacher's shape (upsampling 8, 8, 4) at half its width and with one residual
+block per stage instead of three: about a tenth of the teacher's CPU per audio second.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import platform
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 
 from libs.audio.mel import mel_spectrogram
-from libs.models.frame_vocoder import FrameVocoder, FrameVocoderConfig
-from libs.models.mel_bridge import MEL_HEAD_FILE, load_mel_head, load_mel_vocoder
-from libs.voice.assets import default_voice_assets
+from libs.models.hifigan import HIFIGAN_V3, Generator, GeneratorConfig
+from libs.models.mel_bridge import MEL_HEAD_FILE, load_mel_head, load_mel_vocoder, save_fast_vocoder
+from libs.voice.assets import VoiceAssets, default_voice_assets
+from libs.voice.tiers import FAST_VOCODER_FILE
 from scripts.voice.corpus import heldout_sentences, training_sentences
 from scripts.voice.teacher import TeacherConfig, load_teacher_voice, make_teacher_data, phoneme_id_sentences, synthesize_latent
 from scripts.voice.train import multi_resolution_stft_loss
 
 WORK_DIR = Path("build") / "fast-tier"
-STFT_RESOLUTIONS = ((512, 128), (1024, 256), (2048, 512))
+STFT_RESOLUTIONS = ((256, 64), (512, 128), (1024, 256), (2048, 512))
+MANIFEST_FILE = "FAST_TIER.md"
+CHECKPOINT_FILE = "fast_tier_checkpoint.pt"
+"""The training run's last checkpoint, kept in the voice's folder (committed) so that training goes on across sittings."""
+STUDENT = replace(
+    HIFIGAN_V3, in_channels=80, upsample_initial_channel=128, resblock_kernel_sizes=(3,), resblock_dilation_sizes=((1, 3, 9),)
+)
+"""The teacher's upsampling (8, 8, 4 from the mel's frames) at half its width, one residual block of
+three dilated convolutions per stage."""
 
 
 @dataclass(frozen=True)
 class FastTierConfig:
     """How the student is trained."""
 
-    model: FrameVocoderConfig = field(default_factory=lambda: FrameVocoderConfig(channels=256, intermediate=768, layers=8))
-    steps: int = 4000
-    batch_size: int = 8
-    segment_frames: int = 48
+    model: GeneratorConfig = STUDENT
+    steps: int = 10000
+    batch_size: int = 16
+    segment_frames: int = 32
     """Frames of each training segment whose audio is scored."""
-    context_frames: int = 16
-    """Frames of mel each side of a segment the student sees but is not scored on."""
-    learning_rate: float = 5e-4
-    mel_weight: float = 1.0
+    context_frames: int = 8
+    """Frames of mel each side of a segment the student sees but is not scored on (its reach is less)."""
+    learning_rate: float = 1e-3
+    waveform_weight: float = 0.0
+    """Weight of the L1 between the student's samples and the teacher's."""
     seed: int = 7
     checkpoint_every: int = 500
     teacher: TeacherConfig = field(default_factory=lambda: TeacherConfig(variants_per_sentence=2))
 
+    def to_dict(self) -> dict:
+        values = asdict(self)
+        values["model"] = self.model.to_dict()
+        return values
+
 
 def teacher_pairs(config: FastTierConfig, work_dir: Path, log=print) -> list[tuple[torch.Tensor, torch.Tensor]]:  # type: ignore[no-untyped-def]
-    """(served mel [80, T], the voice's audio [T * 256]) of every teacher rendering, cached on disk."""
-    cache = work_dir / f"teacher-{config.teacher.variants_per_sentence}-{config.teacher.seed}.pt"
+    """(served mel [80, T], the quality tier's audio of it [T * 256]) of every teacher rendering, cached on disk."""
+    cache = work_dir / f"quality-targets-{config.teacher.variants_per_sentence}-{config.teacher.seed}.pt"
     if cache.exists():
         return torch.load(cache, weights_only=True)
     assets = default_voice_assets()
     voice = load_teacher_voice(cache_dir=work_dir / "piper-cache")
     head = load_mel_head(assets.trained_dir / MEL_HEAD_FILE)
+    quality = load_mel_vocoder(assets.trained_dir, voice.decoder)
     utterances = make_teacher_data(training_sentences(), config.teacher, voice, log)
-    with torch.no_grad():
-        pairs = [(head(utterance.latent[None])[0].contiguous(), utterance.audio.contiguous()) for utterance in utterances]
+    pairs = []
+    with torch.inference_mode():
+        for utterance in utterances:
+            mel = head(utterance.latent[None])
+            pairs.append((mel[0].contiguous(), quality(mel)[0].contiguous()))
     work_dir.mkdir(parents=True, exist_ok=True)
     torch.save(pairs, cache)
+    log(f"teacher data: {len(pairs)} renderings, {sum(mel.size(-1) for mel, _ in pairs) * 256 / 22050:.0f} s of audio")
     return pairs
 
 
@@ -81,30 +103,31 @@ def _batch(pairs: list[tuple[torch.Tensor, torch.Tensor]], config: FastTierConfi
     mels, audios = [], []
     while len(mels) < config.batch_size:
         mel, audio = pairs[rng.randrange(len(pairs))]
-        frames = mel.size(-1)
-        if frames < width:
+        if mel.size(-1) < width:
             continue
-        start = rng.randrange(frames - width + 1)
+        start = rng.randrange(mel.size(-1) - width + 1)
         mels.append(mel[:, start : start + width])
         scored = start + config.context_frames
         audios.append(audio[scored * hop : (scored + config.segment_frames) * hop])
     return torch.stack(mels), torch.stack(audios)
 
 
-def train(config: FastTierConfig, work_dir: Path = WORK_DIR, log=print, until_step: int | None = None) -> FrameVocoder:  # type: ignore[no-untyped-def]
+def train(  # type: ignore[no-untyped-def]
+    config: FastTierConfig, work_dir: Path = WORK_DIR, log=print, until_step: int | None = None, checkpoint: Path | None = None
+) -> Generator:
     """Train (or go on training from the checkpoint) to `config.steps`, or only to `until_step` (a
     sitting shorter than the run: it checkpoints there); returns the student. Each step's batch and
     learning rate follow from the step's number alone, so a run that stops and resumes reaches the
-    weights of one that never stopped."""
+    weights of one that never stopped. `checkpoint` (default: in `work_dir`) is where it is kept."""
     torch.manual_seed(config.seed)
     pairs = teacher_pairs(config, work_dir, log)
-    model = FrameVocoder(config.model)
-    optimiser = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, betas=(0.8, 0.99), weight_decay=0.01)
-    checkpoint = work_dir / "checkpoint.pt"
+    model = Generator(config.model)
+    optimiser = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, betas=(0.8, 0.99), weight_decay=0.0)
+    checkpoint = checkpoint or work_dir / CHECKPOINT_FILE
     step = 0
     if checkpoint.exists():
         state = torch.load(checkpoint, weights_only=False)
-        if state["config"] == asdict(config.model):
+        if state["config"] == config.to_dict():
             model.load_state_dict(state["model"])
             optimiser.load_state_dict(state["optimiser"])
             step = int(state["step"])
@@ -117,10 +140,11 @@ def train(config: FastTierConfig, work_dir: Path = WORK_DIR, log=print, until_st
         for group in optimiser.param_groups:  # cosine decay from the peak
             group["lr"] = config.learning_rate * 0.5 * (1 + np.cos(np.pi * step / config.steps))
         mel, target = _batch(pairs, config, random.Random(f"{config.seed}-{step}"))
-        predicted = model(mel)[:, context * hop : (context + config.segment_frames) * hop]
+        predicted = model(mel)[:, 0, context * hop : (context + config.segment_frames) * hop]
         stft = multi_resolution_stft_loss(predicted, target, STFT_RESOLUTIONS)
         mel_loss = (mel_spectrogram(predicted) - mel_spectrogram(target)).abs().mean()
-        loss = stft + config.mel_weight * mel_loss
+        waveform = (predicted - target).abs().mean()
+        loss = stft + mel_loss + config.waveform_weight * waveform
         optimiser.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -128,103 +152,9 @@ def train(config: FastTierConfig, work_dir: Path = WORK_DIR, log=print, until_st
         step += 1
         if step % 100 == 0 or step == config.steps:
             elapsed = time.perf_counter() - started_s
-            log(f"step {step}/{config.steps}: stft {stft.item():.3f} mel {mel_loss.item():.3f} ({elapsed:.0f} s)")
+            log(f"step {step}/{config.steps}: stft {stft.item():.3f} mel {mel_loss.item():.3f} waveform {waveform.item():.4f} ({elapsed:.0f} s)")
         if step % config.checkpoint_every == 0 or step == last:
-            torch.save({"model": model.state_dict(), "optimiser": optimiser.state_dict(), "step": step, "config": asdict(config.model)}, checkpoint)
-    return model.eval()
-
-
-class SpectrogramDiscriminator(nn.Module):
-    """Judges one resolution's log-magnitude spectrogram with 2D convolutions (as UnivNet's and
-    Vocos's multi-resolution discriminators do); returns its score map and its layers' features."""
-
-    def __init__(self, n_fft: int, hop: int, channels: int = 32) -> None:
-        super().__init__()
-        self.n_fft, self.hop = n_fft, hop
-        norm = nn.utils.parametrizations.weight_norm
-        self.layers = nn.ModuleList([
-            norm(nn.Conv2d(1, channels, (3, 9), padding=(1, 4))),
-            norm(nn.Conv2d(channels, channels, (3, 9), stride=(1, 2), padding=(1, 4))),
-            norm(nn.Conv2d(channels, channels, (3, 9), stride=(1, 2), padding=(1, 4))),
-            norm(nn.Conv2d(channels, channels, (3, 3), padding=(1, 1))),
-        ])  # fmt: skip
-        self.out = norm(nn.Conv2d(channels, 1, (3, 3), padding=(1, 1)))
-
-    def forward(self, audio: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        spectrum = torch.stft(audio, self.n_fft, self.hop, window=torch.hann_window(self.n_fft), return_complex=True)
-        x = spectrum.abs().clamp(min=1e-5).log().transpose(1, 2).unsqueeze(1)  # [B, 1, frames, bins]
-        features = []
-        for layer in self.layers:
-            x = torch.nn.functional.leaky_relu(layer(x), 0.1)
-            features.append(x)
-        return self.out(x), features
-
-
-def discriminators() -> nn.ModuleList:
-    return nn.ModuleList(SpectrogramDiscriminator(n_fft, hop) for n_fft, hop in STFT_RESOLUTIONS)
-
-
-def train_adversarial(config: FastTierConfig, steps: int, work_dir: Path = WORK_DIR, log=print, until_step: int | None = None) -> FrameVocoder:  # type: ignore[no-untyped-def]
-    """Go on from the reconstruction checkpoint for `steps` adversarial steps (resumable as `train`)."""
-    torch.manual_seed(config.seed)
-    pairs = teacher_pairs(config, work_dir, log)
-    model = FrameVocoder(config.model)
-    judges = discriminators()
-    base = torch.load(work_dir / "checkpoint.pt", weights_only=False)
-    model.load_state_dict(base["model"])
-    optimiser = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.8, 0.99), weight_decay=0.01)
-    judge_optimiser = torch.optim.AdamW(judges.parameters(), lr=1e-4, betas=(0.8, 0.99), weight_decay=0.01)
-    checkpoint = work_dir / "adversarial.pt"
-    step = 0
-    if checkpoint.exists():
-        state = torch.load(checkpoint, weights_only=False)
-        model.load_state_dict(state["model"])
-        judges.load_state_dict(state["judges"])
-        optimiser.load_state_dict(state["optimiser"])
-        judge_optimiser.load_state_dict(state["judge_optimiser"])
-        step = int(state["step"])
-        log(f"resumed the adversarial run at step {step}")
-    hop, context = config.model.hop_length, config.context_frames
-    last = steps if until_step is None else min(until_step, steps)
-    started_s = time.perf_counter()
-    model.train()
-    while step < last:
-        mel, target = _batch(pairs, config, random.Random(f"{config.seed}-adversarial-{step}"))
-        predicted = model(mel)[:, context * hop : (context + config.segment_frames) * hop]
-        # The judges first, on the student's audio as it is now.
-        judge_loss = predicted.new_zeros(())
-        for judge in judges:
-            real, _ = judge(target)
-            fake, _ = judge(predicted.detach())
-            judge_loss = judge_loss + ((real - 1) ** 2).mean() + (fake**2).mean()
-        judge_optimiser.zero_grad(set_to_none=True)
-        judge_loss.backward()
-        judge_optimiser.step()
-        # Then the student: fool them, match their features, and keep the reconstruction losses.
-        adversarial = matching = predicted.new_zeros(())
-        for judge in judges:
-            fake, fake_features = judge(predicted)
-            with torch.no_grad():
-                _, real_features = judge(target)
-            adversarial = adversarial + ((fake - 1) ** 2).mean()
-            matching = matching + sum((f - r).abs().mean() for f, r in zip(fake_features, real_features, strict=True))
-        stft = multi_resolution_stft_loss(predicted, target, STFT_RESOLUTIONS)
-        mel_loss = (mel_spectrogram(predicted) - mel_spectrogram(target)).abs().mean()
-        loss = adversarial + 2.0 * matching + 15.0 * mel_loss + stft
-        optimiser.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimiser.step()
-        step += 1
-        if step % 50 == 0 or step == last:
-            log(f"adversarial step {step}/{steps}: judges {judge_loss.item():.3f} fool {adversarial.item():.3f} "
-                f"match {matching.item():.3f} mel {mel_loss.item():.3f} ({time.perf_counter() - started_s:.0f} s)")  # fmt: skip
-        if step % 200 == 0 or step == last:
-            torch.save(
-                {"model": model.state_dict(), "judges": judges.state_dict(), "optimiser": optimiser.state_dict(),
-                 "judge_optimiser": judge_optimiser.state_dict(), "step": step},
-                checkpoint,
-            )  # fmt: skip
+            torch.save({"model": model.state_dict(), "optimiser": optimiser.state_dict(), "step": step, "config": config.to_dict()}, checkpoint)
     return model.eval()
 
 
@@ -242,24 +172,35 @@ def cpu_per_audio_second(vocode, mels: list[torch.Tensor], repeats: int = 3) -> 
     return best / audio_s
 
 
-def evaluate(model: FrameVocoder, sentence_count: int = 20, work_dir: Path = WORK_DIR) -> dict[str, float]:
-    """The student against the quality tier's vocoder on held-out sentences (one thread): DNSMOS of
-    each, and CPU per audio second of each."""
-    from bench.quality import dnsmos_scores
-
-    torch.set_num_threads(1)
+def heldout_mels(sentence_count: int, work_dir: Path = WORK_DIR) -> list[torch.Tensor]:
+    """The served mel of the first `sentence_count` held-out texts (never trained on), one per sentence."""
     assets = default_voice_assets()
     voice = load_teacher_voice(cache_dir=work_dir / "piper-cache")
     head = load_mel_head(assets.trained_dir / MEL_HEAD_FILE)
-    quality = load_mel_vocoder(assets.trained_dir, voice.decoder)
     mels = []
     with torch.no_grad():
         for index, text in enumerate(heldout_sentences()[:sentence_count]):
             for ids in phoneme_id_sentences(text):
                 latent, _ = synthesize_latent(voice, ids, 1000 + index, 0.667, 1.0, 0.8, None)
                 mels.append(head(latent[None])[0])
-        scores: dict[str, float] = {}
-        for name, vocode in (("quality", lambda mel: quality(mel)[0]), ("fast", lambda mel: model(mel)[0])):
+    return mels
+
+
+def evaluate(model: Generator, sentence_count: int = 20, work_dir: Path = WORK_DIR) -> dict[str, float]:
+    """The student against the quality tier on held-out sentences (one thread): DNSMOS of each, and
+    CPU per audio second of each."""
+    from bench.quality import dnsmos_scores
+
+    torch.set_num_threads(1)
+    voice = load_teacher_voice(cache_dir=work_dir / "piper-cache")
+    quality = load_mel_vocoder(default_voice_assets().trained_dir, voice.decoder)
+    student = Generator(model.config)
+    student.load_state_dict(model.state_dict())
+    student.eval().remove_weight_norm()
+    mels = heldout_mels(sentence_count, work_dir)
+    scores: dict[str, float] = {}
+    with torch.inference_mode():
+        for name, vocode in (("quality", lambda mel: quality(mel)[0]), ("fast", lambda mel: student(mel)[0, 0])):
             audio = np.concatenate([vocode(mel[None]).numpy() for mel in mels])
             overall, signal, background = dnsmos_scores(audio, 22050)
             scores[f"{name}_dnsmos"] = overall
@@ -269,22 +210,59 @@ def evaluate(model: FrameVocoder, sentence_count: int = 20, work_dir: Path = WOR
     return scores
 
 
+def install(model: Generator, config: FastTierConfig, assets: VoiceAssets, step: int, scores: dict[str, float] | None) -> Path:
+    """Write the student of training step `step` into the voice's folder, with FAST_TIER.md saying how it was made."""
+    path = assets.trained_dir / FAST_VOCODER_FILE
+    save_fast_vocoder(model, path)
+    parameters = sum(parameter.numel() for parameter in model.parameters())
+    lines = [
+        f"# {assets.name}: the fast tier's vocoder",
+        "",
+        "Trained by `python -m scripts.voice.fast_tier --install` (the Makefile's `make voice-fast`), on CPU, as the",
+        "student of this voice's quality tier (MelAdapter + Piper decoder) on the mel its mel head serves.",
+        "Do not edit by hand: retrain.",
+        "",
+        f"- `{FAST_VOCODER_FILE}` / `.json`: a HiFi-GAN generator that takes the mel itself, {parameters:,} parameters,",
+        "  weight norm folded.",
+        "",
+        "## Settings",
+        "",
+        "```",
+        json.dumps(config.to_dict(), indent=1),
+        "```",
+        "",
+        f"Trained {step:,} of the schedule's {config.steps:,} steps on {torch.get_num_threads()} CPU thread(s) "
+        f"({platform.machine()}, torch {torch.__version__}, Python {platform.python_version()}); `{CHECKPOINT_FILE}` beside it",
+        "is where training goes on from.",
+    ]
+    if scores:
+        lines += ["", "## Held-out check (20 held-out texts, one thread)", "", "| | quality tier | fast tier |", "|---|---:|---:|"]
+        for key, label in (("dnsmos", "DNSMOS"), ("sig", "DNSMOS SIG"), ("bak", "DNSMOS BAK"), ("cpu_per_audio_s", "CPU s per audio s")):
+            lines.append(f"| {label} | {scores[f'quality_{key}']:.4f} | {scores[f'fast_{key}']:.4f} |")
+    (assets.trained_dir / MANIFEST_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=FastTierConfig.steps)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--until-step", type=int, default=None, help="stop (checkpointed) at this step; run again to go on")
-    parser.add_argument("--adversarial-steps", type=int, default=0, help="then this many steps with a discriminator")
     parser.add_argument("--work-dir", type=Path, default=WORK_DIR)
     parser.add_argument("--evaluate", action="store_true", help="score the student against the quality tier afterwards")
+    parser.add_argument("--install", action="store_true", help="write the student into the default voice's folder")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     config = FastTierConfig(steps=args.steps)
-    model = train(config, args.work_dir, until_step=args.until_step)
-    if args.adversarial_steps:
-        model = train_adversarial(config, args.adversarial_steps, args.work_dir)
-    if args.evaluate:
-        print(json.dumps(evaluate(model, work_dir=args.work_dir), indent=2))
+    assets = default_voice_assets()
+    checkpoint = assets.trained_dir / CHECKPOINT_FILE
+    model = train(config, args.work_dir, until_step=args.until_step, checkpoint=checkpoint)
+    scores = evaluate(model, work_dir=args.work_dir) if args.evaluate else None
+    if scores:
+        print(json.dumps(scores, indent=2))
+    if args.install:
+        step = int(torch.load(checkpoint, weights_only=False)["step"])
+        print(f"installed {install(model, config, assets, step, scores)}")
     return 0
 
 

@@ -86,6 +86,7 @@ async def serve(settings: GatewaySettings) -> None:
     metrics.track_realtime(
         admission.listener_capacity, lambda: len(admission.listening()), admission.feedback.share
     )
+    metrics.fast_tier_cost.set_function(pool.fast_tier_cost)
     synthesizer = Synthesizer(
         pool=pool, cache=cache, text_side=text_side, max_streams=settings.limits.max_streams,
         max_streams_per_client=settings.limits.max_streams_per_client, admission=admission, capacity=capacity,

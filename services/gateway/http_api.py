@@ -23,6 +23,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -37,10 +38,10 @@ from starlette.staticfiles import StaticFiles
 from libs.encoding.encoders import encoding_of
 from libs.serving import http_errors as errors
 from libs.serving.http_errors import HttpError, openai_shaped_app
-from libs.serving.http_limits import CLIENT_SCOPE_KEY
+from libs.serving.http_limits import CLIENT_SCOPE_KEY, TIER_SCOPE_KEY
 from libs.synthesis import captions
 from libs.synthesis.captions import Cue
-from libs.synthesis.options import SynthesisOptions
+from libs.synthesis.options import SynthesisOptions, with_default_tier
 from libs.synthesis.output import AudioChunk, SentenceInfo
 from libs.synthesis.pacing import as_asked
 from libs.synthesis.resume import encode_token
@@ -49,6 +50,7 @@ from libs.telemetry.metrics import GatewayMetrics
 from libs.telemetry.request_meter import RequestMeter
 from libs.voice.registry import VoiceRegistry
 from libs.wire.errors import echo
+from libs.wire.headers import TIER_METADATA_KEY
 from services.gateway.speech_body import (
     MODEL_ALIASES,
     MODEL_ID,
@@ -103,28 +105,31 @@ class SpeechApi:
         meter = RequestMeter(self._metrics, METHOD)
         try:
             body = await self._body(request, SpeechBody)
-            options = body.options(self._registry)
+            options = with_default_tier(body.options(self._registry), str(request.scope.get(TIER_SCOPE_KEY, "")))
             meter.voice(options.voice.name)
-            chunks = await self._synthesizer.synthesize(body.input, options, None, _client(request))
+            spoken = await self._synthesizer.synthesize(body.input, options, None, _client(request))
         except Exception as error:  # every refusal goes through the one status table
             refused = http_error_for(error)
             meter.finished(refused.grpc_code.name)
             return refused.response()
-        chunks = as_asked(chunks, options)  # real-time frames when asked for
+        options = replace(options, tier=spoken.tier)  # its resume tokens name the tier it is spoken in
+        headers = {TIER_METADATA_KEY: spoken.tier}
+        chunks = as_asked(spoken, options)  # real-time frames when asked for
         if body.stream_format == "sse":
-            return _ClosingEventSource(_events(chunks, meter, options), ping=15)
-        return _ClosingStream(_audio(chunks, meter), media_type=encoding_of(options.encoding).mime_type)
+            return _ClosingEventSource(_events(chunks, meter, options), ping=15, headers=headers)
+        return _ClosingStream(_audio(chunks, meter), media_type=encoding_of(options.encoding).mime_type, headers=headers)
 
     async def captioned_speech(self, request: Request) -> Response:
         """The whole utterance with its word times: JSON (audio in base64) or WebVTT captions."""
         meter = RequestMeter(self._metrics, CAPTIONED_METHOD)
         try:
             body = await self._body(request, CaptionedSpeechBody)
-            options = body.options(self._registry)
+            options = with_default_tier(body.options(self._registry), str(request.scope.get(TIER_SCOPE_KEY, "")))
             meter.voice(options.voice.name)
             audio = bytearray()
             sentences: list[SentenceInfo] = []
-            async for chunk in await self._synthesizer.synthesize(body.input, options, None, _client(request)):
+            spoken = await self._synthesizer.synthesize(body.input, options, None, _client(request))
+            async for chunk in spoken:
                 meter.sent(chunk.audio_duration_s)
                 audio += chunk.audio
                 if chunk.sentence is not None:
@@ -134,10 +139,12 @@ class SpeechApi:
             meter.finished(refused.grpc_code.name)
             return refused.response()
         meter.finished("OK")
+        headers = {TIER_METADATA_KEY: spoken.tier}
         if body.caption_format == "vtt":
-            return Response(webvtt(sentences), media_type="text/vtt")
+            return Response(webvtt(sentences), media_type="text/vtt", headers=headers)
         return JSONResponse(
-            {
+            headers=headers,
+            content={
                 "audio": base64.b64encode(bytes(audio)).decode("ascii"),
                 "content_type": encoding_of(options.encoding).mime_type,
                 "words": [
@@ -153,7 +160,7 @@ class SpeechApi:
                     }
                     for sentence in sentences
                 ],
-            }
+            },
         )
 
     async def models(self, request: Request) -> Response:
@@ -178,6 +185,7 @@ class SpeechApi:
                         "quality": voice.quality,
                         "num_speakers": voice.num_speakers,
                         "speakers": voice.speakers(),
+                        "tiers": list(voice.tiers),
                         "default": voice.name == self._registry.default_name,
                     }
                     for voice in self._registry.voices()

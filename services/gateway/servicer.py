@@ -8,16 +8,17 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
+from dataclasses import replace
 from typing import Any
 
 import grpc
 
 from libs.pb.tts.v1 import tts_pb2
-from libs.serving.auth import CALLER_KEY
+from libs.serving.auth import CALLER_KEY, CALLER_TIER
 from libs.serving.clients import FORWARDED_FOR, ClientIdentity, key_client
 from libs.serving.memory import RELEASER
 from libs.serving.status import abort_for, grpc_status_for
-from libs.synthesis.options import SynthesisOptions, resolve_options
+from libs.synthesis.options import SynthesisOptions, resolve_options, with_default_tier
 from libs.synthesis.output import AudioChunk
 from libs.synthesis.pacing import as_asked
 from libs.synthesis.resume import encode_token
@@ -25,7 +26,9 @@ from libs.synthesis.synthesizer import Synthesizer
 from libs.telemetry import tracing
 from libs.telemetry.metrics import GatewayMetrics
 from libs.voice.registry import VoiceRegistry
+from libs.voice.tiers import tier_enum, tier_of_enum
 from libs.wire.errors import InvalidRequestError
+from libs.wire.headers import TIER_METADATA_KEY
 from libs.wire.request_decoding import UndecodableRequest, decoded, request_decoder
 
 _log = logging.getLogger(__name__)
@@ -51,8 +54,10 @@ class TextToSpeechServicer:
         async with self._call("Synthesize", context) as call:
             request = decoded(request)
             options = self._options(request)
-            chunks = await self._synthesizer.synthesize(request.text, options, context.time_remaining(), client_of(context, self._clients))
-            chunks = as_asked(chunks, options)  # real-time frames when asked for
+            spoken = await self._synthesizer.synthesize(request.text, options, context.time_remaining(), client_of(context, self._clients))
+            options = replace(options, tier=spoken.tier)  # its resume tokens name the tier it is spoken in
+            await context.send_initial_metadata(((TIER_METADATA_KEY, spoken.tier),))
+            chunks = as_asked(spoken, options)  # real-time frames when asked for
             call.voice(options.voice.name)
             async with closed_when_done(context, chunks):
                 async for chunk in chunks:
@@ -74,12 +79,12 @@ class TextToSpeechServicer:
                 raise InvalidRequestError("the first StreamingSynthesizeRequest must carry `config`")
             options = self._options(first.config)
             call.voice(options.voice.name)
-            chunks = as_asked(
-                self._synthesizer.synthesize_incremental(
-                    _text_pieces(request_iterator), options, context.time_remaining(), client_of(context, self._clients)
-                ),
-                options,
+            spoken = self._synthesizer.synthesize_incremental(
+                _text_pieces(request_iterator), options, context.time_remaining(), client_of(context, self._clients)
             )
+            options = replace(options, tier=spoken.tier)
+            await context.send_initial_metadata(((TIER_METADATA_KEY, spoken.tier),))
+            chunks = as_asked(spoken, options)
             async with closed_when_done(context, chunks):
                 async for chunk in chunks:
                     response = _response(chunk, options)
@@ -102,6 +107,7 @@ class TextToSpeechServicer:
                         is_default=voice.name == self._registry.default_name,
                         quality=voice.quality,
                         speakers=voice.speakers(),
+                        tiers=[tier_enum(tier) for tier in voice.tiers],
                     )
                     for voice in self._registry.voices()
                     if voice.language_code.lower().startswith(prefix)
@@ -109,8 +115,9 @@ class TextToSpeechServicer:
             )
 
     def _options(self, message: tts_pb2.SynthesizeRequest | tts_pb2.StreamingSynthesizeConfig) -> SynthesisOptions:
-        """Validated synthesis options from the fields a SynthesizeRequest and a streaming config share."""
-        return resolve_options(
+        """Validated synthesis options from the fields a SynthesizeRequest and a streaming config share
+        (with the caller's API key's tier when the request names none)."""
+        options = resolve_options(
             self._registry,
             voice=message.voice,
             speed=message.speed,
@@ -124,7 +131,9 @@ class TextToSpeechServicer:
             resume_token=message.resume_token,
             frame_ms=message.frame_ms,
             speaker=message.speaker,
+            tier=tier_of_enum(message.tier),
         )
+        return with_default_tier(options, CALLER_TIER.get())
 
     def _call(self, method: str, context: grpc.aio.ServicerContext) -> _CallScope:
         return _CallScope(self._metrics, method, context)

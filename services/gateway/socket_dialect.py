@@ -25,6 +25,7 @@ from libs.synthesis.options import SynthesisOptions, resolve_options, with_resum
 from libs.synthesis.output import AudioChunk, SentenceInfo
 from libs.synthesis.transcript import CharTimes, Heard, ms
 from libs.voice.registry import VoiceRegistry
+from libs.voice.tiers import tier_of_name
 from services.gateway.socket_commands import Cancel, Close, Command, Flush, KeepAlive, Text
 from services.gateway.speech_body import LiveSpeechFields, RequestBody, body_error
 
@@ -50,6 +51,7 @@ class SocketStart(LiveSpeechFields):
         return resolve_options(
             registry, voice=self.voice_name, speed=self.speed, encoding=self.encoding, sample_rate_hz=self.output_rate_hz,
             speaker_id=0, request_id="", include_alignment=False, lexicon=self.lexicon, frame_ms=self.frame_ms,
+            tier=tier_of_name(self.tier),
         )  # fmt: skip
 
 

@@ -16,7 +16,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from libs.encoding.encoders import encoding_of
 from libs.serving.http import SocketSettings
-from libs.serving.http_limits import CLIENT_SCOPE_KEY
+from libs.serving.http_limits import CLIENT_SCOPE_KEY, TIER_SCOPE_KEY
+from libs.synthesis.options import with_default_tier
 from libs.synthesis.synthesizer import Synthesizer
 from libs.telemetry.metrics import GatewayMetrics
 from libs.telemetry.request_meter import RequestMeter
@@ -76,7 +77,7 @@ class SocketDoors:
         try:
             first = await self._first_message(websocket)
             start = parse_start(first)
-            options = start.socket_options(self._registry)
+            options = with_default_tier(start.socket_options(self._registry), str(websocket.scope.get(TIER_SCOPE_KEY, "")))
         except WebSocketDisconnect:
             return
         except Exception as error:

@@ -37,6 +37,7 @@ from libs.pb.tts.v1 import tts_pb2
 from libs.serving.http_errors import HttpError
 from libs.synthesis.options import SynthesisOptions, resolve_options
 from libs.voice.registry import VoiceRegistry
+from libs.voice.tiers import tier_of_name
 from libs.wire.errors import MAX_ECHO_CHARS, echo, shortened
 
 MODEL_ID: Final = "tts-mesh"
@@ -82,6 +83,8 @@ PARAMS: Final[Mapping[str, str]] = {
     "lexicon": "lexicon",
     "resume_token": "resume_token",
     "frame_ms": "frame_ms",
+    "speaker": "speaker",
+    "tier": "tier",
 }
 """The HTTP parameter of each proto field a domain error can name (libs.serving.status.field_of)."""
 
@@ -175,13 +178,15 @@ class LiveSpeechFields(SpeechFields):
 
     lexicon: dict[str, str] = Field(default_factory=dict, description='word -> IPA, e.g. {"Nguyen": "ŋwˈɪn"}')
     """This request's pronunciations, word -> IPA, as SynthesizeRequest.lexicon."""
+    tier: str = Field("", description="quality, fast or auto (see GET /v1/audio/voices); empty: the API key's default, else quality")
+    """The voice's tier, as SynthesizeRequest.tier (libs.voice.tiers); the tts-tier response header says which spoke."""
 
     def options(self, registry: VoiceRegistry) -> SynthesisOptions:
         """The synthesis options, checked as a Synthesize request's are (errors name their field)."""
         return resolve_options(
             registry, voice=self.voice_name, speed=self.speed, encoding=self.encoding,
             sample_rate_hz=self.output_rate_hz, speaker_id=0, request_id="", include_alignment=False, lexicon=self.lexicon,
-            speaker=str(self.speaker),
+            speaker=str(self.speaker), tier=tier_of_name(self.tier),
         )  # fmt: skip
 
 
@@ -200,7 +205,7 @@ class SpeechBody(LiveSpeechFields):
         return resolve_options(
             registry, voice=self.voice_name, speed=self.speed, encoding=self.encoding, sample_rate_hz=self.output_rate_hz,
             speaker_id=0, request_id="", include_alignment=False, lexicon=self.lexicon, resume_token=self.resume_token,
-            frame_ms=self.frame_ms, speaker=str(self.speaker),
+            frame_ms=self.frame_ms, speaker=str(self.speaker), tier=tier_of_name(self.tier),
         )  # fmt: skip
 
 

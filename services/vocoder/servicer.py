@@ -15,7 +15,7 @@ from libs.serving.admission import Admission
 from libs.serving.server import StreamTracker
 from libs.serving.status import abort_for
 from libs.serving.vocoder_work import VocoderWork
-from libs.serving.voice_shelf import VoiceServicer, stream_speaker
+from libs.serving.voice_shelf import VoiceServicer, stream_speaker, stream_tier
 from libs.telemetry.metrics import VocoderMetrics
 
 CANCEL_GRACE_S: Final = 0.1
@@ -39,6 +39,7 @@ class VocoderServicer(VoiceServicer, vocoder_pb2_grpc.VocoderServicer):
     ) -> AsyncIterator[vocoder_pb2.VocodeResponse]:
         async with self._model_stream(context) as engine:
             try:
+                engine = engine.for_tier(stream_tier(context))
                 work = VocoderWork(engine, self._scheduler, self._metrics, stream_speaker(context, engine))
                 async for request, arrived_s in stamped(request_iterator):
                     async for response in work.answer(request, arrived_s):

@@ -4,16 +4,14 @@ the student's quality is measured by `python -m scripts.voice.fast_tier --evalua
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from libs.models.frame_vocoder import FrameVocoderConfig
-from scripts.voice.fast_tier import FastTierConfig, train
+from scripts.voice.fast_tier import STUDENT, FastTierConfig, train
 
-SMALL = FastTierConfig(
-    model=FrameVocoderConfig(channels=16, intermediate=32, layers=1), batch_size=2, segment_frames=8, context_frames=4, steps=4
-)
+SMALL = FastTierConfig(model=replace(STUDENT, upsample_initial_channel=16), batch_size=2, segment_frames=8, context_frames=4, steps=4)
 
 
 def _work_dir(tmp_path: Path, config: FastTierConfig) -> Path:
@@ -21,7 +19,7 @@ def _work_dir(tmp_path: Path, config: FastTierConfig) -> Path:
     pairs = [(torch.randn(80, 40, generator=generator), torch.randn(40 * 256, generator=generator) * 0.1) for _ in range(3)]
     work_dir = tmp_path / "work"
     work_dir.mkdir(parents=True)
-    torch.save(pairs, work_dir / f"teacher-{config.teacher.variants_per_sentence}-{config.teacher.seed}.pt")
+    torch.save(pairs, work_dir / f"quality-targets-{config.teacher.variants_per_sentence}-{config.teacher.seed}.pt")
     return work_dir
 
 

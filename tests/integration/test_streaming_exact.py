@@ -1,4 +1,4 @@
-"""Chunked synthesis equals whole-sentence synthesis , on the real default voice."""
+"""Chunked synthesis equals whole-sentence synthesis, on the real default voice (both tiers of its vocoder)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 import torch
 
+from libs.voice.assets import default_voice_assets
 from libs.voice.chunking import ACOUSTIC_SCHEDULE, ChunkSchedule, context_window
 from libs.voice.engine import AcousticEngine, EngineSettings, SynthesisParams, VocoderEngine
+from libs.voice.tiers import FAST, QUALITY
 
 TOLERANCE = 1e-4
 # "^ _ h _ ə _ l _ oʊ _ $"-like short id run, and a longer one built from the same ids.
@@ -21,9 +23,15 @@ def acoustic() -> AcousticEngine:
     return AcousticEngine.load_default(settings=EngineSettings(precision="fp32"))
 
 
-@pytest.fixture(scope="module")
-def vocoder() -> VocoderEngine:
-    return VocoderEngine.load_default(settings=EngineSettings(precision="fp32"))
+@pytest.fixture(scope="module", params=[QUALITY, FAST])
+def vocoder(request: pytest.FixtureRequest) -> VocoderEngine:
+    """Each tier of the default voice: the fast one streams and resumes exactly as the quality one does."""
+    settings = EngineSettings(precision="fp32")
+    if request.param == QUALITY:
+        return VocoderEngine.load_default(settings=settings)
+    fast = VocoderEngine.load_fast(default_voice_assets(), settings=settings)
+    assert fast is not None, "the default voice ships its fast tier"
+    return fast
 
 
 def _plan(engine: AcousticEngine, ids: list[int], speed: float = 1.0):

@@ -11,25 +11,72 @@ import grpc
 import pytest
 
 from libs.synthesis.admission import RealtimeAdmission
+from libs.synthesis.options import SynthesisOptions
 from libs.synthesis.synthesizer import Synthesizer
+from libs.voice.tiers import AUTO, FAST, QUALITY
 from libs.wire.errors import DownstreamError
 
 
 class _Pool:
-    """What the counts read of a worker pool: the shed counter, and the streams the workers take."""
+    """What the counts read of a worker pool: the shed and tier counters, the streams the workers take,
+    and what the fast tier costs."""
 
-    def __init__(self, slots: int | None = None) -> None:
-        self.metrics = SimpleNamespace(shed=lambda reason: None)
+    def __init__(self, slots: int | None = None, fast_tier_cost: float = 1.0) -> None:
+        self.spoken: list[tuple[str, str]] = []
+        self.metrics = SimpleNamespace(shed=lambda reason: None, spoken_in=lambda tier, asked: self.spoken.append((tier, asked)))
         self.slots = slots
+        self._fast_tier_cost = fast_tier_cost
 
     def stream_slots(self) -> int | None:
         return self.slots
 
+    def fast_tier_cost(self) -> float:
+        return self._fast_tier_cost
 
-def _synthesizer(per_client: int = 0, admission: RealtimeAdmission | None = None, slots: int | None = None) -> Synthesizer:
+
+def _synthesizer(
+    per_client: int = 0, admission: RealtimeAdmission | None = None, slots: int | None = None, pool: _Pool | None = None
+) -> Synthesizer:
     return Synthesizer(
-        pool=_Pool(slots), cache=None, text_side=None, max_streams=8, max_streams_per_client=per_client, admission=admission,  # type: ignore[arg-type]
+        pool=pool or _Pool(slots), cache=None, text_side=None, max_streams=8, max_streams_per_client=per_client,  # type: ignore[arg-type]
+        admission=admission,
     )  # fmt: skip
+
+
+def _asking(tier: str, tiers: tuple[str, ...] = (QUALITY, FAST)) -> SynthesisOptions:
+    return SimpleNamespace(tier=tier, voice=SimpleNamespace(tiers=tiers))  # type: ignore[return-value]
+
+
+def test_auto_moves_a_new_stream_to_the_fast_tier_only_when_quality_would_be_refused() -> None:
+    pool = _Pool(fast_tier_cost=0.4)
+    synthesizer = _synthesizer(admission=RealtimeAdmission(lambda: 2.5, lambda: 0, headroom=1.0), pool=pool)
+    held = [synthesizer._take_slot(client, 10.0, _asking(AUTO)) for client in ("a", "b", "c")]
+    assert [slot.tier for slot in held] == [QUALITY, QUALITY, FAST], "two quality listeners fill 2.5; a third fits at 0.4"
+    assert held[2].listener.cost == 0.4
+    with pytest.raises(DownstreamError) as full:  # 2 + 0.4 + 0.4 > 2.5: even the fast tier would not keep up
+        synthesizer._take_slot("d", 10.0, _asking(AUTO))
+    assert full.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    with pytest.raises(DownstreamError):  # asked for quality: refused, never moved
+        synthesizer._take_slot("e", 1.0, _asking(QUALITY))
+    assert pool.spoken == [(QUALITY, AUTO), (QUALITY, AUTO), (FAST, AUTO)]
+
+
+def test_auto_refuses_as_quality_does_for_a_voice_without_a_fast_tier_or_while_its_cost_is_unknown() -> None:
+    for pool, tiers in ((_Pool(fast_tier_cost=0.4), (QUALITY,)), (_Pool(fast_tier_cost=1.0), (QUALITY, FAST))):
+        synthesizer = _synthesizer(admission=RealtimeAdmission(lambda: 1.5, lambda: 0, headroom=1.0), pool=pool)
+        first = synthesizer._take_slot("a", 10.0, _asking(AUTO, tiers))  # held: a dropped slot is given back
+        assert first.tier == QUALITY
+        with pytest.raises(DownstreamError):
+            synthesizer._take_slot("b", 10.0, _asking(AUTO, tiers))
+
+
+def test_a_fast_stream_asked_for_is_weighed_at_its_cost() -> None:
+    pool = _Pool(fast_tier_cost=0.25)
+    synthesizer = _synthesizer(admission=RealtimeAdmission(lambda: 1.0, lambda: 0, headroom=1.0), pool=pool)
+    slots = [synthesizer._take_slot(client, 10.0, _asking(FAST)) for client in "abcd"]  # four at 0.25 fill 1.0
+    assert {slot.tier for slot in slots} == {FAST}
+    with pytest.raises(DownstreamError):
+        synthesizer._take_slot("e", 10.0, _asking(FAST))
 
 
 def test_a_client_limit_is_the_fixed_per_client_limit() -> None:

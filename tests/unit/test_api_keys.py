@@ -69,6 +69,7 @@ def test_a_minted_key_is_stored_only_as_its_hash(tmp_path: Path, capsys: pytest.
         ('{"id": "a", "sha256": "' + "0" * 64 + '", "rate_per_s": 0}', "rate_per_s must be a number of at least"),
         ('{"id": "a", "sha256": "' + "0" * 64 + '", "max_streams": 1.5}', "max_streams must be a whole number"),
         ('{"id": "a", "sha256": "' + "0" * 64 + '", "limit": 3}', "unknown fields limit"),
+        ('{"id": "a", "sha256": "' + "0" * 64 + '", "tier": "turbo"}', "tier must be one of quality, fast, auto"),
     ],
 )
 def test_a_malformed_keys_file_line_is_refused_with_its_line_number(line: str, complaint: str) -> None:
@@ -197,3 +198,17 @@ def test_new_limits_in_the_keys_file_apply_to_a_key_already_in_use(tmp_path: Pat
     assert [gate.admit(f"Bearer {key}", stream=False).key_id for _ in range(3)] == ["app"] * 3
     with pytest.raises(Refusal):
         gate.admit(f"Bearer {key}", stream=False)
+
+
+def test_a_key_names_the_tier_its_requests_that_name_none_are_spoken_in(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "keys.jsonl"
+    assert keys.main(["new", "--name", "agent", "--tier", "auto", "--append", str(path)]) == 0
+    key = capsys.readouterr().out.splitlines()[1]
+    [entry] = parse_keys(path.read_text(encoding="utf-8")).values()
+    assert entry.tier == "auto"
+    gate = _gate(path, Clock())
+    assert gate.admit(f"Bearer {key}", stream=True).tier == "auto"
+    assert gate.admit(f"Bearer {key}", stream=False).tier == "auto"
+    plain = mint_key()
+    gate = _gate(_keys_file(tmp_path / "plain", StoredKey("plain", hash_key(plain))), Clock())
+    assert gate.admit(f"Bearer {plain}", stream=True).tier == ""

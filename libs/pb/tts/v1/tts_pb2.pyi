@@ -19,6 +19,13 @@ class AudioEncoding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MULAW: _ClassVar[AudioEncoding]
     ALAW: _ClassVar[AudioEncoding]
     AAC: _ClassVar[AudioEncoding]
+
+class Tier(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TIER_UNSPECIFIED: _ClassVar[Tier]
+    TIER_QUALITY: _ClassVar[Tier]
+    TIER_FAST: _ClassVar[Tier]
+    TIER_AUTO: _ClassVar[Tier]
 AUDIO_ENCODING_UNSPECIFIED: AudioEncoding
 LINEAR_PCM: AudioEncoding
 FLOAT_PCM: AudioEncoding
@@ -29,9 +36,13 @@ WAV: AudioEncoding
 MULAW: AudioEncoding
 ALAW: AudioEncoding
 AAC: AudioEncoding
+TIER_UNSPECIFIED: Tier
+TIER_QUALITY: Tier
+TIER_FAST: Tier
+TIER_AUTO: Tier
 
 class SynthesizeRequest(_message.Message):
-    __slots__ = ("text", "voice", "speed", "encoding", "sample_rate_hz", "speaker_id", "request_id", "include_alignment", "lexicon", "ssml", "resume_token", "frame_ms", "speaker")
+    __slots__ = ("text", "voice", "speed", "encoding", "sample_rate_hz", "speaker_id", "request_id", "include_alignment", "lexicon", "ssml", "resume_token", "frame_ms", "speaker", "tier")
     class LexiconEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +63,7 @@ class SynthesizeRequest(_message.Message):
     RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
     FRAME_MS_FIELD_NUMBER: _ClassVar[int]
     SPEAKER_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
     text: str
     voice: str
     speed: float
@@ -65,10 +77,11 @@ class SynthesizeRequest(_message.Message):
     resume_token: str
     frame_ms: int
     speaker: str
-    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., speed: _Optional[float] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ..., sample_rate_hz: _Optional[int] = ..., speaker_id: _Optional[int] = ..., request_id: _Optional[str] = ..., include_alignment: _Optional[bool] = ..., lexicon: _Optional[_Mapping[str, str]] = ..., ssml: _Optional[bool] = ..., resume_token: _Optional[str] = ..., frame_ms: _Optional[int] = ..., speaker: _Optional[str] = ...) -> None: ...
+    tier: Tier
+    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., speed: _Optional[float] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ..., sample_rate_hz: _Optional[int] = ..., speaker_id: _Optional[int] = ..., request_id: _Optional[str] = ..., include_alignment: _Optional[bool] = ..., lexicon: _Optional[_Mapping[str, str]] = ..., ssml: _Optional[bool] = ..., resume_token: _Optional[str] = ..., frame_ms: _Optional[int] = ..., speaker: _Optional[str] = ..., tier: _Optional[_Union[Tier, str]] = ...) -> None: ...
 
 class StreamingSynthesizeConfig(_message.Message):
-    __slots__ = ("voice", "speed", "encoding", "sample_rate_hz", "speaker_id", "request_id", "include_alignment", "lexicon", "resume_token", "frame_ms", "speaker")
+    __slots__ = ("voice", "speed", "encoding", "sample_rate_hz", "speaker_id", "request_id", "include_alignment", "lexicon", "resume_token", "frame_ms", "speaker", "tier")
     class LexiconEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -87,6 +100,7 @@ class StreamingSynthesizeConfig(_message.Message):
     RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
     FRAME_MS_FIELD_NUMBER: _ClassVar[int]
     SPEAKER_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
     voice: str
     speed: float
     encoding: AudioEncoding
@@ -98,7 +112,8 @@ class StreamingSynthesizeConfig(_message.Message):
     resume_token: str
     frame_ms: int
     speaker: str
-    def __init__(self, voice: _Optional[str] = ..., speed: _Optional[float] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ..., sample_rate_hz: _Optional[int] = ..., speaker_id: _Optional[int] = ..., request_id: _Optional[str] = ..., include_alignment: _Optional[bool] = ..., lexicon: _Optional[_Mapping[str, str]] = ..., resume_token: _Optional[str] = ..., frame_ms: _Optional[int] = ..., speaker: _Optional[str] = ...) -> None: ...
+    tier: Tier
+    def __init__(self, voice: _Optional[str] = ..., speed: _Optional[float] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ..., sample_rate_hz: _Optional[int] = ..., speaker_id: _Optional[int] = ..., request_id: _Optional[str] = ..., include_alignment: _Optional[bool] = ..., lexicon: _Optional[_Mapping[str, str]] = ..., resume_token: _Optional[str] = ..., frame_ms: _Optional[int] = ..., speaker: _Optional[str] = ..., tier: _Optional[_Union[Tier, str]] = ...) -> None: ...
 
 class StreamingSynthesizeRequest(_message.Message):
     __slots__ = ("config", "text")
@@ -195,7 +210,7 @@ class ListVoicesRequest(_message.Message):
     def __init__(self, language_code: _Optional[str] = ...) -> None: ...
 
 class Voice(_message.Message):
-    __slots__ = ("name", "language_code", "natural_sample_rate_hz", "num_speakers", "is_default", "quality", "speakers")
+    __slots__ = ("name", "language_code", "natural_sample_rate_hz", "num_speakers", "is_default", "quality", "speakers", "tiers")
     class SpeakersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -210,6 +225,7 @@ class Voice(_message.Message):
     IS_DEFAULT_FIELD_NUMBER: _ClassVar[int]
     QUALITY_FIELD_NUMBER: _ClassVar[int]
     SPEAKERS_FIELD_NUMBER: _ClassVar[int]
+    TIERS_FIELD_NUMBER: _ClassVar[int]
     name: str
     language_code: str
     natural_sample_rate_hz: int
@@ -217,7 +233,8 @@ class Voice(_message.Message):
     is_default: bool
     quality: str
     speakers: _containers.ScalarMap[str, int]
-    def __init__(self, name: _Optional[str] = ..., language_code: _Optional[str] = ..., natural_sample_rate_hz: _Optional[int] = ..., num_speakers: _Optional[int] = ..., is_default: _Optional[bool] = ..., quality: _Optional[str] = ..., speakers: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    tiers: _containers.RepeatedScalarFieldContainer[Tier]
+    def __init__(self, name: _Optional[str] = ..., language_code: _Optional[str] = ..., natural_sample_rate_hz: _Optional[int] = ..., num_speakers: _Optional[int] = ..., is_default: _Optional[bool] = ..., quality: _Optional[str] = ..., speakers: _Optional[_Mapping[str, int]] = ..., tiers: _Optional[_Iterable[_Union[Tier, str]]] = ...) -> None: ...
 
 class ListVoicesResponse(_message.Message):
     __slots__ = ("voices",)
