@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
@@ -103,6 +104,15 @@ class SystemScores:
         self.bak.append(bak)
         if recogniser is not None:
             self.transcripts.append(recogniser.transcribe(audio, VOICE_SAMPLE_RATE_HZ))
+
+    def timed(self, make: Callable[[], np.ndarray], recogniser: Recogniser | None = None) -> np.ndarray:
+        """`make()`'s audio, its time counted and the audio scored (and transcribed with `recogniser`)."""
+        started_s = time.perf_counter()
+        audio = make()
+        self.compute_s += time.perf_counter() - started_s
+        self.audio_s += len(audio) / VOICE_SAMPLE_RATE_HZ
+        self.add(audio, recogniser)
+        return audio
 
     def word_error_rate(self, references: list[str]) -> float:
         """Word error rate of the transcripts against `references` (nan when not recognised)."""
@@ -214,28 +224,12 @@ def run_quality(config: QualityConfig) -> QualityReport:
 
     texts = heldout_sentences()[: config.sentence_count]
     for text in texts:
-        started_s = time.perf_counter()
-        piper_audio = np.concatenate([c.audio_float_array for c in piper_tts.synthesize(text, syn_config=piper_settings)])
-        piper.compute_s += time.perf_counter() - started_s
-        piper.audio_s += len(piper_audio) / VOICE_SAMPLE_RATE_HZ
-        piper.add(piper_audio, recogniser)
-
-        started_s = time.perf_counter()
-        served_wave = np.concatenate(
-            [served_audio(acoustic_engine, vocoder_engine, ids, bench_seed(ids, config)) for ids in phoneme_id_sentences(text)]
+        piper_audio = piper.timed(
+            lambda: np.concatenate([c.audio_float_array for c in piper_tts.synthesize(text, syn_config=piper_settings)]), recogniser  # noqa: B023
         )
-        served.compute_s += time.perf_counter() - started_s
-        served.audio_s += len(served_wave) / VOICE_SAMPLE_RATE_HZ
-        served.add(served_wave, recogniser)
-
+        served.timed(lambda: served_text(acoustic_engine, vocoder_engine, text, config), recogniser)  # noqa: B023
         if fast is not None:
-            started_s = time.perf_counter()
-            fast_wave = np.concatenate(
-                [served_audio(acoustic_engine, fast_engine, ids, bench_seed(ids, config)) for ids in phoneme_id_sentences(text)]
-            )
-            fast.compute_s += time.perf_counter() - started_s
-            fast.audio_s += len(fast_wave) / VOICE_SAMPLE_RATE_HZ
-            fast.add(fast_wave, recogniser)
+            fast.timed(lambda: served_text(acoustic_engine, fast_engine, text, config), recogniser)  # noqa: B023
 
         with torch.no_grad():
             started_s = time.perf_counter()
@@ -270,6 +264,11 @@ def run_quality(config: QualityConfig) -> QualityReport:
 def bench_seed(phoneme_ids: list[int], config: QualityConfig) -> int:
     """The noise seed of one held-out sentence, the same for every system of ours."""
     return SynthesisInputs("bench", VOICE_NAME, phoneme_ids, SynthesisParams(0, 1.0, config.noise_scale, config.noise_w)).seed()
+
+
+def served_text(acoustic: AcousticEngine, vocoder: VocoderEngine, text: str, config: QualityConfig) -> np.ndarray:
+    """A held-out text's sentences as served (`served_audio`), each with its bench seed, one after the other."""
+    return np.concatenate([served_audio(acoustic, vocoder, ids, bench_seed(ids, config)) for ids in phoneme_id_sentences(text)])
 
 
 def served_audio(acoustic: AcousticEngine, vocoder: VocoderEngine, phoneme_ids: list[int], seed: int) -> np.ndarray:

@@ -16,6 +16,7 @@ from typing import Final
 import grpc
 
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
+from libs.voice.tiers import tier_enum
 
 ENCODINGS_BY_NAME: Final = {
     "pcm": tts_pb2.LINEAR_PCM,
@@ -92,7 +93,7 @@ class TextToSpeechClient:
             encoding=encoding_value(encoding),
             sample_rate_hz=sample_rate_hz,
             include_alignment=include_alignment,
-            tier={"": tts_pb2.TIER_UNSPECIFIED, "quality": tts_pb2.TIER_QUALITY, "fast": tts_pb2.TIER_FAST, "auto": tts_pb2.TIER_AUTO}[tier],
+            tier=tier_enum(tier) if tier else tts_pb2.TIER_UNSPECIFIED,
         )
         return self._stub.Synthesize(request, timeout=self.timeout_s, metadata=self._metadata, wait_for_ready=True)
 

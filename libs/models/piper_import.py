@@ -252,6 +252,11 @@ def build_models(
     return acoustic.eval(), decoder.eval()
 
 
+def read_voice_config(config_path: str | Path) -> PiperVoiceConfig:
+    """A Piper voice's `.onnx.json` config (no model loaded)."""
+    return PiperVoiceConfig.from_dict(json.loads(Path(config_path).read_text(encoding="utf-8")))
+
+
 def load_piper_voice(onnx_path: str | Path, config_path: str | Path | None = None, cache_dir: str | Path | None = None) -> PiperVoiceModels:
     """Load a Piper voice as torch modules.
 
@@ -261,7 +266,7 @@ def load_piper_voice(onnx_path: str | Path, config_path: str | Path | None = Non
     """
     onnx_path = Path(onnx_path)
     config_path = Path(config_path) if config_path else onnx_path.with_name(onnx_path.name + ".json")
-    voice_config = PiperVoiceConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
+    voice_config = read_voice_config(config_path)
     sha = file_sha256(onnx_path)
     cache_file = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     cache_file = cache_file / f"piper-{sha}.v{CACHE_FORMAT_VERSION}.pt"

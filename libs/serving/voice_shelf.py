@@ -407,9 +407,7 @@ async def pin_stream_voice(shelf: VoiceShelf, context: grpc.aio.ServicerContext)
 
 
 def with_voices(load: Any, shelf: VoiceShelf) -> Any:
-    """A worker's `WorkerLoad` with the voices it serves and those it holds (and, from a vocoder, what
-    its default voice's fast tier costs)."""
+    """A worker's `WorkerLoad` with the voices it serves and those it holds."""
     load.voices.extend(shelf.servable())
     load.loaded_voices.extend(shelf.loaded())
-    load.fast_tier_cost = float(getattr(shelf.peek(""), "fast_tier_cost", 0.0))
     return load

@@ -93,7 +93,7 @@ class Synthesizer:
         except BaseException:
             slot.release()
             raise
-        return SpokenAudio(self._speak(sentences, _in_tier(options, slot.tier), timeout_s, slot), slot.tier)
+        return self._spoken(sentences, options, timeout_s, slot)
 
     def synthesize_incremental(
         self, pieces: AsyncIterator[str], options: SynthesisOptions, timeout_s: float | None, client: str = ""
@@ -102,14 +102,18 @@ class Synthesizer:
         soon as it is complete, the rest when the pieces end. Raises at once when there is no room."""
         slot = self._take_slot(client, STREAMED_TEXT_AUDIO_S, options)
         sentences = self.text_side.incremental_sentences(options.voice, _counted(pieces, slot), options.lexicon, self.opening_ids())
-        return SpokenAudio(self._speak(sentences, _in_tier(options, slot.tier), timeout_s, slot), slot.tier)
+        return self._spoken(sentences, options, timeout_s, slot)
 
     def speak(
         self, sentences: AsyncIterator[Sentence], options: SynthesisOptions, timeout_s: float | None, client: str = ""
     ) -> SpokenAudio:
         """The audio of sentences already phonemised (by `text_side`, or a caller that cut a long text itself)."""
         slot = self._take_slot(client, 0.0, options)
-        return SpokenAudio(self._speak(sentences, _in_tier(options, slot.tier), timeout_s, slot), slot.tier)
+        return self._spoken(sentences, options, timeout_s, slot)
+
+    def _spoken(self, sentences: AsyncIterator[Sentence], options: SynthesisOptions, timeout_s: float | None, slot: _Slot) -> SpokenAudio:
+        spoken = replace(options, tier=slot.tier) if options is not None and options.tier != slot.tier else options
+        return SpokenAudio(self._speak(sentences, spoken, timeout_s, slot), spoken)
 
     async def _speak(
         self, sentences: AsyncIterator[Sentence], options: SynthesisOptions, timeout_s: float | None, slot: _Slot
@@ -215,18 +219,19 @@ class Synthesizer:
             self.admission.remove(listener, bool(state["finished"]), state["characters"])
 
 
-def _in_tier(options: SynthesisOptions, tier: str) -> SynthesisOptions:
-    """`options` as the stream admitted in `tier` is spoken."""
-    return replace(options, tier=tier) if options is not None and options.tier != tier else options
-
-
 class SpokenAudio(AsyncGenerator[AudioChunk, None]):
-    """An utterance's audio chunks as they are made, and the tier of the voice they are spoken in
-    (known once the stream is admitted, before its first chunk: a door sends it ahead of the audio)."""
+    """An utterance's audio chunks as they are made, and the options they are spoken with: those of the
+    request with the tier it was admitted in, known before the first chunk (a door sends the tier
+    ahead of the audio, and makes the stream's resume tokens from these options)."""
 
-    def __init__(self, chunks: AsyncGenerator[AudioChunk, None], tier: str) -> None:
+    def __init__(self, chunks: AsyncGenerator[AudioChunk, None], options: SynthesisOptions) -> None:
         self._chunks = chunks
-        self.tier = tier
+        self.options = options
+
+    @property
+    def tier(self) -> str:
+        """The tier of the voice the audio is spoken in."""
+        return self.options.tier
 
     def __aiter__(self) -> SpokenAudio:
         return self

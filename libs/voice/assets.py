@@ -11,7 +11,7 @@ from typing import Final
 
 from libs.models.mel_bridge import DECODER_FILE, MEL_ADAPTER_FILE, MEL_HEAD_FILE
 from libs.models.piper_import import PiperVoiceModels, load_piper_voice
-from libs.voice.tiers import FAST_VOCODER_FILE
+from libs.voice.tiers import FAST, FAST_VOCODER_FILE, tiers_in
 
 ASSETS_DIR: Final = Path(__file__).resolve().parents[2] / "assets" / "voices"
 DEFAULT_VOICE_NAME: Final = "en_US-joe-medium"
@@ -49,8 +49,7 @@ class VoiceAssets:
     @property
     def fast_vocoder_path(self) -> Path | None:
         """The fast tier's vocoder, for a voice that has one."""
-        path = self.trained_dir / FAST_VOCODER_FILE
-        return path if path.exists() and path.with_suffix(".json").exists() else None
+        return self.trained_dir / FAST_VOCODER_FILE if FAST in tiers_in(self.trained_dir) else None
 
     def piper_models(self) -> PiperVoiceModels:
         """The Piper voice as torch modules (converted once, then read from the on-disk cache)."""

@@ -35,7 +35,7 @@ from libs.models.mel_bridge import MEL_ADAPTER_FILE, MEL_HEAD_FILE
 from libs.settings.fields import setting
 from libs.voice.assets import ASSETS_DIR, VoiceAssets
 from libs.voice.registry import DEFAULT_VOICE_NAME, UnknownVoiceError, Voice, VoiceRegistry, voice_from_piper_config
-from libs.voice.tiers import FAST, QUALITY
+from libs.voice.tiers import tiers_in
 
 SERVED_PHONEME_TYPES: Final = ("espeak",)
 SERVED_SAMPLE_RATES_HZ: Final = (16_000, 22_050)
@@ -234,8 +234,7 @@ def read_voice_folder(folder: Path) -> CatalogueVoice:
             folder, f"not built: {', '.join(missing)} missing; run `tts-mesh voice add {onnx_path}` (or make voice VOICE={onnx_path})"
         )
     assets = VoiceAssets(name=name, onnx_path=onnx_path, config_path=config_path, trained_dir=folder)
-    tiers = (QUALITY,) if assets.fast_vocoder_path is None else (QUALITY, FAST)
-    return CatalogueVoice(voice=voice_from_piper_config(name, onnx_path, config_path, tiers), assets=assets)
+    return CatalogueVoice(voice=voice_from_piper_config(name, onnx_path, config_path, tiers_in(folder)), assets=assets)
 
 
 @dataclass

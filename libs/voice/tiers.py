@@ -9,6 +9,7 @@ mesh is too busy to take the stream in it, then fast where the voice has a fast 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Final
 
 from libs.pb.tts.v1 import tts_pb2
@@ -28,6 +29,13 @@ itself (its config in the .json beside it), the student of the voice's own vocod
 
 _BY_ENUM: Final = {tts_pb2.TIER_UNSPECIFIED: "", tts_pb2.TIER_QUALITY: QUALITY, tts_pb2.TIER_FAST: FAST, tts_pb2.TIER_AUTO: AUTO}
 _TO_ENUM: Final = {name: value for value, name in _BY_ENUM.items() if name}
+
+
+def tiers_in(voice_folder: Path) -> tuple[str, ...]:
+    """The tiers of the voice whose trained pieces are in `voice_folder`: quality, and fast when the
+    folder holds the fast tier's vocoder and its config."""
+    weights = voice_folder / FAST_VOCODER_FILE
+    return (QUALITY, FAST) if weights.is_file() and weights.with_suffix(".json").is_file() else (QUALITY,)
 
 
 def tier_of_enum(value: int) -> str:

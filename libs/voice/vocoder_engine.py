@@ -9,7 +9,6 @@ a stream's steps run in onnxruntime (`libs.models.onnx_stream`), the same steps 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -18,7 +17,7 @@ import torch
 
 from libs.models.hifigan import Generator
 from libs.models.mel_bridge import MelVocoder, load_fast_vocoder, load_mel_vocoder
-from libs.models.piper_import import PiperVoiceConfig
+from libs.models.piper_import import read_voice_config
 from libs.models.streaming import NO_END, StepInput, StepOutput, StreamNetwork, StreamState, output_lag
 from libs.voice.acoustic_engine import model_version_of
 from libs.voice.assets import VoiceAssets, default_voice_assets
@@ -123,14 +122,15 @@ class VocoderEngine(BatchedEngine):
         path = assets.fast_vocoder_path
         if path is None:
             return None
-        voice_config = PiperVoiceConfig.from_dict(json.loads(assets.config_path.read_text(encoding="utf-8")))
+        voice_config = read_voice_config(assets.config_path)
+        vocoder = load_fast_vocoder(path)
         digests = ["fast", assets.file_digest(path), assets.file_digest(path.with_suffix(".json")), _precision_part(settings, device)]
         return cls(
-            load_fast_vocoder(path),
+            vocoder,
             model_version=model_version_of(assets.name, [*digests, *stream_version_parts(settings, device)]),
             sample_rate_hz=voice_config.sample_rate_hz,
             hop_length=voice_config.hop_length,
-            n_mels=80,
+            n_mels=vocoder.decoder.config.in_channels,
             schedule=schedule,
             device=device,
             settings=settings,

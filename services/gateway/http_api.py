@@ -23,7 +23,6 @@ import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -112,7 +111,7 @@ class SpeechApi:
             refused = http_error_for(error)
             meter.finished(refused.grpc_code.name)
             return refused.response()
-        options = replace(options, tier=spoken.tier)  # its resume tokens name the tier it is spoken in
+        options = spoken.options  # with the tier it is spoken in: its resume tokens name it
         headers = {TIER_METADATA_KEY: spoken.tier}
         chunks = as_asked(spoken, options)  # real-time frames when asked for
         if body.stream_format == "sse":

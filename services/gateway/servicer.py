@@ -8,7 +8,6 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -55,7 +54,7 @@ class TextToSpeechServicer:
             request = decoded(request)
             options = self._options(request)
             spoken = await self._synthesizer.synthesize(request.text, options, context.time_remaining(), client_of(context, self._clients))
-            options = replace(options, tier=spoken.tier)  # its resume tokens name the tier it is spoken in
+            options = spoken.options  # with the tier it is spoken in: its resume tokens name it
             await context.send_initial_metadata(((TIER_METADATA_KEY, spoken.tier),))
             chunks = as_asked(spoken, options)  # real-time frames when asked for
             call.voice(options.voice.name)
@@ -82,7 +81,7 @@ class TextToSpeechServicer:
             spoken = self._synthesizer.synthesize_incremental(
                 _text_pieces(request_iterator), options, context.time_remaining(), client_of(context, self._clients)
             )
-            options = replace(options, tier=spoken.tier)
+            options = spoken.options
             await context.send_initial_metadata(((TIER_METADATA_KEY, spoken.tier),))
             chunks = as_asked(spoken, options)
             async with closed_when_done(context, chunks):

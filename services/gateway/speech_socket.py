@@ -38,7 +38,7 @@ from libs.synthesis.options import SynthesisOptions
 from libs.synthesis.output import AudioChunk
 from libs.synthesis.pacing import as_asked
 from libs.synthesis.resume import encode_token
-from libs.synthesis.synthesizer import Synthesizer
+from libs.synthesis.synthesizer import SpokenAudio, Synthesizer
 from libs.synthesis.text_side import TextFlush
 from libs.synthesis.transcript import Heard, Transcript, ms
 from libs.telemetry.metrics import GatewayMetrics
@@ -232,7 +232,7 @@ class SpeechSocket:
         try:
             if ssml:
                 context.text_closed = True  # an SSML document is whole: it is the context's text
-                chunks: AsyncIterator[AudioChunk] | None = None
+                chunks: SpokenAudio | None = None
             else:
                 sentences = self._synthesizer.text_side.incremental_sentences(options.voice, context.pieces(), options.lexicon)
                 chunks = self._synthesizer.speak(sentences, options, None, self._client)  # takes the client's place now
@@ -265,7 +265,7 @@ class SpeechSocket:
             context._flush_points.popleft()
             self._writer.event(context.context_id, self._dialect.flushed(context.context_id))
 
-    async def _speak(self, context: SpeechContext, chunks: AsyncIterator[AudioChunk] | None, document: str | None) -> None:
+    async def _speak(self, context: SpeechContext, chunks: SpokenAudio | None, document: str | None) -> None:
         meter = RequestMeter(self._metrics, self._method)
         meter.voice(context.options.voice.name)
         code = "CANCELLED"
@@ -273,6 +273,7 @@ class SpeechSocket:
             if chunks is None:
                 assert document is not None
                 chunks = await self._synthesizer.synthesize(document, context.options, None, self._client)
+            context.options = chunks.options  # with the tier it is spoken in: its resume tokens name it
             async with aclosing(as_asked(chunks, context.options)) as paced:  # type: ignore[type-var]
                 async for chunk in paced:
                     await self._send_chunk(context, chunk)

@@ -22,14 +22,16 @@ def load_voices(settings: WorkerServiceSettings, scheduler: Scheduler, metrics: 
     """The worker's voices with the preloaded ones loaded and warmed up, the first of them measured
     for the scheduler's step costs and pacing (runs in the inference thread)."""
     from libs.scheduling.stream import VocoderPacing
-    from libs.voice.calibration import tier_cost, vocoder_steps
+    from libs.voice.calibration import vocoder_cpu_s_per_audio_s, vocoder_steps
     from libs.voice.engine import VocoderEngine
 
+    # observe_batch feeds the batch metrics whenever the engine batches (EngineSettings.batching.max_batch > 1).
+    engine_options = engine_settings(settings.worker, metrics.observe_batch)
+
     def load(entry: CatalogueVoice) -> VocoderEngine:
-        # observe_batch feeds the batch metrics whenever the engine batches (EngineSettings.batching.max_batch > 1).
-        engine = VocoderEngine.load(entry.assets, settings=engine_settings(settings.worker, metrics.observe_batch))
+        engine = VocoderEngine.load(entry.assets, settings=engine_options)
         engine.warm_up()
-        engine.fast_tier = VocoderEngine.load_fast(entry.assets, settings=engine_settings(settings.worker, metrics.observe_batch))
+        engine.fast_tier = VocoderEngine.load_fast(entry.assets, settings=engine_options)  # its other tier, with it
         if engine.fast_tier is not None:
             engine.fast_tier.warm_up()
         return engine
@@ -41,8 +43,8 @@ def load_voices(settings: WorkerServiceSettings, scheduler: Scheduler, metrics: 
     scheduler.longest_step_units = engine.schedule.max_chunk_frames
     if settings.worker.max_batch <= 1:  # a batch's steps cost the batcher's thread, not the stream's
         scheduler.calibrate(lambda: vocoder_steps(engine))
-    if engine.fast_tier is not None:  # what the gateway weighs a fast-tier listener by
-        engine.fast_tier_cost = tier_cost(engine, engine.fast_tier)
+    if engine.fast_tier is not None:  # what the gateway weighs a fast-tier listener by: the same steps on each tier, one thread
+        engine.fast_tier_cost = vocoder_cpu_s_per_audio_s(engine.fast_tier) / vocoder_cpu_s_per_audio_s(engine)
     return shelf
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Final
+from typing import Any, Final
 
 import grpc
 
@@ -33,6 +33,12 @@ class VocoderServicer(VoiceServicer, vocoder_pb2_grpc.VocoderServicer):
         self._metrics = metrics
         self._scheduler = scheduler
         self._tracker = StreamTracker(metrics.inflight_streams, metrics.streams_total)
+
+    async def GetLoad(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        load = await super().GetLoad(request, context)
+        default = self.shelf.peek("") if self.shelf is not None else None
+        load.fast_tier_cost = default.fast_tier_cost if default is not None else 0.0  # what its default voice's fast tier costs
+        return load
 
     async def Vocode(
         self, request_iterator: AsyncIterator[vocoder_pb2.VocodeRequest], context: grpc.aio.ServicerContext

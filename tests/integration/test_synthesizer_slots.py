@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from dataclasses import replace
 from types import SimpleNamespace
 
 import grpc
 import pytest
 
+from libs.pb.tts.v1 import tts_pb2
 from libs.synthesis.admission import RealtimeAdmission
-from libs.synthesis.options import SynthesisOptions
-from libs.synthesis.synthesizer import Synthesizer
+from libs.synthesis.options import SynthesisOptions, resolve_options
+from libs.synthesis.synthesizer import SpokenAudio, Synthesizer
+from libs.voice.registry import VoiceRegistry, default_registry
 from libs.voice.tiers import AUTO, FAST, QUALITY
 from libs.wire.errors import DownstreamError
 
@@ -143,3 +146,25 @@ def test_a_response_never_iterated_frees_its_slot() -> None:
     asyncio.run(never_read())
     gc.collect()
     assert synthesizer._open_streams == 0
+
+
+def test_a_stream_moved_to_the_fast_tier_is_spoken_with_options_that_name_it() -> None:
+    # Its doors make its resume tokens from these options: a token must name the tier that spoke.
+    registry = default_registry()
+    voice = replace(registry.default, tiers=(QUALITY, FAST))
+    asked = resolve_options(VoiceRegistry([voice], voice.name), voice="", speed=1.0, encoding=tts_pb2.LINEAR_PCM, sample_rate_hz=0,
+                            speaker_id=0, request_id="", include_alignment=False, tier=AUTO)  # fmt: skip
+    pool = _Pool(fast_tier_cost=0.4)
+    synthesizer = _synthesizer(admission=RealtimeAdmission(lambda: 1.5, lambda: 0, headroom=1.0), pool=pool)
+
+    async def no_sentences():  # type: ignore[no-untyped-def]
+        return
+        yield
+
+    async def speak_two() -> tuple[SpokenAudio, SpokenAudio]:  # each expects 10 s of audio, as a text of that length would
+        return tuple(synthesizer._spoken(no_sentences(), asked, None, synthesizer._take_slot(client, 10.0, asked)) for client in "ab")  # type: ignore[return-value]
+
+    first, second = asyncio.run(speak_two())
+    assert (first.tier, second.tier) == (QUALITY, FAST)
+    assert second.options.digest == replace(asked, tier=FAST).digest != asked.digest
+    assert first.options.digest == asked.digest
