@@ -24,6 +24,7 @@ import grpc
 from libs.scheduling.scheduler import Scheduler
 from libs.settings.fields import setting
 from libs.wire.headers import (
+    FAST_MODEL_VERSION_METADATA_KEY,
     GATEWAY_METADATA_KEY,
     MODEL_VERSION_METADATA_KEY,
     PUSHBACK_METADATA_KEY,
@@ -199,13 +200,11 @@ class Admission:
         context.add_done_callback(lambda _context: self._stream_done(gateway))
         # Headers now tell the gateway the stream is accepted before it writes (see its `accepted`).
         model_version = str(getattr(engine, "model_version", ""))
-        await context.send_initial_metadata(
-            (
-                STREAM_ACCEPTED_METADATA,
-                (MODEL_VERSION_METADATA_KEY, model_version),
-                (STREAM_LIMIT_METADATA_KEY, str(self.stream_limit)),
-            )
-        )
+        headers = [STREAM_ACCEPTED_METADATA, (MODEL_VERSION_METADATA_KEY, model_version), (STREAM_LIMIT_METADATA_KEY, str(self.stream_limit))]
+        fast = getattr(engine, "fast_tier", None)  # a vocoder's voice with a fast tier: its sentences may be spoken in it
+        if fast is not None:
+            headers.append((FAST_MODEL_VERSION_METADATA_KEY, str(fast.model_version)))
+        await context.send_initial_metadata(tuple(headers))
 
     @property
     def stream_limit(self) -> int:

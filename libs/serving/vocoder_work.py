@@ -26,15 +26,24 @@ from libs.voice.vocode_session import SentenceSession, StreamSlices
 class VocoderWork:
     """One vocoder stream's slices and steps."""
 
-    def __init__(self, engine: Any, scheduler: Scheduler, metrics: VocoderMetrics, speaker_id: int = 0) -> None:
-        self._engine = engine
+    def __init__(self, engine: Any, scheduler: Scheduler, metrics: VocoderMetrics, speaker_id: int = 0, tier: str = "") -> None:
+        """`engine` is the voice's (quality tier); `tier` the stream's (its tts-tier header), which a
+        request may change for the sentence it starts (VocodeRequest.tier)."""
+        self._voice = engine
+        self._stream_tier = tier
+        self._engine = engine.for_tier(tier)  # what a request naming no tier is spoken with
         self._scheduler = scheduler
         self._metrics = metrics
 
-        def open_stream(origin_frame: int, emit_from_frame: int) -> Any:
-            return engine.open_stream(origin_frame, emit_from_frame, speaker_id=speaker_id)
+        def opener(tier: str) -> Any:
+            sentence_engine = self._engine_of(tier)
 
-        self.slices = StreamSlices(engine.n_mels, engine.hop_length, open_stream)
+            def open_stream(origin_frame: int, emit_from_frame: int) -> Any:
+                return sentence_engine.open_stream(origin_frame, emit_from_frame, speaker_id=speaker_id)
+
+            return open_stream
+
+        self.slices = StreamSlices(engine.n_mels, engine.hop_length, opener)
         self._playback: StreamPlayback | None = None
         self._frame_s = engine.hop_length / engine.sample_rate_hz
 
@@ -44,15 +53,19 @@ class VocoderWork:
             return  # nothing to vocode
         received_s = time.perf_counter()
         anchor = request.slices[0]
+        engine = self._engine_of(request.tier)
+        # The capacity is counted in the quality tier's audio: a fast tier's second costs a fraction of one.
+        ratio = getattr(self._voice, "fast_tier_cost", 0.0)
+        weight = ratio if engine is not self._voice and ratio > 0 else 1.0
         if self._playback is None:
             first_audio = anchor.sentence_index == 0 and anchor.first_frame == 0 and not request.context_only
-            first_frames = self._engine.schedule.chunk_frames(0) - self._engine.lag_frames
+            first_frames = engine.schedule.chunk_frames(0) - engine.lag_frames
             self._playback = StreamPlayback.opening(first_audio, max(0, first_frames) * self._frame_s)
         deadline = self._playback.deadline(arrived_s, request.playback_slack_ms, request.downstream_ms)
-        anchor_s = max(0, anchor.first_frame - self._engine.lag_frames) * self._frame_s
+        anchor_s = max(0, anchor.first_frame - engine.lag_frames) * self._frame_s
         runner = self._scheduler.runner
         for mel_slice in request.slices:
-            session = self.slices.accept(mel_slice, request.context_only)
+            session = self.slices.accept(mel_slice, request.context_only, request.tier)
             while session.has_step():
                 block = None
                 async for block in with_heartbeats(
@@ -74,7 +87,7 @@ class VocoderWork:
                     continue
                 audio_s = len(block.samples) / self._engine.sample_rate_hz
                 deadline.stream.made(audio_s)
-                self._scheduler.produced(audio_s)
+                self._scheduler.produced(audio_s * weight)
                 self._metrics.samples_total.inc(len(block.samples))
                 yield vocoder_pb2.VocodeResponse(
                     utterance_id=mel_slice.utterance_id,
@@ -84,6 +97,10 @@ class VocoderWork:
                     sample_rate_hz=self._engine.sample_rate_hz,
                     is_last=block.is_last,
                 )
+
+    def _engine_of(self, tier: str) -> Any:
+        """The engine of `tier` ("": the stream's); InvalidRequestError for one this voice lacks here."""
+        return self._engine if not tier or tier == self._stream_tier else self._voice.for_tier(tier)
 
     def _due(self, session: SentenceSession, anchor_sentence: int, deadline: PlaybackDeadline, anchor_s: float) -> float:
         """When the listener needs the audio of `session`'s next step."""

@@ -200,10 +200,10 @@ class RealtimeAdmission:
         """The audio a text of `characters` makes, by what this gateway has measured."""
         return characters * self.audio_s_per_char
 
-    def refusal(self, client: str, expected_audio_s: float, cost: float = 1.0) -> str | None:
+    def refusal(self, client: str, expected_audio_s: float, cost: float = 1.0, share: float = 1.0) -> str | None:
         """Why a new listener of `client` that expects `expected_audio_s` of audio at `cost` per second
-        (`Listener.cost`) cannot be taken now, or None. Work no listener waits for (client "") is never
-        refused here."""
+        (`Listener.cost`) cannot be taken now into `share` of what admission takes, or None. Work no
+        listener waits for (client "") is never refused here."""
         if not client or not self._headroom:
             return None
         self._asked(client)
@@ -214,7 +214,7 @@ class RealtimeAdmission:
         demand = [(listener.buffered_s(), listener.remaining_s(), listener.cost) for listener in self.listening()]
         if not demand and others <= 0:
             return None  # nobody to keep playing: a machine slower than real time still serves one listener
-        rate = self._admitted(capacity) - others
+        rate = self._admitted(capacity) * share - others
         demand.append((0.0, max(expected_audio_s, EPSILON_S), cost))
         if not keeps_playing(demand, rate):
             return (
@@ -228,6 +228,15 @@ class RealtimeAdmission:
                 "streams go first when the mesh is busy: retry when one ends"
             )
         return None
+
+    def fits(self, share: float) -> bool:
+        """Whether the listeners admitted keep playing in `share` of what admission takes (True while
+        the capacity is unknown)."""
+        capacity = self._capacity()
+        if capacity <= 0 or not self._headroom:
+            return True
+        demand = [(listener.buffered_s(), listener.remaining_s(), listener.cost) for listener in self.listening()]
+        return keeps_playing(demand, self._admitted(capacity) * share - self._other_streams())
 
     def listener_capacity(self) -> float:
         """The listeners admission takes now: the mesh's capacity times the headroom, times the share

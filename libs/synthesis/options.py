@@ -13,7 +13,7 @@ from libs.pb.tts.v1 import tts_pb2
 from libs.settings.fields import setting
 from libs.synthesis.admission import DEFAULT_ACTIVE_CLIENT_S, DEFAULT_MIN_SHARE
 from libs.synthesis.resume import FIELD as RESUME_FIELD
-from libs.synthesis.resume import RESUMABLE_ENCODINGS, ResumeFrom, decode_token, options_digest
+from libs.synthesis.resume import RESUMABLE_ENCODINGS, ResumeFrom, ResumePoint, decode_token, encode_token, options_digest
 from libs.text.errors import TextError
 from libs.text.frontend import DEFAULT_MAX_TEXT_CHARS
 from libs.text.pronounce import parse_lexicon_entries
@@ -41,6 +41,11 @@ depend on the load."""
 DEFAULT_ADMISSION_HEADROOM: Final = 0.9
 """A tenth of the capacity stays for what the cost model does not see coming (a longer sentence than
 the text suggests, another process on the cores)."""
+DEFAULT_AUTO_QUALITY_SHARE: Final = 0.3
+"""Past three tenths of what admission takes, auto streams speak the fast tier. A burst of cold streams in
+the quality tier runs dry well before the capacity the workers report (`make bench-load`'s tier burst: 4
+to 7 of 8 stalled at it); auto streams, which ask for no gap and no refusal before the best audio, move
+early. At 0.5 that burst at 1.5x the capacity still left 1 or 2 of 13 listeners a gap; at 0.3 none."""
 MIN_OUTPUT_SAMPLE_RATE_HZ: Final = 8000
 MAX_OUTPUT_SAMPLE_RATE_HZ: Final = 48000
 MIN_FRAME_MS: Final = 10
@@ -87,6 +92,12 @@ class RequestLimits:
         doc="least share of the mesh's real-time capacity admission keeps trusting when listeners hear gaps under "
         "load (each gap cuts the share, which grows back while none is heard; 1: gaps cut nothing)",
     )  # fmt: skip
+    auto_quality_share: float = setting(
+        DEFAULT_AUTO_QUALITY_SHARE, env="TTS_AUTO_QUALITY_SHARE", unit="ratio", minimum=0, maximum=1,
+        doc="streams asking for the tier auto speak the quality tier while the listeners fit in this share of what "
+        "admission takes; past it new ones start in the fast tier and playing ones move to it at their next sentence "
+        "(1: only when a stream would otherwise be refused)",
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -129,6 +140,11 @@ class SynthesisOptions:
         """The check a resume token carries of these options (libs.synthesis.resume.options_digest)."""
         spoken = self.tier if self.tier in SPOKEN and self.tier != QUALITY else ""
         return options_digest(self.voice.name, self.speaker_id, self.speed, self.encoding, self.sample_rate_hz, spoken)
+
+    def resume_token(self, point: ResumePoint) -> str:
+        """The token a client sends back to go on from `point` of a stream spoken with these options: it
+        names the tier of the point's sentence (an auto stream may have moved to the fast tier since its start)."""
+        return encode_token(point, (replace(self, tier=point.tier) if point.tier else self).digest)
 
 
 def _output_rate(encoding: int, sample_rate_hz: int, voice: Voice) -> int:

@@ -93,6 +93,8 @@ class SentenceInfo:
     """Silence after its speech (SSML breaks), at the end of its last chunk."""
     marks: tuple[MarkTime, ...] = ()
     """SSML marks in or around it, in order, each with its time."""
+    tier: str = ""
+    """The voice's tier it is spoken in (libs.voice.tiers; "": the stream's)."""
 
 
 @dataclass(frozen=True)
@@ -190,11 +192,12 @@ class AudioOutput:
                 pause_before_s=meta.pause_before_s,
                 pause_after_s=meta.pause_after_s,
                 marks=_mark_times(meta, start_s, speech_s + meta.frame_count * piece.frame_duration_s),
+                tier=meta.tier,
             )
         self._samples_out += len(samples)
         resume = None
         if self._resumable:
-            resume = ResumePoint(index, self._sentence_samples, self._samples_out, self._digest, complete=piece.is_last)
+            resume = ResumePoint(index, self._sentence_samples, self._samples_out, self._digest, piece.is_last, meta.tier)
         return AudioChunk(
             audio=self._encoder.encode(samples),
             sentence_index=index,

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -93,6 +93,20 @@ class SentenceMeta:
     """Silence after its speech (SSML breaks), in seconds."""
     marks_after: tuple[tuple[str, float], ...] = ()
     """SSML marks after its speech: (name, seconds into the silence after it)."""
+    tier: str = ""
+    """The voice's tier it is spoken in ("": the stream's)."""
+
+
+@dataclass(frozen=True)
+class _Lookup:
+    """What the producer found for a sentence before asking for its mel."""
+
+    key: str
+    """Its cache key."""
+    head: AudioHead | None
+    """The audio head the cache had for it in its tier (None: none)."""
+    tier: str
+    """The voice's tier it is spoken in."""
 
 
 @dataclass(frozen=True)
@@ -131,15 +145,17 @@ class UtterancePipeline:
         slice_ms: float = DEFAULT_SLICE_MS,
         lookahead_sentences: int = DEFAULT_LOOKAHEAD_SENTENCES,
         listener: Listener | None = None,
-        tier: str = "",
+        tier: str | Callable[[], str] = "",
     ) -> None:
         """`listener`, when given, is told the listener's clock once audio flows (for admission);
-        `tier` ("": quality) is the voice's tier the vocoder speaks in (libs.voice.tiers)."""
+        `tier` ("": quality) is the voice's tier the vocoder speaks in (libs.voice.tiers), or what
+        says it as each sentence starts (a stream may change tier between sentences, never inside one)."""
         self._pool = pool
         self._cache = cache
         self._flights = flights
         self._voice = voice
-        self._tier = tier
+        self._tier_now: Callable[[], str] = tier if callable(tier) else lambda: tier
+        self._stream_tier = tier if isinstance(tier, str) else ""
         self._params = params
         self._utterance_id = utterance_id
         self._deadline = Deadline(timeout_s)
@@ -147,9 +163,9 @@ class UtterancePipeline:
         self._max_sentences_ahead = lookahead_sentences
         self._lookahead: Lookahead | None = None
         self._meta: dict[int, SentenceMeta] = {}
-        # Per sentence, once the producer has looked it up: its cache key and the audio head the cache
-        # had for it (None when it had none). Resolved with None for sentences that never come.
-        self._lookups: dict[int, asyncio.Future[tuple[str, AudioHead | None] | None]] = {}
+        # Per sentence, once the producer has looked it up: its cache key, the audio head the cache had
+        # for it (None when it had none) and its tier. Resolved with None for sentences that never come.
+        self._lookups: dict[int, asyncio.Future[_Lookup | None]] = {}
         self._sentence_count: int | None = None
         self._listener = listener
         self._sentence_ids: dict[int, int] = {}
@@ -170,8 +186,9 @@ class UtterancePipeline:
         self._lookahead = Lookahead(clock, self._max_sentences_ahead, audio_ahead_s=self._audio_ahead_s)
         acoustic = ResumableAcousticStream(self._pool, self._deadline, clock, voice=self._voice)
         vocoder = ResumableVocoderStream(
-            self._pool, self._deadline, info.hop_length, clock, voice=self._voice, speaker_id=self._params.speaker_id, tier=self._tier
-        )
+            self._pool, self._deadline, info.hop_length, clock, voice=self._voice, speaker_id=self._params.speaker_id,
+            tier=self._stream_tier,
+        )  # fmt: skip
         # Pieces are bounded by `_room`; an error or the end always gets in, however full it is.
         output: asyncio.Queue[Any] = asyncio.Queue()
         producer = asyncio.create_task(self._guard(self._produce(sentences, info, acoustic, vocoder), output))
@@ -266,8 +283,9 @@ class UtterancePipeline:
             assert self._lookahead is not None
             self._sentence_ids[index] = len(sentence.phoneme_ids)
             await self._lookahead.wait_turn(index)  # moved on by the reader as sentences are fully vocoded
-            async for slices in self._sentence_slices(index, sentence, info, acoustic):
-                await vocoder.send(slices)
+            tier = self._tier_now()  # a sentence keeps the tier it starts in
+            async for slices in self._sentence_slices(index, sentence, info, acoustic, tier):
+                await vocoder.send(slices, tier)
             index += 1
         self._sentence_count = index
         for later, lookup in self._lookups.items():
@@ -280,9 +298,10 @@ class UtterancePipeline:
             await asyncio.gather(*self._background, return_exceptions=True)
 
     async def _sentence_slices(
-        self, index: int, sentence: Sentence, info: acoustic_pb2.ModelInfo, acoustic: ResumableAcousticStream
+        self, index: int, sentence: Sentence, info: acoustic_pb2.ModelInfo, acoustic: ResumableAcousticStream, tier: str
     ) -> AsyncIterator[list[mel_pb2.MelSlice]]:
-        """The sentence's mel slices, a chunk at a time (a cached sentence is one chunk)."""
+        """The sentence's mel slices, a chunk at a time (a cached sentence is one chunk); its audio
+        head is looked up in `tier`, the one it is spoken in."""
         if len(sentence.phoneme_ids) > MAX_PHONEME_IDS:
             raise InvalidRequestError(
                 f"sentence {index + 1} has {len(sentence.phoneme_ids)} phoneme ids; one sentence may have at most "
@@ -292,17 +311,17 @@ class UtterancePipeline:
         inputs = SynthesisInputs(info.model_version, self._voice, sentence.phoneme_ids, params)
         key = cache_key(inputs)
         phonemes = "".join(sentence.phonemes)
-        cached = await self._cache.get(key, self._tier)
+        cached = await self._cache.get(key, tier)
         if cached is None and self._flights.in_flight(key):
             cached = await self._flights.wait(key)  # another request is synthesising this sentence now
         if cached is not None:
-            cached = await self._usable(key, cached, len(sentence.phoneme_ids), info)
+            cached = await self._usable(key, cached, len(sentence.phoneme_ids), info, tier)
         if cached is not None:
             self._meta[index] = SentenceMeta(
                 sentence.text, phonemes, cached.frame_count, cached.phoneme_frames, sentence.words,
-                sentence.pause_before_s, sentence.marks_before, sentence.pause_after_s, sentence.marks_after,
+                sentence.pause_before_s, sentence.marks_before, sentence.pause_after_s, sentence.marks_after, tier,
             )  # fmt: skip
-            self._lookup(index).set_result((key, cached.head))
+            self._lookup(index).set_result(_Lookup(key, cached.head, tier))
             yield [
                 to_message(
                     cut,
@@ -314,7 +333,7 @@ class UtterancePipeline:
                 for cut in cut_whole_mel(cached.mel, info.hop_length, info.sample_rate_hz, self._slice_ms)
             ]
             return
-        self._lookup(index).set_result((key, None))
+        self._lookup(index).set_result(_Lookup(key, None, tier))
         async with self._flights.lead(key) as flight:
             frames: list[np.ndarray] = []
             alignment: tuple[int, ...] = ()
@@ -327,7 +346,7 @@ class UtterancePipeline:
                     alignment = tuple(first.alignment.phoneme_frames)
                     self._meta[index] = SentenceMeta(
                         sentence.text, phonemes, first.sentence_frame_count, alignment, sentence.words,
-                        sentence.pause_before_s, sentence.marks_before, sentence.pause_after_s, sentence.marks_after,
+                        sentence.pause_before_s, sentence.marks_before, sentence.pause_after_s, sentence.marks_after, tier,
                     )  # fmt: skip
                 try:
                     frames.extend(frames_of(mel_slice) for mel_slice in slices)
@@ -338,8 +357,8 @@ class UtterancePipeline:
             flight.publish(CachedMel(mel=mel, phoneme_frames=alignment))
             flight.hold_until(self._spawn(self._cache.put(key, mel, alignment)))
 
-    async def _usable(self, key: str, cached: CachedMel, phoneme_count: int, info: acoustic_pb2.ModelInfo) -> CachedMel | None:
-        """`cached` if this voice's models can use it (its head dropped when only that is unusable);
+    async def _usable(self, key: str, cached: CachedMel, phoneme_count: int, info: acoustic_pb2.ModelInfo, tier: str) -> CachedMel | None:
+        """`cached` if this voice's models can use it (its head, of `tier`, dropped when only that is unusable);
         None, with the entry deleted, when its mel is not this sentence's for this model."""
         problem = mel_problem(cached, n_mels=info.n_mels, phoneme_count=phoneme_count)
         if problem is not None:
@@ -356,10 +375,10 @@ class UtterancePipeline:
         if problem is None:
             return cached
         _log.warning("deleting the audio head of cache entry %s: %s", key, problem)
-        await self._cache.delete(key, head_only=True, tier=self._tier)
+        await self._cache.delete(key, head_only=True, tier=tier)
         return replace(cached, head=None)
 
-    def _lookup(self, index: int) -> asyncio.Future[tuple[str, AudioHead | None] | None]:
+    def _lookup(self, index: int) -> asyncio.Future[_Lookup | None]:
         lookup = self._lookups.get(index)
         if lookup is None:
             lookup = self._lookups[index] = asyncio.get_running_loop().create_future()
@@ -367,9 +386,9 @@ class UtterancePipeline:
                 lookup.set_result(None)
         return lookup
 
-    async def _pieces(self, vocoder: ResumableVocoderStream) -> AsyncIterator[tuple[Samples, str | None]]:
+    async def _pieces(self, vocoder: ResumableVocoderStream) -> AsyncIterator[tuple[Samples, _Lookup | None]]:
         """The vocoder's samples in order, each sentence led by its cached audio head when there is one
-        that this vocoder model made; with each piece, the sentence's cache key when its head should be
+        that this vocoder model made; with each piece, the sentence's lookup when its head should be
         written (None when the head came from the cache, or heads are off)."""
         await vocoder.ready()  # open the call while the first sentence is looked up
         pieces = aiter(vocoder.samples())
@@ -381,19 +400,19 @@ class UtterancePipeline:
                 async for piece in pieces:
                     yield piece, None
                 return
-            key, head = lookup
-            served = head is not None and head.model_version == vocoder.model_version and len(head.samples) > 0
+            head = lookup.head
+            served = head is not None and head.model_version == vocoder.model_version_of(lookup.tier) and len(head.samples) > 0
             if served:
                 assert head is not None
                 vocoder.delivered_elsewhere(sentence, len(head.samples))
                 yield Samples(sentence, head.samples, head.sample_rate_hz, False, head.model_version), None
             # A sentence without a head of this vocoder's model gets one from what the vocoder makes now.
-            write_key = key if not served and self._cache.head_ms > 0 else None
+            to_write = lookup if not served and self._cache.head_ms > 0 else None
             while True:
                 piece = await anext(pieces, None)
                 if piece is None:
                     return
-                yield piece, write_key
+                yield piece, to_write
                 if piece.is_last:
                     break
             sentence += 1
@@ -403,7 +422,7 @@ class UtterancePipeline:
         sentence = -1
         first_piece_s: float | None = None  # when the utterance's first piece came, until its second has
         loop = asyncio.get_running_loop()
-        async for piece, write_key in self._pieces(vocoder):
+        async for piece, to_write in self._pieces(vocoder):
             if first_piece_s is not None:
                 self._pool.start_gaps.observe(loop.time() - first_piece_s)  # read as it came, whatever the client does
                 first_piece_s = None
@@ -412,13 +431,13 @@ class UtterancePipeline:
             if piece.sentence_index != sentence:  # a sentence's first piece
                 sentence = piece.sentence_index
                 collector = None
-                if write_key is not None:
+                if to_write is not None:
                     head_samples = round(self._cache.head_ms / 1000.0 * piece.sample_rate_hz)
                     collector = HeadCollector(head_samples, piece.sample_rate_hz, piece.model_version)
-            if collector is not None and write_key is not None:
+            if collector is not None and to_write is not None:
                 head = collector.add(piece.samples, piece.sample_rate_hz, piece.model_version, piece.is_last)
                 if head is not None:
-                    self._spawn(self._cache.put_head(write_key, head, self._tier))
+                    self._spawn(self._cache.put_head(to_write.key, head, to_write.tier))
             if piece.is_last and self._lookahead is not None:
                 self._lookahead.sentence_vocoded()
             made_s = time.monotonic()

@@ -52,6 +52,8 @@ class ResumePoint:
     """A digest of that sentence's text (`sentence_digest`); empty before any sample."""
     complete: bool = False
     """Whether that sentence has been sent whole: the stream goes on with the next one."""
+    tier: str = ""
+    """The voice's tier that sentence is spoken in ("": the stream's); a stream resumed from here goes on in it."""
 
     def back(self, samples: int) -> ResumePoint:
         """The point `samples` earlier in the same sentence (none of them may belong to another)."""

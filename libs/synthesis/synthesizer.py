@@ -57,13 +57,15 @@ class Synthesizer:
         admission: RealtimeAdmission | None = None,
         capacity: SharedCapacity | None = None,
         opening_max_ids: int = 0,
+        auto_quality_share: float = 1.0,
     ) -> None:
         """At most `max_streams` streams at once, and of one named client (a caller that names none,
         "", has no limit of its own) at most `max_streams_per_client` (0: no limit); a listener only
         when `admission` (None: no such test) says every listener keeps playing. `capacity` counts
         the audio this gateway passes on, for the CPU ledger it shares with co-located workers. A first
         sentence of more than `opening_max_ids` phoneme ids (0: any) starts with its opening as a
-        sentence of its own (`opening_ids`)."""
+        sentence of its own (`opening_ids`). Streams asking for the tier auto speak quality while the
+        listeners fit in `auto_quality_share` of what admission takes, the fast tier past it (`_take_slot`)."""
         self._pool = pool
         self._cache = cache
         self.text_side = text_side
@@ -72,8 +74,10 @@ class Synthesizer:
         self.admission = admission
         self._capacity = capacity
         self._opening_max_ids = opening_max_ids
+        self._auto_quality_share = auto_quality_share
         self._open_streams = 0
         self._client_streams: dict[str, int] = {}  # only clients with a stream open: bounded by the streams
+        self._movable: dict[int, tuple[Listener, _TierChoice]] = {}  # open streams that asked auto and speak quality
         self._flights: SingleFlight[CachedMel] = SingleFlight()
 
     async def synthesize(
@@ -112,8 +116,8 @@ class Synthesizer:
         return self._spoken(sentences, options, timeout_s, slot)
 
     def _spoken(self, sentences: AsyncIterator[Sentence], options: SynthesisOptions, timeout_s: float | None, slot: _Slot) -> SpokenAudio:
-        spoken = replace(options, tier=slot.tier) if options is not None and options.tier != slot.tier else options
-        return SpokenAudio(self._speak(sentences, spoken, timeout_s, slot), spoken)
+        spoken = replace(options, tier=slot.choice.tier) if options is not None and options.tier != slot.choice.tier else options
+        return SpokenAudio(self._speak(sentences, spoken, timeout_s, slot), spoken, slot.choice)
 
     async def _speak(
         self, sentences: AsyncIterator[Sentence], options: SynthesisOptions, timeout_s: float | None, slot: _Slot
@@ -128,7 +132,7 @@ class Synthesizer:
             utterance_id=options.request_id,
             timeout_s=timeout_s,  # the client's deadline bounds every downstream call
             listener=slot.listener,
-            tier=options.tier,
+            tier=slot.choice.next_sentence,
         )
         output = AudioOutput(options.encoding, options.sample_rate_hz, options.include_alignment, options.resume)
         pieces = pipeline.run(resumed_sentences(sentences, options.resume) if options.resume else sentences)
@@ -173,7 +177,11 @@ class Synthesizer:
         """Count one stream of `client` until its slot is released (or dropped), or shed it with
         RESOURCE_EXHAUSTED when the gateway is full, the client holds its limit of streams, or the
         mesh cannot keep one more listener playing (`admission`). The slot's tier is the one the
-        stream is spoken in: the one asked for, or for auto quality unless only the fast tier fits."""
+        stream starts in: the one asked for, or for auto quality while the listeners with it fit in
+        the auto share of what admission takes, else the fast tier. Where even that is refused,
+        streams playing in auto move to the fast tier from their next sentence, as many as make room
+        (`_make_room`); and once admitted, as many more as bring the listeners back within the auto
+        share (`_degrade`): the mesh degrades before it is full, where listeners would run dry first."""
         if self._open_streams >= self._max_streams:
             self._pool.metrics.shed(SHED_GATEWAY_FULL)
             raise DownstreamError(
@@ -191,26 +199,80 @@ class Synthesizer:
                 "finish or cancel one before starting another",
             )
         asked = options.tier if options is not None else ""
-        tier = FAST if asked == FAST else QUALITY
-        listener = Listener(client, expected_audio_s, cost=self._pool.fast_tier_cost() if tier == FAST else 1.0)
+        can_move = asked == AUTO and options is not None and FAST in options.voice.tiers
+        choice = _TierChoice(FAST if asked == FAST else QUALITY)
+        listener = Listener(client, expected_audio_s, cost=self._pool.fast_tier_cost() if choice.tier == FAST else 1.0)
         if self.admission is not None:
+            cost = self._pool.fast_tier_cost()
+            if can_move and cost < 1.0 and self.admission.refusal(client, expected_audio_s, 1.0, self._auto_quality_share) is not None:
+                choice.tier, listener.cost = FAST, cost  # past the auto share: a new stream starts in the fast tier
             refusal = self.admission.refusal(client, expected_audio_s, listener.cost)
-            if refusal is not None and asked == AUTO and options is not None and FAST in options.voice.tiers:
-                # The mesh degrades before it refuses: a new stream asking for auto takes the fast tier
-                # when a listener at its cost still fits.
-                cost = self._pool.fast_tier_cost()
-                if cost < 1.0 and self.admission.refusal(client, expected_audio_s, cost) is None:
-                    tier, listener.cost, refusal = FAST, cost, None
+            if refusal is not None and self._movable:
+                refusal = self._make_room(listener, refusal)
             if refusal is not None:
                 self._pool.metrics.shed(SHED_REALTIME)
                 raise DownstreamError(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal, retry_after_s=self.admission.retry_after_s())
             self.admission.add(listener)
         self._open_streams += 1
         self._client_streams[client] = held + 1
-        self._pool.metrics.spoken_in(tier, asked)
-        return _Slot(self, client, listener, characters, tier)
+        if can_move and choice.tier == QUALITY:
+            self._movable[listener.id] = (listener, choice)
+        self._pool.metrics.spoken_in(choice.tier, asked)
+        if self._movable and self._auto_quality_share < 1.0:
+            self._degrade()
+        return _Slot(self, client, listener, characters, choice)
+
+    def _degrade(self) -> None:
+        """Move streams playing in auto to the fast tier from their next sentence, those with the most
+        audio still to make first, until the listeners fit in the auto share of what admission takes
+        (or none is left to move)."""
+        assert self.admission is not None
+        cost = self._pool.fast_tier_cost()
+        if cost >= 1.0:
+            return
+        moved = 0
+        for listener, choice in self._movable_by_audio_left():
+            if self.admission.fits(self._auto_quality_share):
+                break
+            listener.cost, choice.tier = cost, FAST
+            del self._movable[listener.id]
+            moved += 1
+        if moved:
+            self._pool.metrics.moved_to_fast(moved)
+
+    def _make_room(self, new: Listener, refusal: str) -> str | None:
+        """Move streams playing in auto to the fast tier from their next sentence, those with the most
+        audio still to make first, until `new` fits; None once it does. Where moving them all would
+        not make room, none moves and the refusal stands. The sentence each is in when it moves stays
+        in quality: the listeners' buffers and the stall feedback cover that overlap."""
+        assert self.admission is not None
+        cost = self._pool.fast_tier_cost()
+        if cost >= 1.0:
+            return refusal
+        moved: list[tuple[Listener, _TierChoice]] = []
+        result: str | None = refusal
+        for listener, choice in self._movable_by_audio_left():
+            listener.cost, choice.tier = cost, FAST
+            moved.append((listener, choice))
+            result = self.admission.refusal(new.client, new.expected_audio_s, new.cost)
+            if result is None:
+                break
+        if result is not None:  # no room even so: nobody moves
+            for listener, choice in moved:
+                listener.cost, choice.tier = 1.0, QUALITY
+            return result
+        for listener, _ in moved:
+            del self._movable[listener.id]
+        self._pool.metrics.moved_to_fast(len(moved))
+        return None
+
+    def _movable_by_audio_left(self) -> list[tuple[Listener, _TierChoice]]:
+        """The streams playing in auto in quality, those with the most audio still to make first (a
+        move saves most there)."""
+        return sorted(self._movable.values(), key=lambda item: item[0].remaining_s(), reverse=True)
 
     def _give_back(self, client: str, listener: Listener, state: dict[str, int]) -> None:
+        self._movable.pop(listener.id, None)
         self._open_streams -= 1
         left = self._client_streams.pop(client) - 1
         if left:
@@ -221,16 +283,20 @@ class Synthesizer:
 
 class SpokenAudio(AsyncGenerator[AudioChunk, None]):
     """An utterance's audio chunks as they are made, and the options they are spoken with: those of the
-    request with the tier it was admitted in, known before the first chunk (a door sends the tier
-    ahead of the audio, and makes the stream's resume tokens from these options)."""
+    request with the tier it was admitted in (a door makes the stream's resume tokens from these
+    options and the tier of each chunk's sentence)."""
 
-    def __init__(self, chunks: AsyncGenerator[AudioChunk, None], options: SynthesisOptions) -> None:
+    def __init__(self, chunks: AsyncGenerator[AudioChunk, None], options: SynthesisOptions, choice: _TierChoice | None = None) -> None:
         self._chunks = chunks
         self.options = options
+        self._choice = choice
 
     @property
     def tier(self) -> str:
-        """The tier of the voice the audio is spoken in."""
+        """The tier of the voice the audio starts in: exact once the first chunk is out (a door sends
+        it with the first audio), the tier the stream was admitted in before."""
+        if self._choice is not None:
+            return self._choice.first or self._choice.tier
         return self.options.tier
 
     def __aiter__(self) -> SpokenAudio:
@@ -249,15 +315,30 @@ class SpokenAudio(AsyncGenerator[AudioChunk, None]):
         await self._chunks.aclose()
 
 
+class _TierChoice:
+    """The tier a stream's next sentence starts in: the one it was admitted in until admission moves
+    an auto stream to the fast tier (the sentence it is in then stays in its tier)."""
+
+    def __init__(self, tier: str) -> None:
+        self.tier = tier
+        self.first = ""
+        """The tier its first sentence was spoken in ("" until that sentence starts)."""
+
+    def next_sentence(self) -> str:
+        """The tier of the sentence that starts now."""
+        self.first = self.first or self.tier
+        return self.tier
+
+
 class _Slot:
     """One stream's place in a synthesizer's counts, given back exactly once: by `release()` when
     the stream ends, or when the slot is dropped unused (a response the door never started to send
     still frees its place)."""
 
-    def __init__(self, synthesizer: Synthesizer, client: str, listener: Listener, characters: int, tier: str) -> None:
+    def __init__(self, synthesizer: Synthesizer, client: str, listener: Listener, characters: int, choice: _TierChoice) -> None:
         self.listener = listener
-        self.tier = tier
-        """The tier of the voice the stream is spoken in."""
+        self.choice = choice
+        """The tier of the voice its sentences are spoken in."""
         self._state = {"finished": 0, "characters": characters}
         self.release = weakref.finalize(self, synthesizer._give_back, client, listener, self._state)
 

@@ -12,7 +12,12 @@ from typing import Any, Final
 import grpc
 
 from libs.routing.attempts import AttemptFailure
-from libs.wire.headers import MODEL_VERSION_METADATA_KEY, STREAM_ACCEPTED_METADATA, STREAM_LIMIT_METADATA_KEY
+from libs.wire.headers import (
+    FAST_MODEL_VERSION_METADATA_KEY,
+    MODEL_VERSION_METADATA_KEY,
+    STREAM_ACCEPTED_METADATA,
+    STREAM_LIMIT_METADATA_KEY,
+)
 
 
 class Deadline:
@@ -54,6 +59,8 @@ class Accepted:
     """The model the stream runs on ("" from a worker that names none)."""
     stream_limit: int | None = None
     """Streams the worker takes at once (0: no limit; None: it did not say)."""
+    fast_model_version: str = ""
+    """A vocoder's: the model of its voice's fast tier ("": it has none, or did not say)."""
 
 
 def _stream_limit(value: str | None) -> int | None:
@@ -79,7 +86,11 @@ async def accepted(call: Any, timeout_s: float) -> Accepted:
         raise StreamRefused()
     named = dict(headers or ())
     if STREAM_ACCEPTED_METADATA[0] in named:
-        return Accepted(str(named.get(MODEL_VERSION_METADATA_KEY, "")), _stream_limit(named.get(STREAM_LIMIT_METADATA_KEY)))
+        return Accepted(
+            str(named.get(MODEL_VERSION_METADATA_KEY, "")),
+            _stream_limit(named.get(STREAM_LIMIT_METADATA_KEY)),
+            str(named.get(FAST_MODEL_VERSION_METADATA_KEY, "")),
+        )
     # Headers without the admission header: a refusal (or a broken connection) whose status is a
     # moment behind, or a worker from before that header. Writing into the first would turn the
     # refusal into INTERNAL "Internal error from Core"; dropping the call before its status is in

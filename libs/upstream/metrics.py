@@ -74,6 +74,12 @@ class RoutingMetrics:
             ["tier", "asked"],
             registry=self.registry,
         )
+        self.moved_to_fast_total = Counter(
+            "tts_gateway_moved_to_fast_total",
+            "Client streams playing in auto that moved to the fast tier from their next sentence, to make room "
+            "for a new stream that would otherwise have been refused.",
+            registry=self.registry,
+        )
         self.retry_budget_tokens = Gauge(
             "tts_gateway_retry_budget_tokens",
             "Retries the gateway's retry budget would allow right now (tokens).",
@@ -104,6 +110,10 @@ class RoutingMetrics:
     def spoken_in(self, tier: str, asked: str) -> None:
         """A client stream was admitted in `tier`, having asked for `asked` ("" counts as "default")."""
         self.streams_by_tier_total.labels(tier=tier, asked=asked or "default").inc()
+
+    def moved_to_fast(self, streams: int) -> None:
+        """`streams` playing auto streams move to the fast tier from their next sentence."""
+        self.moved_to_fast_total.inc(streams)
 
     def shed(self, reason: str) -> None:
         """A client stream was refused for `reason` (one of the SHED_* words)."""

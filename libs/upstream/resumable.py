@@ -52,6 +52,8 @@ class ResumableCall(ABC):
         self._endpoint: Endpoint | None = None
         self.model_version = ""
         """Model version the current call's worker named ("" before a call, or when it named none)."""
+        self.fast_model_version = ""
+        """A vocoder's: its voice's fast tier's model version ("" before a call, or when it has none)."""
         self._owed_since_s: float | None = None
         """Since when the worker owes an answer (None: it owes nothing, so its silence is fine)."""
         self._progressed = False
@@ -117,6 +119,7 @@ class ResumableCall(ABC):
             self._drop()
             raise asyncio.CancelledError("the stream was cancelled")
         self.model_version = admitted.model_version
+        self.fast_model_version = admitted.fast_model_version
         if admitted.stream_limit is not None:
             self._pool.table(self.kind).set_stream_limit(endpoint, admitted.stream_limit)
 

@@ -29,6 +29,7 @@ from libs.upstream.calls import CALL_ERRORS, Deadline, StreamEnded, WorkerSilent
 from libs.upstream.playback import PlaybackClock
 from libs.upstream.pool import WorkerPool
 from libs.upstream.resumable import ResumableCall
+from libs.voice.tiers import FAST
 from libs.wire.errors import DownstreamError
 from libs.wire.limits import MAX_FRAMES_PER_MESSAGE
 
@@ -43,6 +44,8 @@ class _SentenceMel:
     """The slices of one sentence sent so far, kept until the client has all of its samples."""
 
     index: int
+    tier: str = ""
+    """The voice's tier it is spoken in ("": the stream's)."""
     slices: list[mel_pb2.MelSlice] = field(default_factory=list)
     frames_sent: int = 0
     complete: bool = False
@@ -99,14 +102,15 @@ class ResumableVocoderStream(ResumableCall):
         self._delivering: int | None = None  # the sentence `_next_sample` belongs to, once it has begun
         self._delivered_elsewhere: dict[int, int] = {}  # sentence -> samples the client got from elsewhere
 
-    async def send(self, slices: list[mel_pb2.MelSlice]) -> None:
-        """Vocode `slices` (consecutive, of one sentence, in order), in one message (several for more
-        than MAX_FRAMES_PER_MESSAGE frames); they are kept for priming a reopened stream."""
+    async def send(self, slices: list[mel_pb2.MelSlice], tier: str = "") -> None:
+        """Vocode `slices` (consecutive, of one sentence, in order) in `tier` ("": the stream's; a
+        sentence keeps the tier it began with), in one message (several for more than
+        MAX_FRAMES_PER_MESSAGE frames); they are kept for priming a reopened stream."""
         if not slices:
             return
         async with self._lock:
             last = slices[-1]
-            sentence = self._sentences.setdefault(last.sentence_index, _SentenceMel(last.sentence_index))
+            sentence = self._sentences.setdefault(last.sentence_index, _SentenceMel(last.sentence_index, tier))
             sentence.slices.extend(slices)
             sentence.frames_sent = last.first_frame + last.frame_count
             sentence.complete = last.is_last
@@ -118,7 +122,7 @@ class ResumableVocoderStream(ResumableCall):
                 self._owed_since_s = time.monotonic()
             if self._call is not None:
                 try:
-                    for message in _requests(slices, context_only=False):
+                    for message in _requests(slices, context_only=False, tier=sentence.tier):
                         await self._call.write(self._with_slack(message))
                 except CALL_ERRORS:
                     pass  # the reader sees the broken call and reopens it with these slices included
@@ -197,7 +201,11 @@ class ResumableVocoderStream(ResumableCall):
         self._owed_since_s = time.monotonic() if self._owes() else None
         if not len(samples) and not reply.is_last:
             return None
-        return Samples(reply.sentence_index, samples, reply.sample_rate_hz, reply.is_last, self.model_version)
+        return Samples(reply.sentence_index, samples, reply.sample_rate_hz, reply.is_last, self.model_version_of(current.tier))
+
+    def model_version_of(self, tier: str) -> str:
+        """The model version the current call's worker speaks `tier` with ("": the stream's tier)."""
+        return self.fast_model_version if (tier or self._tier) == FAST else self.model_version
 
     def _owes(self) -> bool:
         """Whether the worker owes samples now: a sentence it has whole, or too many unanswered frames."""
@@ -237,7 +245,7 @@ class ResumableVocoderStream(ResumableCall):
             context = [s for s in sentence.slices if position == 0 and s.first_frame + s.frame_count <= client_frame]
             rest = sentence.slices[len(context) :]
             for slices, context_only in ((context, True), (rest, False)):
-                for message in _requests(slices, context_only):
+                for message in _requests(slices, context_only, sentence.tier):
                     await call.write(self._with_slack(message))
         if self._writing_done:
             await call.done_writing()
@@ -256,14 +264,14 @@ class ResumableVocoderStream(ResumableCall):
         return message
 
 
-def _requests(slices: Sequence[mel_pb2.MelSlice], context_only: bool) -> Iterator[vocoder_pb2.VocodeRequest]:
-    """`slices` in as few VocodeRequests as keep each within MAX_FRAMES_PER_MESSAGE frames (the
-    vocoder's message limit is sized for that); a slice is never cut."""
+def _requests(slices: Sequence[mel_pb2.MelSlice], context_only: bool, tier: str = "") -> Iterator[vocoder_pb2.VocodeRequest]:
+    """`slices` (of one sentence, spoken in `tier`) in as few VocodeRequests as keep each within
+    MAX_FRAMES_PER_MESSAGE frames (the vocoder's message limit is sized for that); a slice is never cut."""
     start, frames = 0, 0
     for end, mel_slice in enumerate(slices):
         if frames and frames + mel_slice.frame_count > MAX_FRAMES_PER_MESSAGE:
-            yield vocoder_pb2.VocodeRequest(slices=slices[start:end], context_only=context_only)
+            yield vocoder_pb2.VocodeRequest(slices=slices[start:end], context_only=context_only, tier=tier)
             start, frames = end, 0
         frames += mel_slice.frame_count
     if start < len(slices):
-        yield vocoder_pb2.VocodeRequest(slices=slices[start:], context_only=context_only)
+        yield vocoder_pb2.VocodeRequest(slices=slices[start:], context_only=context_only, tier=tier)

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from libs.wire.errors import InvalidRequestError
+from libs.wire.errors import InvalidRequestError, echo
 from libs.wire.limits import MAX_ID_CHARS, MAX_SENTENCE_FRAMES
 from libs.wire.mel_slices import checked_frames
 
@@ -47,6 +47,8 @@ class VocoderStreamLike(Protocol):
 
 OpenStream = Callable[[int, int], VocoderStreamLike]
 """`open_stream(origin_frame, emit_from_frame)`, as VocoderEngine.open_stream."""
+OpenerOfTier = Callable[[str], OpenStream]
+"""The `OpenStream` of a voice's tier ("": the stream's own; libs.voice.tiers)."""
 
 
 @dataclass(frozen=True)
@@ -64,8 +66,10 @@ class SampleBlock:
 class SentenceSession:
     """One sentence's slices going into one vocoder stream. `step` does model work: call it off the event loop."""
 
-    def __init__(self, sentence_index: int, first_frame: int, hop_length: int, open_stream: OpenStream) -> None:
+    def __init__(self, sentence_index: int, first_frame: int, hop_length: int, open_stream: OpenStream, tier: str = "") -> None:
         self.sentence_index = sentence_index
+        self.tier = tier
+        """The voice's tier it is spoken in, as its first request named it ("": the stream's)."""
         self._hop_length = hop_length
         self._open_stream = open_stream
         self._origin_frame = first_frame
@@ -149,10 +153,10 @@ class StreamSlices:
     the sentence too, which bounds how much context a resume may send.
     """
 
-    def __init__(self, n_mels: int, hop_length: int, open_stream: OpenStream) -> None:
+    def __init__(self, n_mels: int, hop_length: int, opener: OpenerOfTier) -> None:
         self._n_mels = n_mels
         self._hop_length = hop_length
-        self._open_stream = open_stream
+        self._opener = opener
         self._utterance_id: str | None = None
         self._frame_count = 0  # of the current sentence
         self.session: SentenceSession | None = None
@@ -164,8 +168,9 @@ class StreamSlices:
         session = self.session
         return session if session is not None and not session.finished else None
 
-    def accept(self, mel_slice: Any, context_only: bool) -> SentenceSession:
-        """Check `mel_slice` (a MelSlice) and give it to its sentence's session; returns that session."""
+    def accept(self, mel_slice: Any, context_only: bool, tier: str = "") -> SentenceSession:
+        """Check `mel_slice` (a MelSlice), spoken in `tier` ("": the stream's), and give it to its
+        sentence's session; returns that session. A sentence keeps the tier its first slice came with."""
         self._check_utterance(mel_slice.utterance_id)
         session = self.session
         new_sentence = session is None or mel_slice.sentence_index != session.sentence_index
@@ -174,8 +179,14 @@ class StreamSlices:
         frames = checked_frames(mel_slice, self._n_mels)
         self._check_frames(mel_slice, frame_count=mel_slice.sentence_frame_count if new_sentence else self._frame_count)
         if new_sentence:
-            session = SentenceSession(mel_slice.sentence_index, mel_slice.first_frame, self._hop_length, self._open_stream)
+            open_stream = self._opener(tier)  # an unknown tier is refused before the sentence is taken
+            session = SentenceSession(mel_slice.sentence_index, mel_slice.first_frame, self._hop_length, open_stream, tier)
         assert session is not None
+        if tier != session.tier:
+            raise InvalidRequestError(
+                f"sentence {session.sentence_index} began in tier {echo(session.tier)}; every request of a sentence "
+                f"names the same tier (this one names {echo(tier)})"
+            )
         session.check_slice(mel_slice.first_frame, context_only)
         session.accept(mel_slice.first_frame, frames, context_only, mel_slice.is_last)
         self.session, self._frame_count = session, mel_slice.sentence_frame_count

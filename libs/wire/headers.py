@@ -23,6 +23,10 @@ worker's default voice). The worker loads that voice before it accepts the strea
 SPEAKER_METADATA_KEY: Final = "tts-speaker-id"
 """Header a gateway sends when it opens a vocoder stream of a multi-speaker voice: the speaker's id
 (none: speaker 0). A speaker-conditioned decoder needs it; the mel alone does not say."""
+FAST_MODEL_VERSION_METADATA_KEY: Final = "tts-fast-model-version"
+"""Header a vocoder sends when it admits a stream of a voice with a fast tier: that tier's model version
+(tts-model-version is the quality tier's), so the gateway knows which cached audio heads each tier's
+sentences may start with."""
 TIER_METADATA_KEY: Final = "tts-tier"
 """Header a gateway sends when it opens a vocoder stream: the tier of the voice it speaks in (none:
 quality; libs.voice.tiers). The gateway sends the same header to its clients: the tier a stream was

@@ -69,11 +69,35 @@ class FastTierConfig:
     seed: int = 7
     checkpoint_every: int = 500
     teacher: TeacherConfig = field(default_factory=lambda: TeacherConfig(variants_per_sentence=2))
+    restarts: tuple[tuple[int, float], ...] = ((4000, 3e-4),)
+    """Further cosine cycles after the first `steps`, each (steps, peak learning rate): a finished run
+    goes on with one more, from its checkpoint, without starting over."""
 
     def to_dict(self) -> dict:
         values = asdict(self)
         values["model"] = self.model.to_dict()
+        values["restarts"] = [list(cycle) for cycle in self.restarts]
         return values
+
+    @property
+    def total_steps(self) -> int:
+        return self.steps + sum(steps for steps, _ in self.restarts)
+
+    def learning_rate_at(self, step: int) -> float:
+        """The learning rate of step `step`: a cosine decay from each cycle's peak over that cycle."""
+        start, length, peak = 0, self.steps, self.learning_rate
+        for cycle_steps, cycle_peak in self.restarts:
+            if step < start + length:
+                break
+            start, length, peak = start + length, cycle_steps, cycle_peak
+        return peak * 0.5 * (1 + np.cos(np.pi * (step - start) / length))
+
+    def goes_on_from(self, saved: dict) -> bool:
+        """Whether a checkpoint of the config `saved` (FastTierConfig.to_dict) is on this schedule: the
+        same settings, and its cycles the first of these."""
+        ours = self.to_dict()
+        kept = saved.get("restarts", [])
+        return {**saved, "restarts": []} == {**ours, "restarts": []} and kept == ours["restarts"][: len(kept)]
 
 
 def teacher_pairs(config: FastTierConfig, work_dir: Path, log=print) -> list[tuple[torch.Tensor, torch.Tensor]]:  # type: ignore[no-untyped-def]
@@ -127,7 +151,7 @@ def train(  # type: ignore[no-untyped-def]
     step = 0
     if checkpoint.exists():
         state = torch.load(checkpoint, weights_only=False)
-        if state["config"] == config.to_dict():
+        if config.goes_on_from(state["config"]) and int(state["step"]) <= config.total_steps:
             model.load_state_dict(state["model"])
             optimiser.load_state_dict(state["optimiser"])
             step = int(state["step"])
@@ -135,10 +159,10 @@ def train(  # type: ignore[no-untyped-def]
     hop, context = config.model.hop_length, config.context_frames
     started_s = time.perf_counter()
     model.train()
-    last = config.steps if until_step is None else min(until_step, config.steps)
+    last = config.total_steps if until_step is None else min(until_step, config.total_steps)
     while step < last:
-        for group in optimiser.param_groups:  # cosine decay from the peak
-            group["lr"] = config.learning_rate * 0.5 * (1 + np.cos(np.pi * step / config.steps))
+        for group in optimiser.param_groups:
+            group["lr"] = config.learning_rate_at(step)
         mel, target = _batch(pairs, config, random.Random(f"{config.seed}-{step}"))
         predicted = model(mel)[:, 0, context * hop : (context + config.segment_frames) * hop]
         stft = multi_resolution_stft_loss(predicted, target, STFT_RESOLUTIONS)
@@ -150,9 +174,9 @@ def train(  # type: ignore[no-untyped-def]
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimiser.step()
         step += 1
-        if step % 100 == 0 or step == config.steps:
+        if step % 100 == 0 or step == last:
             elapsed = time.perf_counter() - started_s
-            log(f"step {step}/{config.steps}: stft {stft.item():.3f} mel {mel_loss.item():.3f} waveform {waveform.item():.4f} ({elapsed:.0f} s)")
+            log(f"step {step}/{config.total_steps}: stft {stft.item():.3f} mel {mel_loss.item():.3f} waveform {waveform.item():.4f} ({elapsed:.0f} s)")
         if step % config.checkpoint_every == 0 or step == last:
             torch.save({"model": model.state_dict(), "optimiser": optimiser.state_dict(), "step": step, "config": config.to_dict()}, checkpoint)
     return model.eval()
@@ -231,8 +255,8 @@ def install(model: Generator, config: FastTierConfig, assets: VoiceAssets, step:
         json.dumps(config.to_dict(), indent=1),
         "```",
         "",
-        f"Trained {step:,} of the schedule's {config.steps:,} steps on {torch.get_num_threads()} CPU thread(s) "
-        f"({platform.machine()}, torch {torch.__version__}, Python {platform.python_version()}); `{CHECKPOINT_FILE}` beside it",
+        f"Trained {step:,} of the schedule's {config.total_steps:,} steps, on CPU ({platform.machine()}, torch {torch.__version__},",
+        f"Python {platform.python_version()}; the last sitting on {torch.get_num_threads()} thread(s)); `{CHECKPOINT_FILE}` beside it",
         "is where training goes on from.",
     ]
     if scores:

@@ -90,7 +90,7 @@ async def serve(settings: GatewaySettings) -> None:
     synthesizer = Synthesizer(
         pool=pool, cache=cache, text_side=text_side, max_streams=settings.limits.max_streams,
         max_streams_per_client=settings.limits.max_streams_per_client, admission=admission, capacity=capacity,
-        opening_max_ids=settings.limits.opening_max_ids,
+        opening_max_ids=settings.limits.opening_max_ids, auto_quality_share=settings.limits.auto_quality_share,
     )  # fmt: skip
     clients = ClientIdentity(settings.clients.trusted_proxies)  # per-client limits see through the edge
     servicer = TextToSpeechServicer(registry=registry, synthesizer=synthesizer, metrics=metrics, clients=clients)

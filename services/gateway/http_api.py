@@ -21,7 +21,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any, Final
@@ -43,7 +43,6 @@ from libs.synthesis.captions import Cue
 from libs.synthesis.options import SynthesisOptions, with_default_tier
 from libs.synthesis.output import AudioChunk, SentenceInfo
 from libs.synthesis.pacing import as_asked
-from libs.synthesis.resume import encode_token
 from libs.synthesis.synthesizer import Synthesizer
 from libs.telemetry.metrics import GatewayMetrics
 from libs.telemetry.request_meter import RequestMeter
@@ -107,13 +106,15 @@ class SpeechApi:
             options = with_default_tier(body.options(self._registry), str(request.scope.get(TIER_SCOPE_KEY, "")))
             meter.voice(options.voice.name)
             spoken = await self._synthesizer.synthesize(body.input, options, None, _client(request))
+            options = spoken.options  # with the tier it was admitted in; each resume token names its sentence's
+            # The headers go with the first audio: they name the tier it starts in, and a failure before
+            # it is still an HTTP error.
+            chunks = await _started(as_asked(spoken, options))  # real-time frames when asked for
         except Exception as error:  # every refusal goes through the one status table
             refused = http_error_for(error)
             meter.finished(refused.grpc_code.name)
             return refused.response()
-        options = spoken.options  # with the tier it is spoken in: its resume tokens name it
         headers = {TIER_METADATA_KEY: spoken.tier}
-        chunks = as_asked(spoken, options)  # real-time frames when asked for
         if body.stream_format == "sse":
             return _ClosingEventSource(_events(chunks, meter, options), ping=15, headers=headers)
         return _ClosingStream(_audio(chunks, meter), media_type=encoding_of(options.encoding).mime_type, headers=headers)
@@ -221,6 +222,24 @@ def audio_bytes(chunks: AsyncIterator[AudioChunk], meter: RequestMeter) -> Async
     return _audio(chunks, meter)
 
 
+async def _started(chunks: AsyncIterator[AudioChunk]) -> AsyncGenerator[AudioChunk, None]:
+    """`chunks` once its first has come (closed if that fails)."""
+    try:
+        first = await anext(chunks, None)
+    except BaseException:
+        async with aclosing(chunks):  # type: ignore[type-var]
+            raise
+
+    async def resumed() -> AsyncGenerator[AudioChunk, None]:
+        async with aclosing(chunks):
+            if first is not None:
+                yield first
+            async for chunk in chunks:
+                yield chunk
+
+    return resumed()
+
+
 async def _audio(chunks: AsyncIterator[AudioChunk], meter: RequestMeter) -> AsyncIterator[bytes]:
     code = "CANCELLED"
     try:
@@ -252,7 +271,7 @@ async def _events(chunks: AsyncIterator[AudioChunk], meter: RequestMeter, option
                 if chunk.audio:
                     delta: dict[str, Any] = {"type": "speech.audio.delta", "audio": base64.b64encode(chunk.audio).decode("ascii")}
                     if chunk.resume is not None:
-                        delta["resume_token"] = encode_token(chunk.resume, options.digest)
+                        delta["resume_token"] = options.resume_token(chunk.resume)
                     yield {"data": json.dumps(delta)}
         yield {"data": json.dumps({"type": "speech.audio.done", "usage": {"audio_seconds": round(audio_s, 3)}})}
         code = "OK"

@@ -20,8 +20,7 @@ from libs.serving.status import abort_for, grpc_status_for
 from libs.synthesis.options import SynthesisOptions, resolve_options, with_default_tier
 from libs.synthesis.output import AudioChunk
 from libs.synthesis.pacing import as_asked
-from libs.synthesis.resume import encode_token
-from libs.synthesis.synthesizer import Synthesizer
+from libs.synthesis.synthesizer import SpokenAudio, Synthesizer
 from libs.telemetry import tracing
 from libs.telemetry.metrics import GatewayMetrics
 from libs.voice.registry import VoiceRegistry
@@ -54,15 +53,9 @@ class TextToSpeechServicer:
             request = decoded(request)
             options = self._options(request)
             spoken = await self._synthesizer.synthesize(request.text, options, context.time_remaining(), client_of(context, self._clients))
-            options = spoken.options  # with the tier it is spoken in: its resume tokens name it
-            await context.send_initial_metadata(((TIER_METADATA_KEY, spoken.tier),))
-            chunks = as_asked(spoken, options)  # real-time frames when asked for
             call.voice(options.voice.name)
-            async with closed_when_done(context, chunks):
-                async for chunk in chunks:
-                    response = _response(chunk, options)
-                    call.sent(response)
-                    yield response
+            async for response in _responses(spoken, context, call):
+                yield response
 
     async def StreamingSynthesize(
         self,
@@ -81,14 +74,8 @@ class TextToSpeechServicer:
             spoken = self._synthesizer.synthesize_incremental(
                 _text_pieces(request_iterator), options, context.time_remaining(), client_of(context, self._clients)
             )
-            options = spoken.options
-            await context.send_initial_metadata(((TIER_METADATA_KEY, spoken.tier),))
-            chunks = as_asked(spoken, options)
-            async with closed_when_done(context, chunks):
-                async for chunk in chunks:
-                    response = _response(chunk, options)
-                    call.sent(response)
-                    yield response
+            async for response in _responses(spoken, context, call):
+                yield response
 
     async def ListVoices(
         self, request: tts_pb2.ListVoicesRequest | UndecodableRequest, context: grpc.aio.ServicerContext
@@ -179,6 +166,22 @@ async def _text_pieces(request_iterator: AsyncIterator[Any]) -> AsyncIterator[st
         yield request.text
 
 
+async def _responses(spoken: SpokenAudio, context: grpc.aio.ServicerContext, call: _CallScope) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
+    """`spoken` as responses (in real-time frames when asked for), the tier its audio starts in sent
+    as the tts-tier header with the first."""
+    options = spoken.options  # with the tier it was admitted in; each resume token names its sentence's
+    chunks = as_asked(spoken, options)
+    told = False
+    async with closed_when_done(context, chunks):
+        async for chunk in chunks:
+            if not told:
+                await context.send_initial_metadata(((TIER_METADATA_KEY, spoken.tier),))
+                told = True
+            response = _response(chunk, options)
+            call.sent(response)
+            yield response
+
+
 def _response(chunk: AudioChunk, options: SynthesisOptions) -> tts_pb2.SynthesizeResponse:
     response = tts_pb2.SynthesizeResponse(
         audio=chunk.audio,
@@ -195,7 +198,7 @@ def _response(chunk: AudioChunk, options: SynthesisOptions) -> tts_pb2.Synthesiz
         response.resume_point.sentence_index = point.next_sentence
         response.resume_point.sentence_samples = point.next_sentence_samples
         response.resume_point.stream_samples = point.stream_samples
-        response.resume_point.token = encode_token(point, options.digest)
+        response.resume_point.token = options.resume_token(point)
     sentence = chunk.sentence
     if sentence is not None:
         info = response.sentence
@@ -210,6 +213,7 @@ def _response(chunk: AudioChunk, options: SynthesisOptions) -> tts_pb2.Synthesiz
             info.marks.add(name=mark.name, time_s=mark.time_s)
         info.pause_before_s = sentence.pause_before_s
         info.pause_after_s = sentence.pause_after_s
+        info.tier = tier_enum(sentence.tier or options.tier)
         if options.include_alignment:
             info.phoneme_frames.extend(sentence.phoneme_frames)
             info.frame_duration_s = sentence.frame_duration_s

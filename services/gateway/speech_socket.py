@@ -37,7 +37,6 @@ from libs.serving.memory import RELEASER
 from libs.synthesis.options import SynthesisOptions
 from libs.synthesis.output import AudioChunk
 from libs.synthesis.pacing import as_asked
-from libs.synthesis.resume import encode_token
 from libs.synthesis.synthesizer import SpokenAudio, Synthesizer
 from libs.synthesis.text_side import TextFlush
 from libs.synthesis.transcript import Heard, Transcript, ms
@@ -303,7 +302,7 @@ class SpeechSocket:
             chars = context.transcript.char_times(chunk.sentence.words)
             for event in self._dialect.sentence(context.context_id, chunk.sentence):
                 self._writer.event(context.context_id, event)
-        token = encode_token(chunk.resume, context.options.digest) if chunk.resume is not None else ""
+        token = context.options.resume_token(chunk.resume) if chunk.resume is not None else ""
         message = self._dialect.audio(context.context_id, chunk, token, chars)
         if message is not None or chunk.audio:
             data = chunk.audio if self._dialect.audio_as_binary and chunk.audio else None

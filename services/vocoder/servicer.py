@@ -45,8 +45,7 @@ class VocoderServicer(VoiceServicer, vocoder_pb2_grpc.VocoderServicer):
     ) -> AsyncIterator[vocoder_pb2.VocodeResponse]:
         async with self._model_stream(context) as engine:
             try:
-                engine = engine.for_tier(stream_tier(context))
-                work = VocoderWork(engine, self._scheduler, self._metrics, stream_speaker(context, engine))
+                work = VocoderWork(engine, self._scheduler, self._metrics, stream_speaker(context, engine), stream_tier(context))
                 async for request, arrived_s in stamped(request_iterator):
                     async for response in work.answer(request, arrived_s):
                         yield response

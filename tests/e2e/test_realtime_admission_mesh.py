@@ -1,6 +1,8 @@
 """Admission by real-time capacity in real processes: with workers that can serve two listeners in real
 time, the gateway sheds a third while the two hold no audio, with RESOURCE_EXHAUSTED and a retry hint,
-the streams already admitted play on, and the workers and the gateway export capacity, demand and load."""
+the streams already admitted play on, and the workers and the gateway export capacity, demand and load.
+Streams that asked for the tier `auto` make room instead: one playing moves to the fast tier from its
+next sentence, and the newcomer is admitted."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import grpc
 import pytest
 
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
+from libs.wire.headers import TIER_METADATA_KEY
 from tests.support.client import synthesize
 from tests.support.mesh import Mesh
 
@@ -28,7 +31,10 @@ def _long_request(stream: int) -> tts_pb2.SynthesizeRequest:
 @pytest.fixture(scope="module")
 def small_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     # Pinned capacity: what the workers would compute depends on the machine; the admission rule does not.
-    env = {"TTS_REALTIME_CAPACITY": str(CAPACITY), "TTS_REALTIME_HEADROOM": "1.0", "TTS_ADMISSION_HEADROOM": "1.0"}
+    # Gaps listeners hear cut nothing: on a machine slower than these two listeners need, the pinned
+    # capacity overstates it and they do run dry, which is the stall feedback's business, not this rule's.
+    env = {"TTS_REALTIME_CAPACITY": str(CAPACITY), "TTS_REALTIME_HEADROOM": "1.0", "TTS_ADMISSION_HEADROOM": "1.0",
+           "TTS_REALTIME_MIN_SHARE": "1", "TTS_AUTO_QUALITY_SHARE": "1"}  # auto keeps quality until a stream would be refused
     mesh = Mesh(log_dir=Path(tmp_path_factory.mktemp("realtime")), env=env).start()
     try:
         yield mesh
@@ -75,3 +81,56 @@ def test_a_stream_past_the_real_time_capacity_is_shed_with_a_retry_hint_and_admi
         assert synthesize(gateway, "One more, now that there is room.").duration_s > 0.5
         for call in held[1:]:
             call.cancel()
+
+
+def _auto_request(stream: int, **fields: object) -> tts_pb2.SynthesizeRequest:
+    """A text of its own, of sixteen sentences, asking for the tier `auto`."""
+    text = " ".join(f"Line {n} of the {WORDS[stream]} story goes on, and then it pauses." for n in range(16))
+    return tts_pb2.SynthesizeRequest(text=text, encoding=tts_pb2.FLOAT_PCM, tier=tts_pb2.TIER_AUTO, **fields)
+
+
+def _sentence_tiers(responses: list[tts_pb2.SynthesizeResponse]) -> list[int]:
+    return [response.sentence.tier for response in responses if response.HasField("sentence")]
+
+
+def test_auto_streams_playing_move_to_the_fast_tier_at_a_sentence_boundary_to_make_room(small_mesh: Mesh) -> None:
+    small_mesh.wait_idle()
+    moved_before = small_mesh.metric("gateway", "tts_gateway_moved_to_fast_total")
+    with contextlib.ExitStack() as stack:
+        stubs = [
+            tts_pb2_grpc.TextToSpeechStub(stack.enter_context(grpc.insecure_channel(small_mesh.gateway_address, options=[("grpc.use_local_subchannel_pool", 1)])))
+            for _ in range(3)
+        ]  # fmt: skip
+        held = [stubs[stream].Synthesize(_auto_request(stream), timeout=300) for stream in range(CAPACITY)]
+        started = [[next(call)] for call in held]  # two listeners in quality fill what the workers make
+        assert [dict(call.initial_metadata())[TIER_METADATA_KEY] for call in held] == ["quality", "quality"]
+        # A third, even in the fast tier, would not fit beside them: one of them moves to the fast tier
+        # from its next sentence, and the newcomer is admitted (in the fast tier) instead of refused.
+        newcomer = stubs[2].Synthesize(_auto_request(2), timeout=300)
+        spoken = list(newcomer)
+        assert dict(newcomer.initial_metadata())[TIER_METADATA_KEY] == "fast"
+        assert set(_sentence_tiers(spoken)) == {tts_pb2.TIER_FAST}
+        moved = small_mesh.metric("gateway", "tts_gateway_moved_to_fast_total") - moved_before
+        assert moved >= 1
+        finished = [first + list(call) for first, call in zip(started, held, strict=True)]
+    tiers = [_sentence_tiers(responses) for responses in finished]
+    assert all(len(sentence_tiers) == 16 for sentence_tiers in tiers)
+    moved_streams = [index for index, sentence_tiers in enumerate(tiers) if tts_pb2.TIER_FAST in sentence_tiers]
+    assert len(moved_streams) == moved
+    for index, sentence_tiers in enumerate(tiers):
+        switch = sentence_tiers.index(tts_pb2.TIER_FAST) if index in moved_streams else len(sentence_tiers)
+        # The sentence it was playing when it moved (and any already begun) stayed in quality; every later one is fast.
+        assert switch >= 1 and sentence_tiers == [tts_pb2.TIER_QUALITY] * switch + [tts_pb2.TIER_FAST] * (16 - switch)
+    # A resume token taken inside a fast sentence goes on sample for sample in the fast tier, though
+    # the stream asked for auto and started in quality.
+    responses = finished[moved_streams[0]]
+    first_fast = tiers[moved_streams[0]].index(tts_pb2.TIER_FAST)
+    position = next(i for i, response in enumerate(responses) if response.sentence_index == first_fast and not response.sentence_end)
+    rest = b"".join(later.audio for later in responses[position + 1 :])
+    with grpc.insecure_channel(small_mesh.gateway_address) as channel:
+        resumed_call = tts_pb2_grpc.TextToSpeechStub(channel).Synthesize(
+            _auto_request(moved_streams[0], resume_token=responses[position].resume_point.token), timeout=300
+        )
+        resumed = b"".join(response.audio for response in resumed_call)
+        assert dict(resumed_call.initial_metadata())[TIER_METADATA_KEY] == "fast"
+    assert len(rest) > 0 and resumed == rest

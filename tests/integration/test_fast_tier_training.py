@@ -1,5 +1,5 @@
 """The fast tier's trainer: seeded, checkpointed, and a run that stops goes on from its checkpoint to
-the very weights an unbroken run reaches. Teacher pairs here are random stand-ins (structure only;
+the very weights an unbroken run reaches, as does a finished run given one more cosine cycle. Teacher pairs here are random stand-ins (structure only;
 the student's quality is measured by `python -m scripts.voice.fast_tier --evaluate`)."""
 
 from __future__ import annotations
@@ -11,7 +11,10 @@ import torch
 
 from scripts.voice.fast_tier import STUDENT, FastTierConfig, train
 
-SMALL = FastTierConfig(model=replace(STUDENT, upsample_initial_channel=16), batch_size=2, segment_frames=8, context_frames=4, steps=4)
+SMALL = FastTierConfig(
+    model=replace(STUDENT, upsample_initial_channel=16), batch_size=2, segment_frames=8, context_frames=4, steps=4, restarts=()
+)
+EXTENDED = replace(SMALL, restarts=((3, 5e-4),))
 
 
 def _work_dir(tmp_path: Path, config: FastTierConfig) -> Path:
@@ -32,3 +35,16 @@ def test_a_stopped_run_resumes_from_its_checkpoint_to_the_weights_of_an_unbroken
     resumed = train(SMALL, stopped_dir, log=said.append).state_dict()
     assert "resumed at step 2" in said
     assert all(torch.equal(unbroken[name], resumed[name]) for name in unbroken)
+
+
+def test_a_finished_run_goes_on_with_one_more_cycle_to_the_weights_of_a_run_that_had_it_from_the_start(tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    unbroken = train(EXTENDED, _work_dir(tmp_path / "a", EXTENDED), log=lambda line: None).state_dict()
+    finished_dir = _work_dir(tmp_path / "b", SMALL)
+    train(SMALL, finished_dir, log=lambda line: None)  # the first schedule, to its end
+    said: list[str] = []
+    extended = train(EXTENDED, finished_dir, log=said.append).state_dict()
+    assert "resumed at step 4" in said and "step 7/7" in said[-1]
+    assert all(torch.equal(unbroken[name], extended[name]) for name in unbroken)
+    assert EXTENDED.learning_rate_at(4) == 5e-4 and SMALL.learning_rate_at(0) == SMALL.learning_rate
+    assert not SMALL.goes_on_from(EXTENDED.to_dict()), "a checkpoint further along another schedule is not this one's"

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from types import SimpleNamespace
+from typing import Any
 
 import grpc
 import pytest
@@ -26,7 +28,10 @@ class _Pool:
 
     def __init__(self, slots: int | None = None, fast_tier_cost: float = 1.0) -> None:
         self.spoken: list[tuple[str, str]] = []
-        self.metrics = SimpleNamespace(shed=lambda reason: None, spoken_in=lambda tier, asked: self.spoken.append((tier, asked)))
+        self.moved: list[int] = []
+        self.metrics = SimpleNamespace(
+            shed=lambda reason: None, spoken_in=lambda tier, asked: self.spoken.append((tier, asked)), moved_to_fast=self.moved.append
+        )
         self.slots = slots
         self._fast_tier_cost = fast_tier_cost
 
@@ -38,11 +43,12 @@ class _Pool:
 
 
 def _synthesizer(
-    per_client: int = 0, admission: RealtimeAdmission | None = None, slots: int | None = None, pool: _Pool | None = None
+    per_client: int = 0, admission: RealtimeAdmission | None = None, slots: int | None = None, pool: _Pool | None = None,
+    auto_quality_share: float = 1.0,
 ) -> Synthesizer:
     return Synthesizer(
         pool=pool or _Pool(slots), cache=None, text_side=None, max_streams=8, max_streams_per_client=per_client,  # type: ignore[arg-type]
-        admission=admission,
+        admission=admission, auto_quality_share=auto_quality_share,
     )  # fmt: skip
 
 
@@ -53,22 +59,71 @@ def _asking(tier: str, tiers: tuple[str, ...] = (QUALITY, FAST)) -> SynthesisOpt
 def test_auto_moves_a_new_stream_to_the_fast_tier_only_when_quality_would_be_refused() -> None:
     pool = _Pool(fast_tier_cost=0.4)
     synthesizer = _synthesizer(admission=RealtimeAdmission(lambda: 2.5, lambda: 0, headroom=1.0), pool=pool)
-    held = [synthesizer._take_slot(client, 10.0, _asking(AUTO)) for client in ("a", "b", "c")]
-    assert [slot.tier for slot in held] == [QUALITY, QUALITY, FAST], "two quality listeners fill 2.5; a third fits at 0.4"
+    held = [synthesizer._take_slot(client, 10.0, _asking(tier)) for client, tier in (("a", QUALITY), ("b", QUALITY), ("c", AUTO))]
+    assert [slot.choice.tier for slot in held] == [QUALITY, QUALITY, FAST], "two quality listeners fill 2.5; a third fits at 0.4"
     assert held[2].listener.cost == 0.4
     with pytest.raises(DownstreamError) as full:  # 2 + 0.4 + 0.4 > 2.5: even the fast tier would not keep up
         synthesizer._take_slot("d", 10.0, _asking(AUTO))
     assert full.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
     with pytest.raises(DownstreamError):  # asked for quality: refused, never moved
         synthesizer._take_slot("e", 1.0, _asking(QUALITY))
-    assert pool.spoken == [(QUALITY, AUTO), (QUALITY, AUTO), (FAST, AUTO)]
+    assert pool.spoken == [(QUALITY, QUALITY), (QUALITY, QUALITY), (FAST, AUTO)] and pool.moved == []
+
+
+def test_playing_auto_streams_move_to_the_fast_tier_from_their_next_sentence_to_make_room() -> None:
+    pool = _Pool(fast_tier_cost=0.4)
+    synthesizer = _synthesizer(admission=RealtimeAdmission(lambda: 2.5, lambda: 0, headroom=1.0), pool=pool)
+    short, long = synthesizer._take_slot("a", 5.0, _asking(AUTO)), synthesizer._take_slot("b", 20.0, _asking(AUTO))
+    assert short.choice.next_sentence() == QUALITY and long.choice.next_sentence() == QUALITY  # both playing their first sentence
+    fast = synthesizer._take_slot("c", 10.0, _asking(AUTO))  # 2 + 0.4 fits
+    assert fast.choice.tier == FAST and pool.moved == []
+    # 2 + 0.4 + 0.4 > 2.5: the listener with the most audio still to make moves, and that is enough.
+    newest = synthesizer._take_slot("d", 10.0, _asking(AUTO))
+    assert newest.choice.tier == FAST and pool.moved == [1]
+    assert (long.choice.tier, long.listener.cost, short.choice.tier, short.listener.cost) == (FAST, 0.4, QUALITY, 1.0)
+    assert long.choice.next_sentence() == FAST and long.choice.first == QUALITY, "the sentence it was in stays quality"
+    assert SpokenAudio(_nothing(), _asking(QUALITY), long.choice).tier == QUALITY, "its audio started in quality"
+    # A stream asking for quality makes room the same way, but 4 x 0.4 + 1 > 2.5 even with every auto
+    # stream moved: it is refused and nobody moves.
+    with pytest.raises(DownstreamError):
+        synthesizer._take_slot("e", 10.0, _asking(QUALITY))
+    assert (short.choice.tier, short.listener.cost, pool.moved) == (QUALITY, 1.0, [1])
+    short.release()
+    assert synthesizer._movable == {}, "a stream that ended is no longer there to move"
+    for slot in (long, fast, newest):
+        slot.release()
+
+
+def test_past_the_auto_share_new_auto_streams_start_fast_and_playing_ones_move_until_the_listeners_fit_it() -> None:
+    pool = _Pool(fast_tier_cost=0.25)
+    admission = RealtimeAdmission(lambda: 4.0, lambda: 0, headroom=1.0)
+    synthesizer = _synthesizer(admission=admission, pool=pool, auto_quality_share=0.5)  # quality while they fit in 2.0
+    first, second = synthesizer._take_slot("a", 20.0, _asking(AUTO)), synthesizer._take_slot("b", 10.0, _asking(AUTO))
+    assert (first.choice.tier, second.choice.tier, pool.moved) == (QUALITY, QUALITY, [])
+    pinned = synthesizer._take_slot("c", 10.0, _asking(QUALITY))  # 3.0: within 4, past 2
+    # Asked for quality, it is spoken in quality; auto listeners make up the difference, the one with
+    # the most audio to make first: with one moved, 0.25 + 1 + 1 = 2.25 is still past 2.0, so both move.
+    assert pinned.choice.tier == QUALITY and pool.moved == [2]
+    assert (first.choice.tier, first.listener.cost, second.choice.tier) == (FAST, 0.25, FAST)
+    third = synthesizer._take_slot("d", 10.0, _asking(AUTO))
+    assert third.choice.tier == FAST and pool.moved == [2], "past the share a new auto stream starts in the fast tier"
+    assert pool.spoken == [(QUALITY, AUTO), (QUALITY, AUTO), (QUALITY, QUALITY), (FAST, AUTO)]
+    for slot in (first, second, pinned, third):
+        slot.release()
+    alone = synthesizer._take_slot("e", 10.0, _asking(AUTO))
+    assert alone.choice.tier == QUALITY, "a listener alone is never past the share"
+
+
+async def _nothing() -> AsyncIterator[Any]:
+    for item in ():
+        yield item
 
 
 def test_auto_refuses_as_quality_does_for_a_voice_without_a_fast_tier_or_while_its_cost_is_unknown() -> None:
     for pool, tiers in ((_Pool(fast_tier_cost=0.4), (QUALITY,)), (_Pool(fast_tier_cost=1.0), (QUALITY, FAST))):
         synthesizer = _synthesizer(admission=RealtimeAdmission(lambda: 1.5, lambda: 0, headroom=1.0), pool=pool)
         first = synthesizer._take_slot("a", 10.0, _asking(AUTO, tiers))  # held: a dropped slot is given back
-        assert first.tier == QUALITY
+        assert first.choice.tier == QUALITY
         with pytest.raises(DownstreamError):
             synthesizer._take_slot("b", 10.0, _asking(AUTO, tiers))
 
@@ -77,7 +132,7 @@ def test_a_fast_stream_asked_for_is_weighed_at_its_cost() -> None:
     pool = _Pool(fast_tier_cost=0.25)
     synthesizer = _synthesizer(admission=RealtimeAdmission(lambda: 1.0, lambda: 0, headroom=1.0), pool=pool)
     slots = [synthesizer._take_slot(client, 10.0, _asking(FAST)) for client in "abcd"]  # four at 0.25 fill 1.0
-    assert {slot.tier for slot in slots} == {FAST}
+    assert {slot.choice.tier for slot in slots} == {FAST}
     with pytest.raises(DownstreamError):
         synthesizer._take_slot("e", 10.0, _asking(FAST))
 

@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from libs.devmesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from libs.devmesh.launcher import service_command, stop_processes, wait_until_serving
 from libs.devmesh.local_secrets import LocalSecrets, ensure_local_secrets
+from libs.upstream.loads import LOAD_POLL_S
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_START_TIMEOUT_S = 240.0  # model loading and warm-up on two shared cores
@@ -154,6 +155,17 @@ class Mesh:
     def metric(self, name: str, key: str) -> float:
         """One sample's value (0 when the series does not exist yet)."""
         return self.metrics(name).get(key, 0.0)
+
+    def wait_idle(self, timeout_s: float = 60.0) -> None:
+        """Wait until no stream is open anywhere in the mesh (an earlier test's may still be winding
+        down on a slow machine), and then for the gateway to have heard that from the workers."""
+        deadline = time.monotonic() + timeout_s
+        while any(self.metric(name, f"tts_{name}_inflight_streams") > 0 for name in ("acoustic", "vocoder")) or (
+            self.metric("gateway", "tts_gateway_realtime_listeners") > 0
+        ):
+            assert time.monotonic() < deadline, "the mesh still has streams open"
+            time.sleep(0.1)
+        time.sleep(2 * LOAD_POLL_S)  # the gateway asks the workers' loads this often
 
     def _spawn(self, name: str, extra_args: list[str]) -> ServiceProcess:
         port, metrics_port = free_port(), free_port()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,8 +26,9 @@ from libs.text.errors import InvalidTextError
 from libs.text.normalize import decode_utf8
 from libs.voice.checks import MAX_NOISE_SCALE, check_sentence_request
 from libs.voice.registry import UnknownVoiceError, default_registry
+from libs.voice.tiers import FAST, QUALITY
 from libs.voice.vocode_session import StreamSlices
-from libs.wire.errors import InvalidRequestError, ModelVersionMismatchError
+from libs.wire.errors import InvalidRequestError, ModelVersionMismatchError, echo
 from libs.wire.limits import MAX_ID_CHARS, MAX_PHONEME_IDS
 from libs.wire.request_decoding import UndecodableRequest, request_decoder
 from tests.support.fuzz.wire_mutations import Mutator, encode_fields, parse_fields
@@ -107,6 +110,13 @@ def test_any_sentence_request_is_accepted_only_within_every_range(
     assert 0 <= noise_scale <= MAX_NOISE_SCALE and 0 <= noise_w <= MAX_NOISE_SCALE and start_frame >= 0
 
 
+def _opener(tier: str) -> Callable[[int, int], Any]:
+    """A vocoder's tiers as `VocoderEngine.for_tier` knows them: any other is refused."""
+    if tier not in ("", QUALITY, FAST):
+        raise InvalidRequestError(f"this vocoder has no {echo(tier)} tier of this voice; use {QUALITY} or {FAST}", field="tier")
+    return lambda origin, emit_from: _CountingStream()
+
+
 class _CountingStream:
     """Stands in for a vocoder stream: holds what it is given, steps never (bookkeeping only)."""
 
@@ -137,7 +147,7 @@ def _valid_vocode_request() -> vocoder_pb2.VocodeRequest:
     return vocoder_pb2.VocodeRequest(slices=[mel_pb2.MelSlice(
         utterance_id="u", sentence_index=0, slice_index=0, first_frame=0, frame_count=4, n_mels=N_MELS,
         dtype=mel_pb2.MEL_DTYPE_FLOAT16, frames=frames.T.tobytes(), is_last=True, sentence_frame_count=4,
-    )])  # fmt: skip
+    )], tier=FAST)  # fmt: skip
 
 
 @settings(max_examples=400, deadline=None)
@@ -145,7 +155,7 @@ def _valid_vocode_request() -> vocoder_pb2.VocodeRequest:
 def test_any_stream_of_mutated_mel_slices_is_taken_or_refused_as_invalid(rng: random.Random, messages: int) -> None:
     valid = _valid_vocode_request()
     mutator = Mutator(rng)
-    slices = StreamSlices(N_MELS, HOP, lambda origin, emit_from: _CountingStream())
+    slices = StreamSlices(N_MELS, HOP, _opener)
     try:
         for _ in range(messages):
             request = vocoder_pb2.VocodeRequest.FromString(mutator.mutate(valid.DESCRIPTOR, valid.SerializeToString()))

@@ -1,11 +1,12 @@
-"""Per-sentence vocoder bookkeeping: order, resume priming and sample indices (stand-in stream)."""
+"""Per-sentence vocoder bookkeeping: order, resume priming, sample indices and each sentence's tier (stand-in stream)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from libs.voice.vocode_session import SentenceSession
+from libs.pb.tts.common.v1 import mel_pb2
+from libs.voice.vocode_session import SentenceSession, StreamSlices
 from libs.wire.errors import InvalidRequestError
 
 HOP = 4
@@ -93,3 +94,39 @@ def test_gaps_context_after_audio_and_slices_after_the_end_are_rejected() -> Non
     _feed(session, 3, 1, context_only=False, is_last=True)
     with pytest.raises(InvalidRequestError, match="already ended"):
         session.check_slice(4, context_only=False)
+
+
+def _mel_slice(sentence: int, first: int, count: int, total: int) -> mel_pb2.MelSlice:
+    return mel_pb2.MelSlice(
+        utterance_id="u", sentence_index=sentence, first_frame=first, frame_count=count, n_mels=80,
+        dtype=mel_pb2.MEL_DTYPE_FLOAT32, frames=_frames(count).T.tobytes(), is_last=first + count == total,
+        sentence_frame_count=total,
+    )  # fmt: skip
+
+
+def test_each_sentence_opens_on_its_own_tier_and_keeps_it_to_its_end() -> None:
+    opened: list[str] = []
+
+    def opener(tier: str):  # type: ignore[no-untyped-def]
+        if tier not in ("", "quality", "fast"):
+            raise InvalidRequestError(f"no {tier!r} tier here", field="tier")
+
+        def open_stream(origin: int, emit_from: int) -> RecordingStream:
+            opened.append(tier)
+            return RecordingStream(origin, emit_from)
+
+        return open_stream
+
+    slices = StreamSlices(80, HOP, opener)
+    assert slices.accept(_mel_slice(0, 0, 4, 8), False, "quality").tier == "quality"
+    with pytest.raises(InvalidRequestError, match="began in tier 'quality'"):  # never a seam inside a sentence
+        slices.accept(_mel_slice(0, 4, 4, 8), False, "fast")
+    session = slices.accept(_mel_slice(0, 4, 4, 8), False, "quality")
+    while session.has_step():
+        session.step()
+    assert slices.accept(_mel_slice(1, 0, 4, 4), False, "fast").tier == "fast"  # the next sentence may change tier
+    while slices.session is not None and slices.session.has_step():
+        slices.session.step()
+    with pytest.raises(InvalidRequestError, match="tier"):
+        slices.accept(_mel_slice(2, 0, 4, 4), False, "turbo")
+    assert opened == ["quality", "fast"]

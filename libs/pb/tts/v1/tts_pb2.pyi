@@ -124,7 +124,7 @@ class StreamingSynthesizeRequest(_message.Message):
     def __init__(self, config: _Optional[_Union[StreamingSynthesizeConfig, _Mapping]] = ..., text: _Optional[str] = ...) -> None: ...
 
 class SentenceInfo(_message.Message):
-    __slots__ = ("index", "text", "phonemes", "audio_offset_s", "audio_duration_s", "phoneme_frames", "frame_duration_s", "words", "marks", "pause_before_s", "pause_after_s")
+    __slots__ = ("index", "text", "phonemes", "audio_offset_s", "audio_duration_s", "phoneme_frames", "frame_duration_s", "words", "marks", "pause_before_s", "pause_after_s", "tier")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     PHONEMES_FIELD_NUMBER: _ClassVar[int]
@@ -136,6 +136,7 @@ class SentenceInfo(_message.Message):
     MARKS_FIELD_NUMBER: _ClassVar[int]
     PAUSE_BEFORE_S_FIELD_NUMBER: _ClassVar[int]
     PAUSE_AFTER_S_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
     index: int
     text: str
     phonemes: str
@@ -147,7 +148,8 @@ class SentenceInfo(_message.Message):
     marks: _containers.RepeatedCompositeFieldContainer[MarkInfo]
     pause_before_s: float
     pause_after_s: float
-    def __init__(self, index: _Optional[int] = ..., text: _Optional[str] = ..., phonemes: _Optional[str] = ..., audio_offset_s: _Optional[float] = ..., audio_duration_s: _Optional[float] = ..., phoneme_frames: _Optional[_Iterable[int]] = ..., frame_duration_s: _Optional[float] = ..., words: _Optional[_Iterable[_Union[WordInfo, _Mapping]]] = ..., marks: _Optional[_Iterable[_Union[MarkInfo, _Mapping]]] = ..., pause_before_s: _Optional[float] = ..., pause_after_s: _Optional[float] = ...) -> None: ...
+    tier: Tier
+    def __init__(self, index: _Optional[int] = ..., text: _Optional[str] = ..., phonemes: _Optional[str] = ..., audio_offset_s: _Optional[float] = ..., audio_duration_s: _Optional[float] = ..., phoneme_frames: _Optional[_Iterable[int]] = ..., frame_duration_s: _Optional[float] = ..., words: _Optional[_Iterable[_Union[WordInfo, _Mapping]]] = ..., marks: _Optional[_Iterable[_Union[MarkInfo, _Mapping]]] = ..., pause_before_s: _Optional[float] = ..., pause_after_s: _Optional[float] = ..., tier: _Optional[_Union[Tier, str]] = ...) -> None: ...
 
 class MarkInfo(_message.Message):
     __slots__ = ("name", "time_s")
