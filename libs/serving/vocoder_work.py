@@ -31,7 +31,7 @@ class VocoderWork:
         request may change for the sentence it starts (VocodeRequest.tier)."""
         self._voice = engine
         self._stream_tier = tier
-        self._engine = engine.for_tier(tier)  # what a request naming no tier is spoken with
+        self._engine = engine.for_tier(tier)  # the stream's tier: an unknown one is refused as the stream opens
         self._scheduler = scheduler
         self._metrics = metrics
 
@@ -100,7 +100,7 @@ class VocoderWork:
 
     def _engine_of(self, tier: str) -> Any:
         """The engine of `tier` ("": the stream's); InvalidRequestError for one this voice lacks here."""
-        return self._engine if not tier or tier == self._stream_tier else self._voice.for_tier(tier)
+        return self._voice.for_tier(tier or self._stream_tier)
 
     def _due(self, session: SentenceSession, anchor_sentence: int, deadline: PlaybackDeadline, anchor_s: float) -> float:
         """When the listener needs the audio of `session`'s next step."""
