@@ -28,7 +28,7 @@ from libs.devmesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from libs.models.piper_import import PiperVoiceModels, load_piper_voice
 from libs.scheduling.ledger import LEDGER_DIR_ENV
 from libs.text.phonemizer_pool import PhonemizerPool
-from tests.support.mesh import Mesh, free_port
+from tests.support.mesh import NO_REALTIME_ADMISSION, Mesh, free_port
 
 LAYERS = ("unit", "integration", "e2e")
 
@@ -49,8 +49,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
-    """Redis + acoustic + vocoder + gateway as real processes on free loopback ports."""
-    running = Mesh(log_dir=tmp_path_factory.mktemp("mesh-logs")).start()
+    """Redis + acoustic + vocoder + gateway as real processes on free loopback ports, without real-time
+    admission (NO_REALTIME_ADMISSION: what it takes depends on the machine)."""
+    running = Mesh(log_dir=tmp_path_factory.mktemp("mesh-logs"), env=dict(NO_REALTIME_ADMISSION)).start()
     try:
         yield running
     finally:

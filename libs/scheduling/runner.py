@@ -24,6 +24,12 @@ T = TypeVar("T")
 HEARTBEAT_S: Final = 1.0
 """How often a stream whose next step waits in a busy worker's queue tells its gateway it is not forgotten."""
 
+PROGRESS_CPU_S: Final = 0.02
+"""CPU the worker's process spends that counts as much progress as a finished step. On a starved
+machine (a small CPU quota, a slow core shared by many processes) one step can outlast the gateway's
+attempt timeout: the CPU it burns says the worker is working. An idle or stuck process (threads
+waiting on a lock, a frozen one) spends well under this in a heartbeat."""
+
 
 class StepRunner:
     """Runs model steps on `executor` and records their queue time, run time and CPU time in
@@ -93,10 +99,15 @@ class StepRunner:
         """Steps this runner's executor has finished so far (0 for a plain executor)."""
         return getattr(self.executor, "completed", 0)
 
+    def progress(self) -> float:
+        """Work done so far, in finished steps: those finished, and the process's CPU in units of
+        `PROGRESS_CPU_S` (a step still running on a slow core is progress too)."""
+        return self.steps_done() + time.process_time() / PROGRESS_CPU_S
 
-async def with_heartbeats(step: Awaitable[T], progress: Callable[[], int], every_s: float = HEARTBEAT_S) -> AsyncIterator[T | None]:
+
+async def with_heartbeats(step: Awaitable[T], progress: Callable[[], float], every_s: float = HEARTBEAT_S) -> AsyncIterator[T | None]:
     """Yields None every `every_s` while `step` is still waiting, as long as the worker made progress
-    (`progress()` moved: other steps finished) since the last one; then the step's result. A worker
+    (`progress()` grew by a step's worth, 1, since the last one); then the step's result. A worker
     that is busy but working tells its caller so; one whose threads are stuck says nothing."""
     task = asyncio.ensure_future(step)
     try:
@@ -107,7 +118,7 @@ async def with_heartbeats(step: Awaitable[T], progress: Callable[[], int], every
                 yield task.result()
                 return
             now = progress()
-            if now != seen:
+            if now - seen >= 1:
                 seen = now
                 yield None
     finally:

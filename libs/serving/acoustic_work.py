@@ -99,7 +99,7 @@ class AcousticWork:
                 span=tracing.SPAN_ACOUSTIC_PLAN,
                 span_attributes={tracing.ATTR_SENTENCE_INDEX: request.sentence_index, tracing.ATTR_PHONEME_COUNT: len(phoneme_ids)},
             ),
-            runner.steps_done,
+            runner.progress,
         ):
             if plan is None:
                 yield mel_pb2.MelSlices()  # busy, not gone
@@ -129,7 +129,7 @@ class AcousticWork:
                     starting=deadline.starting,
                     rank_s=deadline.stream.asked_s,
                 ),
-                runner.steps_done,
+                runner.progress,
             ):
                 if chunk is None:
                     yield mel_pb2.MelSlices()

@@ -79,7 +79,7 @@ class VocoderWork:
                         rank_s=deadline.stream.asked_s,
                         on_start=lambda started_s: self._metrics.mel_queue_seconds.observe(started_s - received_s),
                     ),
-                    runner.steps_done,
+                    runner.progress,
                 ):
                     if block is None:
                         yield vocoder_pb2.VocodeResponse(utterance_id=mel_slice.utterance_id, sentence_index=mel_slice.sentence_index, busy=True)

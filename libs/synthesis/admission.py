@@ -217,10 +217,8 @@ class RealtimeAdmission:
         rate = self._admitted(capacity) * share - others
         demand.append((0.0, max(expected_audio_s, EPSILON_S), cost))
         if not keeps_playing(demand, rate):
-            return (
-                f"the mesh makes {capacity:.1f} audio s per s and its {len(demand) - 1} listeners need that to keep "
-                "playing; retry when one ends"
-            )
+            held = f"its {len(demand) - 1} listeners" + (f" and {others} streams of other callers" if others > 0 else "")
+            return f"the mesh makes {capacity:.1f} audio s per s and {held} need that to keep playing; retry when one ends"
         reserve = self._reserve_for_others(client, rate)
         if reserve > 0 and not keeps_playing(demand, rate - reserve):
             return (
@@ -228,6 +226,14 @@ class RealtimeAdmission:
                 "streams go first when the mesh is busy: retry when one ends"
             )
         return None
+
+    def keeps_up_alone(self, expected_audio_s: float, cost: float = 1.0) -> bool:
+        """Whether a listener alone, expecting `expected_audio_s` at `cost` per second, keeps playing in
+        what admission takes (True while the capacity is unknown or admission is off)."""
+        capacity = self._capacity()
+        if capacity <= 0 or not self._headroom:
+            return True
+        return keeps_playing([(0.0, max(expected_audio_s, EPSILON_S), cost)], self._admitted(capacity) - self._other_streams())
 
     def fits(self, share: float) -> bool:
         """Whether the listeners admitted keep playing in `share` of what admission takes (True while

@@ -178,7 +178,7 @@ class Synthesizer:
         RESOURCE_EXHAUSTED when the gateway is full, the client holds its limit of streams, or the
         mesh cannot keep one more listener playing (`admission`). The slot's tier is the one the
         stream starts in: the one asked for, or for auto quality while the listeners with it fit in
-        the auto share of what admission takes, else the fast tier. Where even that is refused,
+        the auto share of what admission takes (or while it is alone and fits at all), else the fast tier. Where even that is refused,
         streams playing in auto move to the fast tier from their next sentence, as many as make room
         (`_make_room`); and once admitted, as many more as bring the listeners back within the auto
         share (`_degrade`): the mesh degrades before it is full, where listeners would run dry first."""
@@ -204,8 +204,8 @@ class Synthesizer:
         listener = Listener(client, expected_audio_s, cost=self._pool.fast_tier_cost() if choice.tier == FAST else 1.0)
         if self.admission is not None:
             cost = self._pool.fast_tier_cost()
-            if can_move and cost < 1.0 and self.admission.refusal(client, expected_audio_s, 1.0, self._auto_quality_share) is not None:
-                choice.tier, listener.cost = FAST, cost  # past the auto share: a new stream starts in the fast tier
+            if can_move and cost < 1.0 and self._starts_fast(client, expected_audio_s):
+                choice.tier, listener.cost = FAST, cost
             refusal = self.admission.refusal(client, expected_audio_s, listener.cost)
             if refusal is not None and self._movable:
                 refusal = self._make_room(listener, refusal)
@@ -222,13 +222,22 @@ class Synthesizer:
             self._degrade()
         return _Slot(self, client, listener, characters, choice)
 
+    def _starts_fast(self, client: str, expected_audio_s: float) -> bool:
+        """Whether a new auto stream starts in the fast tier: past the auto share with the others, or
+        alone where quality would not keep up. A listener alone is under no load to degrade for, though
+        on a slow machine one listener may be more than the share."""
+        assert self.admission is not None
+        if self.admission.listening():
+            return self.admission.refusal(client, expected_audio_s, 1.0, self._auto_quality_share) is not None
+        return not self.admission.keeps_up_alone(expected_audio_s)
+
     def _degrade(self) -> None:
         """Move streams playing in auto to the fast tier from their next sentence, those with the most
         audio still to make first, until the listeners fit in the auto share of what admission takes
         (or none is left to move)."""
         assert self.admission is not None
         cost = self._pool.fast_tier_cost()
-        if cost >= 1.0:
+        if cost >= 1.0 or len(self.admission.listening()) < 2:  # a listener alone stays as it started
             return
         moved = 0
         for listener, choice in self._movable_by_audio_left():

@@ -40,7 +40,10 @@ def _long_text(tag: int) -> str:
 def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     env = {
         "TTS_REALTIME_CAPACITY": str(CAPACITY),
-        "TTS_REALTIME_HEADROOM": "1.0",
+        # The gateway's rule is what these tests hold to. The workers' own backstop refuses by how late
+        # their steps run, which depends on the machine: on a slow one, the held streams' first sentences
+        # are still late when the next stream comes.
+        "TTS_REALTIME_HEADROOM": "0",
         "TTS_ADMISSION_HEADROOM": "1.0",
         "TTS_TRUSTED_PROXIES": "127.0.0.1/32",
         "TTS_ACTIVE_CLIENT_S": str(ACTIVE_S),

@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from tests.support.fuzz.live import DEFAULT_SEED, run_fuzz
-from tests.support.mesh import Mesh
+from tests.support.mesh import NO_REALTIME_ADMISSION, Mesh
 
 CI_SECONDS = 60.0
 MIN_INPUTS_PER_TARGET = 5
@@ -32,8 +32,10 @@ def _seed() -> int:
 
 @pytest.fixture(scope="module")
 def fuzzed_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
-    """A mesh of its own: what the fuzzer does to it (or a process it brings down) stays out of other tests."""
-    running = Mesh(log_dir=tmp_path_factory.mktemp("fuzzed-mesh")).start()
+    """A mesh of its own: what the fuzzer does to it (or a process it brings down) stays out of other
+    tests. Without real-time admission: the fuzzer's own streams would fill a slow machine, and its
+    health calls would be refused for it."""
+    running = Mesh(log_dir=tmp_path_factory.mktemp("fuzzed-mesh"), env=dict(NO_REALTIME_ADMISSION)).start()
     try:
         yield running
     finally:

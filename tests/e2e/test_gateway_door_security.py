@@ -9,6 +9,7 @@ file reloaded without a restart; the HTTP door asking for the same keys.
 
 from __future__ import annotations
 
+import os
 import queue
 import ssl
 import subprocess
@@ -92,7 +93,9 @@ def door(mesh: Mesh, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Door]
         "--api-keys-file", str(door.keys_file), "--api-keys-reload-s", "0.2",
     ]  # fmt: skip
     with log_path.open("wb") as log:
-        process = subprocess.Popen(service_command("gateway", args), cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            service_command("gateway", args), cwd=REPO_ROOT, env={**os.environ, **mesh.env}, stdout=log, stderr=subprocess.STDOUT
+        )
     door.gateway = ServiceProcess("gateway", port, metrics_port, log_path, process)
     try:
         # Health over TLS, with no key: what a probe that speaks TLS does.

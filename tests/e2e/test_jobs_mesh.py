@@ -26,7 +26,7 @@ from libs.jobs.audio import SENTENCES_PER_READ
 from libs.pb.tts.v1 import jobs_pb2, jobs_pb2_grpc, tts_pb2
 from tests.support.client import synthesize
 from tests.support.gateway_process import extra_gateway
-from tests.support.mesh import Mesh, ServiceProcess
+from tests.support.mesh import NO_REALTIME_ADMISSION, Mesh, ServiceProcess
 
 SENTENCES = [
     "The lighthouse keeper climbed the stairs every evening at dusk.",
@@ -51,13 +51,19 @@ KILLED_SENTENCES = [f"A {colour} {animal} sleeps by the river tonight." for anim
 CLAIM_IDLE_S = 2.0
 RUNNER_ARGS = ["--job-runners", "1", "--job-claim-idle-s", str(CLAIM_IDLE_S)]
 JOB_TIMEOUT_S = 300.0
+STREAM_TIMEOUT_S = 600.0
+"""A stream of one of these texts is minutes of audio: at a quarter of a fast machine's speed, shared
+with another test process, it takes minutes to make."""
+
+# Each test speaks minutes of audio, some twice (as a job, then streamed): hang guards with room for a slow machine.
+pytestmark = pytest.mark.timeout(1200)
 
 
 @pytest.fixture(scope="module")
 def job_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     """A mesh whose gateway serves the job API but runs no jobs: runners are started by each test."""
     # Admission by measured real-time capacity is not under test, and on a shared machine it refuses at random.
-    env = {"TTS_JOB_RUNNERS": "0", "TTS_REALTIME_HEADROOM": "0"}
+    env = {"TTS_JOB_RUNNERS": "0", **NO_REALTIME_ADMISSION}
     running = Mesh(log_dir=tmp_path_factory.mktemp("jobs-mesh"), env=env).start()
     try:
         yield running
@@ -100,7 +106,7 @@ def pcm(data: bytes) -> np.ndarray:
 
 
 def streamed_pcm(mesh: Mesh, text: str = TEXT, **fields: Any) -> np.ndarray:
-    spoken = synthesize(mesh.gateway_address, text, encoding=tts_pb2.LINEAR_PCM, **fields)
+    spoken = synthesize(mesh.gateway_address, text, timeout_s=STREAM_TIMEOUT_S, encoding=tts_pb2.LINEAR_PCM, **fields)
     return pcm(b"".join(response.audio for response in spoken.responses))
 
 
@@ -124,7 +130,7 @@ def test_job_file_equals_streaming_the_same_text_sample_for_sample(job_mesh: Mes
     status_vtt, vtt = http(job_mesh, "GET", f"/v1/audio/jobs/{job['id']}/captions")
     status_srt, srt = http(job_mesh, "GET", f"/v1/audio/jobs/{job['id']}/captions?format=srt")
     assert status_vtt == 200 and status_srt == 200
-    spoken = synthesize(job_mesh.gateway_address, text, encoding=tts_pb2.LINEAR_PCM, sample_rate_hz=24000)
+    spoken = synthesize(job_mesh.gateway_address, text, timeout_s=STREAM_TIMEOUT_S, encoding=tts_pb2.LINEAR_PCM, sample_rate_hz=24000)
     sentences = [response.sentence for response in spoken.responses if response.HasField("sentence")]
     expected = [[s.audio_offset_s, s.audio_offset_s + s.audio_duration_s, *(w.start_s for w in s.words)] for s in sentences]
     cues = _vtt_times(vtt.decode())

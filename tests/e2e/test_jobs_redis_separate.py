@@ -29,7 +29,7 @@ from services.gateway.background_work import job_redis_url
 from services.settings import load_gateway_settings
 from tests.support.client import synthesize
 from tests.support.gateway_process import extra_gateway
-from tests.support.mesh import Mesh, free_port
+from tests.support.mesh import NO_REALTIME_ADMISSION, Mesh, free_port
 
 TEXT = "The ferry left the harbour at noon. Gulls followed it out past the breakwater."
 JOB_TIMEOUT_S = 300.0
@@ -48,7 +48,7 @@ def jobs_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Embed
 def mesh(jobs_redis: tuple[EmbeddedRedis, Path]) -> Iterator[Mesh]:
     """A secured mesh whose gateway serves the job API on the job Redis and runs no jobs itself."""
     server, log_dir = jobs_redis
-    env = {"TTS_JOB_RUNNERS": "0", "TTS_REALTIME_HEADROOM": "0", "TTS_JOBS_REDIS_URL": plain_url(server)}
+    env = {"TTS_JOB_RUNNERS": "0", **NO_REALTIME_ADMISSION, "TTS_JOBS_REDIS_URL": plain_url(server)}
     running = Mesh(log_dir=log_dir, env=env).start()
     try:
         yield running

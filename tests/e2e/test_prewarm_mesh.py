@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.client import synthesize
 from tests.support.gateway_process import extra_gateway
-from tests.support.mesh import Mesh, ServiceProcess
+from tests.support.mesh import NO_REALTIME_ADMISSION, Mesh, ServiceProcess
 
 CACHE_TTL_S = 4
 WARM_TIMEOUT_S = 60.0
@@ -24,7 +24,7 @@ WARM_TIMEOUT_S = 60.0
 def quiet_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     """A mesh whose own gateway neither runs jobs nor promotes: the gateways under test are extra ones."""
     # Admission by measured real-time capacity is not under test, and on a shared machine it refuses at random.
-    env = {"TTS_JOB_RUNNERS": "0", "TTS_PROMOTE_AFTER": "0", "TTS_REALTIME_HEADROOM": "0"}
+    env = {"TTS_JOB_RUNNERS": "0", "TTS_PROMOTE_AFTER": "0", **NO_REALTIME_ADMISSION}
     running = Mesh(log_dir=tmp_path_factory.mktemp("prewarm-mesh"), env=env).start()
     try:
         yield running

@@ -33,7 +33,8 @@ def small_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     # Pinned capacity: what the workers would compute depends on the machine; the admission rule does not.
     # Gaps listeners hear cut nothing: on a machine slower than these two listeners need, the pinned
     # capacity overstates it and they do run dry, which is the stall feedback's business, not this rule's.
-    env = {"TTS_REALTIME_CAPACITY": str(CAPACITY), "TTS_REALTIME_HEADROOM": "1.0", "TTS_ADMISSION_HEADROOM": "1.0",
+    # The workers' own backstop is off for the same reason: it refuses by how late their steps run.
+    env = {"TTS_REALTIME_CAPACITY": str(CAPACITY), "TTS_REALTIME_HEADROOM": "0", "TTS_ADMISSION_HEADROOM": "1.0",
            "TTS_REALTIME_MIN_SHARE": "1", "TTS_AUTO_QUALITY_SHARE": "1"}  # auto keeps quality until a stream would be refused
     mesh = Mesh(log_dir=Path(tmp_path_factory.mktemp("realtime")), env=env).start()
     try:

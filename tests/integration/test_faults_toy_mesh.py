@@ -182,16 +182,19 @@ async def test_a_heard_stream_resumes_once_after_its_worker_dies_with_the_retry_
 async def test_only_a_first_sentence_on_an_idle_worker_gets_both_cores(mesh: ToyMesh) -> None:
     pool = await _zone_pool(mesh)
     try:
-        engine = mesh.of("acoustic", "zone-a").servicer.shelf.any_engine()
+        worker = mesh.of("acoustic", "zone-a")
+        engine = worker.servicer.shelf.any_engine()
+        # A CPU quota under two cores (a small pod, a slow machine's test run) has no second core to give.
+        two_cores = worker.scheduler.capacity.budget.cores >= 2
         await _speak(pool)
-        assert engine.wide_plans == [True, False]  # the second sentence has the first one's playback as slack
+        assert engine.wide_plans == [two_cores, False]  # the second sentence has the first one's playback as slack
         engine.wide_plans.clear()
         engine.chunk_delay_s = 0.2  # keep the first request's sentence in progress while the second starts
         first = asyncio.create_task(_speak(pool))
         await wait_until(lambda: len(engine.wide_plans) == 1)
         await asyncio.gather(first, _speak(pool))
         # The second request's first sentence came while another was being computed: one core.
-        assert engine.wide_plans[:2] == [True, False] and len(engine.wide_plans) == 4
+        assert engine.wide_plans[:2] == [two_cores, False] and len(engine.wide_plans) == 4
     finally:
         await pool.close()
 

@@ -114,6 +114,22 @@ def test_past_the_auto_share_new_auto_streams_start_fast_and_playing_ones_move_u
     assert alone.choice.tier == QUALITY, "a listener alone is never past the share"
 
 
+def test_an_auto_listener_alone_starts_in_quality_where_it_fits_at_all_and_moves_only_once_another_comes() -> None:
+    # A slow machine: one quality listener is 0.8 of what admission takes, past the 0.3 auto share.
+    pool = _Pool(fast_tier_cost=0.4)
+    synthesizer = _synthesizer(admission=RealtimeAdmission(lambda: 1.25, lambda: 0, headroom=1.0), pool=pool, auto_quality_share=0.3)
+    alone = synthesizer._take_slot("a", 10.0, _asking(AUTO))
+    assert (alone.choice.tier, pool.moved) == (QUALITY, []), "nobody else listens: nothing to degrade for"
+    # A second listener: past the share together, so the first moves at its next sentence and the newcomer starts fast.
+    newcomer = synthesizer._take_slot("b", 10.0, _asking(AUTO))
+    assert (newcomer.choice.tier, alone.choice.tier, pool.moved) == (FAST, FAST, [1])
+    for slot in (alone, newcomer):
+        slot.release()
+    # Where even one quality listener would not keep up, a listener alone starts in the fast tier.
+    tiny = _synthesizer(admission=RealtimeAdmission(lambda: 0.6, lambda: 0, headroom=1.0), pool=pool, auto_quality_share=0.3)
+    assert tiny._take_slot("c", 10.0, _asking(AUTO)).choice.tier == FAST
+
+
 async def _nothing() -> AsyncIterator[Any]:
     for item in ():
         yield item

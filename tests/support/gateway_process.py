@@ -20,7 +20,8 @@ START_TIMEOUT_S = 120.0
 def extra_gateway(
     mesh: Mesh, log_path: Path, args: Sequence[str] = (), env: Mapping[str, str] | None = None
 ) -> Iterator[ServiceProcess]:
-    """A gateway on `mesh`'s workers and Redis with extra `args` and `env`, SERVING for the block, then stopped."""
+    """A gateway on `mesh`'s workers and Redis with the mesh's environment and extra `args` and `env`,
+    SERVING for the block, then stopped."""
     assert mesh.redis is not None
     port, metrics_port = free_port(), free_port()
     command = service_command("gateway", [
@@ -37,7 +38,7 @@ def extra_gateway(
     ])  # fmt: skip
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            command, cwd=REPO_ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})), stdout=log, stderr=subprocess.STDOUT
+            command, cwd=REPO_ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1", **mesh.env, **(env or {})}, stdout=log, stderr=subprocess.STDOUT
         )
     gateway = ServiceProcess("gateway", port, metrics_port, log_path, process)
     try:

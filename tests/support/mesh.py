@@ -12,7 +12,7 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +26,12 @@ from libs.upstream.loads import LOAD_POLL_S
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_START_TIMEOUT_S = 240.0  # model loading and warm-up on two shared cores
+
+NO_REALTIME_ADMISSION: Mapping[str, str] = {"TTS_REALTIME_HEADROOM": "0", "TTS_ADMISSION_HEADROOM": "0"}
+"""Real-time admission off, on the workers and the gateway. What it admits depends on the machine:
+at a quarter of a fast machine's speed a mesh plays one or two listeners in real time, and rightly
+refuses a third. Meshes of tests about anything else (failover, cancels, limits, caches) run without
+it, so they hold on any machine; admission is tested on meshes of its own."""
 
 
 def free_port() -> int:

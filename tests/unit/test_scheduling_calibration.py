@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from libs.scheduling.calibration import calibrate
 from libs.scheduling.capacity import AudioCost
 from libs.scheduling.costs import CostModel
-from libs.scheduling.runner import with_heartbeats
+from libs.scheduling.runner import PROGRESS_CPU_S, StepRunner, with_heartbeats
+from libs.telemetry.metrics import WorkerMetrics
 from libs.voice.calibration import CalibrationStep, sentence_ids
 
 
@@ -69,3 +72,13 @@ async def test_a_step_waiting_in_a_busy_queue_sends_heartbeats_only_while_others
     # A worker whose threads are stuck (nothing finishes) says nothing while its step waits.
     seen = [item async for item in with_heartbeats(step(), lambda: 0, every_s=0.1)]
     assert seen == ["mel"]
+
+
+async def test_a_long_step_on_a_slow_core_sends_heartbeats_while_it_burns_cpu() -> None:
+    # One step that outlasts several heartbeats, nothing else running: no step finishes while it
+    # runs, but the CPU it spends says the worker is working, however slow the core.
+    runner = StepRunner(ThreadPoolExecutor(max_workers=1), WorkerMetrics("acoustic", CollectorRegistry()), CostModel(("chunk",)), lambda: False)
+    step = asyncio.get_running_loop().run_in_executor(runner.executor, lambda: (_spin(6 * PROGRESS_CPU_S), "mel")[1])
+    seen = [item async for item in with_heartbeats(step, runner.progress, every_s=PROGRESS_CPU_S / 2)]
+    # About one heartbeat per PROGRESS_CPU_S of the step's CPU, whatever the wall time it took.
+    assert seen[-1] == "mel" and seen.count(None) >= 3

@@ -55,14 +55,16 @@ def test_batcher_callback_fills_batch_size_queue_and_batch_inference_time() -> N
 def test_unbatched_steps_time_the_wait_for_the_inference_thread() -> None:
     metrics = AcousticMetrics()
     costs = CostModel(("plan", "chunk"))
-    release = threading.Event()
+    started, release = threading.Event(), threading.Event()
 
     async def scenario() -> list[str]:
         with ThreadPoolExecutor(max_workers=1) as executor:
             runner = StepRunner(executor, metrics, costs, batched=lambda: False)
-            # The first step holds the only thread for about 50 ms; the second waits for it.
-            first = asyncio.ensure_future(runner.run("plan", 10, lambda: (release.wait(5), "plan")[1]))
+            # The first step holds the only thread for 50 ms from when it starts (on a starved machine
+            # the thread may start it late); the second waits for it.
+            first = asyncio.ensure_future(runner.run("plan", 10, lambda: (started.set(), release.wait(5), "plan")[2]))
             second = asyncio.ensure_future(runner.run("chunk", 32, lambda: "chunk"))
+            assert await asyncio.to_thread(started.wait, 5)
             await asyncio.sleep(0.05)
             release.set()
             return [await first, await second]

@@ -4,6 +4,9 @@ that find them by resolving the name. `Fleet` runs toy workers (tests/faults/toy
 servicers around small engines, ready in a second); `ServiceFleet` runs the worker services
 themselves with the installed default voice.
 
+Pods run without real-time admission (`NO_REALTIME_ADMISSION`): these tests measure routing, and
+what admission takes depends on the machine.
+
 The resolver is the only stand-in: `FleetResolver` answers a name with the addresses of the pods
 currently "in DNS", as a headless Service's DNS record would list its ready pods. Adding a pod to it
 or taking one out is what the cluster does when a pod turns ready or starts terminating.
@@ -41,7 +44,7 @@ from libs.text.frontend import Sentence
 from libs.upstream.pool import WorkerPool
 from libs.upstream.settings import UpstreamSettings
 from libs.voice.registry import default_registry
-from tests.support.mesh import REPO_ROOT
+from tests.support.mesh import NO_REALTIME_ADMISSION, REPO_ROOT
 
 ACOUSTIC_PORT_BASE = 50700
 VOCODER_PORT_BASE = 50710
@@ -139,7 +142,7 @@ class Fleet:
                 "--metrics-port", str(port + METRICS_PORT_OFFSET), "--chunk-delay-s", str(self._chunk_delay_s),
                 "--grace-s", str(self._grace_s),
             ]  # fmt: skip
-            env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **NO_REALTIME_ADMISSION}
             process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, text=True)
             pod = Pod(kind, zone, ip, port, process)
             self.pods.append(pod)
@@ -223,7 +226,7 @@ class ServiceFleet(Fleet):
             "--host", ip, "--port", str(port), "--metrics-port", str(metrics_port), "--zone", zone, "--threads", "1",
             "--shutdown-grace-s", str(self._grace_s), *self._worker_args,
         ])  # fmt: skip
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **NO_REALTIME_ADMISSION}
         with self._log_path(kind, ip).open("wb") as log:
             process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         pod = Pod(kind, zone, ip, port, process, metrics_port=metrics_port)

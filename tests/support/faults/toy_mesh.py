@@ -124,6 +124,7 @@ class ToyWorker:
     health: health.aio.HealthServicer
     metrics: Any
     servicer: Any
+    scheduler: Scheduler
 
     @property
     def spec(self) -> str:
@@ -158,19 +159,21 @@ class ToyMesh:
                 health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
                 if kind == "acoustic":
                     metrics: Any = AcousticMetrics()
-                    servicer: Any = AcousticServicer(metrics, *_scheduling("acoustic", self.executor, metrics))
+                    scheduler, admission = _scheduling(kind, self.executor, metrics)
+                    servicer: Any = AcousticServicer(metrics, scheduler, admission)
                     servicer.install(VoiceShelf.holding(ToyAcousticEngine(chunk_delay_s), VOICE))
                     acoustic_pb2_grpc.add_AcousticServicer_to_server(servicer, server)
                 else:
                     metrics = VocoderMetrics()
-                    servicer = VocoderServicer(metrics, *_scheduling("vocoder", self.executor, metrics))
+                    scheduler, admission = _scheduling(kind, self.executor, metrics)
+                    servicer = VocoderServicer(metrics, scheduler, admission)
                     servicer.install(VoiceShelf.holding(vocoder_engine, VOICE))
                     vocoder_pb2_grpc.add_VocoderServicer_to_server(servicer, server)
                 port = server.add_insecure_port("127.0.0.1:0")
                 await server.start()
                 proxy = FaultProxy(f"127.0.0.1:{port}")
                 await proxy.start()
-                worker = ToyWorker(kind, zone, server, proxy, health_servicer, metrics, servicer)
+                worker = ToyWorker(kind, zone, server, proxy, health_servicer, metrics, servicer, scheduler)
                 await worker.set_serving(True)
                 self.workers.append(worker)
         return self

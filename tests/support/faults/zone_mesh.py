@@ -6,6 +6,9 @@ blackhole any worker, and also kill (SIGKILL) and restart the process behind a p
 port. Workers are expensive to start (model loading), gateways cheap: a test module shares one set
 of workers and starts gateways with whatever routing settings it needs.
 
+Real-time admission is off (`NO_REALTIME_ADMISSION`): these tests start more streams than a slow
+machine plays in real time, and measure failover, not admission.
+
 Workers run unbatched in float32 (`EXACT_WORKER_ENV`): dynamic batching changes float rounding
 (~1e-7) with what else is in a batch, and the fault tests compare audio sample for sample; float32
 makes the comparison the same on every CPU (bf16 resume is exact too: tests/test_resume_exact_bf16.py).
@@ -38,7 +41,7 @@ from libs.devmesh.launcher import service_command, stop_processes, wait_until_se
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
 from tests.support.faults.proxy import ThreadedFaultProxy
-from tests.support.mesh import REPO_ROOT, ServiceProcess, free_port
+from tests.support.mesh import NO_REALTIME_ADMISSION, REPO_ROOT, ServiceProcess, free_port
 
 WORKER_KINDS = ("acoustic", "vocoder")
 ZONES = ("zone-a", "zone-b")
@@ -229,7 +232,7 @@ class ZoneMesh(ServiceMetrics):
             args += ["--acoustic", spec]
         for spec in vocoder:
             args += ["--vocoder", spec]
-        gateway = self._spawn(name, "gateway", zone, free_port(), args, {**FAST_FAILOVER_ENV, **(env or {})})
+        gateway = self._spawn(name, "gateway", zone, free_port(), args, {**FAST_FAILOVER_ENV, **NO_REALTIME_ADMISSION, **(env or {})})
         self.gateways[name] = gateway
         try:
             self._wait_serving(gateway, time.monotonic() + timeout_s)
@@ -294,7 +297,7 @@ class ZoneMesh(ServiceMetrics):
 
     def _spawn_worker(self, kind: str, zone: str, port: int, metrics_port: int | None = None) -> ServiceProcess:
         name = worker_name(kind, zone)
-        env = {**EXACT_WORKER_ENV, **self.worker_env.get(name, {})}
+        env = {**EXACT_WORKER_ENV, **NO_REALTIME_ADMISSION, **self.worker_env.get(name, {})}
         worker = self._spawn(name, kind, zone, port, self.tls.worker_args() if self.tls else [], env, metrics_port)
         self.workers[name] = worker
         if name not in self.proxies:
