@@ -95,14 +95,11 @@ class StepRunner:
             return await asyncio.wrap_future(self.executor.submit_by(due_s, timed, first_audio=starting, estimate=estimate, rank_s=rank_s))
         return await asyncio.get_running_loop().run_in_executor(self.executor, timed)
 
-    def steps_done(self) -> int:
-        """Steps this runner's executor has finished so far (0 for a plain executor)."""
-        return getattr(self.executor, "completed", 0)
-
     def progress(self) -> float:
-        """Work done so far, in finished steps: those finished, and the process's CPU in units of
-        `PROGRESS_CPU_S` (a step still running on a slow core is progress too)."""
-        return self.steps_done() + time.process_time() / PROGRESS_CPU_S
+        """Work done so far, in finished steps: those the executor has finished (none counted by a plain
+        executor), and the process's CPU in units of `PROGRESS_CPU_S` (a step still running on a slow
+        core is progress too)."""
+        return getattr(self.executor, "completed", 0) + time.process_time() / PROGRESS_CPU_S
 
 
 async def with_heartbeats(step: Awaitable[T], progress: Callable[[], float], every_s: float = HEARTBEAT_S) -> AsyncIterator[T | None]:

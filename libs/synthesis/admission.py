@@ -227,21 +227,16 @@ class RealtimeAdmission:
             )
         return None
 
-    def keeps_up_alone(self, expected_audio_s: float, cost: float = 1.0) -> bool:
-        """Whether a listener alone, expecting `expected_audio_s` at `cost` per second, keeps playing in
-        what admission takes (True while the capacity is unknown or admission is off)."""
-        capacity = self._capacity()
-        if capacity <= 0 or not self._headroom:
-            return True
-        return keeps_playing([(0.0, max(expected_audio_s, EPSILON_S), cost)], self._admitted(capacity) - self._other_streams())
-
-    def fits(self, share: float) -> bool:
-        """Whether the listeners admitted keep playing in `share` of what admission takes (True while
-        the capacity is unknown)."""
+    def fits(self, share: float, expected_audio_s: float = 0.0, cost: float = 1.0) -> bool:
+        """Whether the listeners admitted, with a new one expecting `expected_audio_s` at `cost` per
+        second (0: none), keep playing in `share` of what admission takes (True while the capacity is
+        unknown or admission is off)."""
         capacity = self._capacity()
         if capacity <= 0 or not self._headroom:
             return True
         demand = [(listener.buffered_s(), listener.remaining_s(), listener.cost) for listener in self.listening()]
+        if expected_audio_s > 0:
+            demand.append((0.0, expected_audio_s, cost))
         return keeps_playing(demand, self._admitted(capacity) * share - self._other_streams())
 
     def listener_capacity(self) -> float:

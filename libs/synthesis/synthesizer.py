@@ -178,10 +178,11 @@ class Synthesizer:
         RESOURCE_EXHAUSTED when the gateway is full, the client holds its limit of streams, or the
         mesh cannot keep one more listener playing (`admission`). The slot's tier is the one the
         stream starts in: the one asked for, or for auto quality while the listeners with it fit in
-        the auto share of what admission takes (or while it is alone and fits at all), else the fast tier. Where even that is refused,
-        streams playing in auto move to the fast tier from their next sentence, as many as make room
-        (`_make_room`); and once admitted, as many more as bring the listeners back within the auto
-        share (`_degrade`): the mesh degrades before it is full, where listeners would run dry first."""
+        the auto share of what admission takes (alone: while it fits at all), else the fast tier.
+        Where even that is refused, streams playing in auto move to the fast tier from their next
+        sentence, as many as make room (`_make_room`); and once admitted, as many more as bring the
+        listeners back within the auto share (`_degrade`): the mesh degrades before it is full, where
+        listeners would run dry first."""
         if self._open_streams >= self._max_streams:
             self._pool.metrics.shed(SHED_GATEWAY_FULL)
             raise DownstreamError(
@@ -229,7 +230,7 @@ class Synthesizer:
         assert self.admission is not None
         if self.admission.listening():
             return self.admission.refusal(client, expected_audio_s, 1.0, self._auto_quality_share) is not None
-        return not self.admission.keeps_up_alone(expected_audio_s)
+        return not self.admission.fits(1.0, expected_audio_s)
 
     def _degrade(self) -> None:
         """Move streams playing in auto to the fast tier from their next sentence, those with the most

@@ -104,7 +104,11 @@ def test_eight_streams_see_no_error_through_a_master_failover_and_a_reshard(clus
     # fewer sentences a second.
     texts = [unique(text) for text in SENTENCES]
     with Load(cluster_mesh.gateway_address, texts) as load:
-        wait_for(lambda: load.completed >= len(texts), PHASE_TIMEOUT_S, what="every sentence spoken and cached once")
+        wait_for(
+            lambda: load.completed >= len(texts) and _cache_outcomes(cluster_mesh)["hit"] >= 1,
+            PHASE_TIMEOUT_S,
+            what="every sentence spoken and cached once, and the cache in use",
+        )
         before_kill = _cache_outcomes(cluster_mesh)
         cluster.kill(0)
         promoted = cluster.wait_failover(0)

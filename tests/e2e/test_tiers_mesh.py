@@ -76,7 +76,9 @@ def test_both_tiers_speak_one_mel_each_with_its_own_audio_head(mesh: Mesh) -> No
 
 
 def test_auto_on_an_idle_mesh_speaks_in_the_quality_tier(mesh: Mesh) -> None:
-    mesh.wait_idle()  # a stream still open (an earlier test's, on a slow machine) is load that auto degrades for
+    # The shared mesh runs without real-time admission, so nothing here degrades auto: this holds the
+    # response header and the metric. The rule that a listener alone starts in quality wherever quality
+    # keeps up is held by tests/integration/test_synthesizer_slots.py.
     before = mesh.metric("gateway", 'tts_gateway_streams_by_tier_total{asked="auto",tier="quality"}')
     tier, responses = _speak(mesh, _unique("Nobody else is speaking."), tier=tts_pb2.TIER_AUTO)
     assert tier == "quality" and _samples(responses).size > 0
