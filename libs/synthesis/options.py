@@ -31,13 +31,17 @@ MAX_REQUEST_ID_CHARS: Final = MAX_ID_CHARS  # it becomes the utterance id the wo
 DEFAULT_MAX_STREAMS: Final = 256
 # A quarter of the gateway: one client (an address; behind a NAT, many people) cannot take it all.
 DEFAULT_MAX_STREAMS_PER_CLIENT: Final = 64
-DEFAULT_OPENING_MAX_IDS: Final = 0
-"""Off: a cut opening is a sentence of its own in the client's timeline (its own sentence info and
-words), which changes what a client sees of its text. Turned on, 64 to 96 keeps a long first
-sentence's first audio within about 1.3 times a short sentence's on any machine (the ratio is the cost
-model's, the same everywhere: `make bench-quality`'s opening table). A number of ids, not a reading
-of the moment, so the same text is always cut in the same place: its audio and its cache keys do not
-depend on the load."""
+DEFAULT_OPENING_MAX_IDS: Final = 96
+"""A first sentence's first audio waits for the plan of all its ids. One of more than twice this many
+(`OPENING_AFTER`: about 190, some sixteen words) starts with its opening of at most this many,
+whose first audio costs about what a short sentence's does, at no cost in DNSMOS (`make
+bench-quality`'s opening table). 96 rather than fewer: an opening that holds a whole clause ends
+where the punctuation pauses anyway, where a shorter one is more often cut inside a clause. A
+number of ids, not a reading of the moment: a plan's cost over a short sentence's is the same ratio
+on every machine, and the same text is always cut in the same place, so its audio and its cache
+keys do not depend on the load. The opening is a sentence of its own in the client's timeline (its
+own sentence info and words, whose texts together are the sentence's); shorter first sentences are
+spoken whole."""
 DEFAULT_ADMISSION_HEADROOM: Final = 0.9
 """A tenth of the capacity stays for what the cost model does not see coming (a longer sentence than
 the text suggests, another process on the cores)."""
@@ -73,8 +77,9 @@ class RequestLimits:
     )  # fmt: skip
     opening_max_ids: int = setting(
         DEFAULT_OPENING_MAX_IDS, env="TTS_OPENING_MAX_IDS", unit="phoneme ids", minimum=0,
-        doc="a first sentence of more phoneme ids starts with its opening (the leading clauses that fit, else words up "
-        "to a conjunction) spoken as a sentence of its own, so its first audio costs about a short sentence's (0: never)",
+        doc="a first sentence of more than twice as many phoneme ids starts with its opening of at most this many (the "
+        "leading clauses that fit, else words up to a conjunction) spoken as a sentence of its own, so its first audio "
+        "costs about a short sentence's (0: never)",
     )  # fmt: skip
     admission_headroom: float = setting(
         DEFAULT_ADMISSION_HEADROOM, env="TTS_ADMISSION_HEADROOM", unit="ratio", minimum=0, maximum=1,

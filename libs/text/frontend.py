@@ -192,9 +192,9 @@ class TextFrontend:
         chosen phonemes. A sentence's text is what is spoken (written forms as words); its word
         spans keep the words as written, each over the ids of the words it is spoken as.
 
-        With `first_max_ids`, the chunk's first sentence, when it is longer, starts with its opening
-        as a sentence of its own (libs.text.long_sentences.cut_first): the first sentence of a text
-        whose listener waits for its first audio.
+        With `first_max_ids`, the chunk's first sentence, when it is long (`needs_opening`), starts
+        with its opening as a sentence of its own (libs.text.long_sentences.cut_first): the first
+        sentence of a text whose listener waits for its first audio.
         """
         plan = prepare(chunk, self.reading, lexicon)
         chunk = plan.text

@@ -36,6 +36,12 @@ from libs.text.sentences import best_break
 CONTINUATION: Final = (",", " ")
 """Phonemes that end a part of a cut clause: what Piper writes for a comma."""
 _PUNCTUATION_PHONEMES: Final = frozenset(",;:.?!")
+OPENING_AFTER: Final = 2.0
+"""A first sentence starts with its opening only when it is more than this many times the opening's
+budget: the cut buys a long sentence's first audio (a plan's cost grows with its ids) and costs an
+ordinary one a pause and a sentence of its own in the client's timeline. With the gateway's default
+opening of 96 ids, sentences of more than about 190 ids (some sixteen words) are cut, so every one of
+200 or more speaks its first audio at about the cost of a short sentence's."""
 _PART_FILL: Final = 0.8
 
 
@@ -103,6 +109,12 @@ def cut_sentence(
     return _grouped(units, budget)
 
 
+def needs_opening(first: IdBudget, weight: int) -> bool:
+    """Whether a first sentence whose phonemes take `weight` ids starts with an opening of `first`'s
+    budget (OPENING_AFTER)."""
+    return weight > OPENING_AFTER * first.budget
+
+
 def cut_first(
     text: str,
     sentence: PhonemizedSentence,
@@ -110,14 +122,14 @@ def cut_first(
     budget: IdBudget,
     phonemize_text: Callable[[str], list[str]],
 ) -> list[Piece]:
-    """`sentence` (of `text`) with its opening spoken as a piece of its own when the whole is over
-    `first`'s budget: a first sentence's first audio waits for its whole plan, and a short opening
+    """`sentence` (of `text`) with its opening spoken as a piece of its own when the whole is long
+    (`needs_opening`): a first sentence's first audio waits for its whole plan, and a short opening
     comes sooner. The opening is the leading clauses that fit `first` (the cut is where the
     punctuation pauses anyway), else the first clause's own text cut before a conjunction or at a
     space, ending as if a comma followed. The rest is cut to `budget` as any sentence is.
     """
     clauses = sentence.clauses
-    if first.weight(sentence.phonemes) <= first.budget or not clauses:
+    if not needs_opening(first, first.weight(sentence.phonemes)) or not clauses:
         return cut_sentence(text, sentence, budget, phonemize_text)
     taken, weight = 0, 0
     while taken < len(clauses) - 1 and weight + first.weight(clauses[taken].phonemes) <= first.budget:

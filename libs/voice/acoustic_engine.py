@@ -21,7 +21,7 @@ import torch
 from libs.models.commons import sequence_mask
 from libs.models.mel_bridge import MelHead, load_mel_head
 from libs.models.onnx_encoder import OnnxFrontEnd, OnnxTextEncoder, onnx_durations_supported, onnx_encoder_supported
-from libs.models.onnx_stream import STEP_KINDS, OnnxStreamNetwork
+from libs.models.onnx_stream import OnnxStreamNetwork
 from libs.models.streaming import NO_END, StepInput, StepOutput, StreamNetwork, output_lag
 from libs.models.vits import (
     EncoderOutput,
@@ -40,10 +40,6 @@ from libs.voice.precision import resolve_precision
 from libs.voice.runtime import BatchedEngine, EngineSettings, ModelRuntime, run_stream_steps, stream_version_parts
 
 ENCODER_BACKENDS: Final = ("onnxruntime", "torch")
-# With the default schedule a sentence has a later step (neither its first nor its last) only past
-# 32 + 38 + 1024 frames (12.7 s): those stay in torch, which saves a graph's copy of the flow's
-# weights for a rare step.
-ONNX_STEP_KINDS: Final = tuple(kind for kind in STEP_KINDS if kind.first or kind.last)
 
 
 @dataclass
@@ -164,7 +160,7 @@ class AcousticEngine(BatchedEngine):
             self._network.first_step_width = schedule.chunk_frames(0) + self.lag_frames
             if self.num_speakers <= 1:  # the step graphs take no speaker input
                 channels = acoustic.config.inter_channels
-                self._onnx = self._runtime.onnx_network(self._network, "flow-head", channels, self.lag_frames + 1, ONNX_STEP_KINDS)
+                self._onnx = self._runtime.onnx_network(self._network, "flow-head", channels, self.lag_frames + 1)
         self.stream_backend = "torch" if self._onnx is None else "onnxruntime"
         """Where a sentence's flow + mel head steps run (`EngineSettings.stream_backend`; a
         multi-speaker voice's stay in torch)."""
@@ -206,6 +202,8 @@ class AcousticEngine(BatchedEngine):
             encoder_version_part(voice.acoustic.config, backend),
             # Only a single-speaker voice's steps have graphs (they take no speaker input).
             *(stream_version_parts(settings) if voice.acoustic.config.n_speakers <= 1 else []),
+            # Where a sentence's steps end moves the mel by float32 round-off (each step's width is its own arithmetic).
+            f"steps={schedule.first_chunk_frames},{schedule.growth:g},{schedule.max_chunk_frames}",
         ]
         version = model_version_of(assets.name, parts)
         return cls(

@@ -24,18 +24,20 @@ DEFAULT_MAX_CHUNK_FRAMES: Final = 128
 # convolution width the CPU library has not seen costs far more to set up than the padding costs to
 # compute, and a few buckets stay within its cache of set-ups.
 LAST_STEP_BUCKET_FRAMES: Final = 16
-# Acoustic side: each early chunk ends where the vocoder's next step can run, so a listener's next
-# audio waits on no more acoustic work than it needs. The vocoder's steps end at frames 32, 96, 224
-# (32, 64, 128 frames), and the 40 ms slices that hold those frames end at 32, 97 and 224 (22050 Hz /
-# 256: a slice is 3.45 frames), so chunks of 33 frames doubling (ends 33, 99, 231) unlock each of the
-# vocoder's first steps with one chunk more (tests/unit/test_chunk_schedules.py checks it). The
-# chunk a playing listener waits on after its first audio is then 66 frames, and the one after that
-# 132 rather than 288: in a burst every started listener needs that chunk while other streams'
-# first audios are still being made. The flow streams (no context is recomputed) and a chunk's fixed
-# cost is about a millisecond, so the smaller early chunks cost little.
+# Acoustic side: each chunk ends where the vocoder's next step can run, so a listener's next audio
+# waits on no more acoustic work than it needs. The vocoder's steps end at frames 32, 96, 224 and then
+# every 128 frames (352, 480, ...), and the 40 ms slices that hold those frames end at 32, 97, 224, 352
+# (22050 Hz / 256: a slice is 3.45 frames), so chunks of 33 frames doubling to 132 (ends 33, 99, 231,
+# then every 132: 363, 495, ...) unlock each of the vocoder's steps with one chunk more
+# (tests/unit/test_chunk_schedules.py checks it). In a burst the listeners that started together reach
+# the same step at about the same time, each waiting on its own chunk and vocoder step: a chunk that
+# also covered the step after (264 frames where 132 unlock the step) made that wait half as long again,
+# and it was where bursts below capacity ran dry (docs/performance.md). The flow streams (no context is
+# recomputed) and a chunk's fixed cost is about a millisecond, so chunks no larger than the step they
+# feed cost little.
 DEFAULT_ACOUSTIC_FIRST_CHUNK_FRAMES: Final = 33
 DEFAULT_ACOUSTIC_CHUNK_GROWTH: Final = 2.0
-DEFAULT_ACOUSTIC_MAX_CHUNK_FRAMES: Final = 1024
+DEFAULT_ACOUSTIC_MAX_CHUNK_FRAMES: Final = 132
 
 
 @dataclass(frozen=True)

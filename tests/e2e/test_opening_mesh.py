@@ -1,6 +1,6 @@
-"""A long first sentence starts with its opening spoken as a sentence of its own, on the real mesh: its
-first audio waits for the opening's plan, not the whole sentence's. Later sentences, and a short
-first one, are spoken whole; the audio is continuous either way."""
+"""A long first sentence starts with its opening spoken as a sentence of its own, on the real mesh with
+its defaults: its first audio waits for the opening's plan, not the whole sentence's. Later
+sentences, and a first one of ordinary length, are spoken whole; the audio is continuous either way."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
 from tests.support.mesh import Mesh
 
-# Each under --max-sentence-ids (400), so only the opening cuts them: 279 and 269 phoneme ids.
+# Each under --max-sentence-ids (400), so only the opening cuts them: 279 and 269 phoneme ids, over
+# twice the default opening's 96 (libs.text.long_sentences.OPENING_AFTER).
 LONG_FIRST = (
     "On the morning of the third of March, long before the market opened, the old baker had already lit his "
     "ovens and swept the floor."
@@ -23,11 +24,14 @@ LONG_LATER = (
     "boat back to the pier."
 )
 
+# 153 phoneme ids: a first sentence of ordinary length, more than the opening's 96 but under twice it.
+ORDINARY_FIRST = "Fields of frost slid past the window while most of the carriage slept."
+
 
 @pytest.fixture(scope="module")
-def opening_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
-    """The mesh with openings on (they are off by default)."""
-    running = Mesh(log_dir=tmp_path_factory.mktemp("opening-mesh"), gateway_args=["--opening-max-ids", "96"]).start()
+def unopened_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
+    """The mesh with openings off (`--opening-max-ids 0`)."""
+    running = Mesh(log_dir=tmp_path_factory.mktemp("unopened-mesh"), gateway_args=["--opening-max-ids", "0"]).start()
     try:
         yield running
     finally:
@@ -48,25 +52,25 @@ def _sentences(mesh: Mesh, text: str) -> list[str]:
     return _spoken(mesh, text)[0]
 
 
-def test_a_long_first_sentence_is_spoken_opening_first_and_later_ones_whole(opening_mesh: Mesh) -> None:
-    mesh = opening_mesh
+def test_a_long_first_sentence_is_spoken_opening_first_and_later_ones_whole(mesh: Mesh) -> None:
     spoken = _sentences(mesh, f"{LONG_FIRST} {LONG_LATER}")
     # The opening: the leading clauses, cut at espeak-ng's clause boundaries (after a comma).
     assert len(spoken) >= 3, spoken
     assert LONG_FIRST.startswith(spoken[0].rstrip(",")) and spoken[0].endswith(","), spoken
     assert " ".join(spoken[:-1]) == LONG_FIRST  # the first sentence, all of it, in its pieces
     assert spoken[-1] == LONG_LATER  # a later sentence has the first's audio as slack: whole
-    # A short first sentence is spoken whole.
+    # A short first sentence is spoken whole, and so is one of ordinary length.
     assert _sentences(mesh, "Hello there. How are you today?") == ["Hello there.", "How are you today?"]
+    assert _sentences(mesh, f"{ORDINARY_FIRST} {LONG_LATER}") == [ORDINARY_FIRST, LONG_LATER]
 
 
-def test_the_cut_does_not_move_with_the_load(opening_mesh: Mesh) -> None:
+def test_the_cut_does_not_move_with_the_load(mesh: Mesh) -> None:
     # The same text is cut in the same place every time, so it is the same audio (and the same cache keys).
     text = f"{LONG_LATER} {LONG_FIRST}"
-    first, second = _spoken(opening_mesh, text), _spoken(opening_mesh, text)
+    first, second = _spoken(mesh, text), _spoken(mesh, text)
     assert first[0] == second[0] and len(first[0]) >= 3
     assert first[1] == second[1]
 
 
-def test_openings_are_off_by_default(mesh: Mesh) -> None:
-    assert _sentences(mesh, f"{LONG_FIRST} {LONG_LATER}") == [LONG_FIRST, LONG_LATER]
+def test_openings_can_be_turned_off(unopened_mesh: Mesh) -> None:
+    assert _sentences(unopened_mesh, f"{LONG_FIRST} {LONG_LATER}") == [LONG_FIRST, LONG_LATER]

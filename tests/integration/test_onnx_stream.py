@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -14,7 +15,9 @@ from libs.models.mel_bridge import MelAdapter, MelHead, MelVocoder
 from libs.models.onnx_stream import STEP_KINDS, OnnxStreamNetwork, StepKind, step_kind
 from libs.models.piper_import import PiperVoiceModels
 from libs.models.streaming import NO_END, StepInput, StepOutput, StreamNetwork, StreamState, output_lag, stream_step
-from libs.voice.engine import EngineSettings, VocoderEngine
+from libs.voice.assets import default_voice_assets
+from libs.voice.chunking import ACOUSTIC_SCHEDULE, ChunkSchedule
+from libs.voice.engine import AcousticEngine, EngineSettings, SynthesisParams, VocoderEngine
 from libs.voice.runtime import resolve_stream_backend
 
 TOLERANCE = 1e-4
@@ -182,3 +185,15 @@ def test_float32_engines_on_a_cpu_stream_in_onnxruntime_and_name_it_in_their_ver
     assert resolve_stream_backend(EngineSettings(precision="fp32", device="cuda")) == "torch"
     with pytest.raises(ValueError, match="float32 on a CPU"):
         resolve_stream_backend(EngineSettings(precision="bf16", stream_backend="onnxruntime"))
+
+
+def test_an_acoustic_engine_names_where_its_steps_end_in_its_version() -> None:
+    # Where the steps end moves the mel by round-off, so engines with other ends never share a cache entry.
+    default = AcousticEngine.load_default(settings=EngineSettings(precision="fp32"))
+    larger = AcousticEngine.load(default_voice_assets(), settings=EngineSettings(precision="fp32"), schedule=ChunkSchedule(33, 2.0, 1024))
+    assert default.model_version != larger.model_version
+    plan = default.plan([1, 0] + [20 + (index * 7) % 40 for index in range(300)] + [2], SynthesisParams(), seed=7)
+    steps = default.step_frames(plan.frame_count)
+    assert len(steps) > 3 and max(steps[1:]) <= ACOUSTIC_SCHEDULE.max_chunk_frames + ACOUSTIC_SCHEDULE.chunk_frames(0)
+    mel, other = (np.concatenate(list(engine.mel_chunks(plan)), axis=1) for engine in (default, larger))
+    assert mel.shape == other.shape and np.abs(mel - other).max() < 1e-4

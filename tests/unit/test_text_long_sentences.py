@@ -87,3 +87,20 @@ def test_ordinary_sentences_are_not_touched(capped: TextFrontend, whole: TextFro
     text = "The quick brown fox jumps over the lazy dog. Dr. Smith agrees, doesn't he? Yes!"
     assert capped.sentences(text) == whole.sentences(text)
     assert all(isinstance(sentence, Sentence) for sentence in capped.sentences(text))
+
+
+# 279 and 153 phoneme ids: over and under twice an opening of 96 (OPENING_AFTER).
+LONG_FIRST = (
+    "On the morning of the third of March, long before the market opened, the old baker had already lit his "
+    "ovens and swept the floor."
+)
+ORDINARY_FIRST = "Fields of frost slid past the window while most of the carriage slept."
+
+
+def test_only_a_long_first_sentence_starts_with_its_opening(capped: TextFrontend) -> None:
+    opened = capped.chunk_sentences(LONG_FIRST, first_max_ids=96)
+    assert len(opened) >= 2 and len(opened[0].phoneme_ids) <= 96
+    assert opened[0].text == "On the morning of the third of March,"  # at a clause boundary
+    assert " ".join(sentence.text for sentence in opened) == LONG_FIRST
+    assert [sentence.text for sentence in capped.chunk_sentences(ORDINARY_FIRST, first_max_ids=96)] == [ORDINARY_FIRST]
+    assert [sentence.text for sentence in capped.chunk_sentences(LONG_FIRST)] == [LONG_FIRST]  # no opening asked

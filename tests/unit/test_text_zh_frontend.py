@@ -91,6 +91,16 @@ def test_a_long_sentence_is_cut_under_the_id_limit_after_a_clause_mark(id_map) -
     assert all(s.text.endswith(("，", "。")) for s in sentences)
 
 
+def test_only_a_long_first_sentence_starts_with_its_opening(mandarin) -> None:
+    # 414 ids: its opening is its first clause; 175 ids, under twice the opening's 96: spoken whole.
+    long = "我们在清晨出发，沿着河边的小路一直走到山脚下，然后在那里休息了很久才继续往上爬。"
+    opened = mandarin.chunk_sentences(long, first_max_ids=96)
+    assert opened[0].text == "我们在清晨出发，" and len(opened[0].phoneme_ids) <= 96
+    assert "".join(sentence.text for sentence in opened) == long
+    ordinary = "我们在清晨出发，沿着河边的小路走。"
+    assert [sentence.text for sentence in mandarin.chunk_sentences(ordinary, first_max_ids=96)] == [ordinary]
+
+
 def test_a_lexicon_entry_replaces_a_words_phonemes(mandarin) -> None:
     (sentence,) = mandarin.chunk_sentences("我爱北京", lexicon={"北京": ("p", "e", "k", "i", "ŋ")})
     assert "".join(sentence.phonemes).endswith("pekiŋ")

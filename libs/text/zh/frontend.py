@@ -28,7 +28,7 @@ from typing import Final
 
 from libs.text.errors import EmptyTextError
 from libs.text.frontend import DEFAULT_MAX_TEXT_CHARS, NO_WORDS, Sentence
-from libs.text.long_sentences import IdBudget
+from libs.text.long_sentences import IdBudget, needs_opening
 from libs.text.long_words import DEFAULT_MAX_WORD_CHARS
 from libs.text.normalize import check_not_empty, check_text_length, normalize_text
 from libs.text.phoneme_ids import PAD, phonemes_to_ids
@@ -123,8 +123,8 @@ class MandarinFrontend:
 
         `continues` changes nothing: Chinese punctuation writes no phoneme (see the module note).
         `lexicon` (lower-cased word -> phonemes, over `reading.lexicon`) replaces a word's phonemes.
-        With `first_max_ids`, the first sentence is cut to that many ids (after a clause mark in
-        reach, else after a word): its listener waits for its first audio."""
+        With `first_max_ids`, a long first sentence (`needs_opening`) is cut to that many ids (after a
+        clause mark in reach, else after a word): its listener waits for its first audio."""
         merged = dict(self.reading.lexicon)
         if lexicon:
             merged.update(lexicon)
@@ -132,6 +132,8 @@ class MandarinFrontend:
         if not any(word.phonemes for word in words):
             return []
         first = IdBudget(self.phoneme_id_map, first_max_ids) if self._budget is not None and first_max_ids else None
+        if first is not None and not needs_opening(first, sum(self._budget.weight([*word.phonemes, WORD_BREAK]) for word in words)):
+            first = None
         return [self._sentence(part) for part in self._parts(words, first)]
 
     def spoken_words(self, chunk: str, lexicon: Mapping[str, tuple[str, ...]] | None = None) -> list[SpokenWord]:
