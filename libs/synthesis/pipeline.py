@@ -51,7 +51,7 @@ from libs.text.frontend import Sentence
 from libs.text.words import WordSpan
 from libs.upstream.acoustic_stream import ResumableAcousticStream, sentence_request
 from libs.upstream.calls import Deadline
-from libs.upstream.playback import PlaybackClock
+from libs.upstream.playback import STARTED_PIECES, PlaybackClock
 from libs.upstream.pool import WorkerPool
 from libs.upstream.vocoder_stream import ResumableVocoderStream, Samples
 from libs.voice.inputs import SynthesisInputs, SynthesisParams
@@ -172,6 +172,8 @@ class UtterancePipeline:
         self._background: set[asyncio.Task[Any]] = set()
         self._room = asyncio.Semaphore(OUTPUT_PIECES)
         """Pieces that may still be queued for the client; `run` gives one back when the client takes one."""
+        self._starting = False
+        """Whether this stream holds one of the gateway's turns to start (`StartSlots`)."""
 
     async def run(self, sentences: AsyncIterator[Sentence]) -> AsyncIterator[SentencePiece]:
         """The samples of `sentences`, as soon as each piece exists."""
@@ -207,6 +209,7 @@ class UtterancePipeline:
             acoustic.cancel()
             vocoder.cancel()
             await _cancelled(producer, reader)
+            self._started()
             close = getattr(sentences, "aclose", None)
             if close is not None:  # a text still arriving (a client's stream of pieces) is read no further
                 await close()
@@ -334,6 +337,9 @@ class UtterancePipeline:
             ]
             return
         self._lookup(index).set_result(_Lookup(key, None, tier))
+        if index == 0:  # the workers make the listener's first seconds: in its turn (StartSlots)
+            await self._pool.starts.take()
+            self._starting = True
         async with self._flights.lead(key) as flight:
             frames: list[np.ndarray] = []
             alignment: tuple[int, ...] = ()
@@ -422,7 +428,11 @@ class UtterancePipeline:
         sentence = -1
         first_piece_s: float | None = None  # when the utterance's first piece came, until its second has
         loop = asyncio.get_running_loop()
+        pieces = 0
         async for piece, to_write in self._pieces(vocoder):
+            pieces += 1
+            if pieces == STARTED_PIECES or (piece.is_last and piece.sentence_index == 0):
+                self._started()
             if first_piece_s is not None:
                 self._pool.start_gaps.observe(loop.time() - first_piece_s)  # read as it came, whatever the client does
                 first_piece_s = None
@@ -453,7 +463,15 @@ class UtterancePipeline:
                     made_s,
                 )
             )
+        # Every piece is made: a client that does not read holds no turn to start for it.
+        self._started()
         output.put_nowait(_DONE)
+
+    def _started(self) -> None:
+        """The stream has started (or ended): its turn to start goes to the next."""
+        if self._starting:
+            self._starting = False
+            self._pool.starts.give_back()
 
     def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(coroutine)

@@ -85,6 +85,16 @@ class RoutingMetrics:
             "Retries the gateway's retry budget would allow right now (tokens).",
             registry=self.registry,
         )
+        self.streams_starting = Gauge(
+            "tts_gateway_streams_starting",
+            "Streams holding one of the gateway's turns to start on the workers now (streams).",
+            registry=self.registry,
+        )
+        self.streams_waiting_to_start = Gauge(
+            "tts_gateway_streams_waiting_to_start",
+            "Streams waiting for a turn to start on the workers now (streams).",
+            registry=self.registry,
+        )
 
     def hook_for(self, kind: str, also: Callable[[str, str, str], None] | None = None) -> EventHook:
         """The routing event hook of the `kind` ("acoustic"/"vocoder") endpoints; `also` sees every event too."""

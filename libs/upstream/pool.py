@@ -43,7 +43,7 @@ from libs.routing.watcher import HealthWatcher, WatchConfig
 from libs.telemetry.tracing import client_interceptors
 from libs.upstream.loads import LOAD_TIMEOUT_S, KnownLoad, LoadWatcher, summed_capacity
 from libs.upstream.metrics import RoutingMetrics
-from libs.upstream.playback import StartGaps
+from libs.upstream.playback import StartGaps, StartSlots
 from libs.upstream.settings import UpstreamSettings, channel_credentials, channel_options
 from libs.voice.tiers import QUALITY
 from libs.wire.headers import GATEWAY_METADATA_KEY, SPEAKER_METADATA_KEY, TIER_METADATA_KEY, VOICE_METADATA_KEY
@@ -99,7 +99,11 @@ class WorkerPool:
         self.budget = RetryBudget(retry_budget)
         self.start_gaps = StartGaps()
         """How long listeners' second pieces have come after their first, lately (what a first piece is held to outlast)."""
+        self.starts = StartSlots(self.realtime_capacity)
+        """Turns of streams starting on the workers (a share of the listeners they keep playing)."""
         self.metrics.retry_budget_tokens.set_function(self.budget.tokens)
+        self.metrics.streams_starting.set_function(lambda: self.starts.starting)
+        self.metrics.streams_waiting_to_start.set_function(lambda: self.starts.waiting)
         # One set of credentials for every channel: the health Watch, GetModelInfo and the streams all share them.
         self._credentials = channel_credentials(settings)
         self._channels: dict[Endpoint, grpc.aio.Channel] = {}
