@@ -117,25 +117,26 @@ class StartGaps:
 
 START_SHARE: Final = 0.25
 """Streams that may be starting at once on a gateway's workers, as a share of the listeners they keep
-playing (rounded, at least one: two for the seven to nine listeners a core keeps here, the two the
-probe below measured; rounded down, a core that reported 7.4 got a single turn). A start makes its listener's first seconds of audio as fast as the CPU
-allows: on one core (about eight listeners) seven starts at once had listeners that had just begun
-run dry while the others' first seconds were made (5 of 21 in three bursts); two at a time, 1 of 21
-(2 of 28 in four bursts, the two taken from the capacity), and the first audios came no later (p50
-0.75 to 0.85 s against 0.95 s, p95 1.8 to 1.9 s against 1.95 s)."""
+playing (rounded, at least one). A start makes its listener's first seconds of audio as fast as the
+CPU allows. In bursts of about 0.9 of the capacity on one core, all starting at once, a quarter of
+the listeners ran dry just after they began (5 of 21), while the others' first seconds were made;
+with turns for a quarter of the capacity, 1 to 2 in 21 to 28, and first audio no later (p50 0.8 to
+0.9x, p95 0.92 to 0.99x of all at once). Rounded down, a capacity just under eight gave one turn
+where those bursts had measured two."""
 STARTED_PIECES: Final = 3
 """A stream has started once its listener holds this many pieces of its first sentence (about 2.4 s
 of audio: the vocoder's steps of 32, 64 and 128 frames), or the whole of a shorter one. Held on into
 the next sentence (after an opening), the turns kept later streams waiting for whole plans: in the
-same bursts, first audio p50 1.2 s and p95 3.4 s against 0.85 s and 1.9 s, and no fewer gaps."""
+same bursts, first audio p50 1.4x and p95 1.8x those of turns given back at the sentence's end, and
+no fewer gaps."""
 
 
 class StartSlots:
     """How many streams a gateway lets start on its workers at once: those whose first sentence the
     workers must make (a cached one starts at once), from the sentence's request until its listener
     holds STARTED_PIECES pieces of it, or all of it, or all its audio is made. More wait their turn in
-    the order they came. `capacity()` is the
-    listeners the workers keep playing (0: not known, and then nothing waits)."""
+    the order they came. `capacity()` is the listeners the workers keep playing (0: not known, and
+    then nothing waits)."""
 
     def __init__(self, capacity: Callable[[], float], share: float = START_SHARE) -> None:
         self._capacity = capacity

@@ -132,7 +132,7 @@ class MandarinFrontend:
         if not any(word.phonemes for word in words):
             return []
         first = IdBudget(self.phoneme_id_map, first_max_ids) if self._budget is not None and first_max_ids else None
-        if first is not None and not needs_opening(first, sum(self._budget.weight([*word.phonemes, WORD_BREAK]) for word in words)):
+        if first is not None and not needs_opening(first, sum(self._word_weight(word) for word in words)):
             first = None
         return [self._sentence(part) for part in self._parts(words, first)]
 
@@ -223,13 +223,13 @@ class MandarinFrontend:
         current: list[SpokenWord] = []
         weight = 0
         for word in spoken:
-            word_weight = self._budget.weight(word.phonemes) + self._budget.weight([WORD_BREAK])
+            word_weight = self._word_weight(word)
             limit = first.budget if first is not None and not parts else self._budget.budget
             if current and weight + word_weight > limit:
                 cut = max((index + 1 for index, held in enumerate(current) if held.clause_end), default=len(current))
                 parts.append(current[:cut])
                 current = current[cut:]
-                weight = sum(self._budget.weight(held.phonemes) + self._budget.weight([WORD_BREAK]) for held in current)
+                weight = sum(self._word_weight(held) for held in current)
             if word_weight > self._budget.budget:  # one word too long for a model call: its phonemes in parts
                 parts.extend([held] for held in _chopped(word, self._budget))
                 continue
@@ -238,6 +238,11 @@ class MandarinFrontend:
         if current:
             parts.append(current)
         return [part for part in parts if part]
+
+    def _word_weight(self, word: SpokenWord) -> int:
+        """Ids a word takes in a sentence, its break after it included (with an id limit only)."""
+        assert self._budget is not None
+        return self._budget.weight([*word.phonemes, WORD_BREAK])
 
     def _sentence(self, words: list[SpokenWord]) -> Sentence:
         phonemes: list[str] = []
