@@ -46,6 +46,7 @@ from libs.pb.tts.acoustic.v1 import acoustic_pb2
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.synthesis.admission import Listener
 from libs.synthesis.cache_checks import head_problem, mel_problem
+from libs.synthesis.in_flight import SentencesInFlight
 from libs.synthesis.lookahead import AUDIO_AHEAD_S, LOOKAHEAD_COVER, MAX_SENTENCES_AHEAD, Lookahead
 from libs.text.frontend import Sentence
 from libs.text.words import WordSpan
@@ -146,10 +147,12 @@ class UtterancePipeline:
         lookahead_sentences: int = DEFAULT_LOOKAHEAD_SENTENCES,
         listener: Listener | None = None,
         tier: str | Callable[[], str] = "",
+        in_flight: SentencesInFlight | None = None,
     ) -> None:
         """`listener`, when given, is told the listener's clock once audio flows (for admission);
         `tier` ("": quality) is the voice's tier the vocoder speaks in (libs.voice.tiers), or what
-        says it as each sentence starts (a stream may change tier between sentences, never inside one)."""
+        says it as each sentence starts (a stream may change tier between sentences, never inside one);
+        `in_flight`, when given, counts the sentences taken and not yet made (for a streamed text's side)."""
         self._pool = pool
         self._cache = cache
         self._flights = flights
@@ -168,6 +171,7 @@ class UtterancePipeline:
         self._lookups: dict[int, asyncio.Future[_Lookup | None]] = {}
         self._sentence_count: int | None = None
         self._listener = listener
+        self._in_flight = in_flight
         self._sentence_ids: dict[int, int] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._room = asyncio.Semaphore(OUTPUT_PIECES)
@@ -284,6 +288,8 @@ class UtterancePipeline:
         index = 0
         async for sentence in sentences:
             assert self._lookahead is not None
+            if self._in_flight is not None:
+                self._in_flight.taken()
             self._sentence_ids[index] = len(sentence.phoneme_ids)
             await self._lookahead.wait_turn(index)  # moved on by the reader as sentences are fully vocoded
             tier = self._tier_now()  # a sentence keeps the tier it starts in
@@ -450,6 +456,8 @@ class UtterancePipeline:
                     self._spawn(self._cache.put_head(to_write.key, head, to_write.tier))
             if piece.is_last and self._lookahead is not None:
                 self._lookahead.sentence_vocoded()
+            if piece.is_last and self._in_flight is not None:
+                self._in_flight.made()
             made_s = time.monotonic()
             await self._room.acquire()  # a client that does not read stops the reading here
             output.put_nowait(

@@ -21,6 +21,7 @@ from libs.cache.mel_cache import MelCache
 from libs.cache.single_flight import SingleFlight
 from libs.scheduling.capacity import SharedCapacity
 from libs.synthesis.admission import DEFAULT_AUDIO_S_PER_CHAR, Listener, RealtimeAdmission
+from libs.synthesis.in_flight import SentencesInFlight
 from libs.synthesis.options import SynthesisOptions
 from libs.synthesis.output import AudioChunk, AudioOutput
 from libs.synthesis.pipeline import UtterancePipeline
@@ -105,22 +106,41 @@ class Synthesizer:
         """The audio of text that arrives in `pieces` (joined as sent): each sentence is spoken as
         soon as it is complete, the rest when the pieces end. Raises at once when there is no room."""
         slot = self._take_slot(client, STREAMED_TEXT_AUDIO_S, options)
-        sentences = self.text_side.incremental_sentences(options.voice, _counted(pieces, slot), options.lexicon, self.opening_ids())
-        return self._spoken(sentences, options, timeout_s, slot)
+        in_flight = SentencesInFlight()
+        sentences = self.text_side.incremental_sentences(options.voice, _counted(pieces, slot), options.lexicon, self.opening_ids(), in_flight)
+        return self._spoken(sentences, options, timeout_s, slot, in_flight)
 
     def speak(
-        self, sentences: AsyncIterator[Sentence], options: SynthesisOptions, timeout_s: float | None, client: str = ""
+        self,
+        sentences: AsyncIterator[Sentence],
+        options: SynthesisOptions,
+        timeout_s: float | None,
+        client: str = "",
+        in_flight: SentencesInFlight | None = None,
     ) -> SpokenAudio:
-        """The audio of sentences already phonemised (by `text_side`, or a caller that cut a long text itself)."""
+        """The audio of sentences already phonemised (by `text_side`, or a caller that cut a long text
+        itself); `in_flight` is told of the sentences taken and made (for `incremental_sentences`)."""
         slot = self._take_slot(client, 0.0, options)
-        return self._spoken(sentences, options, timeout_s, slot)
+        return self._spoken(sentences, options, timeout_s, slot, in_flight)
 
-    def _spoken(self, sentences: AsyncIterator[Sentence], options: SynthesisOptions, timeout_s: float | None, slot: _Slot) -> SpokenAudio:
+    def _spoken(
+        self,
+        sentences: AsyncIterator[Sentence],
+        options: SynthesisOptions,
+        timeout_s: float | None,
+        slot: _Slot,
+        in_flight: SentencesInFlight | None = None,
+    ) -> SpokenAudio:
         spoken = replace(options, tier=slot.choice.tier) if options is not None and options.tier != slot.choice.tier else options
-        return SpokenAudio(self._speak(sentences, spoken, timeout_s, slot), spoken, slot.choice)
+        return SpokenAudio(self._speak(sentences, spoken, timeout_s, slot, in_flight), spoken, slot.choice)
 
     async def _speak(
-        self, sentences: AsyncIterator[Sentence], options: SynthesisOptions, timeout_s: float | None, slot: _Slot
+        self,
+        sentences: AsyncIterator[Sentence],
+        options: SynthesisOptions,
+        timeout_s: float | None,
+        slot: _Slot,
+        in_flight: SentencesInFlight | None,
     ) -> AsyncGenerator[AudioChunk, None]:
         voice = options.voice
         pipeline = UtterancePipeline(
@@ -133,6 +153,7 @@ class Synthesizer:
             timeout_s=timeout_s,  # the client's deadline bounds every downstream call
             listener=slot.listener,
             tier=slot.choice.next_sentence,
+            in_flight=in_flight,
         )
         output = AudioOutput(options.encoding, options.sample_rate_hz, options.include_alignment, options.resume)
         pieces = pipeline.run(resumed_sentences(sentences, options.resume) if options.resume else sentences)

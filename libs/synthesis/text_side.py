@@ -10,8 +10,9 @@ the child processes of a `PhonemizerPool`, with bounds on what a client's text m
   `sentences` returns, so bad text fails before any audio and first audio does not wait for the
   rest; later chunks are phonemised when the pipeline asks for their sentences.
 - A streamed text is spoken sentence by sentence as it completes. It never holds more than
-  `max_pending_text_chars` without a sentence end, nor waits longer than `sentence_wait_s` for one:
-  past either it speaks what it has, up to the best break (libs.text.sentences.best_break). A
+  `max_pending_text_chars` without a sentence end, nor waits longer than `sentence_wait_s` for one
+  once the audio before it is made (libs.synthesis.in_flight): past either it speaks what it has,
+  up to the best break (libs.text.sentences.best_break). A
   stream that sends nothing for `stream_idle_timeout_s` while the gateway waits for text ends with
   INVALID_ARGUMENT (see `StreamIdleError`).
 - No sentence is longer than `max_sentence_ids` phoneme ids (libs.text.long_sentences).
@@ -34,6 +35,7 @@ from typing import Final, TypeVar
 from cachetools import LRUCache, TTLCache
 
 from libs.settings.fields import setting
+from libs.synthesis.in_flight import SentencesInFlight
 from libs.telemetry import tracing
 from libs.text.errors import EmptyTextError, TextTooLongError
 from libs.text.frontend import DEFAULT_MAX_PHONEME_IDS, NO_WORDS, Sentence
@@ -100,7 +102,7 @@ class TextLimits:
     )  # fmt: skip
     sentence_wait_s: float = setting(
         DEFAULT_SENTENCE_WAIT_S, env="TTS_SENTENCE_WAIT_S", unit="s", minimum=0.05, maximum=600,
-        doc="longest streamed text waits for its sentence to end; then what has arrived is spoken up to its best break",
+        doc="longest streamed text waits for its sentence to end once the audio before it is made; then what has arrived is spoken up to its best break",
     )  # fmt: skip
     stream_idle_timeout_s: float = setting(
         DEFAULT_STREAM_IDLE_TIMEOUT_S, env="TTS_STREAM_IDLE_TIMEOUT_S", unit="s", minimum=1, maximum=3600,
@@ -290,21 +292,32 @@ class TextSide:
             yield held
 
     def incremental_sentences(
-        self, voice: Voice, pieces: AsyncIterator[str], lexicon: Lexicon | None = None, first_max_ids: int | None = None
+        self,
+        voice: Voice,
+        pieces: AsyncIterator[str],
+        lexicon: Lexicon | None = None,
+        first_max_ids: int | None = None,
+        in_flight: SentencesInFlight | None = None,
     ) -> AsyncIterator[Sentence]:
         """Sentences of text that arrives in `pieces`, each as soon as it is complete; the rest when
         the pieces end. A sentence counts as complete once the first character after it arrives, or
         when the text is held too long (see the module docstring), or at a `TextFlush` piece. With
         `first_max_ids`, the first sentence's opening is spoken as a sentence of its own when the
-        sentence is longer."""
-        return self._told(voice, self._incremental_sentences(voice, pieces, lexicon, first_max_ids))
+        sentence is longer. With `in_flight` (the pipeline's count of the sentences it is making),
+        held text waits for its end until that audio is made, however long that takes."""
+        return self._told(voice, self._incremental_sentences(voice, pieces, lexicon, first_max_ids, in_flight))
 
     def _told(self, voice: Voice, sentences: AsyncGenerator[Sentence, None]) -> AsyncIterator[Sentence]:
         """`sentences`, each told to `on_sentence` (if any) as it is handed out."""
         return sentences if self._on_sentence is None else _telling(self._on_sentence, voice, sentences)
 
     async def _incremental_sentences(
-        self, voice: Voice, pieces: AsyncIterator[str], lexicon: Lexicon | None, first_max_ids: int | None = None
+        self,
+        voice: Voice,
+        pieces: AsyncIterator[str],
+        lexicon: Lexicon | None,
+        first_max_ids: int | None = None,
+        in_flight: SentencesInFlight | None = None,
     ) -> AsyncGenerator[Sentence, None]:
         opening = [first_max_ids]  # for the stream's first sentence only
         splitter = IncrementalSentenceSplitter(self.limits.max_pending_text_chars)
@@ -315,11 +328,13 @@ class TextSide:
         try:
             while True:
                 asked_s = loop.time()
+                # Overdue text is held while the audio before it is made: it could not be heard sooner.
+                hold = in_flight.made_all if in_flight is not None and in_flight.busy and clocks.overdue(asked_s) else None
                 try:
-                    piece = await reader.next(clocks.timeout_s(asked_s))
+                    piece = await reader.next(clocks.idle_left_s if hold else clocks.timeout_s(asked_s), wake=hold)
                 except TimeoutError:
                     clocks.waited(loop.time() - asked_s)
-                    if clocks.overdue(loop.time()):
+                    if clocks.overdue(loop.time()) and not (in_flight is not None and in_flight.busy):
                         chunk = splitter.cut_pending()  # None: one word so far, which may go on
                         clocks.holding(chunk is not None and bool(splitter.pending_text.strip()), loop.time(), True)
                         if chunk is not None:
@@ -462,6 +477,11 @@ class _StreamClocks:
             return self._idle_left_s
         return max(0.0, min(self._idle_left_s, self._waiting_since + self._limits.sentence_wait_s - now))
 
+    @property
+    def idle_left_s(self) -> float:
+        """How long the client may still send nothing."""
+        return max(0.0, self._idle_left_s)
+
     def waited(self, seconds: float) -> None:
         self._idle_left_s -= seconds
 
@@ -504,13 +524,30 @@ class _PieceReader:
             return
         await self._queue.put(None)
 
-    async def next(self, timeout_s: float) -> str | None:
-        """The next piece, None at the end of the pieces; asyncio.TimeoutError after `timeout_s`."""
-        async with asyncio.timeout(timeout_s):
-            item = await self._queue.get()
+    async def next(self, timeout_s: float, wake: asyncio.Event | None = None) -> str | None:
+        """The next piece, None at the end of the pieces; TimeoutError after `timeout_s`, or as soon
+        as `wake` is set (no piece is taken then)."""
+        if wake is None:
+            async with asyncio.timeout(timeout_s):
+                item = await self._queue.get()
+        else:
+            item = await self._get_unless(wake, timeout_s)
         if isinstance(item, BaseException):
             raise item
         return item
+
+    async def _get_unless(self, wake: asyncio.Event, timeout_s: float) -> str | None | BaseException:
+        getting = asyncio.ensure_future(self._queue.get())
+        woken = asyncio.ensure_future(wake.wait())
+        try:
+            await asyncio.wait((getting, woken), timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
+            if not getting.done():
+                getting.cancel()
+        if getting.done() and not getting.cancelled():
+            return getting.result()  # a piece that came with the wake is not lost
+        raise TimeoutError
 
     def close(self) -> None:
         """Stop reading (the stream is over for this side)."""

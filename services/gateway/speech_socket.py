@@ -34,6 +34,7 @@ from libs.serving.http import SocketSettings
 from libs.serving.http_errors import HttpError
 from libs.serving.http_limits import CLIENT_SCOPE_KEY
 from libs.serving.memory import RELEASER
+from libs.synthesis.in_flight import SentencesInFlight
 from libs.synthesis.options import SynthesisOptions
 from libs.synthesis.output import AudioChunk
 from libs.synthesis.pacing import as_asked
@@ -233,8 +234,9 @@ class SpeechSocket:
                 context.text_closed = True  # an SSML document is whole: it is the context's text
                 chunks: SpokenAudio | None = None
             else:
-                sentences = self._synthesizer.text_side.incremental_sentences(options.voice, context.pieces(), options.lexicon)
-                chunks = self._synthesizer.speak(sentences, options, None, self._client)  # takes the client's place now
+                in_flight = SentencesInFlight()
+                sentences = self._synthesizer.text_side.incremental_sentences(options.voice, context.pieces(), options.lexicon, in_flight=in_flight)
+                chunks = self._synthesizer.speak(sentences, options, None, self._client, in_flight)  # takes the client's place now
         except Exception as error:
             self._context_error(command.context_id, error)
             return None

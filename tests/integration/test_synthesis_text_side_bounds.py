@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from libs.synthesis.in_flight import SentencesInFlight
 from libs.synthesis.text_side import StreamIdleError, TextLimits, TextSide
 from libs.text.errors import PhonemizerCrashError
 from libs.text.frontend import Sentence
@@ -76,6 +77,41 @@ async def test_text_that_waits_too_long_for_its_sentence_end_is_spoken_up_to_its
     held = await _next(sentences)
     assert held.text == "The answer to your question is"
     assert held.phonemes[-2:] == CONTINUATION
+    client.send("-two.")
+    client.half_close()
+    assert [sentence.text async for sentence in sentences] == ["forty-two."]
+
+
+async def test_held_text_is_not_cut_while_the_audio_before_it_is_made(pool: PhonemizerPool) -> None:
+    """A slow machine makes the first sentence for longer than the wait: the second stays whole."""
+    text_side = _text_side(pool, sentence_wait_s=0.2)
+    client = _Client()
+    in_flight = SentencesInFlight()
+    sentences = text_side.incremental_sentences(default_registry().default, client.pieces(), in_flight=in_flight)
+    client.send("The front door is locked. Good ")
+    assert (await _next(sentences)).text == "The front door is locked."
+    in_flight.taken()  # the pipeline makes it
+    second = asyncio.ensure_future(anext(sentences))
+    await asyncio.sleep(1.0)  # five times the wait
+    assert not second.done()
+    client.send("night.")
+    client.half_close()
+    assert (await asyncio.wait_for(second, NEVER_S)).text == "Good night."
+
+
+async def test_held_text_is_cut_once_the_audio_before_it_is_made_and_the_wait_is_over(pool: PhonemizerPool) -> None:
+    text_side = _text_side(pool, sentence_wait_s=0.2)
+    client = _Client()
+    in_flight = SentencesInFlight()
+    sentences = text_side.incremental_sentences(default_registry().default, client.pieces(), in_flight=in_flight)
+    client.send("The answer is ready. Your number is ", "forty")
+    assert (await _next(sentences)).text == "The answer is ready."
+    in_flight.taken()
+    held = asyncio.ensure_future(anext(sentences))
+    await asyncio.sleep(1.0)
+    assert not held.done()
+    in_flight.made()  # the listener now hears the last of what was made: the held text goes on at once
+    assert (await asyncio.wait_for(held, NEVER_S)).text == "Your number is"
     client.send("-two.")
     client.half_close()
     assert [sentence.text async for sentence in sentences] == ["forty-two."]
