@@ -71,7 +71,6 @@ DEFAULT_STREAM_IDLE_TIMEOUT_S: Final = 30.0
 # A chunk is at most a few hundred characters and its sentences a few KB: 4,096 of them are a few
 # MB, and hold the prompts and notifications a deployment repeats.
 DEFAULT_PHONEME_MEMO_ENTRIES: Final = 4096
-WARM_UP_TEXT: Final = "Ready."
 MAX_PAUSE_S: Final = MAX_BREAK_MS / 1000
 """Longest silence after one sentence, however many SSML breaks follow it."""
 
@@ -227,7 +226,7 @@ class TextSide:
 
     async def warm_up(self, voice: Voice) -> None:
         """Load espeak-ng and `voice`'s frontend in every process of the pool before the first request."""
-        await self._pool.on_every_child(self.spec(voice), WARM_UP_TEXT)
+        await self._pool.on_every_child(self.spec(voice))
 
     async def sentences(
         self, voice: Voice, text: str, lexicon: Lexicon | None = None, first_max_ids: int | None = None

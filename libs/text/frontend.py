@@ -76,6 +76,8 @@ def _sentence_start(chunk: str, espeak_start: int) -> int:
 
 
 NO_WORDS: Final = "espeak-ng found no words in it"
+LOAD_TEXT: Final = "Ready."
+"""What `load` reads: any short text loads espeak-ng and the voice's dictionary."""
 """Why a text that is not empty still has nothing to say."""
 
 
@@ -158,6 +160,10 @@ class TextFrontend:
         if not sentences:
             raise EmptyTextError(NO_WORDS)
         return sentences
+
+    def load(self) -> None:
+        """Load espeak-ng and this voice's dictionary by reading a short text, so the first text does not wait for them."""
+        self.chunk_sentences(LOAD_TEXT)
 
     def chunks(self, text: str) -> list[str]:
         """`text` normalised, checked and cut into sentence chunks, without phonemising (cheap).

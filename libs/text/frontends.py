@@ -40,6 +40,10 @@ class Frontend(Protocol):
 
     def sentences(self, text: str) -> list[Sentence]: ...
 
+    def load(self) -> None:
+        """Load what the first text would otherwise load (dictionaries, models), so no request waits for it."""
+        ...
+
 
 def is_mandarin(espeak_voice: str) -> bool:
     """True when `espeak_voice` is one of espeak-ng's Mandarin voices."""

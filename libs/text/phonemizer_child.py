@@ -8,7 +8,8 @@ reads one request per line on stdin and answers one line on stdout, both JSON:
   {word: ipa}, "first_max_ids": n} ("lexicon": the request's, checked by the gateway, over the
   server's file; "first_max_ids": cut the first sentence's opening to that many ids); "frontend"
   (`FrontendSpec.to_json`) comes with the first request for a voice, and the process keeps that
-  voice's `TextFrontend` for the requests after it;
+  voice's `TextFrontend` for the requests after it. A request without "chunk" only loads the
+  voice's front end, dictionaries included, and answers no sentences;
 - answer: {"id": n, "sentences": [[text, phonemes, [ids], [[word, first id, end id], ...]], ...]}
   or {"id": n, "error": message}; a Mandarin sentence has a fifth item, its pinyin (space-separated).
 
@@ -64,6 +65,9 @@ def _answer(request: dict[str, Any], frontends: dict[str, Frontend]) -> dict[str
     frontend = frontends.get(voice)
     if frontend is None:
         return {"id": request["id"], "error": f"no frontend for voice {voice!r} in this process"}
+    if "chunk" not in request:
+        frontend.load()
+        return {"id": request["id"], "sentences": []}
     server_lexicon = _LEXICON_FILES.get(voice)
     lexicon = dict(server_lexicon.entries()) if server_lexicon is not None else {}
     lexicon.update({word: phoneme_symbols(ipa) for word, ipa in request.get("lexicon", {}).items()})

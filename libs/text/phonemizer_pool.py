@@ -7,7 +7,9 @@ for the rest). Each child (`python -m libs.text.phonemizer_child`) hosts the voi
 and phonemises one chunk at a time:
 
 - a request takes an idle child (waiting in line when all are busy) and has `call_timeout_s` from
-  the moment the child has its text;
+  the moment the child has its text. A child that has not yet served the request's voice first
+  loads its front end, dictionaries included, within `start_timeout_s` (loading is start-up work,
+  bounded by what a start may take, and a slow machine's load must not count as a hung text);
 - a child that dies on a request is replaced, and that request fails with PhonemizerCrashError (its
   text crashed espeak-ng: INVALID_ARGUMENT, saying what to change); one that does not answer in time
   is killed and replaced, and the request fails with PhonemizerTimeoutError. Requests on the other
@@ -208,16 +210,15 @@ class PhonemizerPool:
         child took longer than `call_timeout_s` on it, PhonemizerError for a fault of the pool.
         """
         child = await self._take()
-        request: dict[str, Any] = {"id": next(self._request_ids), "voice": spec.voice, "chunk": chunk, "continues": continues}
         if spec.voice not in child.voices:
-            request["frontend"] = spec.to_json()
+            await self._load(child, spec)
+        request: dict[str, Any] = {"id": next(self._request_ids), "voice": spec.voice, "chunk": chunk, "continues": continues}
         if lexicon:
             request["lexicon"] = {word: "".join(phonemes) for word, phonemes in lexicon.items()}
         if first_max_ids:
             request["first_max_ids"] = first_max_ids
         try:
             child.send(request)
-            child.voices.add(spec.voice)
             async with asyncio.timeout(self.call_timeout_s):
                 answer = await child.answer()
         except TimeoutError:
@@ -235,25 +236,50 @@ class PhonemizerPool:
             raise PhonemizerError("a text process sent an unreadable answer") from None
         return self._accepted(child, request["id"], answer, spec)
 
-    async def on_every_child(self, spec: FrontendSpec, chunk: str) -> None:
-        """Phonemise `chunk` on every child (a warm-up: each loads `spec`'s voice)."""
+    async def on_every_child(self, spec: FrontendSpec) -> None:
+        """Load `spec`'s voice on every child, dictionaries included (a warm-up before serving)."""
         children = [await self._take() for _ in range(self.processes)]
         try:
             for child in children:
-                request = {"id": next(self._request_ids), "voice": spec.voice, "chunk": chunk, "frontend": spec.to_json()}
-                child.send(request)
-                child.voices.add(spec.voice)
+                child.send(_load_request(next(self._request_ids), spec))
             for child in children:
                 async with asyncio.timeout(self._start_timeout_s):
                     answer = await child.answer()
                 if "error" in answer:
                     raise PhonemizerError(f"a text process could not load voice {spec.voice!r}: {answer['error']}")
+                child.voices.add(spec.voice)
         except BaseException:
             for child in children:
                 self._replace(child, "failed its warm-up")
             raise
         for child in children:
             self._idle.put_nowait(child)
+
+    async def _load(self, child: _Child, spec: FrontendSpec) -> None:
+        """Have `child` load `spec`'s voice before its first text of it; the child is replaced and
+        PhonemizerError raised when it cannot (it goes back to the idle ones only on success)."""
+        request = _load_request(next(self._request_ids), spec)
+        try:
+            child.send(request)
+            async with asyncio.timeout(self._start_timeout_s):
+                answer = await child.answer()
+        except TimeoutError:
+            self._replace(child, f"did not load voice {spec.voice!r} within {self._start_timeout_s:g} s")
+            raise PhonemizerError(f"a text process did not load voice {spec.voice!r} in time") from None
+        except (_ChildDied, ConnectionError):
+            await self._wait_exit(child)
+            self._replace(child, f"{child.describe_exit()} loading voice {spec.voice!r}")
+            raise PhonemizerError(f"a text process died loading voice {spec.voice!r}") from None
+        except asyncio.CancelledError:
+            self._finish_in_background(child)
+            raise
+        except ValueError as error:
+            self._replace(child, f"sent an unreadable answer ({error})")
+            raise PhonemizerError("a text process sent an unreadable answer") from None
+        if answer.get("id") != request["id"] or "error" in answer:
+            self._replace(child, f"could not load voice {spec.voice!r}: {str(answer.get('error', 'another answer'))[:300]}")
+            raise PhonemizerError(f"a text process could not load voice {spec.voice!r}")
+        child.voices.add(spec.voice)
 
     async def close(self) -> None:
         """Stop every child: stdin closed (each ends), then killed after a grace period."""
@@ -373,6 +399,11 @@ class PhonemizerPool:
             raise
         self._children.add(child)
         return child
+
+
+def _load_request(request_id: int, spec: FrontendSpec) -> dict[str, Any]:
+    """A request that only loads `spec`'s voice in a child (no chunk: no sentences in the answer)."""
+    return {"id": request_id, "voice": spec.voice, "frontend": spec.to_json()}
 
 
 def _checked_words(items: object, id_count: int) -> tuple[WordSpan, ...]:

@@ -92,9 +92,37 @@ async def test_the_same_text_with_long_words_broken_does_not_crash(spec: Fronten
 async def test_a_child_that_hangs_is_killed_replaced_and_the_request_times_out(spec: FrontendSpec) -> None:
     pool = await _started(processes=1, timeout_s=1.0)
     try:
+        await pool.on_every_child(spec)  # the voice loaded: the hang is on the text
         (stopped,) = pool.pids()
         os.kill(stopped, signal.SIGSTOP)  # it takes the request and never answers
         with pytest.raises(PhonemizerTimeoutError, match="within 1 s"):
+            await pool.sentences(spec, "Nobody will read this.")
+        assert await pool.sentences(spec, "A fresh child reads this.")
+        assert pool.pids() != [stopped] and pool.replaced == 1
+    finally:
+        await pool.close()
+
+
+async def test_a_voice_loads_in_a_child_for_longer_than_a_text_may_take(spec: FrontendSpec) -> None:
+    """Mandarin's dictionaries take over a second to load on first use; a text then takes milliseconds.
+    The load is bounded by the start timeout, so a slow machine's first Mandarin text is not a hang."""
+    mandarin = replace(spec, voice="mandarin", espeak_voice="cmn")
+    pool = await _started(processes=1, timeout_s=0.5)
+    try:
+        sentences = await pool.sentences(mandarin, "我去银行。")
+        assert [sentence.pinyin for sentence in sentences] == [("wo3", "qu4", "yin2", "hang2")]
+        assert pool.replaced == 0
+    finally:
+        await pool.close()
+
+
+async def test_a_child_that_hangs_loading_a_voice_is_replaced_within_the_start_timeout(spec: FrontendSpec) -> None:
+    pool = PhonemizerPool(1, 30.0, start_timeout_s=10.0)
+    await pool.start()
+    try:
+        (stopped,) = pool.pids()
+        os.kill(stopped, signal.SIGSTOP)
+        with pytest.raises(PhonemizerError, match="did not load voice"):
             await pool.sentences(spec, "Nobody will read this.")
         assert await pool.sentences(spec, "A fresh child reads this.")
         assert pool.pids() != [stopped] and pool.replaced == 1

@@ -44,6 +44,9 @@ from libs.text.zh.sentences import CLAUSE_MARKS, split_zh_sentences
 from libs.text.zh.syllables import word_ipa
 
 MANDARIN_ESPEAK_VOICE: Final = "cmn"
+_LOAD_TEXT: Final = "他在银行工作，123。"
+"""Read by `load`: Han characters (jieba's dictionary, pypinyin's phrases), a number and Latin-free
+punctuation touch every dictionary the reading loads on first use."""
 WORD_BREAK: Final = " "
 # Runs the front end hands to espeak-ng: letters and digits of other scripts with the marks inside
 # words ("don't", "e-mail", "3.5").
@@ -102,6 +105,10 @@ class MandarinFrontend:
         if not sentences:
             raise EmptyTextError(NO_WORDS)
         return sentences
+
+    def load(self) -> None:
+        """Load jieba's and pypinyin's dictionaries (about 1.4 s on first use) by reading a short text."""
+        self.chunk_sentences(_LOAD_TEXT)
 
     def chunks(self, text: str) -> list[str]:
         """`text` normalised, checked and cut into sentences, without reading it (cheap)."""
