@@ -432,16 +432,21 @@ class UtterancePipeline:
     async def _read(self, vocoder: ResumableVocoderStream, info: acoustic_pb2.ModelInfo, output: asyncio.Queue[Any]) -> None:
         collector: HeadCollector | None = None
         sentence = -1
-        first_piece_s: float | None = None  # when the utterance's first piece came, until its second has
+        first_piece_s: float | None = None  # when the utterance's first piece came, while its start is timed
+        after_first_s = 0.0  # the audio of the pieces since the first
+        latest_s = 0.0  # how long after the first piece a later one came, at most, less the audio between
         loop = asyncio.get_running_loop()
         pieces = 0
         async for piece, to_write in self._pieces(vocoder):
             pieces += 1
             if pieces == STARTED_PIECES or (piece.is_last and piece.sentence_index == 0):
                 self._started()
-            if first_piece_s is not None:
-                self._pool.start_gaps.observe(loop.time() - first_piece_s)  # read as it came, whatever the client does
-                first_piece_s = None
+            if first_piece_s is not None:  # read as it came, whatever the client does
+                latest_s = max(latest_s, loop.time() - first_piece_s - after_first_s)
+                after_first_s += len(piece.samples) / piece.sample_rate_hz
+                if pieces == STARTED_PIECES or piece.is_last:
+                    self._pool.start_gaps.observe(latest_s)
+                    first_piece_s = None
             elif sentence == -1 and not piece.is_last:
                 first_piece_s = loop.time()
             if piece.sentence_index != sentence:  # a sentence's first piece

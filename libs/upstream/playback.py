@@ -95,15 +95,18 @@ START_GAP_QUANTILE: Final = 0.9
 
 
 class StartGaps:
-    """How long a listener's second piece of audio has come after its first, lately, on this mesh: the
-    wait a first piece must outlast, measured where it happens (queueing behind other streams' steps
-    included, which no step's estimate holds)."""
+    """How long the first piece of a listener's audio has had to last, lately, on this mesh: at most,
+    over the next pieces of its first sentence up to STARTED_PIECES, how long after the first each
+    came, less the audio of the pieces between. That is the wait a first piece must outlast, measured
+    where it happens (queueing behind other streams' steps included, which no step's estimate holds).
+    The second piece alone was not enough: where the CPU barely outpaces one listener (a quarter of a
+    core) the third step, twice the second, came later than the first two pieces' audio lasted."""
 
     def __init__(self, kept: int = START_GAPS_KEPT) -> None:
         self._gaps: deque[float] = deque(maxlen=kept)
 
     def observe(self, gap_s: float) -> None:
-        """A listener's second piece came `gap_s` after its first."""
+        """A listener's first piece had to last `gap_s` (see the class docstring)."""
         if gap_s >= 0:
             self._gaps.append(gap_s)
 
@@ -120,9 +123,10 @@ START_SHARE: Final = 0.25
 playing (rounded, at least one). A start makes its listener's first seconds of audio as fast as the
 CPU allows. In bursts of about 0.9 of the capacity on one core, all starting at once, a quarter of
 the listeners ran dry just after they began (5 of 21), while the others' first seconds were made;
-with turns for a quarter of the capacity, 1 to 2 in 21 to 28, and first audio no later (p50 0.8 to
-0.9x, p95 0.92 to 0.99x of all at once). Rounded down, a capacity just under eight gave one turn
-where those bursts had measured two."""
+with turns for a quarter of the capacity, 1 to 2 in 21 to 28. Bursts of seven pay little in first
+audio (p95 0.92 to 0.99x of all at once), bursts of five or six (0.8 of the capacity) more (p95 1.7x:
+no one ran dry, where one or two did). A third of the capacity (three turns) let gaps back in.
+Rounded down, a capacity just under eight gave one turn where those bursts had measured two."""
 STARTED_PIECES: Final = 3
 """A stream has started once its listener holds this many pieces of its first sentence (about 2.4 s
 of audio: the vocoder's steps of 32, 64 and 128 frames), or the whole of a shorter one. Held on into
