@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -189,3 +190,34 @@ async def test_a_short_utterance_is_never_held_past_its_end() -> None:
     output.put_nowait(_DONE)
     await reader
     assert received == [only, _DONE]
+
+
+async def _read_with_arrivals(pipeline: UtterancePipeline, arrivals: list[tuple[float, float, bool]]) -> None:
+    """Run the pipeline's reader over vocoder pieces of sentence 0 that come at the given times after
+    the first: (time, seconds of audio, last of the sentence)."""
+
+    async def pieces(_vocoder: Any) -> Any:
+        started = asyncio.get_running_loop().time()
+        for at_s, seconds, is_last in arrivals:
+            await asyncio.sleep(max(0.0, started + at_s - asyncio.get_running_loop().time()))
+            samples = np.zeros(round(seconds * RATE_HZ), np.float32)
+            yield SimpleNamespace(sentence_index=0, samples=samples, sample_rate_hz=RATE_HZ, is_last=is_last, model_version="m"), None
+
+    pipeline._pieces = pieces  # type: ignore[method-assign]
+    pipeline._meta[0] = SentenceMeta(text="t", phonemes="t", frame_count=1, phoneme_frames=(1,))
+    await pipeline._read(None, SimpleNamespace(hop_length=256), asyncio.Queue())  # type: ignore[arg-type]
+
+
+async def test_the_wait_a_first_piece_must_outlast_counts_the_third_piece_too() -> None:
+    """The second piece comes at once, the third 0.4 s after the first with 0.1 s of audio between:
+    the first piece had to last 0.3 s (0.4 less the second's 0.1), which the second's gap misses."""
+    gaps = StartGaps()
+    await _read_with_arrivals(_pipeline(0.0, gaps), [(0.0, 0.4, False), (0.0, 0.1, False), (0.4, 1.5, False), (0.5, 1.5, True)])
+    assert len(gaps._gaps) == 1  # one start, timed up to its third piece
+    assert gaps.high_s() >= 0.3
+
+
+async def test_a_short_first_sentence_is_timed_to_its_end() -> None:
+    gaps = StartGaps()
+    await _read_with_arrivals(_pipeline(0.0, gaps), [(0.0, 0.4, False), (0.2, 0.3, True)])
+    assert len(gaps._gaps) == 1 and gaps.high_s() >= 0.2
