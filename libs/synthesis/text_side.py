@@ -318,6 +318,7 @@ class TextSide:
         first_max_ids: int | None = None,
         in_flight: SentencesInFlight | None = None,
     ) -> AsyncGenerator[Sentence, None]:
+        in_flight = in_flight or SentencesInFlight()  # none given: nothing is ever being made
         opening = [first_max_ids]  # for the stream's first sentence only
         splitter = IncrementalSentenceSplitter(self.limits.max_pending_text_chars)
         clocks = _StreamClocks(self.limits)
@@ -328,12 +329,12 @@ class TextSide:
             while True:
                 asked_s = loop.time()
                 # Overdue text is held while the audio before it is made: it could not be heard sooner.
-                hold = in_flight.made_all if in_flight is not None and in_flight.busy and clocks.overdue(asked_s) else None
+                hold = in_flight.made_all if in_flight.busy and clocks.overdue(asked_s) else None
                 try:
                     piece = await reader.next(clocks.idle_left_s if hold else clocks.timeout_s(asked_s), wake=hold)
                 except TimeoutError:
                     clocks.waited(loop.time() - asked_s)
-                    if clocks.overdue(loop.time()) and not (in_flight is not None and in_flight.busy):
+                    if clocks.overdue(loop.time()) and not in_flight.busy:
                         chunk = splitter.cut_pending()  # None: one word so far, which may go on
                         clocks.holding(chunk is not None and bool(splitter.pending_text.strip()), loop.time(), True)
                         if chunk is not None:

@@ -239,25 +239,17 @@ class PhonemizerPool:
     async def on_every_child(self, spec: FrontendSpec) -> None:
         """Load `spec`'s voice on every child, dictionaries included (a warm-up before serving)."""
         children = [await self._take() for _ in range(self.processes)]
-        try:
-            for child in children:
-                child.send(_load_request(next(self._request_ids), spec))
-            for child in children:
-                async with asyncio.timeout(self._start_timeout_s):
-                    answer = await child.answer()
-                if "error" in answer:
-                    raise PhonemizerError(f"a text process could not load voice {spec.voice!r}: {answer['error']}")
-                child.voices.add(spec.voice)
-        except BaseException:
-            for child in children:
-                self._replace(child, "failed its warm-up")
-            raise
-        for child in children:
-            self._idle.put_nowait(child)
+        results = await asyncio.gather(*(self._load(child, spec) for child in children), return_exceptions=True)
+        for child, result in zip(children, results, strict=True):
+            if result is None:  # a child that failed was replaced by `_load`
+                self._idle.put_nowait(child)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
     async def _load(self, child: _Child, spec: FrontendSpec) -> None:
-        """Have `child` load `spec`'s voice before its first text of it; the child is replaced and
-        PhonemizerError raised when it cannot (it goes back to the idle ones only on success)."""
+        """Have `child` load `spec`'s voice before its first text of it, within the start timeout. The
+        caller keeps the child; when it cannot load, it is replaced and PhonemizerError raised."""
         request = _load_request(next(self._request_ids), spec)
         try:
             child.send(request)
