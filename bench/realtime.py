@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
@@ -167,6 +167,19 @@ def burst(target: str, texts: Sequence[str], clients: Callable[[int], str] = lam
     return asyncio.run(open_loop(target, texts, [0.0] * len(texts), clients, tier))
 
 
+def one_after_another(run: Callable[[], RequestResult], count: int) -> list[RequestResult]:
+    """`count` results of `run()`, each started when the last ended, with their start times on one
+    clock (each run times its request from its own start): so that the audio per second of the lot is
+    what it made over the time they took together."""
+    start = time.perf_counter()
+    results = []
+    for _ in range(count):
+        offset_s = time.perf_counter() - start
+        result = run()
+        results.append(replace(result, started_s=result.started_s + offset_s))
+    return results
+
+
 def reported_capacity(mesh: BenchMesh, wait_s: float = 30.0) -> float:
     """The capacity the gateway reports (waiting for the workers to have said theirs)."""
     deadline = time.monotonic() + wait_s
@@ -210,7 +223,7 @@ class QuotaRun:
     def _mesh_rows(self, mesh: BenchMesh) -> tuple[list[tuple[str, Outcome, str]], dict[str, float]]:
         target = mesh.gateway_address
         rows: list[tuple[str, Outcome, str]] = []
-        lone = [burst(target, self.texts.take(1))[0] for _ in range(LONE_RUNS)]
+        lone = one_after_another(lambda: burst(target, self.texts.take(1))[0], LONE_RUNS)
         lone_ttfa = statistics.median(result.ttfa_s or math.nan for result in lone)
         rows.append(("lone cold stream", Outcome.of(lone), ""))
         capacity = reported_capacity(mesh)
@@ -274,7 +287,7 @@ class QuotaRun:
         with piper_baseline.PiperPool(setup, preexec=quota.preexec) as pool:
             texts = self.texts.take(1)
             pool.run(texts, 1, 1)  # warm
-            outcomes["lone cold stream"] = Outcome.of([pool.run(self.texts.take(1), 1, 1).results[0] for _ in range(LONE_RUNS)])
+            outcomes["lone cold stream"] = Outcome.of(one_after_another(lambda: pool.run(self.texts.take(1), 1, 1).results[0], LONE_RUNS))
             count = int(facts["burst_count"])
             outcomes[f"burst of {count} (0.8 x capacity)"] = Outcome.of(pool.run_arrivals(self.texts.take(count), [0.0] * count).results)
             for share in self.shares:

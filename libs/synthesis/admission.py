@@ -2,13 +2,20 @@
 
 The mesh makes audio at its real-time capacity R (audio seconds per second, what its workers say they
 hold: libs.upstream.loads), shared by every open stream. Listener i holds b_i seconds of audio and
-still needs r_i more. By time t it needs min(r_i, t - b_i) seconds more than it holds (none before
+still needs r_i more: exactly what its planned sentences make, and the rest of its text by the audio
+a character of its voice makes (`Listener.sentence_planned`). By time t it needs min(r_i, t - b_i) seconds more than it holds (none before
 b_i), and the mesh can make R * t by then; so the listeners all keep playing, with the work done
 earliest-need first as the workers do it, exactly when
 
     sum_i min(r_i, max(0, t - b_i)) <= R * t    for every t > 0,
 
-which only needs checking where the left side bends (each b_i and b_i + r_i). A new listener holds
+which only needs checking where the left side bends (each b_i and b_i + r_i). The test treats the
+audio as a steady flow; it comes a piece at a time, each up to a vocoder step long, and the more
+listeners share the cores the longer each waits for its next. What a listener holds below that wait
+(`piece_wait_s`: how long playing listeners have waited for their next piece lately) it needs
+itself, so b_i counts only the audio above it: without that, under arrivals above the capacity the
+test admitted listeners until all held about a second, and up to a third of them then ran dry with the
+test still passing. A new listener holds
 nothing. So a burst of new streams is admitted up to R at once, while a stream arriving among
 listeners who hold seconds of audio is admitted even above R for a while: their buffers pay for its
 start. Streams other gateways hold on the same workers are taken off R, one audio second per second each.
@@ -56,6 +63,8 @@ DEFAULT_ACTIVE_CLIENT_S: Final = MAX_RETRY_AFTER_S
 refused client may be told to wait before it asks again."""
 MAX_REMEMBERED_CLIENTS: Final = 4096
 """Clients remembered as recently active at most (the oldest are forgotten first)."""
+MAX_REMEMBERED_VOICES: Final = 256
+"""Voices whose audio per character is remembered at most (the first learned is forgotten first)."""
 STALL_BAR_S: Final = 0.1
 """A gap shorter than this is not counted against the capacity (a player's jitter buffer hides it)."""
 SHARE_CUT: Final = 0.9
@@ -88,7 +97,44 @@ class Listener:
     cost: float = 1.0
     """What a second of its audio costs the mesh, in seconds of the capacity (1: the voice's quality tier;
     less for its fast tier, libs.voice.tiers)."""
+    voice: str = ""
+    """The voice it is spoken in: what a character makes is learned per voice (a Mandarin character is
+    a syllable, an English one a fraction of one)."""
+    characters: int = 0
+    """Characters of its text known so far (all of it for a whole text; what has come of a streamed one)."""
+    audio_s_per_char: float = DEFAULT_AUDIO_S_PER_CHAR
+    """What a character of text not yet planned is taken to make (the gateway's measure when it was admitted)."""
+    text_complete: bool = False
+    """Whether `characters` is the whole text: then the estimate may fall as well as rise."""
     id: int = field(default_factory=itertools.count().__next__)
+    _planned: set[int] = field(default_factory=set, repr=False)
+    _planned_characters: int = field(default=0, repr=False)
+    _planned_audio_s: float = field(default=0.0, repr=False)
+
+    def sentence_planned(self, index: int, characters: int, audio_s: float) -> None:
+        """Sentence `index` of `characters` characters was planned: it makes exactly `audio_s`. The
+        audio expected becomes what the planned sentences make plus the rest of the text by its
+        characters: a text of numbers, or of another script, makes far more audio per character than
+        the gateway's average, and the admission test must see what listeners will really need."""
+        if index in self._planned:
+            return
+        self._planned.add(index)
+        self._planned_characters += max(0, characters)
+        self._planned_audio_s += max(0.0, audio_s)
+        rest_s = max(0, self.characters - self._planned_characters) * self.audio_s_per_char
+        estimate = self._planned_audio_s + rest_s
+        self.expected_audio_s = estimate if self.text_complete else max(self.expected_audio_s, estimate)
+
+    def all_planned(self) -> None:
+        """Every sentence of its text was planned: it makes exactly what they make."""
+        self.text_complete = True
+        self.expected_audio_s = self._planned_audio_s
+
+    def text_arrived(self, characters: int) -> None:
+        """`characters` more of a streamed text came: it needs at least their audio too."""
+        self.characters += max(0, characters)
+        rest_s = max(0, self.characters - self._planned_characters) * self.audio_s_per_char
+        self.expected_audio_s = max(self.expected_audio_s, self._planned_audio_s + rest_s)
 
     def start_buffer_s(self) -> float:
         """Audio its listener should hold before it starts, so that it then plays to the end without a gap."""
@@ -171,22 +217,28 @@ class RealtimeAdmission:
         now: Callable[[], float] = time.monotonic,
         on_stall: Callable[[float], None] | None = None,
         min_share: float = DEFAULT_MIN_SHARE,
+        piece_wait_s: Callable[[], float] = lambda: 0.0,
     ) -> None:
         """`capacity()` is the mesh's real-time capacity (0: unknown, and then every listener is
         admitted); `other_streams()` the streams other gateways hold on the same workers; `headroom`
         the share of the capacity listeners may need; `active_client_s` how long a client that holds
         no stream still counts as active after it last asked; `on_stall(seconds)` hears of every gap
-        a listener sits through; `min_share` the least share of the capacity those gaps leave trusted."""
+        a listener sits through; `min_share` the least share of the capacity those gaps leave trusted;
+        `piece_wait_s()` how long a playing listener may wait for its next piece now (module docstring)."""
         self._capacity = capacity
         self._other_streams = other_streams
         self._headroom = headroom
         self._active_client_s = active_client_s
         self._now = now
         self._on_stall = on_stall
+        self._piece_wait_s = piece_wait_s
         self.feedback = StallFeedback(now, min_share)
         self._listeners: dict[int, Listener] = {}
         self._last_asked: dict[str, float] = {}  # client -> when it last asked or its last stream ended, oldest first
         self.audio_s_per_char = DEFAULT_AUDIO_S_PER_CHAR
+        """Audio seconds per character over every voice (for a voice not yet heard)."""
+        self._per_char_of: dict[str, float] = {}
+        """Audio seconds per character of each voice heard to the end of a stream."""
 
     @property
     def listeners(self) -> Iterable[Listener]:
@@ -196,9 +248,14 @@ class RealtimeAdmission:
         """The listeners someone waits on (work no listener waits for left out)."""
         return [listener for listener in self._listeners.values() if listener.client]
 
-    def expected_audio_s(self, characters: int) -> float:
-        """The audio a text of `characters` makes, by what this gateway has measured."""
-        return characters * self.audio_s_per_char
+    def expected_audio_s(self, characters: int, voice: str = "") -> float:
+        """The audio a text of `characters` in `voice` makes, by what this gateway has measured."""
+        return characters * self.audio_s_per_char_of(voice)
+
+    def audio_s_per_char_of(self, voice: str) -> float:
+        """What a character of `voice` makes, as far as this gateway has measured (every voice's
+        measure until one of its streams has finished)."""
+        return self._per_char_of.get(voice, self.audio_s_per_char)
 
     def refusal(self, client: str, expected_audio_s: float, cost: float = 1.0, share: float = 1.0) -> str | None:
         """Why a new listener of `client` that expects `expected_audio_s` of audio at `cost` per second
@@ -211,7 +268,7 @@ class RealtimeAdmission:
         if capacity <= 0:
             return None
         others = self._other_streams()
-        demand = [(listener.buffered_s(), listener.remaining_s(), listener.cost) for listener in self.listening()]
+        demand = self._demand()
         if not demand and others <= 0:
             return None  # nobody to keep playing: a machine slower than real time still serves one listener
         rate = self._admitted(capacity) * share - others
@@ -234,10 +291,16 @@ class RealtimeAdmission:
         capacity = self._capacity()
         if capacity <= 0 or not self._headroom:
             return True
-        demand = [(listener.buffered_s(), listener.remaining_s(), listener.cost) for listener in self.listening()]
+        demand = self._demand()
         if expected_audio_s > 0:
             demand.append((0.0, expected_audio_s, cost))
         return keeps_playing(demand, self._admitted(capacity) * share - self._other_streams())
+
+    def _demand(self) -> list[tuple[float, float, float]]:
+        """Each listener's (audio it holds that can pay for others, audio it still needs, cost): what it
+        holds less the wait for its next piece, which it needs itself (module docstring)."""
+        wait_s = max(0.0, self._piece_wait_s())
+        return [(listener.buffered_s() - wait_s, listener.remaining_s(), listener.cost) for listener in self.listening()]
 
     def listener_capacity(self) -> float:
         """The listeners admission takes now: the mesh's capacity times the headroom, times the share
@@ -321,3 +384,7 @@ class RealtimeAdmission:
         if finished and characters > 0 and listener.clock is not None and listener.clock.delivered_s > 0:
             measured = listener.clock.delivered_s / characters
             self.audio_s_per_char += RATE_WEIGHT * (measured - self.audio_s_per_char)
+            known = self._per_char_of.get(listener.voice)
+            self._per_char_of[listener.voice] = measured if known is None else known + RATE_WEIGHT * (measured - known)
+            if len(self._per_char_of) > MAX_REMEMBERED_VOICES:
+                del self._per_char_of[next(iter(self._per_char_of))]

@@ -52,6 +52,7 @@ from libs.text.frontend import Sentence
 from libs.text.words import WordSpan
 from libs.upstream.acoustic_stream import ResumableAcousticStream, sentence_request
 from libs.upstream.calls import Deadline
+from libs.upstream.metrics import START_HOLD, START_TURN
 from libs.upstream.playback import STARTED_PIECES, PlaybackClock
 from libs.upstream.pool import WorkerPool
 from libs.upstream.vocoder_stream import ResumableVocoderStream, Samples
@@ -231,6 +232,7 @@ class UtterancePipeline:
         time first holds the share of its audio the mesh cannot keep up with (its start buffer)."""
         loop = asyncio.get_running_loop()
         held = [await output.get()]
+        came_s = loop.time()
         held_s = _audio_s(held[0])
         # A listener alone on a mesh slower than real time first holds what lets it play to the end.
         start_buffer_s = self._listener.start_buffer_s() if self._listener is not None else 0.0
@@ -238,7 +240,7 @@ class UtterancePipeline:
             held.append(await output.get())
             held_s += _audio_s(held[-1])
         first_s = loop.time()
-        cushion_s = max(self._pool.step_lead_s(None, "vocoder"), self._pool.start_gaps.high_s())
+        cushion_s = self._pool.piece_wait_s()
         getter: asyncio.Task[Any] | None = None
         while (
             held_s < cushion_s
@@ -257,6 +259,7 @@ class UtterancePipeline:
                 await asyncio.gather(getter, return_exceptions=True)
             if not getter.cancelled():
                 held.append(getter.result())
+        self._pool.metrics.start_delay_seconds.labels(part=START_HOLD).observe(loop.time() - came_s)
         for item in held:
             yield item
         while True:
@@ -297,6 +300,8 @@ class UtterancePipeline:
                 await vocoder.send(slices, tier)
             index += 1
         self._sentence_count = index
+        if self._listener is not None:
+            self._listener.all_planned()
         for later, lookup in self._lookups.items():
             if later >= index and not lookup.done():
                 lookup.set_result(None)  # the reader may be waiting for a sentence that never comes
@@ -330,6 +335,7 @@ class UtterancePipeline:
                 sentence.text, phonemes, cached.frame_count, cached.phoneme_frames, sentence.words,
                 sentence.pause_before_s, sentence.marks_before, sentence.pause_after_s, sentence.marks_after, tier,
             )  # fmt: skip
+            self._planned(index, sentence, cached.frame_count, info)
             self._lookup(index).set_result(_Lookup(key, cached.head, tier))
             yield [
                 to_message(
@@ -344,8 +350,10 @@ class UtterancePipeline:
             return
         self._lookup(index).set_result(_Lookup(key, None, tier))
         if index == 0:  # the workers make the listener's first seconds: in its turn (StartSlots)
+            asked_s = time.monotonic()
             await self._pool.starts.take()
             self._starting = True
+            self._pool.metrics.start_delay_seconds.labels(part=START_TURN).observe(time.monotonic() - asked_s)
         async with self._flights.lead(key) as flight:
             frames: list[np.ndarray] = []
             alignment: tuple[int, ...] = ()
@@ -360,6 +368,7 @@ class UtterancePipeline:
                         sentence.text, phonemes, first.sentence_frame_count, alignment, sentence.words,
                         sentence.pause_before_s, sentence.marks_before, sentence.pause_after_s, sentence.marks_after, tier,
                     )  # fmt: skip
+                    self._planned(index, sentence, first.sentence_frame_count, info)
                 try:
                     frames.extend(frames_of(mel_slice) for mel_slice in slices)
                 except MelFormatError as error:  # the worker's fault, not the client's
@@ -368,6 +377,11 @@ class UtterancePipeline:
             mel = np.concatenate(frames, axis=1)
             flight.publish(CachedMel(mel=mel, phoneme_frames=alignment))
             flight.hold_until(self._spawn(self._cache.put(key, mel, alignment)))
+
+    def _planned(self, index: int, sentence: Sentence, frame_count: int, info: acoustic_pb2.ModelInfo) -> None:
+        """Sentence `index` will make `frame_count` frames: its listener's admission sees that audio, not a guess."""
+        if self._listener is not None:
+            self._listener.sentence_planned(index, len(sentence.text), frame_count * info.hop_length / info.sample_rate_hz)
 
     async def _usable(self, key: str, cached: CachedMel, phoneme_count: int, info: acoustic_pb2.ModelInfo, tier: str) -> CachedMel | None:
         """`cached` if this voice's models can use it (its head, of `tier`, dropped when only that is unusable);
@@ -437,8 +451,11 @@ class UtterancePipeline:
         latest_s = 0.0  # how long after the first piece a later one came, at most, less the audio between
         loop = asyncio.get_running_loop()
         pieces = 0
+        reading_s: float | None = None  # when the reader went on after a piece of the sentence it reads
         async for piece, to_write in self._pieces(vocoder):
             pieces += 1
+            if reading_s is not None and piece.sentence_index == sentence:  # a playing listener's wait for its next piece
+                self._pool.piece_gaps.observe(loop.time() - reading_s)
             if pieces == STARTED_PIECES or (piece.is_last and piece.sentence_index == 0):
                 self._started()
             if first_piece_s is not None:  # read as it came, whatever the client does
@@ -465,6 +482,7 @@ class UtterancePipeline:
                 self._in_flight.made()
             made_s = time.monotonic()
             await self._room.acquire()  # a client that does not read stops the reading here
+            reading_s = None if piece.is_last else loop.time()
             output.put_nowait(
                 SentencePiece(
                     piece.sentence_index,

@@ -87,7 +87,7 @@ class Synthesizer:
         """The audio of `text`. Raises at once for text that cannot be spoken, or when the gateway or
         `client` (who the caller is, for its stream limit) has no room; the returned iterator yields
         chunks as they are produced."""
-        expected_s = self.admission.expected_audio_s(len(text)) if self.admission is not None else 0.0
+        expected_s = self.admission.expected_audio_s(len(text), options.voice.name) if self.admission is not None else 0.0
         slot = self._take_slot(client, expected_s, options, len(text))  # before the text costs anything
         try:
             opening = self.opening_ids()
@@ -223,7 +223,12 @@ class Synthesizer:
         asked = options.tier if options is not None else ""
         can_move = asked == AUTO and options is not None and FAST in options.voice.tiers
         choice = _TierChoice(FAST if asked == FAST else QUALITY)
-        listener = Listener(client, expected_audio_s, cost=self._pool.fast_tier_cost() if choice.tier == FAST else 1.0)
+        voice = options.voice.name if options is not None else ""
+        listener = Listener(
+            client, expected_audio_s, cost=self._pool.fast_tier_cost() if choice.tier == FAST else 1.0, voice=voice,
+            characters=characters, text_complete=characters > 0,
+            audio_s_per_char=self.admission.audio_s_per_char_of(voice) if self.admission is not None else DEFAULT_AUDIO_S_PER_CHAR,
+        )  # fmt: skip
         if self.admission is not None:
             cost = self._pool.fast_tier_cost()
             if can_move and cost < 1.0 and self._starts_fast(client, expected_audio_s):
@@ -385,7 +390,7 @@ class _Slot:
     def text_arrived(self, characters: int) -> None:
         """More of a streamed text arrived: its listener needs at least that text's audio."""
         self._state["characters"] += characters
-        self.listener.expected_audio_s = max(self.listener.expected_audio_s, self._state["characters"] * DEFAULT_AUDIO_S_PER_CHAR)
+        self.listener.text_arrived(characters)
 
 
 async def _counted(pieces: AsyncIterator[str], slot: _Slot) -> AsyncIterator[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from libs.routing import events
 from libs.routing.events import EventHook
@@ -22,6 +22,11 @@ SHED_RETRY_BUDGET: Final = "retry_budget"
 """A worker refused and the retry budget had no token for another attempt."""
 SHED_CLIENT_LIMIT: Final = "client_limit"
 """The client (its address) already has its maximum of streams open at this gateway."""
+START_TURN: Final = "turn"
+"""A first sentence waiting for one of the gateway's turns to start on the workers (StartSlots)."""
+START_HOLD: Final = "hold"
+"""A listener's first piece held back until the audio it holds outlasts the wait for the next pieces."""
+START_DELAY_BUCKETS_S: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0)
 SHED_REALTIME: Final = "realtime"
 """One more listener would make the listeners the mesh serves run dry (libs.synthesis.admission)."""
 
@@ -93,6 +98,15 @@ class RoutingMetrics:
         self.streams_waiting_to_start = Gauge(
             "tts_gateway_streams_waiting_to_start",
             "Streams waiting for a turn to start on the workers now (streams).",
+            registry=self.registry,
+        )
+
+        self.start_delay_seconds = Histogram(
+            "tts_gateway_start_delay_seconds",
+            "Time a stream's first audio waited on purpose, by part: turn (for a turn to start on the workers), "
+            "hold (its first piece held until the audio held outlasts the wait for the next pieces).",
+            ["part"],
+            buckets=START_DELAY_BUCKETS_S,
             registry=self.registry,
         )
 

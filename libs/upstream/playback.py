@@ -118,6 +118,22 @@ class StartGaps:
         return ordered[min(len(ordered) - 1, int(START_GAP_QUANTILE * len(ordered)))]
 
 
+PIECE_GAPS_KEPT: Final = 256
+"""Waits between pieces of playing listeners that `PieceGaps` keeps (several per listener and second)."""
+
+
+class PieceGaps(StartGaps):
+    """How long playing listeners have waited for their next piece of a sentence, lately, on this mesh:
+    from when the last piece came (or, where the client was slow to take it, from when the reading
+    could go on) to when the next came. A listener gets its audio a piece at a time, each up to a
+    vocoder step long, and the more listeners share the cores the longer each waits for its next: what
+    it holds below that wait it needs itself, and cannot lend another listener (libs.synthesis.admission).
+    On an idle machine the wait is one step's time; at capacity, nearly a step's audio."""
+
+    def __init__(self, kept: int = PIECE_GAPS_KEPT) -> None:
+        super().__init__(kept)
+
+
 START_SHARE: Final = 0.25
 """Streams that may be starting at once on a gateway's workers, as a share of the listeners they keep
 playing (rounded, at least one). A start makes its listener's first seconds of audio as fast as the

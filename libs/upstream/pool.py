@@ -43,7 +43,7 @@ from libs.routing.watcher import HealthWatcher, WatchConfig
 from libs.telemetry.tracing import client_interceptors
 from libs.upstream.loads import LOAD_TIMEOUT_S, KnownLoad, LoadWatcher, summed_capacity
 from libs.upstream.metrics import RoutingMetrics
-from libs.upstream.playback import StartGaps, StartSlots
+from libs.upstream.playback import PieceGaps, StartGaps, StartSlots
 from libs.upstream.settings import UpstreamSettings, channel_credentials, channel_options
 from libs.voice.tiers import QUALITY
 from libs.wire.headers import GATEWAY_METADATA_KEY, SPEAKER_METADATA_KEY, TIER_METADATA_KEY, VOICE_METADATA_KEY
@@ -99,6 +99,8 @@ class WorkerPool:
         self.budget = RetryBudget(retry_budget)
         self.start_gaps = StartGaps()
         """How long listeners' second pieces have come after their first, lately (what a first piece is held to outlast)."""
+        self.piece_gaps = PieceGaps()
+        """How long playing listeners have waited for their next piece of a sentence, lately."""
         self.starts = StartSlots(self.realtime_capacity)
         """Turns of streams starting on the workers (a share of the listeners they keep playing)."""
         self.metrics.retry_budget_tokens.set_function(self.budget.tokens)
@@ -318,6 +320,18 @@ class WorkerPool:
         always, with a round trip to it on top (0: not known)."""
         loads = [known] if endpoint is not None and (known := self.loads.load(endpoint)) else self.available_loads(kind)
         return max((known.load.step_lead_ms / 1000.0 + known.rtt_s for known in loads), default=0.0)
+
+    def piece_wait_s(self) -> float:
+        """How long a listener may wait for its next piece on this mesh now: the vocoder's step lead
+        (hops included), or how long next pieces have come after first ones lately (`StartGaps`:
+        queueing behind other streams' steps included), whichever is longer. Audio a listener holds
+        below this is no cushion: it may run out before the next piece comes."""
+        return max(self.step_lead_s(None, "vocoder"), self.start_gaps.high_s())
+
+    def playing_wait_s(self) -> float:
+        """How long a playing listener may wait for its next piece now: the longer of a first piece's
+        wait (`piece_wait_s`) and how long playing listeners have waited lately (`PieceGaps`)."""
+        return max(self.piece_wait_s(), self.piece_gaps.high_s())
 
     def round_trip_s(self, endpoint: Endpoint | None) -> float:
         """A round trip to `endpoint`, as its load asks measure it (0: not known)."""

@@ -53,7 +53,7 @@ def _synthesizer(
 
 
 def _asking(tier: str, tiers: tuple[str, ...] = (QUALITY, FAST)) -> SynthesisOptions:
-    return SimpleNamespace(tier=tier, voice=SimpleNamespace(tiers=tiers))  # type: ignore[return-value]
+    return SimpleNamespace(tier=tier, voice=SimpleNamespace(name="v", tiers=tiers))  # type: ignore[return-value]
 
 
 def test_auto_moves_a_new_stream_to_the_fast_tier_only_when_quality_would_be_refused() -> None:

@@ -10,7 +10,8 @@ import numpy as np
 
 from libs.synthesis.admission import Listener, RealtimeAdmission
 from libs.synthesis.pipeline import _DONE, SentenceMeta, SentencePiece, UtterancePipeline
-from libs.upstream.playback import StartGaps
+from libs.upstream.metrics import RoutingMetrics
+from libs.upstream.playback import PieceGaps, StartGaps
 
 RATE_HZ = 22050
 
@@ -21,10 +22,18 @@ class _Pool:
     def __init__(self, step_lead_s: float, start_gaps: StartGaps | None = None) -> None:
         self.lead_s = step_lead_s
         self.start_gaps = start_gaps or StartGaps()
+        self.piece_gaps = PieceGaps()
+        self.metrics = RoutingMetrics()
 
-    def step_lead_s(self, endpoint: Any, kind: str) -> float:
-        assert kind == "vocoder"
-        return self.lead_s
+    def piece_wait_s(self) -> float:
+        return max(self.lead_s, self.start_gaps.high_s())
+
+
+def _held_s(pipeline: UtterancePipeline) -> tuple[float, float]:
+    """(first pieces held, seconds held in all) by the pipeline's pool's start-delay histogram."""
+    registry = pipeline._pool.metrics.registry
+    count = registry.get_sample_value("tts_gateway_start_delay_seconds_count", {"part": "hold"})
+    return count or 0.0, registry.get_sample_value("tts_gateway_start_delay_seconds_sum", {"part": "hold"}) or 0.0
 
 
 def _pipeline(step_lead_s: float, start_gaps: StartGaps | None = None, listener: Listener | None = None) -> UtterancePipeline:
@@ -63,13 +72,16 @@ async def _until_received(received: list[Any], count: int, within_s: float) -> N
 async def test_a_first_piece_that_outlasts_the_next_step_goes_at_once() -> None:
     output: asyncio.Queue[Any] = asyncio.Queue()
     received: list[Any] = []
-    reader = asyncio.create_task(_received(_pipeline(0.05), output, received))
+    pipeline = _pipeline(0.05)
+    reader = asyncio.create_task(_received(pipeline, output, received))
     first = _piece(0.128)
     output.put_nowait(first)
     await _until_received(received, 1, 1)  # no second piece is coming: the first is not held for one
     assert received == [first]
     output.put_nowait(_DONE)
     await reader
+    count, held_s = _held_s(pipeline)
+    assert count == 1 and held_s < 0.05  # the metric says it went at once
 
 
 async def test_a_first_piece_shorter_than_the_next_step_waits_for_the_next() -> None:
@@ -106,7 +118,8 @@ async def test_a_held_piece_goes_when_the_next_step_should_have_come() -> None:
 async def test_a_held_piece_waits_only_until_what_it_holds_lasts_to_the_next_step() -> None:
     output: asyncio.Queue[Any] = asyncio.Queue()
     received: list[Any] = []
-    reader = asyncio.create_task(_received(_pipeline(4.0), output, received))
+    pipeline = _pipeline(4.0)
+    reader = asyncio.create_task(_received(pipeline, output, received))
     first = _piece(3.5)  # lasts 3.5 s of the 4 s the next step takes: held for the half second missing
     output.put_nowait(first)
     await asyncio.sleep(0.1)
@@ -115,6 +128,8 @@ async def test_a_held_piece_waits_only_until_what_it_holds_lasts_to_the_next_ste
     assert received == [first]
     output.put_nowait(_DONE)
     await reader
+    count, held_s = _held_s(pipeline)
+    assert count == 1 and 0.45 <= held_s < 1.0  # the metric counts the half second it was held
 
 
 async def test_second_pieces_that_came_late_lately_hold_a_first_piece_the_step_lead_would_not() -> None:
@@ -221,3 +236,12 @@ async def test_a_short_first_sentence_is_timed_to_its_end() -> None:
     gaps = StartGaps()
     await _read_with_arrivals(_pipeline(0.0, gaps), [(0.0, 0.4, False), (0.2, 0.3, True)])
     assert len(gaps._gaps) == 1 and gaps.high_s() >= 0.2
+
+
+async def test_the_waits_between_a_sentences_pieces_are_kept_for_admission() -> None:
+    pipeline = _pipeline(0.0)
+    await _read_with_arrivals(pipeline, [(0.0, 0.4, False), (0.0, 0.1, False), (0.4, 1.5, False), (0.5, 1.5, True)])
+    waits = sorted(pipeline._pool.piece_gaps._gaps)
+    assert len(waits) == 3  # the three pieces after the first, each timed from the one before
+    assert waits[0] < 0.05 and 0.08 <= waits[1] < 0.2 and 0.35 <= waits[2] < 0.5
+    assert pipeline._pool.piece_gaps.high_s() == waits[2]
