@@ -12,7 +12,7 @@ earliest-need first as the workers do it, exactly when
 which only needs checking where the left side bends (each b_i and b_i + r_i). The test treats the
 audio as a steady flow; it comes a piece at a time, each up to a vocoder step long, and the more
 listeners share the cores the longer each waits for its next. What a listener holds below that wait
-(`piece_wait_s`: how long playing listeners have waited for their next piece lately) it needs
+(`playing_wait_s`: how long playing listeners have waited for their next piece lately) it needs
 itself, so b_i counts only the audio above it: without that, under arrivals above the capacity the
 test admitted listeners until all held about a second, and up to a third of them then ran dry with the
 test still passing. A new listener holds
@@ -103,26 +103,22 @@ class Listener:
     characters: int = 0
     """Characters of its text known so far (all of it for a whole text; what has come of a streamed one)."""
     audio_s_per_char: float = DEFAULT_AUDIO_S_PER_CHAR
-    """What a character of text not yet planned is taken to make (the gateway's measure when it was admitted)."""
+    """What a character of text not yet planned is taken to make (set by the admission that holds it:
+    its measure for the voice)."""
     text_complete: bool = False
     """Whether `characters` is the whole text: then the estimate may fall as well as rise."""
     id: int = field(default_factory=itertools.count().__next__)
-    _planned: set[int] = field(default_factory=set, repr=False)
     _planned_characters: int = field(default=0, repr=False)
     _planned_audio_s: float = field(default=0.0, repr=False)
 
-    def sentence_planned(self, index: int, characters: int, audio_s: float) -> None:
-        """Sentence `index` of `characters` characters was planned: it makes exactly `audio_s`. The
-        audio expected becomes what the planned sentences make plus the rest of the text by its
-        characters: a text of numbers, or of another script, makes far more audio per character than
-        the gateway's average, and the admission test must see what listeners will really need."""
-        if index in self._planned:
-            return
-        self._planned.add(index)
+    def sentence_planned(self, characters: int, audio_s: float) -> None:
+        """A sentence of `characters` characters was planned: it makes exactly `audio_s`. The audio
+        expected becomes what the planned sentences make plus the rest of the text by its characters:
+        a text of numbers, or of another script, makes far more audio per character than the
+        gateway's average, and the admission test must see what listeners will really need."""
         self._planned_characters += max(0, characters)
         self._planned_audio_s += max(0.0, audio_s)
-        rest_s = max(0, self.characters - self._planned_characters) * self.audio_s_per_char
-        estimate = self._planned_audio_s + rest_s
+        estimate = self._estimate_s()
         self.expected_audio_s = estimate if self.text_complete else max(self.expected_audio_s, estimate)
 
     def all_planned(self) -> None:
@@ -133,8 +129,11 @@ class Listener:
     def text_arrived(self, characters: int) -> None:
         """`characters` more of a streamed text came: it needs at least their audio too."""
         self.characters += max(0, characters)
-        rest_s = max(0, self.characters - self._planned_characters) * self.audio_s_per_char
-        self.expected_audio_s = max(self.expected_audio_s, self._planned_audio_s + rest_s)
+        self.expected_audio_s = max(self.expected_audio_s, self._estimate_s())
+
+    def _estimate_s(self) -> float:
+        """What the planned sentences make, and the rest of the text known so far by its characters."""
+        return self._planned_audio_s + max(0, self.characters - self._planned_characters) * self.audio_s_per_char
 
     def start_buffer_s(self) -> float:
         """Audio its listener should hold before it starts, so that it then plays to the end without a gap."""
@@ -217,21 +216,21 @@ class RealtimeAdmission:
         now: Callable[[], float] = time.monotonic,
         on_stall: Callable[[float], None] | None = None,
         min_share: float = DEFAULT_MIN_SHARE,
-        piece_wait_s: Callable[[], float] = lambda: 0.0,
+        playing_wait_s: Callable[[], float] = lambda: 0.0,
     ) -> None:
         """`capacity()` is the mesh's real-time capacity (0: unknown, and then every listener is
         admitted); `other_streams()` the streams other gateways hold on the same workers; `headroom`
         the share of the capacity listeners may need; `active_client_s` how long a client that holds
         no stream still counts as active after it last asked; `on_stall(seconds)` hears of every gap
         a listener sits through; `min_share` the least share of the capacity those gaps leave trusted;
-        `piece_wait_s()` how long a playing listener may wait for its next piece now (module docstring)."""
+        `playing_wait_s()` how long a playing listener may wait for its next piece now (module docstring)."""
         self._capacity = capacity
         self._other_streams = other_streams
         self._headroom = headroom
         self._active_client_s = active_client_s
         self._now = now
         self._on_stall = on_stall
-        self._piece_wait_s = piece_wait_s
+        self._playing_wait_s = playing_wait_s
         self.feedback = StallFeedback(now, min_share)
         self._listeners: dict[int, Listener] = {}
         self._last_asked: dict[str, float] = {}  # client -> when it last asked or its last stream ended, oldest first
@@ -299,7 +298,7 @@ class RealtimeAdmission:
     def _demand(self) -> list[tuple[float, float, float]]:
         """Each listener's (audio it holds that can pay for others, audio it still needs, cost): what it
         holds less the wait for its next piece, which it needs itself (module docstring)."""
-        wait_s = max(0.0, self._piece_wait_s())
+        wait_s = max(0.0, self._playing_wait_s())
         return [(listener.buffered_s() - wait_s, listener.remaining_s(), listener.cost) for listener in self.listening()]
 
     def listener_capacity(self) -> float:
@@ -357,6 +356,7 @@ class RealtimeAdmission:
 
     def add(self, listener: Listener) -> None:
         self._listeners[listener.id] = listener
+        listener.audio_s_per_char = self.audio_s_per_char_of(listener.voice)
         if listener.client:  # work no listener waits for hears nothing
             listener.on_stall = self._stalled
             if self._headroom:
@@ -376,13 +376,13 @@ class RealtimeAdmission:
             return 0.0
         return (1.0 - rate) * listener.remaining_s()
 
-    def remove(self, listener: Listener, finished: bool = False, characters: int = 0) -> None:
-        """`listener` is over; when it `finished` whole, its text of `characters` teaches the audio per character."""
+    def remove(self, listener: Listener, finished: bool = False) -> None:
+        """`listener` is over; when it `finished` whole, its text teaches the audio a character of its voice makes."""
         self._listeners.pop(listener.id, None)
         if listener.client:
             self._asked(listener.client)
-        if finished and characters > 0 and listener.clock is not None and listener.clock.delivered_s > 0:
-            measured = listener.clock.delivered_s / characters
+        if finished and listener.characters > 0 and listener.clock is not None and listener.clock.delivered_s > 0:
+            measured = listener.clock.delivered_s / listener.characters
             self.audio_s_per_char += RATE_WEIGHT * (measured - self.audio_s_per_char)
             known = self._per_char_of.get(listener.voice)
             self._per_char_of[listener.voice] = measured if known is None else known + RATE_WEIGHT * (measured - known)

@@ -381,7 +381,7 @@ class UtterancePipeline:
     def _planned(self, index: int, sentence: Sentence, frame_count: int, info: acoustic_pb2.ModelInfo) -> None:
         """Sentence `index` will make `frame_count` frames: its listener's admission sees that audio, not a guess."""
         if self._listener is not None:
-            self._listener.sentence_planned(index, len(sentence.text), frame_count * info.hop_length / info.sample_rate_hz)
+            self._listener.sentence_planned(len(sentence.text), frame_count * info.hop_length / info.sample_rate_hz)
 
     async def _usable(self, key: str, cached: CachedMel, phoneme_count: int, info: acoustic_pb2.ModelInfo, tier: str) -> CachedMel | None:
         """`cached` if this voice's models can use it (its head, of `tier`, dropped when only that is unusable);

@@ -20,7 +20,7 @@ from libs.cache.codec import CachedMel
 from libs.cache.mel_cache import MelCache
 from libs.cache.single_flight import SingleFlight
 from libs.scheduling.capacity import SharedCapacity
-from libs.synthesis.admission import DEFAULT_AUDIO_S_PER_CHAR, Listener, RealtimeAdmission
+from libs.synthesis.admission import Listener, RealtimeAdmission
 from libs.synthesis.in_flight import SentencesInFlight
 from libs.synthesis.options import SynthesisOptions
 from libs.synthesis.output import AudioChunk, AudioOutput
@@ -223,11 +223,9 @@ class Synthesizer:
         asked = options.tier if options is not None else ""
         can_move = asked == AUTO and options is not None and FAST in options.voice.tiers
         choice = _TierChoice(FAST if asked == FAST else QUALITY)
-        voice = options.voice.name if options is not None else ""
         listener = Listener(
-            client, expected_audio_s, cost=self._pool.fast_tier_cost() if choice.tier == FAST else 1.0, voice=voice,
-            characters=characters, text_complete=characters > 0,
-            audio_s_per_char=self.admission.audio_s_per_char_of(voice) if self.admission is not None else DEFAULT_AUDIO_S_PER_CHAR,
+            client, expected_audio_s, cost=self._pool.fast_tier_cost() if choice.tier == FAST else 1.0,
+            voice=options.voice.name if options is not None else "", characters=characters, text_complete=characters > 0,
         )  # fmt: skip
         if self.admission is not None:
             cost = self._pool.fast_tier_cost()
@@ -247,7 +245,7 @@ class Synthesizer:
         self._pool.metrics.spoken_in(choice.tier, asked)
         if self._movable and self._auto_quality_share < 1.0:
             self._degrade()
-        return _Slot(self, client, listener, characters, choice)
+        return _Slot(self, client, listener, choice)
 
     def _starts_fast(self, client: str, expected_audio_s: float) -> bool:
         """Whether a new auto stream starts in the fast tier: past the auto share with the others, or
@@ -307,14 +305,14 @@ class Synthesizer:
         move saves most there)."""
         return sorted(self._movable.values(), key=lambda item: item[0].remaining_s(), reverse=True)
 
-    def _give_back(self, client: str, listener: Listener, state: dict[str, int]) -> None:
+    def _give_back(self, client: str, listener: Listener, state: dict[str, bool]) -> None:
         self._movable.pop(listener.id, None)
         self._open_streams -= 1
         left = self._client_streams.pop(client) - 1
         if left:
             self._client_streams[client] = left
         if self.admission is not None:
-            self.admission.remove(listener, bool(state["finished"]), state["characters"])
+            self.admission.remove(listener, state["finished"])
 
 
 class SpokenAudio(AsyncGenerator[AudioChunk, None]):
@@ -371,25 +369,24 @@ class _Slot:
     the stream ends, or when the slot is dropped unused (a response the door never started to send
     still frees its place)."""
 
-    def __init__(self, synthesizer: Synthesizer, client: str, listener: Listener, characters: int, choice: _TierChoice) -> None:
+    def __init__(self, synthesizer: Synthesizer, client: str, listener: Listener, choice: _TierChoice) -> None:
         self.listener = listener
         self.choice = choice
         """The tier of the voice its sentences are spoken in."""
-        self._state = {"finished": 0, "characters": characters}
+        self._state = {"finished": False}
         self.release = weakref.finalize(self, synthesizer._give_back, client, listener, self._state)
 
     @property
     def finished(self) -> bool:
         """Whether the stream's audio was all delivered (its text then teaches the audio per character)."""
-        return bool(self._state["finished"])
+        return self._state["finished"]
 
     @finished.setter
     def finished(self, value: bool) -> None:
-        self._state["finished"] = int(value)
+        self._state["finished"] = value
 
     def text_arrived(self, characters: int) -> None:
         """More of a streamed text arrived: its listener needs at least that text's audio."""
-        self._state["characters"] += characters
         self.listener.text_arrived(characters)
 
 

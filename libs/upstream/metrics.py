@@ -22,13 +22,13 @@ SHED_RETRY_BUDGET: Final = "retry_budget"
 """A worker refused and the retry budget had no token for another attempt."""
 SHED_CLIENT_LIMIT: Final = "client_limit"
 """The client (its address) already has its maximum of streams open at this gateway."""
+SHED_REALTIME: Final = "realtime"
+"""One more listener would make the listeners the mesh serves run dry (libs.synthesis.admission)."""
 START_TURN: Final = "turn"
 """A first sentence waiting for one of the gateway's turns to start on the workers (StartSlots)."""
 START_HOLD: Final = "hold"
 """A listener's first piece held back until the audio it holds outlasts the wait for the next pieces."""
 START_DELAY_BUCKETS_S: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0)
-SHED_REALTIME: Final = "realtime"
-"""One more listener would make the listeners the mesh serves run dry (libs.synthesis.admission)."""
 
 
 class RoutingMetrics:
@@ -100,7 +100,6 @@ class RoutingMetrics:
             "Streams waiting for a turn to start on the workers now (streams).",
             registry=self.registry,
         )
-
         self.start_delay_seconds = Histogram(
             "tts_gateway_start_delay_seconds",
             "Time a stream's first audio waited on purpose, by part: turn (for a turn to start on the workers), "

@@ -80,7 +80,7 @@ async def serve(settings: GatewaySettings) -> None:
     # (its text processes' included) goes into the ledger it shares with workers on the same budget.
     admission = RealtimeAdmission(
         pool.realtime_capacity, pool.other_gateways_streams, settings.limits.admission_headroom, settings.limits.active_client_s,
-        on_stall=metrics.listener_stalled, min_share=settings.limits.realtime_min_share, piece_wait_s=pool.playing_wait_s,
+        on_stall=metrics.listener_stalled, min_share=settings.limits.realtime_min_share, playing_wait_s=pool.playing_wait_s,
     )  # fmt: skip
     capacity = SharedCapacity("gateway", cost=AudioCost(with_children_cpu(phonemizers.pids)))
     metrics.track_realtime(

@@ -120,7 +120,8 @@ def test_a_client_between_two_short_streams_keeps_its_share_against_a_flood() ->
     # The small client asks for a short stream, which ends: it holds nothing now, but is active.
     assert admission.refusal("small", 1.0) is None
     short = _playing(admission, "small", 0.0, 1.0, now)
-    admission.remove(short, finished=True, characters=14)
+    short.characters = 14
+    admission.remove(short, finished=True)
     now.s += 0.5
     admitted = 0
     while admission.refusal("flood", 10.0) is None:
@@ -140,14 +141,17 @@ def test_a_finished_stream_teaches_the_audio_a_character_makes() -> None:
     now = _Now()
     admission = _admission(capacity=6.0)
     listener = _playing(admission, "a", buffered_s=6.0, remaining_s=0.0, now=now)
-    listener.voice = "en_US-test"
+    listener.voice, listener.characters = "en_US-test", 100
     before = admission.audio_s_per_char
-    admission.remove(listener, finished=True, characters=100)  # 6 s from 100 characters
+    admission.remove(listener, finished=True)  # 6 s from 100 characters
     assert admission.audio_s_per_char == pytest.approx(before + 0.1 * (0.06 - before))
     # Its voice's own measure starts at what its first stream made; a voice not heard yet takes every voice's.
     assert admission.expected_audio_s(1000, "en_US-test") == pytest.approx(1000 * 0.06)
     assert admission.expected_audio_s(1000, "zh_CN-test") == pytest.approx(1000 * admission.audio_s_per_char)
     assert list(admission.listeners) == []
+    # A listener of that voice admitted next takes its measure for the text it has not planned yet.
+    admission.add(newcomer := Listener("b", 1.0, voice="en_US-test"))
+    assert newcomer.audio_s_per_char == pytest.approx(0.06)
 
 
 def test_the_clock_counts_only_the_gaps_the_mesh_makes() -> None:
@@ -267,11 +271,9 @@ def test_only_a_listener_alone_on_a_mesh_slower_than_real_time_holds_audio_befor
 
 def test_a_whole_texts_estimate_is_its_planned_sentences_and_the_rest_by_characters() -> None:
     listener = Listener("c", expected_audio_s=100 * 0.07, characters=100, audio_s_per_char=0.07, text_complete=True)
-    listener.sentence_planned(0, characters=40, audio_s=6.0)  # a sentence of numbers: 0.15 s a character
+    listener.sentence_planned(characters=40, audio_s=6.0)  # a sentence of numbers: 0.15 s a character
     assert listener.expected_audio_s == pytest.approx(6.0 + 60 * 0.07)
-    listener.sentence_planned(0, characters=40, audio_s=6.0)  # the same sentence again (a resumed call): counted once
-    assert listener.expected_audio_s == pytest.approx(6.0 + 60 * 0.07)
-    listener.sentence_planned(1, characters=50, audio_s=1.0)  # a short one: the estimate may fall too
+    listener.sentence_planned(characters=50, audio_s=1.0)  # a short one: the estimate may fall too
     assert listener.expected_audio_s == pytest.approx(7.0 + 10 * 0.07)
     listener.all_planned()  # the 10 characters left were spaces and markup
     assert listener.expected_audio_s == pytest.approx(7.0)
@@ -281,11 +283,11 @@ def test_a_streamed_texts_estimate_only_grows_until_its_last_sentence_is_planned
     listener = Listener("c", expected_audio_s=10.0, audio_s_per_char=0.07)  # a placeholder until text comes
     listener.text_arrived(20)
     assert listener.expected_audio_s == 10.0
-    listener.sentence_planned(0, characters=20, audio_s=1.2)
+    listener.sentence_planned(characters=20, audio_s=1.2)
     assert listener.expected_audio_s == 10.0  # more text may still come: the placeholder stands
     listener.text_arrived(300)
     assert listener.expected_audio_s == pytest.approx(1.2 + 300 * 0.07)
-    listener.sentence_planned(1, characters=300, audio_s=30.0)
+    listener.sentence_planned(characters=300, audio_s=30.0)
     listener.all_planned()
     assert listener.expected_audio_s == pytest.approx(31.2)
 
@@ -293,7 +295,7 @@ def test_a_streamed_texts_estimate_only_grows_until_its_last_sentence_is_planned
 @pytest.mark.parametrize("wait_s, admitted", [(0.0, True), (1.0, False)])
 def test_audio_a_listener_holds_below_the_wait_for_its_next_piece_pays_for_no_one(wait_s: float, admitted: bool) -> None:
     now = _Now()
-    admission = RealtimeAdmission(lambda: 2.0, lambda: 0, 1.0, piece_wait_s=lambda: wait_s)
+    admission = RealtimeAdmission(lambda: 2.0, lambda: 0, 1.0, playing_wait_s=lambda: wait_s)
     for client in ("a", "b"):
         _playing(admission, client, buffered_s=2.0, remaining_s=2.0, now=now)
     # Two seconds held each would carry a third listener through their last two seconds as a steady
