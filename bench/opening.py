@@ -6,8 +6,10 @@ so the gateway speaks a long first sentence's opening as a sentence of its own (
 .cut_first). On long sentences written for this benchmark (bench/data/long_first_sentences.txt, never
 trained on), each is made the way the workers make it (`bench.quality.served_audio`: chunks, 40 ms
 slices in float16, a vocoder stream) whole, and as its pieces played back to back, and scored with
-DNSMOS (`bench.quality.dnsmos_scores`). The first audio is the CPU time of the plan, first chunk and
-first vocoder step of the first unit, alone on one thread, as the cost model weighs it.
+DNSMOS (`bench.quality.dnsmos_scores`); then the same for first sentences of ordinary length
+(bench/data/ordinary_first_sentences.txt), which the default opening leaves whole. The first audio is
+the CPU time of the plan, first chunk and first vocoder step of the first unit, alone on one thread,
+as the cost model weighs it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ from libs.voice.engine import AcousticEngine, SynthesisParams, VocoderEngine
 from libs.voice.inputs import SynthesisInputs
 
 SENTENCES: Final = Path(__file__).resolve().parent / "data" / "long_first_sentences.txt"
+ORDINARY_SENTENCES: Final = Path(__file__).resolve().parent / "data" / "ordinary_first_sentences.txt"
+"""First sentences of ordinary length with a clause boundary: spoken whole with the default opening
+(libs.text.long_sentences.OPENING_AFTER), cut by a shorter one."""
 DEFAULT_OPENINGS: Final = (64, 96)
 """Opening lengths (phoneme ids) to compare with the whole sentence."""
 REFERENCE_TEXT: Final = "The train is late."
@@ -39,8 +44,8 @@ REFERENCE_TEXT: Final = "The train is late."
 MAX_SENTENCE_IDS: Final = 400
 
 
-def texts() -> list[str]:
-    return [line.strip() for line in SENTENCES.read_text(encoding="utf-8").splitlines() if line.strip() and not line.startswith("#")]
+def texts(path: Path = SENTENCES) -> list[str]:
+    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip() and not line.startswith("#")]
 
 
 def first_audio_cpu_s(acoustic: AcousticEngine, vocoder: VocoderEngine, ids: Sequence[int]) -> float:
@@ -61,12 +66,19 @@ def spoken(acoustic: AcousticEngine, vocoder: VocoderEngine, units: Sequence[Seq
 
 
 def run(openings: Sequence[int]) -> str:
+    """The tables of both sets of first sentences: long ones, and ones of ordinary length."""
     torch.set_num_threads(1)
-    assets = default_voice_assets()
     acoustic, vocoder = AcousticEngine.load_default(), VocoderEngine.load_default()
     acoustic.warm_up()
     vocoder.warm_up()
-    id_map = load_phoneme_id_map(assets.config_path)
+    return "\n".join(
+        table(acoustic, vocoder, texts(path), openings, kind) for path, kind in ((SENTENCES, "long"), (ORDINARY_SENTENCES, "ordinary"))
+    )
+
+
+def table(acoustic: AcousticEngine, vocoder: VocoderEngine, sentences: Sequence[str], openings: Sequence[int], kind: str) -> str:
+    """One set of first sentences spoken whole and cut for each opening length: DNSMOS and first-audio CPU."""
+    id_map = load_phoneme_id_map(default_voice_assets().config_path)
     whole_frontend = TextFrontend(id_map, max_phoneme_ids=MAX_SENTENCE_IDS)
     rows: dict[str, list[tuple[float, float, float]]] = {"whole": []}
     cuts: dict[int, list[int]] = {opening: [] for opening in openings}
@@ -74,7 +86,8 @@ def run(openings: Sequence[int]) -> str:
     ids_of_first: list[int] = []
     reference = TextFrontend(id_map, max_phoneme_ids=MAX_SENTENCE_IDS).sentences(REFERENCE_TEXT)[0].phoneme_ids
     reference_s = statistics.median(first_audio_cpu_s(acoustic, vocoder, reference) for _ in range(5))
-    for text in texts():
+    cut_counts: dict[int, int] = dict.fromkeys(openings, 0)
+    for text in sentences:
         (whole,) = [sentence.phoneme_ids for sentence in whole_frontend.chunk_sentences(whole_frontend.chunks(text)[0])][:1]
         ids_of_first.append(len(whole))
         rows["whole"].append(dnsmos_scores(spoken(acoustic, vocoder, [whole]), VOICE_SAMPLE_RATE_HZ))
@@ -82,25 +95,28 @@ def run(openings: Sequence[int]) -> str:
         for opening in openings:
             units = [sentence.phoneme_ids for sentence in whole_frontend.chunk_sentences(whole_frontend.chunks(text)[0], first_max_ids=opening)]
             cuts[opening].append(len(units[0]))
+            cut_counts[opening] += len(units) > 1
             rows.setdefault(f"opening <= {opening} ids", []).append(dnsmos_scores(spoken(acoustic, vocoder, units), VOICE_SAMPLE_RATE_HZ))
             first_audio.setdefault(f"opening <= {opening} ids", []).append(first_audio_cpu_s(acoustic, vocoder, units[0]))
-        _log(f"{len(ids_of_first)} of {len(texts())}: {len(whole)} ids")
+        _log(f"{kind}: {len(ids_of_first)} of {len(sentences)}: {len(whole)} ids")
     whole_ovrl = statistics.mean(score[0] for score in rows["whole"])
     lines = [
-        f"{len(ids_of_first)} long first sentences ({min(ids_of_first)} to {max(ids_of_first)} phoneme ids); DNSMOS of the"
+        f"{len(ids_of_first)} {kind} first sentences ({min(ids_of_first)} to {max(ids_of_first)} phoneme ids); DNSMOS of the"
         f" sentence spoken whole and with its opening first (mean; higher is better); first audio as CPU on one"
         f" thread (plan, first chunk, first vocoder step of the first unit), against a {len(reference)}-id"
         f" sentence's {reference_s * 1000:.1f} ms.",
         "",
-        "| spoken | OVRL | SIG | BAK | OVRL against whole | first unit (ids, median) | first audio CPU (median) | against the short sentence |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| spoken | OVRL | SIG | BAK | OVRL against whole | sentences cut | first unit (ids, median) | first audio CPU (median) | against the short sentence |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for label, scores in rows.items():
         ovrl, sig, bak = (statistics.mean(score[index] for score in scores) for index in range(3))
-        first_ids = statistics.median(ids_of_first) if label == "whole" else statistics.median(cuts[int(label.split()[2])])
+        opening = None if label == "whole" else int(label.split()[2])
+        first_ids = statistics.median(ids_of_first if opening is None else cuts[opening])
+        cut = "-" if opening is None else f"{cut_counts[opening]} of {len(sentences)}"
         cpu = statistics.median(first_audio[label])
         lines.append(
-            f"| {label} | {ovrl:.3f} | {sig:.3f} | {bak:.3f} | {ovrl - whole_ovrl:+.3f} | {first_ids:.0f} | {cpu * 1000:.1f} ms | {cpu / reference_s:.2f} x |"
+            f"| {label} | {ovrl:.3f} | {sig:.3f} | {bak:.3f} | {ovrl - whole_ovrl:+.3f} | {cut} | {first_ids:.0f} | {cpu * 1000:.1f} ms | {cpu / reference_s:.2f} x |"
         )
     return "\n".join(lines) + "\n"
 
