@@ -22,6 +22,10 @@ from tests.support.faults.toy_mesh import wait_until
 ZONE = "zone-a"
 CLIENTS = 12
 SPREAD = 0.25  # every pod's in-flight streams within ±25 % of the mean
+SAMPLE_S = 6.0
+"""How long each pod's in-flight streams are averaged over before the spread is judged. About one and
+a half streams per pod are in flight at a time, so over 3 s one pod's average once read a third below the
+mean (0.96 against 1.43, during the full suite on a loaded machine); the bound is unchanged."""
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +62,7 @@ async def test_every_pod_behind_one_name_gets_its_share_and_pods_come_and_go_wit
         # Judged once every client has spoken once: a fixed wait sampled the ramp on a loaded machine,
         # with some pods still accepting their first streams.
         await wait_until(lambda: load.completed >= CLIENTS, timeout_s=60.0, poll_s=0.05)
-        _assert_spread(await sample_inflight(first, 3.0))
+        _assert_spread(await sample_inflight(first, SAMPLE_S))
 
         # A new ready pod: streams reach it within 10 s (the resolver is asked every 0.2 s here).
         before = spare.streams_total()
@@ -70,7 +74,7 @@ async def test_every_pod_behind_one_name_gets_its_share_and_pods_come_and_go_wit
         # Judged once the new pod has taken a round of streams (its share of the clients): a fixed 2 s
         # wait sampled the ramp on a loaded machine, the new pod still filling and an old one still full.
         await wait_until(lambda: spare.streams_total() - before >= CLIENTS // 4, timeout_s=60.0, poll_s=0.05)
-        _assert_spread(await sample_inflight([*first, spare], 3.0))
+        _assert_spread(await sample_inflight([*first, spare], SAMPLE_S))
 
         # A pod that terminates: it leaves the name and gets SIGTERM (NOT_SERVING, then its grace).
         leaving = first[0]
@@ -86,7 +90,7 @@ async def test_every_pod_behind_one_name_gets_its_share_and_pods_come_and_go_wit
         completed_before = load.completed
         await asyncio.sleep(2.0)
         assert load.completed > completed_before  # the rest of the fleet carries on
-        _assert_spread(await sample_inflight([*first[1:], spare], 3.0))
+        _assert_spread(await sample_inflight([*first[1:], spare], SAMPLE_S))
     finally:
         await load.stop()
         await pool.close()
