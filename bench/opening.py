@@ -71,21 +71,31 @@ def run(openings: Sequence[int]) -> str:
     acoustic, vocoder = AcousticEngine.load_default(), VocoderEngine.load_default()
     acoustic.warm_up()
     vocoder.warm_up()
+    frontend = TextFrontend(load_phoneme_id_map(default_voice_assets().config_path), max_phoneme_ids=MAX_SENTENCE_IDS)
+    reference = frontend.sentences(REFERENCE_TEXT)[0].phoneme_ids
+    reference_s = statistics.median(first_audio_cpu_s(acoustic, vocoder, reference) for _ in range(5))
     return "\n".join(
-        table(acoustic, vocoder, texts(path), openings, kind) for path, kind in ((SENTENCES, "long"), (ORDINARY_SENTENCES, "ordinary"))
+        table(acoustic, vocoder, frontend, texts(path), openings, kind, (len(reference), reference_s))
+        for path, kind in ((SENTENCES, "long"), (ORDINARY_SENTENCES, "ordinary"))
     )
 
 
-def table(acoustic: AcousticEngine, vocoder: VocoderEngine, sentences: Sequence[str], openings: Sequence[int], kind: str) -> str:
-    """One set of first sentences spoken whole and cut for each opening length: DNSMOS and first-audio CPU."""
-    id_map = load_phoneme_id_map(default_voice_assets().config_path)
-    whole_frontend = TextFrontend(id_map, max_phoneme_ids=MAX_SENTENCE_IDS)
+def table(
+    acoustic: AcousticEngine,
+    vocoder: VocoderEngine,
+    whole_frontend: TextFrontend,
+    sentences: Sequence[str],
+    openings: Sequence[int],
+    kind: str,
+    reference: tuple[int, float],
+) -> str:
+    """One set of first sentences spoken whole and cut for each opening length: DNSMOS, and first-audio
+    CPU against `reference` (the short sentence's ids and first-audio CPU seconds)."""
+    reference_ids, reference_s = reference
     rows: dict[str, list[tuple[float, float, float]]] = {"whole": []}
     cuts: dict[int, list[int]] = {opening: [] for opening in openings}
     first_audio: dict[str, list[float]] = {"whole": []}
     ids_of_first: list[int] = []
-    reference = TextFrontend(id_map, max_phoneme_ids=MAX_SENTENCE_IDS).sentences(REFERENCE_TEXT)[0].phoneme_ids
-    reference_s = statistics.median(first_audio_cpu_s(acoustic, vocoder, reference) for _ in range(5))
     cut_counts: dict[int, int] = dict.fromkeys(openings, 0)
     for text in sentences:
         (whole,) = [sentence.phoneme_ids for sentence in whole_frontend.chunk_sentences(whole_frontend.chunks(text)[0])][:1]
@@ -103,7 +113,7 @@ def table(acoustic: AcousticEngine, vocoder: VocoderEngine, sentences: Sequence[
     lines = [
         f"{len(ids_of_first)} {kind} first sentences ({min(ids_of_first)} to {max(ids_of_first)} phoneme ids); DNSMOS of the"
         f" sentence spoken whole and with its opening first (mean; higher is better); first audio as CPU on one"
-        f" thread (plan, first chunk, first vocoder step of the first unit), against a {len(reference)}-id"
+        f" thread (plan, first chunk, first vocoder step of the first unit), against a {reference_ids}-id"
         f" sentence's {reference_s * 1000:.1f} ms.",
         "",
         "| spoken | OVRL | SIG | BAK | OVRL against whole | sentences cut | first unit (ids, median) | first audio CPU (median) | against the short sentence |",

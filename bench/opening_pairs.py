@@ -4,9 +4,10 @@
 `bench.opening` scores a few dozen written sentences, and DNSMOS moves by up to 0.3 between one
 sentence and the next, so a mean over them cannot tell a loss of 0.02 from none. Here each sentence
 is its own control: an opening clause and a main clause, paired from two fixed lists (a seeded
-shuffle, so every run speaks the same sentences), are spoken whole and cut after the comma (the
-phonemes up to and including it, then the rest, each a sentence of its own as the gateway makes
-one), and the paired differences give a mean with its standard error. Made as the workers make them
+shuffle, so every run speaks the same sentences), are spoken whole and cut after the comma at
+espeak-ng's clause boundary, where the gateway cuts an opening (`libs.text.long_sentences.cut_first`:
+the first clause's phonemes, then the rest's, each a sentence of its own), and the paired
+differences give a mean with its standard error. Made as the workers make them
 (`bench.quality.served_audio`), on one thread.
 """
 
@@ -25,6 +26,7 @@ from bench.opening import MAX_SENTENCE_IDS, spoken
 from bench.quality import VOICE_SAMPLE_RATE_HZ, dnsmos_scores
 from libs.text.frontend import TextFrontend
 from libs.text.phoneme_ids import load_phoneme_id_map, phonemes_to_ids
+from libs.text.phonemize import phonemize_sentences
 from libs.voice.assets import default_voice_assets
 from libs.voice.engine import AcousticEngine, VocoderEngine
 
@@ -60,12 +62,10 @@ def run(count: int) -> str:
     differences, lengths = [], []
     for text in sentences(count):
         (sentence,) = frontend.sentences(text)
-        comma = sentence.phonemes.index(",") + 1
-        head, rest = sentence.phonemes[:comma], list(sentence.phonemes[comma:])
-        while rest and rest[0] == " ":
-            rest.pop(0)
+        (phonemized,) = phonemize_sentences(text, frontend.espeak_voice, frontend.max_word_chars)
+        head, *rest = phonemized.clauses
         whole = dnsmos_scores(spoken(acoustic, vocoder, [sentence.phoneme_ids]), VOICE_SAMPLE_RATE_HZ)[0]
-        units = [phonemes_to_ids(head, id_map), phonemes_to_ids(rest, id_map)]
+        units = [phonemes_to_ids(head.phonemes, id_map), phonemes_to_ids([phoneme for clause in rest for phoneme in clause.phonemes], id_map)]
         cut = dnsmos_scores(spoken(acoustic, vocoder, units), VOICE_SAMPLE_RATE_HZ)[0]
         differences.append(cut - whole)
         lengths.append(len(sentence.phoneme_ids))

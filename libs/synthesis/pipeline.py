@@ -335,7 +335,7 @@ class UtterancePipeline:
                 sentence.text, phonemes, cached.frame_count, cached.phoneme_frames, sentence.words,
                 sentence.pause_before_s, sentence.marks_before, sentence.pause_after_s, sentence.marks_after, tier,
             )  # fmt: skip
-            self._planned(index, sentence, cached.frame_count, info)
+            self._planned(sentence, cached.frame_count, info)
             self._lookup(index).set_result(_Lookup(key, cached.head, tier))
             yield [
                 to_message(
@@ -368,7 +368,7 @@ class UtterancePipeline:
                         sentence.text, phonemes, first.sentence_frame_count, alignment, sentence.words,
                         sentence.pause_before_s, sentence.marks_before, sentence.pause_after_s, sentence.marks_after, tier,
                     )  # fmt: skip
-                    self._planned(index, sentence, first.sentence_frame_count, info)
+                    self._planned(sentence, first.sentence_frame_count, info)
                 try:
                     frames.extend(frames_of(mel_slice) for mel_slice in slices)
                 except MelFormatError as error:  # the worker's fault, not the client's
@@ -378,8 +378,8 @@ class UtterancePipeline:
             flight.publish(CachedMel(mel=mel, phoneme_frames=alignment))
             flight.hold_until(self._spawn(self._cache.put(key, mel, alignment)))
 
-    def _planned(self, index: int, sentence: Sentence, frame_count: int, info: acoustic_pb2.ModelInfo) -> None:
-        """Sentence `index` will make `frame_count` frames: its listener's admission sees that audio, not a guess."""
+    def _planned(self, sentence: Sentence, frame_count: int, info: acoustic_pb2.ModelInfo) -> None:
+        """`sentence` will make `frame_count` frames: its listener's admission sees that audio, not a guess."""
         if self._listener is not None:
             self._listener.sentence_planned(len(sentence.text), frame_count * info.hop_length / info.sample_rate_hz)
 

@@ -106,12 +106,11 @@ def test_only_a_long_first_sentence_starts_with_its_opening(capped: TextFrontend
     assert [sentence.text for sentence in capped.chunk_sentences(LONG_FIRST)] == [LONG_FIRST]  # no opening asked
 
 
-
 # 169 ids: over the opening's 96 and under twice it, with a clause boundary where a cut would pause anyway.
 CLAUSED_FIRST = "When the rain stopped, we walked down to the harbour to watch the boats come in."
 
 
 def test_a_first_sentence_of_ordinary_length_is_spoken_whole_even_at_a_clause(capped: TextFrontend) -> None:
     # Cut at their leading clause, first sentences of ordinary length lost DNSMOS (bench.opening_pairs:
-    # -0.092, standard error 0.011, over 100), where long ones do not: only the long are cut (docs/performance.md).
+    # -0.072, standard error 0.011, over 100), where long ones do not: only the long are cut (docs/performance.md).
     assert [sentence.text for sentence in capped.chunk_sentences(CLAUSED_FIRST, first_max_ids=96)] == [CLAUSED_FIRST]
