@@ -2,14 +2,16 @@
 and what it saves before the first audio. `python -m bench.opening`.
 
 Its listener waits for a first sentence's first audio, and that waits for the sentence's whole plan,
-so the gateway speaks a long first sentence's opening as a sentence of its own (libs.text.long_sentences
-.cut_first). On long sentences written for this benchmark (bench/data/long_first_sentences.txt, never
-trained on), each is made the way the workers make it (`bench.quality.served_audio`: chunks, 40 ms
-slices in float16, a vocoder stream) whole, and as its pieces played back to back, and scored with
-DNSMOS (`bench.quality.dnsmos_scores`); then the same for first sentences of ordinary length
-(bench/data/ordinary_first_sentences.txt), which the default opening leaves whole. The first audio is
-the CPU time of the plan, first chunk and first vocoder step of the first unit, alone on one thread,
-as the cost model weighs it.
+so the gateway speaks a long first sentence's opening on its own (`TextFrontend.chunk_sentences` with
+`first_max_ids`: the opening's clauses, then the rest as a part of the whole sentence's plan, or, for
+one without such clauses, pieces planned apart). On long sentences written for this benchmark
+(bench/data/long_first_sentences.txt, never trained on), each is made the way the workers make it
+(`bench.quality.served_audio`: chunks, 40 ms slices in float16, a vocoder stream) whole, and as its
+parts played back to back, and scored with DNSMOS (`bench.quality.dnsmos_scores`); then the same for
+first sentences of ordinary length (bench/data/ordinary_first_sentences.txt), which the default
+opening cuts when they are more than 1.5 times its ids and open with clauses that fit it. The first
+audio is the CPU time of the plan, first chunk and first vocoder step of the first unit, alone on one
+thread, as the cost model weighs it.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import torch
 
 from bench.quality import VOICE_SAMPLE_RATE_HZ, dnsmos_scores, served_audio
 from bench.report import machine_header, run_heading
-from libs.text.frontend import TextFrontend
+from libs.text.frontend import Sentence, TextFrontend
 from libs.text.phoneme_ids import load_phoneme_id_map
 from libs.voice.assets import default_voice_assets
 from libs.voice.engine import AcousticEngine, SynthesisParams, VocoderEngine
@@ -35,8 +37,8 @@ from libs.voice.inputs import SynthesisInputs
 
 SENTENCES: Final = Path(__file__).resolve().parent / "data" / "long_first_sentences.txt"
 ORDINARY_SENTENCES: Final = Path(__file__).resolve().parent / "data" / "ordinary_first_sentences.txt"
-"""First sentences of ordinary length with a clause boundary: spoken whole with the default opening
-(libs.text.long_sentences.OPENING_AFTER), cut by a shorter one."""
+"""First sentences of ordinary length with a clause boundary: those past 1.5 times an opening
+(libs.text.long_sentences.PART_OPENING_AFTER) start with their leading clauses."""
 DEFAULT_OPENINGS: Final = (64, 96)
 """Opening lengths (phoneme ids) to compare with the whole sentence."""
 REFERENCE_TEXT: Final = "The train is late."
@@ -48,11 +50,13 @@ def texts(path: Path = SENTENCES) -> list[str]:
     return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip() and not line.startswith("#")]
 
 
-def first_audio_cpu_s(acoustic: AcousticEngine, vocoder: VocoderEngine, ids: Sequence[int]) -> float:
+def first_audio_cpu_s(acoustic: AcousticEngine, vocoder: VocoderEngine, sentence: Sentence) -> float:
     """CPU seconds, on this thread, from a sentence's ids to its first audio: plan, first chunk, first vocoder step."""
     started = time.thread_time()
+    ids = sentence.phoneme_ids
     plan = acoustic.plan(list(ids), SynthesisParams(), seed=SynthesisInputs("bench", "opening", tuple(ids), SynthesisParams()).seed())
-    chunk = next(acoustic.mel_chunks(plan))
+    part = acoustic.spoken_part(plan, *(sentence.spoken_ids or (0, None)))
+    chunk = next(acoustic.mel_chunks(part.plan, part.skip_frames))
     stream = vocoder.open_stream()
     stream.add(chunk.astype(np.float16).astype(np.float32))
     if stream.step_ready():
@@ -60,9 +64,14 @@ def first_audio_cpu_s(acoustic: AcousticEngine, vocoder: VocoderEngine, ids: Seq
     return time.thread_time() - started
 
 
-def spoken(acoustic: AcousticEngine, vocoder: VocoderEngine, units: Sequence[Sequence[int]]) -> np.ndarray:
-    """The units made as the mesh makes them, back to back."""
-    return np.concatenate([served_audio(acoustic, vocoder, list(ids), SynthesisInputs("bench", "opening", tuple(ids), SynthesisParams()).seed()) for ids in units])
+def spoken(acoustic: AcousticEngine, vocoder: VocoderEngine, units: Sequence[Sentence]) -> np.ndarray:
+    """The units (sentences, or parts of one) made as the mesh makes them, back to back."""
+    return np.concatenate(
+        [
+            served_audio(acoustic, vocoder, list(unit.phoneme_ids), SynthesisInputs("bench", "opening", unit.phoneme_ids).seed(), unit.spoken_ids)
+            for unit in units
+        ]
+    )
 
 
 def run(openings: Sequence[int]) -> str:
@@ -72,10 +81,10 @@ def run(openings: Sequence[int]) -> str:
     acoustic.warm_up()
     vocoder.warm_up()
     frontend = TextFrontend(load_phoneme_id_map(default_voice_assets().config_path), max_phoneme_ids=MAX_SENTENCE_IDS)
-    reference = frontend.sentences(REFERENCE_TEXT)[0].phoneme_ids
+    reference = frontend.sentences(REFERENCE_TEXT)[0]
     reference_s = statistics.median(first_audio_cpu_s(acoustic, vocoder, reference) for _ in range(5))
     return "\n".join(
-        table(acoustic, vocoder, frontend, texts(path), openings, kind, (len(reference), reference_s))
+        table(acoustic, vocoder, frontend, texts(path), openings, kind, (len(reference.phoneme_ids), reference_s))
         for path, kind in ((SENTENCES, "long"), (ORDINARY_SENTENCES, "ordinary"))
     )
 
@@ -98,17 +107,17 @@ def table(
     ids_of_first: list[int] = []
     cut_counts: dict[int, int] = dict.fromkeys(openings, 0)
     for text in sentences:
-        (whole,) = [sentence.phoneme_ids for sentence in whole_frontend.chunk_sentences(whole_frontend.chunks(text)[0])][:1]
-        ids_of_first.append(len(whole))
+        whole = whole_frontend.chunk_sentences(whole_frontend.chunks(text)[0])[0]
+        ids_of_first.append(len(whole.phoneme_ids))
         rows["whole"].append(dnsmos_scores(spoken(acoustic, vocoder, [whole]), VOICE_SAMPLE_RATE_HZ))
         first_audio["whole"].append(first_audio_cpu_s(acoustic, vocoder, whole))
         for opening in openings:
-            units = [sentence.phoneme_ids for sentence in whole_frontend.chunk_sentences(whole_frontend.chunks(text)[0], first_max_ids=opening)]
-            cuts[opening].append(len(units[0]))
+            units = whole_frontend.chunk_sentences(whole_frontend.chunks(text)[0], first_max_ids=opening)
+            cuts[opening].append(len(units[0].phoneme_ids))
             cut_counts[opening] += len(units) > 1
             rows.setdefault(f"opening <= {opening} ids", []).append(dnsmos_scores(spoken(acoustic, vocoder, units), VOICE_SAMPLE_RATE_HZ))
             first_audio.setdefault(f"opening <= {opening} ids", []).append(first_audio_cpu_s(acoustic, vocoder, units[0]))
-        _log(f"{kind}: {len(ids_of_first)} of {len(sentences)}: {len(whole)} ids")
+        _log(f"{kind}: {len(ids_of_first)} of {len(sentences)}: {len(whole.phoneme_ids)} ids")
     whole_ovrl = statistics.mean(score[0] for score in rows["whole"])
     lines = [
         f"{len(ids_of_first)} {kind} first sentences ({min(ids_of_first)} to {max(ids_of_first)} phoneme ids); DNSMOS of the"

@@ -1,14 +1,14 @@
-"""What a first sentence of ordinary length loses when it is spoken as its leading clause and the rest:
+"""What a first sentence of ordinary length loses when its opening is spoken on its own:
 `python -m bench.opening_pairs [--count 100]`.
 
 `bench.opening` scores a few dozen written sentences, and DNSMOS moves by up to 0.3 between one
 sentence and the next, so a mean over them cannot tell a loss of 0.02 from none. Here each sentence
 is its own control: an opening clause and a main clause, paired from two fixed lists (a seeded
-shuffle, so every run speaks the same sentences), are spoken whole and cut after the comma at
-espeak-ng's clause boundary, where the gateway cuts an opening (`libs.text.long_sentences.cut_first`:
-the first clause's phonemes, then the rest's, each a sentence of its own), and the paired
-differences give a mean with its standard error. Made as the workers make them
-(`bench.quality.served_audio`), on one thread.
+shuffle, so every run speaks the same sentences), are spoken whole and as the gateway speaks a first
+sentence with its default opening (`TextFrontend.chunk_sentences` with `first_max_ids`: the opening
+planned with a few ids of the next words, the rest as a part of the whole sentence), and the paired
+differences give a mean with its standard error. A sentence the front end leaves whole is counted
+apart. Made as the workers make them (`bench.quality.served_audio`), on one thread.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import torch
 
 from bench.opening import MAX_SENTENCE_IDS, spoken
 from bench.quality import VOICE_SAMPLE_RATE_HZ, dnsmos_scores
+from libs.synthesis.options import DEFAULT_OPENING_MAX_IDS
 from libs.text.frontend import TextFrontend
-from libs.text.phoneme_ids import load_phoneme_id_map, phonemes_to_ids
-from libs.text.phonemize import phonemize_sentences
+from libs.text.phoneme_ids import load_phoneme_id_map
 from libs.voice.assets import default_voice_assets
 from libs.voice.engine import AcousticEngine, VocoderEngine
 
@@ -57,26 +57,29 @@ def sentences(count: int) -> list[str]:
 def run(count: int) -> str:
     torch.set_num_threads(1)
     acoustic, vocoder = AcousticEngine.load_default(), VocoderEngine.load_default()
-    id_map = load_phoneme_id_map(default_voice_assets().config_path)
-    frontend = TextFrontend(id_map, max_phoneme_ids=MAX_SENTENCE_IDS)
-    differences, lengths = [], []
+    frontend = TextFrontend(load_phoneme_id_map(default_voice_assets().config_path), max_phoneme_ids=MAX_SENTENCE_IDS)
+    differences, lengths, whole_count = [], [], 0
     for text in sentences(count):
-        (sentence,) = frontend.sentences(text)
-        (phonemized,) = phonemize_sentences(text, frontend.espeak_voice, frontend.max_word_chars)
-        head, *rest = phonemized.clauses
-        whole = dnsmos_scores(spoken(acoustic, vocoder, [sentence.phoneme_ids]), VOICE_SAMPLE_RATE_HZ)[0]
-        units = [phonemes_to_ids(head.phonemes, id_map), phonemes_to_ids([phoneme for clause in rest for phoneme in clause.phonemes], id_map)]
-        cut = dnsmos_scores(spoken(acoustic, vocoder, units), VOICE_SAMPLE_RATE_HZ)[0]
-        differences.append(cut - whole)
-        lengths.append(len(sentence.phoneme_ids))
-        print(f"[bench-opening-pairs] {len(differences)} of {count}: {cut - whole:+.3f} ({len(sentence.phoneme_ids)} ids)", file=sys.stderr, flush=True)
+        chunk = frontend.chunks(text)[0]
+        (whole,) = frontend.chunk_sentences(chunk)
+        units = frontend.chunk_sentences(chunk, first_max_ids=DEFAULT_OPENING_MAX_IDS)
+        if len(units) == 1:
+            whole_count += 1
+            continue
+        scores = [dnsmos_scores(spoken(acoustic, vocoder, spoken_as), VOICE_SAMPLE_RATE_HZ)[0] for spoken_as in ([whole], units)]
+        differences.append(scores[1] - scores[0])
+        lengths.append(len(whole.phoneme_ids))
+        print(f"[bench-opening-pairs] {len(differences)} of {count}: {differences[-1]:+.3f} ({len(whole.phoneme_ids)} ids)", file=sys.stderr, flush=True)
+    if not differences:
+        return f"none of {count} first sentences was cut with an opening of {DEFAULT_OPENING_MAX_IDS} ids\n"
     mean = statistics.mean(differences)
     error = statistics.stdev(differences) / len(differences) ** 0.5 if len(differences) > 1 else float("nan")
     return (
         f"{len(differences)} first sentences of an opening clause and a main clause ({min(lengths)} to {max(lengths)} phoneme ids),"
-        f" spoken whole and cut after the comma: DNSMOS OVRL of the cut less the whole's, mean {mean:+.4f}, standard error"
-        f" {error:.4f} (95% interval {mean - 1.96 * error:+.4f} to {mean + 1.96 * error:+.4f}); worse in"
-        f" {sum(difference < 0 for difference in differences)} of {len(differences)}.\n"
+        f" spoken whole and with their opening of at most {DEFAULT_OPENING_MAX_IDS} ids spoken on its own: DNSMOS OVRL of"
+        f" the cut less the whole's, mean {mean:+.4f}, standard error {error:.4f} (95% interval {mean - 1.96 * error:+.4f}"
+        f" to {mean + 1.96 * error:+.4f}); worse in {sum(difference < 0 for difference in differences)} of"
+        f" {len(differences)}; {whole_count} more left whole.\n"
     )
 
 

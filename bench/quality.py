@@ -271,18 +271,22 @@ def served_text(acoustic: AcousticEngine, vocoder: VocoderEngine, text: str, con
     return np.concatenate([served_audio(acoustic, vocoder, ids, bench_seed(ids, config)) for ids in phoneme_id_sentences(text)])
 
 
-def served_audio(acoustic: AcousticEngine, vocoder: VocoderEngine, phoneme_ids: list[int], seed: int) -> np.ndarray:
+def served_audio(
+    acoustic: AcousticEngine, vocoder: VocoderEngine, phoneme_ids: list[int], seed: int, spoken_ids: tuple[int, int] | None = None
+) -> np.ndarray:
     """One sentence the way the mesh makes it: mel chunks cut into 40 ms slices, float16 on the
     wire, pushed into a vocoder stream as they come. `seed` fixes the noise, so that (b) and (b')
-    differ only in how they are computed."""
+    differ only in how they are computed. `spoken_ids` speaks only those ids' frames, as a worker
+    asked for a part of a sentence does."""
     params = SynthesisParams()
-    plan = acoustic.plan(phoneme_ids, params, seed)
-    bounds = slice_bounds(plan.frame_count, acoustic.hop_length, acoustic.sample_rate_hz)
+    part = acoustic.spoken_part(acoustic.plan(phoneme_ids, params, seed), *(spoken_ids or (0, None)))
+    bounds = slice_bounds(part.frame_count, acoustic.hop_length, acoustic.sample_rate_hz)
     stream = vocoder.open_stream()
     pieces: list[np.ndarray] = []
     pending: list[np.ndarray] = []
     received = next_slice = 0
-    for chunk in acoustic.mel_chunks(plan):
+    for chunk in acoustic.mel_chunks(part.plan, part.skip_frames):
+        chunk = chunk[:, : part.frame_count - received]
         pending.append(chunk.astype(np.float16).astype(np.float32))
         received += chunk.shape[1]
         mel = np.concatenate(pending, axis=1)

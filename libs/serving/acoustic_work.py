@@ -72,6 +72,8 @@ class AcousticWork:
             worker_model_version=engine.model_version,
             num_speakers=engine.num_speakers,
             vocabulary_size=engine.acoustic.config.n_vocab,
+            spoken_first_id=request.spoken_first_id,
+            spoken_end_id=request.spoken_end_id,
         )
         order.check(request.utterance_id, request.sentence_index)
         pacing = VocoderPacing.from_message(request.vocoder_pacing if request.HasField("vocoder_pacing") else None)
@@ -105,17 +107,20 @@ class AcousticWork:
                 yield mel_pb2.MelSlices()  # busy, not gone
         assert plan is not None
         frame_s = engine.hop_length / engine.sample_rate_hz
-        check_sentence_frames(request.sentence_index, plan.frame_count, request.start_frame, frame_s)
+        # The frames of the spoken ids (all of them unless the request names a span), counted from the first.
+        part = engine.spoken_part(plan, request.spoken_first_id, request.spoken_end_id or None)
+        check_sentence_frames(request.sentence_index, part.frame_count, request.start_frame, frame_s)
         cutter = SliceCutter(
-            plan.frame_count, engine.hop_length, engine.sample_rate_hz, request.slice_ms or DEFAULT_SLICE_MS, request.start_frame
+            part.frame_count, engine.hop_length, engine.sample_rate_hz, request.slice_ms or DEFAULT_SLICE_MS, request.start_frame
         )
-        chunks = engine.mel_chunks(plan, request.start_frame)
-        alignment: list[int] | None = [int(frames) for frames in plan.phoneme_frames]
+        first_frame = part.skip_frames + request.start_frame
+        chunks = engine.mel_chunks(part.plan, first_frame)
+        alignment: list[int] | None = [int(frames) for frames in part.phoneme_frames]
         # One chunk per executor call: a cancelled stream stops after the chunk in progress. Each
         # chunk moves the deadline on by the audio the vocoder can make once it is in.
         frames_made = audio_frames = 0
-        frames_to_make = plan.frame_count - request.start_frame
-        for units in step_units(engine.step_frames(plan.frame_count), engine.lag_frames, request.start_frame):
+        frames_to_make = part.frame_count - request.start_frame
+        for units in step_units(engine.step_frames(part.plan.frame_count), engine.lag_frames, first_frame):
             chunk = None
             async for chunk in with_heartbeats(
                 runner.run(
@@ -135,6 +140,7 @@ class AcousticWork:
                     yield mel_pb2.MelSlices()
             if chunk is None:
                 break
+            chunk = chunk[:, : frames_to_make - frames_made]  # a span's right context is not spoken
             frames_made += chunk.shape[-1]
             unlocked = pacing.frames_out(frames_made, frames_to_make)
             deadline.advance((unlocked - audio_frames) * frame_s)
@@ -148,7 +154,7 @@ class AcousticWork:
                         cut,
                         utterance_id=request.utterance_id,
                         sentence_index=request.sentence_index,
-                        sentence_frame_count=plan.frame_count,
+                        sentence_frame_count=part.frame_count,
                         dtype=request.dtype or mel_pb2.MEL_DTYPE_FLOAT32,
                         phoneme_frames=alignment,
                     )
@@ -156,6 +162,8 @@ class AcousticWork:
                 alignment = None
             if message.slices:  # the chunk's slices, in one message
                 yield message
+            if cutter.done:  # a span ends before its plan's last step
+                break
         if not cutter.done:
             raise RuntimeError("the engine's mel ended before the sentence's last slice")
         self._metrics.sentences_total.inc()

@@ -179,6 +179,11 @@ class UtterancePipeline:
         """Pieces that may still be queued for the client; `run` gives one back when the client takes one."""
         self._starting = False
         """Whether this stream holds one of the gateway's turns to start (`StartSlots`)."""
+        self._start_sentences = 1
+        """Sentences its start covers: 2 when the first is an opening whose rest is a part of the same
+        sentence (its rest's plan is the start's work too)."""
+        self._first_piece = asyncio.Event()
+        """Set once the first piece of audio has come from the vocoder."""
 
     async def run(self, sentences: AsyncIterator[Sentence]) -> AsyncIterator[SentencePiece]:
         """The samples of `sentences`, as soon as each piece exists."""
@@ -294,6 +299,11 @@ class UtterancePipeline:
             if self._in_flight is not None:
                 self._in_flight.taken()
             self._sentence_ids[index] = len(sentence.phoneme_ids)
+            if index == 0 and sentence.spoken_ids is not None and sentence.spoken_ids[0] == 0:
+                self._start_sentences = 2  # an opening: the rest of its sentence comes next
+            elif index == 1 and self._start_sentences == 2:
+                # The rest's plan is of the whole sentence: asked for after the first audio, not beside it.
+                await self._first_piece.wait()
             await self._lookahead.wait_turn(index)  # moved on by the reader as sentences are fully vocoded
             tier = self._tier_now()  # a sentence keeps the tier it starts in
             async for slices in self._sentence_slices(index, sentence, info, acoustic, tier):
@@ -322,14 +332,14 @@ class UtterancePipeline:
                 f"{MAX_PHONEME_IDS}: put sentence breaks into the text"
             )
         params = self._params if sentence.rate == 1.0 else replace(self._params, speed=self._params.speed * sentence.rate)
-        inputs = SynthesisInputs(info.model_version, self._voice, sentence.phoneme_ids, params)
+        inputs = SynthesisInputs(info.model_version, self._voice, sentence.phoneme_ids, params, sentence.spoken_ids)
         key = cache_key(inputs)
         phonemes = "".join(sentence.phonemes)
         cached = await self._cache.get(key, tier)
         if cached is None and self._flights.in_flight(key):
             cached = await self._flights.wait(key)  # another request is synthesising this sentence now
         if cached is not None:
-            cached = await self._usable(key, cached, len(sentence.phoneme_ids), info, tier)
+            cached = await self._usable(key, cached, sentence.spoken_id_count, info, tier)
         if cached is not None:
             self._meta[index] = SentenceMeta(
                 sentence.text, phonemes, cached.frame_count, cached.phoneme_frames, sentence.words,
@@ -454,9 +464,12 @@ class UtterancePipeline:
         reading_s: float | None = None  # when the reader went on after a piece of the sentence it reads
         async for piece, to_write in self._pieces(vocoder):
             pieces += 1
+            self._first_piece.set()
             if reading_s is not None and piece.sentence_index == sentence:  # a playing listener's wait for its next piece
                 self._pool.piece_gaps.observe(loop.time() - reading_s)
-            if pieces == STARTED_PIECES or (piece.is_last and piece.sentence_index == 0):
+            # Started: three pieces in, or the start's sentences all made; an opening's start lasts to its rest's first piece.
+            last_of_start = self._start_sentences - 1
+            if (pieces >= STARTED_PIECES and piece.sentence_index >= last_of_start) or (piece.is_last and piece.sentence_index == last_of_start):
                 self._started()
             if first_piece_s is not None:  # read as it came, whatever the client does
                 latest_s = max(latest_s, loop.time() - first_piece_s - after_first_s)

@@ -27,12 +27,22 @@ from typing import Final
 
 from libs.text.errors import EmptyTextError, InvalidTextError, TextError, TextTooLongError
 from libs.text.espeak import DEFAULT_ESPEAK_VOICE
-from libs.text.long_sentences import IdBudget, chop_phonemes, cut_first, cut_sentence, with_continuation
+from libs.text.long_sentences import (
+    PART_OPENING_AFTER,
+    IdBudget,
+    chop_phonemes,
+    cut_first,
+    cut_sentence,
+    leading_clauses,
+    needs_opening,
+    opening_span,
+    with_continuation,
+)
 from libs.text.long_words import DEFAULT_MAX_WORD_CHARS
 from libs.text.normalize import check_not_empty, check_text_length, decode_utf8, normalize_text
 from libs.text.phoneme_ids import load_espeak_voice, load_phoneme_id_map, phonemes_to_ids
 from libs.text.phonemize import PhonemizedSentence, phonemize_sentences
-from libs.text.pronounce import PronunciationPlan, check_inline_phonemes
+from libs.text.pronounce import PronunciationPlan, check_inline_phonemes, placeholder_count
 from libs.text.reading import PIPER_READING, ReadingRules, expand, finish_sentence, prepare
 from libs.text.sentences import DEFAULT_MAX_CHUNK_CHARS, is_cut_short, split_sentences
 from libs.text.words import WordSpan, word_spans
@@ -91,11 +101,13 @@ class Sentence:
     Every character of the text belongs to exactly one sentence's text, so a sentence with no
     phonemes (a lone closing quote) is folded into its neighbour."""
     phonemes: tuple[str, ...]
-    """espeak-ng IPA phonemes, one codepoint each, with the sentence's punctuation marks."""
+    """espeak-ng IPA phonemes, one codepoint each, with the sentence's punctuation marks (of the
+    spoken part only, when `spoken_ids` names one)."""
     phoneme_ids: tuple[int, ...]
-    """Model input ids: `^ _ p1 _ ... pn _ $` with the voice's phoneme-id map."""
+    """Model input ids: `^ _ p1 _ ... pn _ $` with the voice's phoneme-id map: what is planned."""
     words: tuple[WordSpan, ...] = ()
-    """Its written words, each with the phoneme ids that speak it (libs.text.words)."""
+    """Its written words, each with the phoneme ids that speak it (libs.text.words), counted from
+    the first spoken id."""
     rate: float = 1.0
     """Speaking-rate multiple on top of the request's speed (SSML prosody rate)."""
     pause_before_s: float = 0.0
@@ -110,6 +122,15 @@ class Sentence:
     """How a Mandarin sentence is read: numbered pinyin as said (tone sandhi applied, neutral tone
     5), one syllable per Chinese character, a word of another script as itself; empty for other
     languages (libs.text.zh)."""
+    spoken_ids: tuple[int, int] | None = None
+    """The ids of `phoneme_ids` whose frames are spoken, [first, end), or None for all: the two
+    parts of a first sentence whose opening is spoken on its own
+    (libs.text.long_sentences.opening_span)."""
+
+    @property
+    def spoken_id_count(self) -> int:
+        """Ids whose frames are spoken (the length of the alignment the acoustic worker sends)."""
+        return len(self.phoneme_ids) if self.spoken_ids is None else self.spoken_ids[1] - self.spoken_ids[0]
 
 
 class TextFrontend:
@@ -219,6 +240,10 @@ class TextFrontend:
             else:
                 if index == 0 and first_max_ids is not None and first_max_ids < self._budget.max_ids:
                     first = IdBudget(self.phoneme_id_map, first_max_ids)
+                    opened = self._opened(plan, chunk, phonemized, first, starts[index], starts[index + 1])
+                    if opened is not None:
+                        sentences.extend(opened)
+                        continue
                     cut = cut_first(chunk, phonemized, first, self._budget, self._phonemes_alone)
                 else:
                     cut = cut_sentence(chunk, phonemized, self._budget, self._phonemes_alone)
@@ -227,6 +252,52 @@ class TextFrontend:
             for (start, phonemes), end in zip(pieces, ends, strict=False):
                 sentences.extend(self._finished(plan, chunk[start:end].strip(), phonemes, plan.written(start, end).strip()))
         return sentences
+
+    def _opened(
+        self, plan: PronunciationPlan, chunk: str, phonemized: PhonemizedSentence, first: IdBudget, start: int, end: int
+    ) -> list[Sentence] | None:
+        """A long first sentence that fits one plan, as its opening and the rest of it planned whole
+        (libs.text.long_sentences.opening_span): the opening's plan costs what its clauses cost, and
+        the rest keeps the prosody of the whole sentence. None (nothing read yet) when the sentence
+        is not long enough for such an opening (PART_OPENING_AFTER), does not fit one plan, or its leading
+        clauses do not fit `first` or hold a chosen pronunciation: it is then cut as `cut_first` cuts."""
+        assert self._budget is not None
+        clauses = phonemized.clauses
+        weight = first.weight(phonemized.phonemes)
+        if not needs_opening(first, weight, PART_OPENING_AFTER) or self._budget.weight(phonemized.phonemes) > self._budget.budget:
+            return None
+        taken = leading_clauses(clauses, first)
+        if not taken or placeholder_count(chunk[start : clauses[taken].text_start]):
+            return None
+        head_text = chunk[start : clauses[taken].text_start].strip()
+        finished = self._finished(plan, chunk[start:end].strip(), phonemized.phonemes, plan.written(start, end).strip())
+        head_count = sum(len(clause.phonemes) for clause in clauses[:taken])
+        span = opening_span(finished[0].phonemes, head_count, self.phoneme_id_map) if len(finished) == 1 else None
+        if span is None:
+            return finished
+        whole, boundary = finished[0], span.id_index
+        opening_ids = tuple(phonemes_to_ids(span.opening_phonemes, self.phoneme_id_map))
+        if (
+            opening_ids[:boundary] != whole.phoneme_ids[:boundary]
+            or not whole.text.startswith(head_text)
+            or any(word.first_id < boundary < word.end_id for word in whole.words)
+        ):  # fmt: skip
+            return finished  # not parted where its clauses end: spoken whole
+        opening = Sentence(
+            text=head_text,
+            phonemes=whole.phonemes[: span.phoneme_index],
+            phoneme_ids=opening_ids,
+            words=tuple(word for word in whole.words if word.end_id <= boundary),
+            spoken_ids=(0, boundary),
+        )
+        rest = replace(
+            whole,
+            text=whole.text[len(head_text) :].strip(),
+            phonemes=whole.phonemes[span.phoneme_index :],
+            words=tuple(WordSpan(word.text, word.first_id - boundary, word.end_id - boundary) for word in whole.words if word.first_id >= boundary),
+            spoken_ids=(boundary, len(whole.phoneme_ids)),
+        )
+        return [opening, rest]
 
     def _finished(self, plan: PronunciationPlan, text: str, phonemes: Sequence[str], written: str) -> list[Sentence]:
         """A sentence of the plan with its chosen phonemes in place; one they made longer than the id

@@ -18,6 +18,11 @@ with its own `^ ... $`:
    goes to the first, so first audio comes sooner.
 
 Pieces are plain sentences: cached, resumed and reported like any other.
+
+A long first sentence starts with its opening (its first audio waits for its plan): its leading
+clauses (`cut_first`), or, for one that fits one plan, its leading clauses planned with a few ids of
+what follows and the rest spoken as a part of the whole sentence's plan (`opening_span`, the acoustic
+worker's spoken ids), which keeps the sentence's prosody.
 """
 
 from __future__ import annotations
@@ -43,6 +48,16 @@ ordinary one a pause and a sentence of its own in the client's timeline. With th
 opening of 96 ids, sentences of more than about 190 ids (some sixteen words) are cut, so every one of
 200 or more speaks its first audio at about the cost of a short sentence's."""
 _PART_FILL: Final = 0.8
+PART_OPENING_AFTER: Final = 1.5
+"""The same for an opening of whole clauses whose rest is a part of the sentence planned whole
+(`opening_span`): that cut keeps the sentence's prosody (within noise of the whole sentence in
+`bench.opening_pairs`), so it is worth making from 1.5 times the opening's budget, some 140 ids with
+the gateway's default opening."""
+LOOKAHEAD_IDS: Final = 8
+"""Ids of the words after an opening that its plan reads too (to the end of a word): the opening's
+clauses then do not end as an utterance ends, with the voice falling and the pause cut short.
+Measured on 100 paired first sentences (`bench.opening_pairs`, docs/performance.md, "History"):
+reading on 8 ids or more scored within noise of the whole sentence, reading nothing 0.03 below."""
 
 
 @dataclass(frozen=True)
@@ -109,10 +124,59 @@ def cut_sentence(
     return _grouped(units, budget)
 
 
-def needs_opening(first: IdBudget, weight: int) -> bool:
+def needs_opening(first: IdBudget, weight: int, after: float = OPENING_AFTER) -> bool:
     """Whether a first sentence whose phonemes take `weight` ids starts with an opening of `first`'s
-    budget (OPENING_AFTER)."""
-    return weight > OPENING_AFTER * first.budget
+    budget (`after`: OPENING_AFTER, or PART_OPENING_AFTER for an opening whose rest is planned whole)."""
+    return weight > after * first.budget
+
+
+def leading_clauses(clauses: Sequence[PhonemizedClause], first: IdBudget) -> int:
+    """How many of a sentence's leading clauses (never all of them) fit `first`'s budget together."""
+    taken, weight = 0, 0
+    while taken < len(clauses) - 1 and weight + first.weight(clauses[taken].phonemes) <= first.budget:
+        weight += first.weight(clauses[taken].phonemes)
+        taken += 1
+    return taken
+
+
+@dataclass(frozen=True)
+class OpeningSpan:
+    """Where a first sentence spoken as its opening and the rest is parted (`opening_span`)."""
+
+    phoneme_index: int
+    """Index in the sentence's phonemes of the space after the opening's last punctuation mark: the
+    opening speaks the phonemes before it, the rest the phonemes from it on."""
+    id_index: int
+    """Index in the sentence's ids where that space's ids start (the same part, in ids)."""
+    opening_phonemes: tuple[str, ...]
+    """What the opening's plan reads: its clauses and LOOKAHEAD_IDS or more ids of the next words."""
+
+
+def opening_span(
+    phonemes: Sequence[str], head_phoneme_count: int, phoneme_id_map: Mapping[str, Sequence[int]]
+) -> OpeningSpan | None:
+    """Where a sentence of `phonemes` whose first `head_phoneme_count` are its leading clauses (ending
+    with a punctuation mark and a space) parts into its opening and the rest, with what the
+    opening's plan reads; None when they do not end so, or when too little follows them to read on.
+    """
+    if not 2 <= head_phoneme_count < len(phonemes) or phonemes[head_phoneme_count - 1] != " ":
+        return None
+    if phonemes[head_phoneme_count - 2] not in _PUNCTUATION_PHONEMES:
+        return None
+    pad = len(phoneme_id_map[PAD])
+
+    def weight(phoneme: str) -> int:  # as phonemes_to_ids writes it: its ids and a pad, or nothing when unknown
+        ids = phoneme_id_map.get(phoneme)
+        return 0 if ids is None else len(ids) + pad
+
+    boundary = head_phoneme_count - 1
+    read = 0
+    for index in range(boundary + 1, len(phonemes)):
+        read += weight(phonemes[index - 1])
+        if phonemes[index] == " " and read >= LOOKAHEAD_IDS:
+            first_id = len(phoneme_id_map[BOS]) + pad + sum(weight(phoneme) for phoneme in phonemes[:boundary])
+            return OpeningSpan(boundary, first_id, tuple(phonemes[: index + 1]))
+    return None
 
 
 def cut_first(
@@ -131,10 +195,7 @@ def cut_first(
     clauses = sentence.clauses
     if not needs_opening(first, first.weight(sentence.phonemes)) or not clauses:
         return cut_sentence(text, sentence, budget, phonemize_text)
-    taken, weight = 0, 0
-    while taken < len(clauses) - 1 and weight + first.weight(clauses[taken].phonemes) <= first.budget:
-        weight += first.weight(clauses[taken].phonemes)
-        taken += 1
+    taken = leading_clauses(clauses, first)
     if taken:
         head = Piece(clauses[0].text_start, tuple(phoneme for clause in clauses[:taken] for phoneme in clause.phonemes))
         rest = PhonemizedSentence(

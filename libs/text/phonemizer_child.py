@@ -84,7 +84,8 @@ def _answer(request: dict[str, Any], frontends: dict[str, Frontend]) -> dict[str
                 "".join(sentence.phonemes),
                 list(sentence.phoneme_ids),
                 [[word.text, word.first_id, word.end_id] for word in sentence.words],
-                *([" ".join(sentence.pinyin)] if sentence.pinyin else []),
+                " ".join(sentence.pinyin),
+                list(sentence.spoken_ids or ()),
             ]
             for sentence in sentences
         ],

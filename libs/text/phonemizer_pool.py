@@ -424,20 +424,25 @@ def _checked_sentences(items: object, spec: FrontendSpec) -> list[Sentence]:
     max_id = spec.max_id
     sentences = []
     for item in items:
-        if not (isinstance(item, list) and len(item) in (4, 5)):
-            raise ValueError("a sentence is not [text, phonemes, ids, words] or [text, phonemes, ids, words, pinyin]")
-        text, phonemes, ids, words = item[:4]
-        pinyin = item[4] if len(item) == 5 else ""
-        if not (isinstance(text, str) and isinstance(phonemes, str) and isinstance(ids, list) and ids and isinstance(pinyin, str)):
+        if not (isinstance(item, list) and len(item) == 6):
+            raise ValueError("a sentence is not [text, phonemes, ids, words, pinyin, spoken ids]")
+        text, phonemes, ids, words, pinyin, spoken = item
+        if not (
+            isinstance(text, str) and isinstance(phonemes, str) and isinstance(ids, list) and ids and isinstance(pinyin, str)
+            and isinstance(spoken, list)
+        ):  # fmt: skip
             raise ValueError("a sentence has fields of the wrong type")
+        if spoken and not (len(spoken) == 2 and all(type(value) is int for value in spoken) and 0 <= spoken[0] < spoken[1] <= len(ids)):
+            raise ValueError("a sentence's spoken ids are not a span of its ids")
         if spec.max_phoneme_ids is not None and len(ids) > spec.max_phoneme_ids:
             raise ValueError(f"a sentence has {len(ids)} ids, past the limit of {spec.max_phoneme_ids}")
         if not all(type(value) is int and 0 <= value <= max_id for value in ids):
             raise ValueError("a sentence has an id outside the voice's map")
         sentences.append(
             Sentence(
-                text=text, phonemes=tuple(phonemes), phoneme_ids=tuple(ids), words=_checked_words(words, len(ids)),
-                pinyin=tuple(pinyin.split()),
+                text=text, phonemes=tuple(phonemes), phoneme_ids=tuple(ids),
+                words=_checked_words(words, spoken[1] - spoken[0] if spoken else len(ids)),
+                pinyin=tuple(pinyin.split()), spoken_ids=(spoken[0], spoken[1]) if spoken else None,
             )
         )
     return sentences

@@ -30,6 +30,7 @@ def sentence_request(
 ) -> acoustic_pb2.SentenceRequest:
     """The acoustic worker's request for the sentence `inputs` describe (from its first frame)."""
     params = inputs.params
+    first_id, end_id = inputs.spoken_ids or (0, 0)
     return acoustic_pb2.SentenceRequest(
         utterance_id=utterance_id,
         sentence_index=sentence_index,
@@ -42,6 +43,8 @@ def sentence_request(
         expected_model_version=inputs.model_version,
         slice_ms=slice_ms,
         dtype=dtype,
+        spoken_first_id=first_id,
+        spoken_end_id=end_id,
     )
 
 

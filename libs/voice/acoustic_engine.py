@@ -59,6 +59,21 @@ class SentencePlan:
         return int(self.z_p.size(-1))
 
 
+@dataclass(frozen=True)
+class SpokenPart:
+    """The frames of a span of a planned sentence's phoneme ids, and the prior that makes them."""
+
+    plan: SentencePlan
+    """The plan to stream (`AcousticEngine.mel_chunks`): the whole sentence's, or its prior over the
+    span with the latent context around it."""
+    skip_frames: int
+    """Frames `plan` makes before the span's first (left context, not spoken)."""
+    frame_count: int
+    """Frames the span speaks."""
+    phoneme_frames: list[int]
+    """Frames given to each spoken id, in order."""
+
+
 def model_version_of(voice_name: str, parts: Sequence[str]) -> str:
     """`voice_name` plus a short digest of everything else the output is a function of."""
     digest = hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()
@@ -254,6 +269,29 @@ class AcousticEngine(BatchedEngine):
             durations = self.acoustic.durations(encoded, generator, noise_w=params.noise_w, length_scale=1.0 / params.speed)
         prior = self.acoustic.expand(encoded, durations, generator, noise_scale=params.noise_scale)
         return SentencePlan(prior.z_p, encoded.g, [int(d) for d in durations[0].tolist()])
+
+    def spoken_part(self, plan: SentencePlan, first_id: int = 0, end_id: int | None = None) -> SpokenPart:
+        """The frames of ids [first_id, end_id) of `plan`'s sentence (end None: to its end).
+
+        The whole sentence is the plan itself. A span streams the sentence's prior over its frames
+        with the flow and mel head's receptive field on both sides (`context_window`), so its mel is
+        the whole sentence's mel there, to float32 round-off: the rest of a sentence whose opening
+        was spoken on its own keeps the prosody of the sentence it belongs to.
+        """
+        ids = len(plan.phoneme_frames)
+        end_id = ids if end_id is None else end_id
+        if not 0 <= first_id < end_id <= ids:
+            raise ValueError(f"ids {first_id}..{end_id} are not a span of the sentence's {ids} ids")
+        if first_id == 0 and end_id == ids:
+            return SpokenPart(plan, 0, plan.frame_count, list(plan.phoneme_frames))
+        start = sum(plan.phoneme_frames[:first_id])
+        end = start + sum(plan.phoneme_frames[first_id:end_id])
+        if end <= start:
+            raise ValueError(f"ids {first_id}..{end_id} of the sentence were given no frames")
+        context = (self.flow_context_frames or plan.frame_count) + self.head_context_frames
+        window = context_window(start, end, plan.frame_count, context)
+        prior = SentencePlan(plan.z_p[:, :, window.input_start : window.input_end], plan.g, [])
+        return SpokenPart(prior, window.trim_left, window.kept, list(plan.phoneme_frames[first_id:end_id]))
 
     def _encode(self, ids: torch.Tensor, speaker: int | None, wide: bool) -> EncoderOutput:
         """The text encoder's float32 output for ids [1, tokens]."""

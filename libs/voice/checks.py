@@ -46,6 +46,8 @@ def check_sentence_request(
     worker_model_version: str,
     num_speakers: int,
     vocabulary_size: int,
+    spoken_first_id: int = 0,
+    spoken_end_id: int = 0,
 ) -> None:
     """Validate an acoustic worker's sentence request against what the worker serves."""
     if voice and voice != worker_voice:
@@ -63,6 +65,12 @@ def check_sentence_request(
     if len(phoneme_ids) > MAX_PHONEME_IDS:
         raise InvalidRequestError(
             f"phoneme_ids holds {len(phoneme_ids)} ids; a sentence may have at most {MAX_PHONEME_IDS}: split it"
+        )
+    spoken_end = spoken_end_id or len(phoneme_ids)
+    if not 0 <= spoken_first_id < spoken_end <= len(phoneme_ids):
+        raise InvalidRequestError(
+            f"spoken ids {spoken_first_id}..{spoken_end_id} are not a span of the sentence's {len(phoneme_ids)} ids; "
+            "need 0 <= spoken_first_id < spoken_end_id <= the id count (0 and 0 speak them all)"
         )
     lowest, highest = min(phoneme_ids), max(phoneme_ids)
     if lowest < 0 or highest >= vocabulary_size:

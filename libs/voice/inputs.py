@@ -45,13 +45,23 @@ class SynthesisInputs:
     """The sentence's phoneme ids, padding and markers included."""
     params: SynthesisParams = field(default_factory=SynthesisParams)
     """Speaker, speed and noise scales."""
+    spoken_ids: tuple[int, int] | None = None
+    """The ids whose frames are spoken, [first, end) (None: all): a part of the sentence planned
+    whole. The part is in the cache key, not in the seed: the sentence is planned as it would be whole."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "phoneme_ids", tuple(int(i) for i in self.phoneme_ids))
+        spoken = self.spoken_ids
+        if spoken is not None and not 0 <= spoken[0] < spoken[1] <= len(self.phoneme_ids):
+            raise ValueError(f"spoken ids {spoken} are not a span of the sentence's {len(self.phoneme_ids)} ids")
 
     def digest_bytes(self) -> bytes:
         """The inputs as bytes no two different inputs share: length-prefixed strings, then the
-        numbers (floats as float64, so 1 and 1.0 are one input)."""
+        numbers (floats as float64, so 1 and 1.0 are one input), then the spoken part when there is one."""
+        spoken = b"" if self.spoken_ids is None else struct.pack("<4sqq", b"part", *self.spoken_ids)
+        return self._sentence_bytes() + spoken
+
+    def _sentence_bytes(self) -> bytes:
         parts = []
         for text in (self.model_version, self.voice):
             encoded = text.encode("utf-8")
@@ -63,6 +73,7 @@ class SynthesisInputs:
         return b"".join(parts)
 
     def seed(self) -> int:
-        """The seed of every random draw of this sentence: the same inputs give the same audio."""
-        digest = hashlib.blake2b(self.digest_bytes(), digest_size=8, person=b"tts-synth-seed")
+        """The seed of every random draw of this sentence: the same inputs give the same audio (a
+        spoken part shares its sentence's seed, so it is that sentence's plan)."""
+        digest = hashlib.blake2b(self._sentence_bytes(), digest_size=8, person=b"tts-synth-seed")
         return int.from_bytes(digest.digest(), "little") & ((1 << SEED_BITS) - 1)

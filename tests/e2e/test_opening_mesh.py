@@ -1,6 +1,7 @@
 """A long first sentence starts with its opening spoken as a sentence of its own, on the real mesh with
-its defaults: its first audio waits for the opening's plan, not the whole sentence's. Later
-sentences, and a first one of ordinary length, are spoken whole; the audio is continuous either way."""
+its defaults: its first audio waits for the opening's plan, not the whole sentence's, and the rest is
+the whole sentence's plan from the pause after the opening on. Later sentences, and a first one without
+a clause to open with, are spoken whole; the audio is continuous either way."""
 
 from __future__ import annotations
 
@@ -24,8 +25,10 @@ LONG_LATER = (
     "boat back to the pier."
 )
 
-# 153 phoneme ids: a first sentence of ordinary length, more than the opening's 96 but under twice it.
+# 153 phoneme ids and no clause boundary: more than the opening's 96 but under twice it.
 ORDINARY_FIRST = "Fields of frost slid past the window while most of the carriage slept."
+# 169 phoneme ids with a clause boundary: over 1.5 times the opening (PART_OPENING_AFTER).
+CLAUSED_FIRST = "When the rain stopped, we walked down to the harbour to watch the boats come in."
 
 
 @pytest.fixture(scope="module")
@@ -38,11 +41,15 @@ def unopened_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
         running.stop()
 
 
-def _spoken(mesh: Mesh, text: str) -> tuple[list[str], bytes]:
+def _answers(mesh: Mesh, text: str) -> list[tts_pb2.SynthesizeResponse]:
     with grpc.insecure_channel(mesh.gateway_address) as channel:
         stub = tts_pb2_grpc.TextToSpeechStub(channel)
-        request = tts_pb2.SynthesizeRequest(text=text, encoding=tts_pb2.LINEAR_PCM, request_id=uuid.uuid4().hex)
-        answers = list(stub.Synthesize(request, timeout=120))
+        request = tts_pb2.SynthesizeRequest(text=text, encoding=tts_pb2.LINEAR_PCM, request_id=uuid.uuid4().hex, include_alignment=True)
+        return list(stub.Synthesize(request, timeout=120))
+
+
+def _spoken(mesh: Mesh, text: str) -> tuple[list[str], bytes]:
+    answers = _answers(mesh, text)
     audio = b"".join(answer.audio for answer in answers)
     assert audio
     return [answer.sentence.text for answer in answers if answer.HasField("sentence")], audio
@@ -59,9 +66,23 @@ def test_a_long_first_sentence_is_spoken_opening_first_and_later_ones_whole(mesh
     assert LONG_FIRST.startswith(spoken[0].rstrip(",")) and spoken[0].endswith(","), spoken
     assert " ".join(spoken[:-1]) == LONG_FIRST  # the first sentence, all of it, in its pieces
     assert spoken[-1] == LONG_LATER  # a later sentence has the first's audio as slack: whole
-    # A short first sentence is spoken whole, and so is one of ordinary length.
+    # A short first sentence is spoken whole, and so is one of ordinary length without a clause to open with.
     assert _sentences(mesh, "Hello there. How are you today?") == ["Hello there.", "How are you today?"]
     assert _sentences(mesh, f"{ORDINARY_FIRST} {LONG_LATER}") == [ORDINARY_FIRST, LONG_LATER]
+
+
+def _infos(answers: list[tts_pb2.SynthesizeResponse]) -> list[tts_pb2.SentenceInfo]:
+    return [answer.sentence for answer in answers if answer.HasField("sentence")]
+
+
+def test_the_rest_of_an_opened_sentence_is_the_whole_sentence_from_the_pause_on(mesh: Mesh, unopened_mesh: Mesh) -> None:
+    opening, rest, later = _infos(_answers(mesh, f"{CLAUSED_FIRST} {LONG_LATER}"))
+    whole, whole_later = _infos(_answers(unopened_mesh, f"{CLAUSED_FIRST} {LONG_LATER}"))
+    assert (opening.text, rest.text) == ("When the rain stopped,", "we walked down to the harbour to watch the boats come in.")
+    assert opening.phonemes + rest.phonemes == whole.phonemes
+    # The rest's frames per phoneme id are the whole sentence's: the same plan, spoken from the pause on.
+    assert list(rest.phoneme_frames) == list(whole.phoneme_frames)[len(opening.phoneme_frames) :]
+    assert rest.phoneme_frames and list(later.phoneme_frames) == list(whole_later.phoneme_frames)
 
 
 def test_the_cut_does_not_move_with_the_load(mesh: Mesh) -> None:
@@ -74,3 +95,19 @@ def test_the_cut_does_not_move_with_the_load(mesh: Mesh) -> None:
 
 def test_openings_can_be_turned_off(unopened_mesh: Mesh) -> None:
     assert _sentences(unopened_mesh, f"{LONG_FIRST} {LONG_LATER}") == [LONG_FIRST, LONG_LATER]
+
+
+def test_a_stream_resumed_inside_the_rest_goes_on_sample_for_sample(mesh: Mesh) -> None:
+    # A text no test spoke before: the workers make both parts, and the resume reads them back (cached).
+    text = f"{CLAUSED_FIRST} {uuid.uuid4().hex[:6]}."
+    answers = _answers(mesh, text)
+    whole = b"".join(answer.audio for answer in answers)
+    in_rest = [number for number, answer in enumerate(answers) if answer.audio and answer.resume_point.token and answer.sentence_index == 1]
+    assert len(in_rest) >= 3, "the rest spans several pieces"
+    cut = in_rest[len(in_rest) // 2]
+    received = b"".join(answer.audio for answer in answers[: cut + 1])
+    with grpc.insecure_channel(mesh.gateway_address) as channel:
+        stub = tts_pb2_grpc.TextToSpeechStub(channel)
+        request = tts_pb2.SynthesizeRequest(text=text, encoding=tts_pb2.LINEAR_PCM, resume_token=answers[cut].resume_point.token)
+        resumed = b"".join(answer.audio for answer in stub.Synthesize(request, timeout=120))
+    assert received + resumed == whole

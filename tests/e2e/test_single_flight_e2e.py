@@ -58,10 +58,10 @@ def _speak_together(address: str, text: str, clients: int) -> list[tuple[float, 
 
 
 def test_two_concurrent_requests_for_one_uncached_text_run_the_acoustic_model_once_per_sentence(mesh: Mesh) -> None:
-    # Unique in the session (its cache is the session's); a first sentence short enough to be spoken
-    # whole (at most 169 phoneme ids: no opening of its own, libs.text.long_sentences.OPENING_AFTER).
+    # Unique in the session (its cache is the session's); a first sentence spoken whole: no clause
+    # to open with, and under twice the opening (libs.text.long_sentences.OPENING_AFTER).
     number = uuid.uuid4().int % 1_000
-    text = f"Two listeners asked for this text together, ticket {number}. Each of them hears all of it."
+    text = f"Two listeners asked for this text together as ticket {number}. Each of them hears all of it."
     sentences_before = mesh.metric("acoustic", ACOUSTIC_SENTENCES)
     misses_before = mesh.metric("gateway", CACHE_MISSES)
     hits_before = mesh.metric("gateway", CACHE_HITS)

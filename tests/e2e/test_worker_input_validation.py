@@ -96,6 +96,10 @@ ACOUSTIC_CASES: list[tuple[str, dict[str, Any], str]] = [
     ("utterance-id-long", dict(utterance_id="u" * 5000), "utterance_id is 5000 characters long"),
     ("slack-nan", dict(playback_slack_ms=math.nan), "playback_slack_ms is nan"),
     ("slack-infinite", dict(playback_slack_ms=-math.inf), "playback_slack_ms is -inf"),
+    ("spoken-empty", dict(spoken_first_id=3, spoken_end_id=3), "spoken ids 3..3 are not a span"),
+    ("spoken-past-the-ids", dict(spoken_end_id=5000), "spoken ids 0..5000 are not a span"),
+    ("spoken-first-past-the-ids", dict(spoken_first_id=5000), "spoken ids 5000..0 are not a span"),
+    ("spoken-negative", dict(spoken_first_id=-2, spoken_end_id=4), "spoken ids -2..4 are not a span"),
 ]
 
 
@@ -125,6 +129,18 @@ def test_acoustic_worker_still_serves_after_bad_requests(mesh: Mesh, sentence: a
     _synthesize_mel(mesh, [_changed(sentence, playback_slack_ms=math.nan)])
     answers = _synthesize_mel(mesh, [sentence])
     assert isinstance(answers, list) and answers[-1].slices[-1].is_last
+
+
+def test_acoustic_worker_speaks_a_span_of_a_sentence_from_its_first_frame(mesh: Mesh, sentence: acoustic_pb2.SentenceRequest) -> None:
+    whole = _synthesize_mel(mesh, [sentence])
+    span = (4, len(sentence.phoneme_ids) - 2)
+    part = _synthesize_mel(mesh, [_changed(sentence, spoken_first_id=span[0], spoken_end_id=span[1])])
+    assert isinstance(whole, list) and isinstance(part, list)
+    frames = list(whole[0].slices[0].alignment.phoneme_frames)
+    part_slices = [mel_slice for answer in part for mel_slice in answer.slices]
+    assert list(part_slices[0].alignment.phoneme_frames) == frames[span[0] : span[1]]
+    assert part_slices[0].sentence_frame_count == sum(frames[span[0] : span[1]]) and part_slices[0].first_frame == 0
+    assert part_slices[-1].is_last
 
 
 # --- the vocoder ---------------------------------------------------------------------------------

@@ -68,6 +68,22 @@ def test_acoustic_resume_from_a_frame_gives_the_rest_of_the_same_mel(acoustic: A
     assert np.abs(rest - whole[:, start:]).max() <= TOLERANCE
 
 
+@pytest.mark.parametrize("span", [(0, 40), (30, len(LONG_IDS)), (20, 70), (0, len(LONG_IDS))])
+def test_a_spoken_part_is_the_whole_sentences_mel_over_its_ids(acoustic: AcousticEngine, span: tuple[int, int]) -> None:
+    plan = _plan(acoustic, LONG_IDS)
+    whole = acoustic.mel_whole(plan)
+    part = acoustic.spoken_part(plan, *span)
+    start = sum(plan.phoneme_frames[: span[0]])
+    assert part.frame_count == sum(plan.phoneme_frames[span[0] : span[1]]) and part.phoneme_frames == plan.phoneme_frames[span[0] : span[1]]
+    for resumed in (0, part.frame_count // 2):
+        mel = np.concatenate(list(acoustic.mel_chunks(part.plan, part.skip_frames + resumed)), axis=1)[:, : part.frame_count - resumed]
+        assert mel.shape[1] == part.frame_count - resumed
+        assert np.abs(mel - whole[:, start + resumed : start + part.frame_count]).max() <= TOLERANCE
+    for bad in ((5, 5), (-1, 3), (0, len(LONG_IDS) + 1)):
+        with pytest.raises(ValueError):
+            acoustic.spoken_part(plan, *bad)
+
+
 @pytest.mark.parametrize("push_frames", [1, 3, 4, 17])
 @pytest.mark.parametrize("ids", [SHORT_IDS, LONG_IDS], ids=["short", "long"])
 def test_streamed_vocoder_equals_whole_sentence_vocoding(

@@ -48,6 +48,11 @@ async def test_sentences_from_a_child_equal_the_frontend_in_this_process(spec: F
     try:
         assert await pool.sentences(spec, text) == frontend.chunk_sentences(text)
         assert await pool.sentences(spec, text, continues=True) == frontend.chunk_sentences(text, continues=True)
+        # A first sentence spoken as its opening and the rest of its plan: the parts cross whole.
+        opened = "When the rain stopped, we walked down to the harbour to watch the boats come in."
+        parts = await pool.sentences(spec, opened, first_max_ids=96)
+        assert parts == frontend.chunk_sentences(opened, first_max_ids=96)
+        assert len(parts) == 2 and all(part.spoken_ids is not None for part in parts)
     finally:
         await pool.close()
 
@@ -163,11 +168,19 @@ def test_children_import_the_text_frontend_but_not_torch_or_grpc() -> None:
 
 
 def test_answers_that_no_frontend_can_send_are_refused(spec: FrontendSpec) -> None:
-    good = [["Hi.", "hˈaɪ.", [1, 0, 20, 0, 2], [["Hi", 1, 4]]]]
+    good = [["Hi.", "hˈaɪ.", [1, 0, 20, 0, 2], [["Hi", 1, 4]], "", []]]
     (sentence,) = _checked_sentences(good, spec)
     assert sentence.phoneme_ids == (1, 0, 20, 0, 2) and [(w.text, w.first_id, w.end_id) for w in sentence.words] == [("Hi", 1, 4)]
+    assert sentence.spoken_ids is None
+    (part,) = _checked_sentences([["Hi.", "hˈaɪ.", [1, 0, 20, 0, 2], [["Hi", 0, 2]], "", [2, 5]]], spec)
+    assert part.spoken_ids == (2, 5) and part.spoken_id_count == 3
     for bad in (
         None,
+        [["Hi.", "hˈaɪ.", [1, 0, 20, 0, 2], [], ""]],  # no spoken ids
+        [["Hi.", "hˈaɪ.", [1, 0, 20, 0, 2], [], "", [3, 3]]],  # spoken ids that are no span
+        [["Hi.", "hˈaɪ.", [1, 0, 20, 0, 2], [], "", [0, 6]]],  # past the sentence's ids
+        [["Hi.", "hˈaɪ.", [1, 0, 20, 0, 2], [], "", [0]]],
+        [["Hi.", "hˈaɪ.", [1, 0, 20, 0, 2], [["Hi", 1, 4]], "", [2, 5]]],  # a word past the spoken ids
         [["Hi.", "hˈaɪ.", [1, 0, 20, 0, 2]]],  # no words
         [["Hi.", "hˈaɪ.", [], []]],
         [["Hi.", "hˈaɪ.", [1, 0, spec.max_id + 1, 2], []]],

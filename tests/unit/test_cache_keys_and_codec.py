@@ -33,6 +33,19 @@ def test_key_changes_with_every_input_and_only_with_them() -> None:
     assert key_of(**BASE).startswith("tts:mel:v1:")
 
 
+def test_a_spoken_part_has_a_key_of_its_own_and_its_sentences_seed() -> None:
+    ids = (1, 0, 5, 0, 6, 0, 2)
+    whole = SynthesisInputs("m1", "v", ids)
+    parts = [SynthesisInputs("m1", "v", ids, spoken_ids=span) for span in ((0, 3), (3, 7), (0, 7))]
+    keys = {cache_key(inputs) for inputs in [whole, *parts]}
+    assert len(keys) == 4  # even the part that is all of it: the whole is asked for without one
+    # The part is planned as its sentence would be: the same seed, so the same durations and noise.
+    assert {inputs.seed() for inputs in parts} == {whole.seed()}
+    for bad in ((3, 3), (-1, 2), (0, 8)):
+        with pytest.raises(ValueError):
+            SynthesisInputs("m1", "v", ids, spoken_ids=bad)
+
+
 def test_round_trip_keeps_frames_to_float16_precision_and_alignment() -> None:
     rng = np.random.default_rng(0)
     mel = rng.uniform(-11.5, 2.0, size=(80, 37)).astype(np.float32)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from libs.text.frontend import Sentence, TextFrontend
-from libs.text.long_sentences import CONTINUATION
+from libs.text.long_sentences import CONTINUATION, LOOKAHEAD_IDS, opening_span
 from libs.text.sentences import CONJUNCTIONS
 from libs.voice.registry import default_registry
 
@@ -99,18 +99,58 @@ ORDINARY_FIRST = "Fields of frost slid past the window while most of the carriag
 
 def test_only_a_long_first_sentence_starts_with_its_opening(capped: TextFrontend) -> None:
     opened = capped.chunk_sentences(LONG_FIRST, first_max_ids=96)
-    assert len(opened) >= 2 and len(opened[0].phoneme_ids) <= 96
+    assert len(opened) >= 2 and opened[0].spoken_id_count <= 96
     assert opened[0].text == "On the morning of the third of March,"  # at a clause boundary
     assert " ".join(sentence.text for sentence in opened) == LONG_FIRST
+    # No clause boundary, under twice the opening: a cut inside the clause would be heard, so it stays whole.
     assert [sentence.text for sentence in capped.chunk_sentences(ORDINARY_FIRST, first_max_ids=96)] == [ORDINARY_FIRST]
     assert [sentence.text for sentence in capped.chunk_sentences(LONG_FIRST)] == [LONG_FIRST]  # no opening asked
 
 
-# 169 ids: over the opening's 96 and under twice it, with a clause boundary where a cut would pause anyway.
+# 169 ids: over 1.5 times the opening's 96 (PART_OPENING_AFTER) and under twice it, with a clause
+# boundary where the sentence pauses anyway.
 CLAUSED_FIRST = "When the rain stopped, we walked down to the harbour to watch the boats come in."
 
 
-def test_a_first_sentence_of_ordinary_length_is_spoken_whole_even_at_a_clause(capped: TextFrontend) -> None:
-    # Cut at their leading clause, first sentences of ordinary length lost DNSMOS (bench.opening_pairs:
-    # -0.072, standard error 0.011, over 100), where long ones do not: only the long are cut (docs/performance.md).
-    assert [sentence.text for sentence in capped.chunk_sentences(CLAUSED_FIRST, first_max_ids=96)] == [CLAUSED_FIRST]
+def test_a_first_sentence_with_a_clause_starts_with_its_opening_and_goes_on_as_the_whole_sentence(
+    capped: TextFrontend, whole: TextFrontend
+) -> None:
+    (sentence,) = whole.chunk_sentences(CLAUSED_FIRST)
+    opening, rest = capped.chunk_sentences(CLAUSED_FIRST, first_max_ids=96)
+    assert (opening.text, rest.text) == ("When the rain stopped,", "we walked down to the harbour to watch the boats come in.")
+    # The rest is the whole sentence's plan, of which it speaks the ids from the pause after the comma on.
+    assert rest.phoneme_ids == sentence.phoneme_ids
+    boundary = opening.spoken_ids[1]
+    assert opening.spoken_ids == (0, boundary) and rest.spoken_ids == (boundary, len(sentence.phoneme_ids))
+    assert opening.phonemes + rest.phonemes == sentence.phonemes
+    assert opening.phonemes[-1] == "," and rest.phonemes[0] == " "
+    # The opening's plan is the sentence's first ids, reading on past the comma to the end of a word.
+    assert opening.phoneme_ids[:boundary] == sentence.phoneme_ids[:boundary]
+    assert len(opening.phoneme_ids) - boundary >= LOOKAHEAD_IDS + 1 and len(opening.phoneme_ids) < len(sentence.phoneme_ids) // 2
+    # Words are counted from each part's first spoken id, and together they are the sentence's.
+    assert [word.text for word in opening.words + rest.words] == [word.text for word in sentence.words]
+    assert [(word.first_id, word.end_id) for word in opening.words + rest.words] == [
+        (word.first_id - (boundary if word.first_id >= boundary else 0), word.end_id - (boundary if word.first_id >= boundary else 0))
+        for word in sentence.words
+    ]
+    assert all(word.end_id <= opening.spoken_id_count for word in opening.words)
+    assert all(word.end_id <= rest.spoken_id_count for word in rest.words)
+
+
+def test_a_first_sentence_too_short_for_an_opening_or_with_too_little_after_it_is_spoken_whole(capped: TextFrontend) -> None:
+    short = "When the rain stopped, we walked home."
+    assert [sentence.text for sentence in capped.chunk_sentences(short, first_max_ids=96)] == [short]
+    assert capped.chunk_sentences(short, first_max_ids=96)[0].spoken_ids is None
+
+
+def test_opening_span_parts_at_the_space_after_the_clause_and_reads_on_a_word() -> None:
+    id_map = default_registry().default.phoneme_id_map()
+    phonemes = tuple("ab, cd efgh ijk.")
+    span = opening_span(phonemes, 4, id_map)  # "ab, " is the head
+    assert span is not None and span.phoneme_index == 3 and phonemes[span.phoneme_index] == " "
+    # ^ _ a _ b _ , _: the space's ids start after 2 + 3 x 2 ids.
+    assert span.id_index == 8
+    assert span.opening_phonemes == tuple("ab, cd efgh ")  # 8 or more ids read on, to the end of a word
+    assert opening_span(phonemes, 3, id_map) is None  # the head does not end with a space
+    assert opening_span(tuple("ab cd efgh ijk."), 3, id_map) is None  # nor after a punctuation mark
+    assert opening_span(tuple("ab, cd."), 4, id_map) is None  # too little after it to read on

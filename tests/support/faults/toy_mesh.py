@@ -32,6 +32,7 @@ from libs.scheduling.scheduler import Scheduler
 from libs.serving.admission import Admission, AdmissionSettings
 from libs.serving.voice_shelf import VoiceShelf
 from libs.telemetry.metrics import AcousticMetrics, VocoderMetrics
+from libs.voice.acoustic_engine import SpokenPart
 from libs.voice.chunking import ACOUSTIC_SCHEDULE
 from libs.voice.engine import MelVocoder, VocoderEngine
 from services.acoustic.servicer import AcousticServicer
@@ -75,6 +76,14 @@ class ToyAcousticEngine:
         self.wide_plans.append(wide)
         frames = FRAMES_PER_PHONEME * len(phoneme_ids)
         return SimpleNamespace(frame_count=frames, phoneme_frames=[FRAMES_PER_PHONEME] * len(phoneme_ids), seed=seed)
+
+    def spoken_part(self, plan: Any, first_id: int = 0, end_id: int | None = None) -> SpokenPart:
+        """As the real engine's: the whole plan, or the frames of a span of its ids after their left
+        context (here the plan's frames before the span)."""
+        end_id = len(plan.phoneme_frames) if end_id is None else end_id
+        start, end = FRAMES_PER_PHONEME * first_id, FRAMES_PER_PHONEME * end_id
+        prior = plan if end == plan.frame_count else SimpleNamespace(frame_count=end, phoneme_frames=[], seed=plan.seed)
+        return SpokenPart(prior, start, end - start, list(plan.phoneme_frames[first_id:end_id]))
 
     def step_frames(self, total_frames: int) -> list[int]:
         return [end - start for start, end in self.schedule.bounds(total_frames)]
