@@ -9,7 +9,7 @@ one without such clauses, pieces planned apart). On long sentences written for t
 (`bench.quality.served_audio`: chunks, 40 ms slices in float16, a vocoder stream) whole, and as its
 parts played back to back, and scored with DNSMOS (`bench.quality.dnsmos_scores`); then the same for
 first sentences of ordinary length (bench/data/ordinary_first_sentences.txt), which the default
-opening cuts when they are more than 1.5 times its ids and open with clauses that fit it. The first
+opening leaves whole (a shorter one, or one that started at 1.5 times its ids, cuts). The first
 audio is the CPU time of the plan, first chunk and first vocoder step of the first unit, alone on one
 thread, as the cost model weighs it.
 """
@@ -37,8 +37,8 @@ from libs.voice.inputs import SynthesisInputs
 
 SENTENCES: Final = Path(__file__).resolve().parent / "data" / "long_first_sentences.txt"
 ORDINARY_SENTENCES: Final = Path(__file__).resolve().parent / "data" / "ordinary_first_sentences.txt"
-"""First sentences of ordinary length with a clause boundary: those past 1.5 times an opening
-(libs.text.long_sentences.PART_OPENING_AFTER) start with their leading clauses."""
+"""First sentences of ordinary length with a clause boundary: spoken whole with the default opening
+(libs.text.long_sentences.PART_OPENING_AFTER), cut by a shorter one."""
 DEFAULT_OPENINGS: Final = (64, 96)
 """Opening lengths (phoneme ids) to compare with the whole sentence."""
 REFERENCE_TEXT: Final = "The train is late."

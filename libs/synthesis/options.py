@@ -77,9 +77,9 @@ class RequestLimits:
     )  # fmt: skip
     opening_max_ids: int = setting(
         DEFAULT_OPENING_MAX_IDS, env="TTS_OPENING_MAX_IDS", unit="phoneme ids", minimum=0,
-        doc="a first sentence of more than 1.5 times as many phoneme ids starts with its opening of at most this many "
-        "(the leading clauses that fit) spoken on its own, and goes on as a part of the whole sentence; past twice as many, "
-        "one without such clauses is cut before a conjunction; so its first audio costs about a short sentence's (0: never)",
+        doc="a first sentence of more than twice as many phoneme ids starts with its opening of at most this many (the "
+        "leading clauses that fit, going on as a part of the whole sentence; else words up to a conjunction) spoken on its "
+        "own, so its first audio costs about a short sentence's (0: never)",
     )  # fmt: skip
     admission_headroom: float = setting(
         DEFAULT_ADMISSION_HEADROOM, env="TTS_ADMISSION_HEADROOM", unit="ratio", minimum=0, maximum=1,

@@ -145,11 +145,14 @@ class TextFrontend:
         max_phoneme_ids: int | None = None,
         max_word_chars: int = DEFAULT_MAX_WORD_CHARS,
         reading: ReadingRules = PIPER_READING,
+        part_opening_after: float = PART_OPENING_AFTER,
     ) -> None:
         """`max_phoneme_ids` None (the default) keeps every sentence whole: Piper's sentences, for
         offline tools and the tests that compare with Piper. A server passes its limit (the
         gateway's default is DEFAULT_MAX_PHONEME_IDS). `reading` (default: as Piper reads) says
-        whether written forms and heteronyms are read as a person reads them (libs.text.reading)."""
+        whether written forms and heteronyms are read as a person reads them (libs.text.reading).
+        `part_opening_after` is how many times the opening a first sentence must exceed to open with
+        a part of itself (PART_OPENING_AFTER; a benchmark measures the cut below it)."""
         if max_text_chars < 1 or max_chunk_chars < 1 or max_word_chars < 1:
             raise ValueError("max_text_chars, max_chunk_chars and max_word_chars must be positive")
         self.phoneme_id_map = {phoneme: tuple(ids) for phoneme, ids in phoneme_id_map.items()}
@@ -159,6 +162,7 @@ class TextFrontend:
         self.max_phoneme_ids = max_phoneme_ids
         self.max_word_chars = max_word_chars
         self.reading = reading
+        self.part_opening_after = part_opening_after
         self._budget = IdBudget(self.phoneme_id_map, max_phoneme_ids) if max_phoneme_ids is not None else None
         self._words_alone = functools.lru_cache(maxsize=WORDS_REMEMBERED)(lambda word: tuple(self._phonemes_alone(word)))
 
@@ -259,12 +263,12 @@ class TextFrontend:
         """A long first sentence that fits one plan, as its opening and the rest of it planned whole
         (libs.text.long_sentences.opening_span): the opening's plan costs what its clauses cost, and
         the rest keeps the prosody of the whole sentence. None (nothing read yet) when the sentence
-        is not long enough for such an opening (PART_OPENING_AFTER), does not fit one plan, or its leading
+        is not long enough for such an opening (`part_opening_after`), does not fit one plan, or its leading
         clauses do not fit `first` or hold a chosen pronunciation: it is then cut as `cut_first` cuts."""
         assert self._budget is not None
         clauses = phonemized.clauses
         weight = first.weight(phonemized.phonemes)
-        if not needs_opening(first, weight, PART_OPENING_AFTER) or self._budget.weight(phonemized.phonemes) > self._budget.budget:
+        if not needs_opening(first, weight, self.part_opening_after) or self._budget.weight(phonemized.phonemes) > self._budget.budget:
             return None
         taken = leading_clauses(clauses, first)
         if not taken or placeholder_count(chunk[start : clauses[taken].text_start]):

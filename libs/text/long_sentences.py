@@ -48,11 +48,14 @@ ordinary one a pause and a sentence of its own in the client's timeline. With th
 opening of 96 ids, sentences of more than about 190 ids (some sixteen words) are cut, so every one of
 200 or more speaks its first audio at about the cost of a short sentence's."""
 _PART_FILL: Final = 0.8
-PART_OPENING_AFTER: Final = 1.5
+PART_OPENING_AFTER: Final = 2.0
 """The same for an opening of whole clauses whose rest is a part of the sentence planned whole
-(`opening_span`): that cut keeps the sentence's prosody (within noise of the whole sentence in
-`bench.opening_pairs`), so it is worth making from 1.5 times the opening's budget, some 140 ids with
-the gateway's default opening."""
+(`opening_span`). That cut keeps the sentence's prosody (within noise of the whole sentence in
+`bench.opening_pairs`), and from 1.5 times the opening (some 140 ids) it brought a lone first audio
+on one core from 135 to 75-83 ms; but then the rest's plan (of the whole sentence) is due within the
+opening's second or so of audio, and in a burst at 0.8 of the capacity 4 of 7 listeners ran dry
+(none before; docs/performance.md, "History"). So it starts where the cut started before, until the
+start's scheduling makes room for the rests' plans."""
 LOOKAHEAD_IDS: Final = 8
 """Ids of the words after an opening that its plan reads too (to the end of a word): the opening's
 clauses then do not end as an utterance ends, with the voice falling and the pause cut short.

@@ -27,8 +27,8 @@ LONG_LATER = (
 
 # 153 phoneme ids and no clause boundary: more than the opening's 96 but under twice it.
 ORDINARY_FIRST = "Fields of frost slid past the window while most of the carriage slept."
-# 169 phoneme ids with a clause boundary: over 1.5 times the opening (PART_OPENING_AFTER).
-CLAUSED_FIRST = "When the rain stopped, we walked down to the harbour to watch the boats come in."
+# 197 phoneme ids with a clause boundary: over twice the opening (PART_OPENING_AFTER).
+CLAUSED_FIRST = "When the rain stopped, we walked down to the harbour to watch the boats come in before dark."
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def _infos(answers: list[tts_pb2.SynthesizeResponse]) -> list[tts_pb2.SentenceIn
 def test_the_rest_of_an_opened_sentence_is_the_whole_sentence_from_the_pause_on(mesh: Mesh, unopened_mesh: Mesh) -> None:
     opening, rest, later = _infos(_answers(mesh, f"{CLAUSED_FIRST} {LONG_LATER}"))
     whole, whole_later = _infos(_answers(unopened_mesh, f"{CLAUSED_FIRST} {LONG_LATER}"))
-    assert (opening.text, rest.text) == ("When the rain stopped,", "we walked down to the harbour to watch the boats come in.")
+    assert (opening.text, rest.text) == ("When the rain stopped,", "we walked down to the harbour to watch the boats come in before dark.")
     assert opening.phonemes + rest.phonemes == whole.phonemes
     # The rest's frames per phoneme id are the whole sentence's: the same plan, spoken from the pause on.
     assert list(rest.phoneme_frames) == list(whole.phoneme_frames)[len(opening.phoneme_frames) :]

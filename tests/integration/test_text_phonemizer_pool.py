@@ -49,7 +49,7 @@ async def test_sentences_from_a_child_equal_the_frontend_in_this_process(spec: F
         assert await pool.sentences(spec, text) == frontend.chunk_sentences(text)
         assert await pool.sentences(spec, text, continues=True) == frontend.chunk_sentences(text, continues=True)
         # A first sentence spoken as its opening and the rest of its plan: the parts cross whole.
-        opened = "When the rain stopped, we walked down to the harbour to watch the boats come in."
+        opened = "When the rain stopped, we walked down to the harbour to watch the boats come in before dark."
         parts = await pool.sentences(spec, opened, first_max_ids=96)
         assert parts == frontend.chunk_sentences(opened, first_max_ids=96)
         assert len(parts) == 2 and all(part.spoken_ids is not None for part in parts)

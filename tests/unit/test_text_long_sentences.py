@@ -107,9 +107,10 @@ def test_only_a_long_first_sentence_starts_with_its_opening(capped: TextFrontend
     assert [sentence.text for sentence in capped.chunk_sentences(LONG_FIRST)] == [LONG_FIRST]  # no opening asked
 
 
-# 169 ids: over 1.5 times the opening's 96 (PART_OPENING_AFTER) and under twice it, with a clause
-# boundary where the sentence pauses anyway.
-CLAUSED_FIRST = "When the rain stopped, we walked down to the harbour to watch the boats come in."
+# 197 ids: over twice the opening's 96 (PART_OPENING_AFTER), with a clause boundary where the
+# sentence pauses anyway; and one of 169 ids, under twice it.
+CLAUSED_FIRST = "When the rain stopped, we walked down to the harbour to watch the boats come in before dark."
+ORDINARY_CLAUSED_FIRST = "When the rain stopped, we walked down to the harbour to watch the boats come in."
 
 
 def test_a_first_sentence_with_a_clause_starts_with_its_opening_and_goes_on_as_the_whole_sentence(
@@ -117,7 +118,7 @@ def test_a_first_sentence_with_a_clause_starts_with_its_opening_and_goes_on_as_t
 ) -> None:
     (sentence,) = whole.chunk_sentences(CLAUSED_FIRST)
     opening, rest = capped.chunk_sentences(CLAUSED_FIRST, first_max_ids=96)
-    assert (opening.text, rest.text) == ("When the rain stopped,", "we walked down to the harbour to watch the boats come in.")
+    assert (opening.text, rest.text) == ("When the rain stopped,", "we walked down to the harbour to watch the boats come in before dark.")
     # The rest is the whole sentence's plan, of which it speaks the ids from the pause after the comma on.
     assert rest.phoneme_ids == sentence.phoneme_ids
     boundary = opening.spoken_ids[1]
@@ -138,9 +139,9 @@ def test_a_first_sentence_with_a_clause_starts_with_its_opening_and_goes_on_as_t
 
 
 def test_a_first_sentence_too_short_for_an_opening_or_with_too_little_after_it_is_spoken_whole(capped: TextFrontend) -> None:
-    short = "When the rain stopped, we walked home."
-    assert [sentence.text for sentence in capped.chunk_sentences(short, first_max_ids=96)] == [short]
-    assert capped.chunk_sentences(short, first_max_ids=96)[0].spoken_ids is None
+    for short in ("When the rain stopped, we walked home.", ORDINARY_CLAUSED_FIRST):
+        assert [sentence.text for sentence in capped.chunk_sentences(short, first_max_ids=96)] == [short]
+        assert capped.chunk_sentences(short, first_max_ids=96)[0].spoken_ids is None
 
 
 def test_opening_span_parts_at_the_space_after_the_clause_and_reads_on_a_word() -> None:
