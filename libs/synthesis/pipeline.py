@@ -179,9 +179,9 @@ class UtterancePipeline:
         """Pieces that may still be queued for the client; `run` gives one back when the client takes one."""
         self._starting = False
         """Whether this stream holds one of the gateway's turns to start (`StartSlots`)."""
-        self._start_sentences = 1
-        """Sentences its start covers: 2 when the first is an opening whose rest is a part of the same
-        sentence (its rest's plan is the start's work too)."""
+        self._start_last = 0
+        """The last sentence its start covers: 1 when the first is an opening whose rest is a part of
+        the same sentence (the rest's plan is the start's work too)."""
         self._first_piece = asyncio.Event()
         """Set once the first piece of audio has come from the vocoder."""
 
@@ -300,8 +300,8 @@ class UtterancePipeline:
                 self._in_flight.taken()
             self._sentence_ids[index] = len(sentence.phoneme_ids)
             if index == 0 and sentence.spoken_ids is not None and sentence.spoken_ids[0] == 0:
-                self._start_sentences = 2  # an opening: the rest of its sentence comes next
-            elif index == 1 and self._start_sentences == 2:
+                self._start_last = 1  # an opening: the rest of its sentence comes next
+            elif index == self._start_last == 1:
                 # The rest's plan is of the whole sentence: asked for after the first audio, not beside it.
                 await self._first_piece.wait()
             await self._lookahead.wait_turn(index)  # moved on by the reader as sentences are fully vocoded
@@ -468,8 +468,7 @@ class UtterancePipeline:
             if reading_s is not None and piece.sentence_index == sentence:  # a playing listener's wait for its next piece
                 self._pool.piece_gaps.observe(loop.time() - reading_s)
             # Started: three pieces in, or the start's sentences all made; an opening's start lasts to its rest's first piece.
-            last_of_start = self._start_sentences - 1
-            if (pieces >= STARTED_PIECES and piece.sentence_index >= last_of_start) or (piece.is_last and piece.sentence_index == last_of_start):
+            if (pieces >= STARTED_PIECES and piece.sentence_index >= self._start_last) or (piece.is_last and piece.sentence_index == self._start_last):
                 self._started()
             if first_piece_s is not None:  # read as it came, whatever the client does
                 latest_s = max(latest_s, loop.time() - first_piece_s - after_first_s)

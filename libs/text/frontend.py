@@ -271,12 +271,12 @@ class TextFrontend:
         if not needs_opening(first, weight, self.part_opening_after) or self._budget.weight(phonemized.phonemes) > self._budget.budget:
             return None
         taken = leading_clauses(clauses, first)
-        if not taken or placeholder_count(chunk[start : clauses[taken].text_start]):
+        head_text = chunk[start : clauses[taken].text_start].strip() if taken else ""
+        if not head_text or placeholder_count(head_text):
             return None
-        head_text = chunk[start : clauses[taken].text_start].strip()
         finished = self._finished(plan, chunk[start:end].strip(), phonemized.phonemes, plan.written(start, end).strip())
         head_count = sum(len(clause.phonemes) for clause in clauses[:taken])
-        span = opening_span(finished[0].phonemes, head_count, self.phoneme_id_map) if len(finished) == 1 else None
+        span = opening_span(finished[0].phonemes, head_count, first) if len(finished) == 1 else None
         if span is None:
             return finished
         whole, boundary = finished[0], span.id_index

@@ -50,17 +50,15 @@ opening of 96 ids, sentences of more than about 190 ids (some sixteen words) are
 _PART_FILL: Final = 0.8
 PART_OPENING_AFTER: Final = 2.0
 """The same for an opening of whole clauses whose rest is a part of the sentence planned whole
-(`opening_span`). That cut keeps the sentence's prosody (within noise of the whole sentence in
-`bench.opening_pairs`), and from 1.5 times the opening (some 140 ids) it brought a lone first audio
-on one core from 135 to 75-83 ms; but then the rest's plan (of the whole sentence) is due within the
-opening's second or so of audio, and in a burst at 0.8 of the capacity 4 of 7 listeners ran dry
-(none before; docs/performance.md, "History"). So it starts where the cut started before, until the
-start's scheduling makes room for the rests' plans."""
+(`opening_span`). That cut keeps the sentence's prosody (`bench.opening_pairs`), and from 1.5 times
+the opening it made a lone first audio much sooner; but the rest's plan (of the whole sentence) is
+then due within the opening's second or so of audio, and bursts below the capacity ran dry
+(docs/performance.md, "History"). So it starts where the cut started before, until the start's
+scheduling makes room for the rests' plans."""
 LOOKAHEAD_IDS: Final = 8
 """Ids of the words after an opening that its plan reads too (to the end of a word): the opening's
-clauses then do not end as an utterance ends, with the voice falling and the pause cut short.
-Measured on 100 paired first sentences (`bench.opening_pairs`, docs/performance.md, "History"):
-reading on 8 ids or more scored within noise of the whole sentence, reading nothing 0.03 below."""
+clauses then do not end as an utterance ends, with the voice falling and the pause cut short
+(`bench.opening_pairs` and a probe of how far to read on: docs/performance.md, "History")."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +77,9 @@ class IdBudget:
     def __init__(self, phoneme_id_map: Mapping[str, Sequence[int]], max_ids: int) -> None:
         pad = len(phoneme_id_map[PAD])
         self._weights = {phoneme: len(ids) + pad for phoneme, ids in phoneme_id_map.items()}
-        overhead = len(phoneme_id_map[BOS]) + pad + len(phoneme_id_map[EOS])
+        self.lead_ids = len(phoneme_id_map[BOS]) + pad
+        """Ids before a sentence's first phoneme's (`^ _`)."""
+        overhead = self.lead_ids + len(phoneme_id_map[EOS])
         self.max_ids = max_ids
         self.budget = max_ids - overhead
         """Ids a sentence's phonemes may take (the ids of `^ _` and `$` aside)."""
@@ -155,30 +155,22 @@ class OpeningSpan:
     """What the opening's plan reads: its clauses and LOOKAHEAD_IDS or more ids of the next words."""
 
 
-def opening_span(
-    phonemes: Sequence[str], head_phoneme_count: int, phoneme_id_map: Mapping[str, Sequence[int]]
-) -> OpeningSpan | None:
+def opening_span(phonemes: Sequence[str], head_phoneme_count: int, ids: IdBudget) -> OpeningSpan | None:
     """Where a sentence of `phonemes` whose first `head_phoneme_count` are its leading clauses (ending
     with a punctuation mark and a space) parts into its opening and the rest, with what the
     opening's plan reads; None when they do not end so, or when too little follows them to read on.
+    `ids` weighs phonemes in ids as the voice's map writes them (any budget).
     """
     if not 2 <= head_phoneme_count < len(phonemes) or phonemes[head_phoneme_count - 1] != " ":
         return None
     if phonemes[head_phoneme_count - 2] not in _PUNCTUATION_PHONEMES:
         return None
-    pad = len(phoneme_id_map[PAD])
-
-    def weight(phoneme: str) -> int:  # as phonemes_to_ids writes it: its ids and a pad, or nothing when unknown
-        ids = phoneme_id_map.get(phoneme)
-        return 0 if ids is None else len(ids) + pad
-
     boundary = head_phoneme_count - 1
     read = 0
     for index in range(boundary + 1, len(phonemes)):
-        read += weight(phonemes[index - 1])
+        read += ids.weight(phonemes[index - 1 : index])
         if phonemes[index] == " " and read >= LOOKAHEAD_IDS:
-            first_id = len(phoneme_id_map[BOS]) + pad + sum(weight(phoneme) for phoneme in phonemes[:boundary])
-            return OpeningSpan(boundary, first_id, tuple(phonemes[: index + 1]))
+            return OpeningSpan(boundary, ids.lead_ids + ids.weight(phonemes[:boundary]), tuple(phonemes[: index + 1]))
     return None
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from libs.text.frontend import Sentence, TextFrontend
-from libs.text.long_sentences import CONTINUATION, LOOKAHEAD_IDS, opening_span
+from libs.text.long_sentences import CONTINUATION, LOOKAHEAD_IDS, IdBudget, opening_span
 from libs.text.sentences import CONJUNCTIONS
 from libs.voice.registry import default_registry
 
@@ -145,13 +145,13 @@ def test_a_first_sentence_too_short_for_an_opening_or_with_too_little_after_it_i
 
 
 def test_opening_span_parts_at_the_space_after_the_clause_and_reads_on_a_word() -> None:
-    id_map = default_registry().default.phoneme_id_map()
+    ids = IdBudget(default_registry().default.phoneme_id_map(), 96)
     phonemes = tuple("ab, cd efgh ijk.")
-    span = opening_span(phonemes, 4, id_map)  # "ab, " is the head
+    span = opening_span(phonemes, 4, ids)  # "ab, " is the head
     assert span is not None and span.phoneme_index == 3 and phonemes[span.phoneme_index] == " "
     # ^ _ a _ b _ , _: the space's ids start after 2 + 3 x 2 ids.
     assert span.id_index == 8
     assert span.opening_phonemes == tuple("ab, cd efgh ")  # 8 or more ids read on, to the end of a word
-    assert opening_span(phonemes, 3, id_map) is None  # the head does not end with a space
-    assert opening_span(tuple("ab cd efgh ijk."), 3, id_map) is None  # nor after a punctuation mark
-    assert opening_span(tuple("ab, cd."), 4, id_map) is None  # too little after it to read on
+    assert opening_span(phonemes, 3, ids) is None  # the head does not end with a space
+    assert opening_span(tuple("ab cd efgh ijk."), 3, ids) is None  # nor after a punctuation mark
+    assert opening_span(tuple("ab, cd."), 4, ids) is None  # too little after it to read on
