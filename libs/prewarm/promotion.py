@@ -2,7 +2,10 @@
 `promote_window_s` join the warm set (libs.prewarm.warmer) for `promoted_keep_s`.
 
 Counts are Redis counters per fixed window, shared by every gateway, so a sentence that is hot across
-the fleet is promoted even when each gateway sees it rarely. Each gateway adds up its own counts for
+the fleet is promoted even when each gateway sees it rarely. A sentence's total is its count in the
+current window and the one before: any `promote_after` requests within `promote_window_s` lie in two
+adjacent windows, so none is missed where a window ends (requests up to twice the window apart may
+count together, which only promotes a little more). Each gateway adds up its own counts for
 a second and sends them in one pipeline, so counting costs Redis one round trip a second, not one a
 sentence. Promoted sentences are a sorted set of digests scored by their last promotion time; each
 digest's voice and text are a value of their own, sealed like the cache's values when the gateway
@@ -17,6 +20,7 @@ import hashlib
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Final
 
 import redis.asyncio as aioredis
@@ -47,9 +51,17 @@ class Promoter:
     """Counts sentences and promotes those past the threshold."""
 
     def __init__(
-        self, client: aioredis.Redis, promote_after: int, window_s: float, keep_s: float, keyring: KeyRing | None = None
+        self,
+        client: aioredis.Redis,
+        promote_after: int,
+        window_s: float,
+        keep_s: float,
+        keyring: KeyRing | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        """`clock` is wall-clock seconds, shared by the fleet's gateways (the windows are numbered by it)."""
         self._client = client
+        self._clock = clock
         self._keyring = keyring
         self._promote_after = promote_after
         self._window_s = window_s
@@ -77,16 +89,18 @@ class Promoter:
         if not self._pending:
             return []
         pending, self._pending = self._pending, Counter()
-        now = time.time()
+        now = self._clock()
         window = int(now // self._window_s)
         members = list(pending)
         async with self._client.pipeline(transaction=False) as pipe:
             for member in members:
                 key = f"{COUNT_PREFIX}{window}:{_digest(member)}"
                 pipe.incrby(key, pending[member])
-                pipe.expire(key, int(self._window_s) + 1)
-            totals = (await pipe.execute())[::2]
-        promoted = [member for member, total in zip(members, totals, strict=False) if total >= self._promote_after]
+                pipe.expire(key, 2 * int(self._window_s) + 1)  # read as the window before for one more window
+                pipe.get(f"{COUNT_PREFIX}{window - 1}:{_digest(member)}")
+            replies = await pipe.execute()
+        totals = [current + int(before or 0) for current, before in zip(replies[::3], replies[2::3], strict=True)]
+        promoted = [member for member, total in zip(members, totals, strict=True) if total >= self._promote_after]
         if promoted:
             async with self._client.pipeline(transaction=False) as pipe:
                 for member in promoted:
@@ -98,7 +112,7 @@ class Promoter:
 
     async def promoted(self) -> list[tuple[str, str]]:
         """Sentences promoted within `keep_s`, newest first, as (voice, text); older ones are dropped."""
-        now = time.time()
+        now = self._clock()
         await self._client.zremrangebyscore(PROMOTED_KEY, "-inf", now - self._keep_s)
         digests = [digest.decode("ascii") for digest in await self._client.zrevrange(PROMOTED_KEY, 0, -1)]
         if not digests:
