@@ -5,9 +5,10 @@
 sentence and the next, so a mean over them cannot tell a loss of 0.02 from none. Here each sentence
 is its own control: an opening clause and a main clause, paired from two fixed lists (a seeded
 shuffle, so every run speaks the same sentences), are spoken whole and as the gateway speaks a first
-sentence with the default opening of 96 ids, from 1.5 times that on (`TextFrontend.chunk_sentences`
-with `first_max_ids` and `part_opening_after`; the gateway's default starts at twice: the opening
-planned with a few ids of the next words, the rest as a part of the whole sentence), and the paired
+sentence that starts alone with the default opening of 96 ids, from 1.5 times that on
+(`TextFrontend.chunk_sentences` with `first_max_ids` and `eager_opening`; beside other streams the
+cut starts at twice: the opening planned with a few ids of the next words, the rest as a part of
+the whole sentence), and the paired
 differences give a mean with its standard error. A sentence the front end leaves whole is counted
 apart. Made as the workers make them (`bench.quality.served_audio`), on one thread.
 """
@@ -45,8 +46,6 @@ MAINS: Final = (
     "the train to the city was delayed by almost an hour.", "our neighbours invited us over for tea and cake.",
 )  # fmt: skip
 SEED: Final = 7
-CUT_AFTER: Final = 1.5
-"""The sentences (149 to 215 ids) open from this many times the default opening of 96 ids on."""
 DEFAULT_COUNT: Final = 100
 
 
@@ -60,15 +59,13 @@ def sentences(count: int) -> list[str]:
 def run(count: int) -> str:
     torch.set_num_threads(1)
     acoustic, vocoder = AcousticEngine.load_default(), VocoderEngine.load_default()
-    # The cut as it is made from CUT_AFTER times the opening, below the default (PART_OPENING_AFTER).
-    frontend = TextFrontend(
-        load_phoneme_id_map(default_voice_assets().config_path), max_phoneme_ids=MAX_SENTENCE_IDS, part_opening_after=CUT_AFTER
-    )
+    # The sentences (149 to 215 ids) are cut as for a stream that starts alone (eager_opening).
+    frontend = TextFrontend(load_phoneme_id_map(default_voice_assets().config_path), max_phoneme_ids=MAX_SENTENCE_IDS)
     differences, lengths, whole_count = [], [], 0
     for text in sentences(count):
         chunk = frontend.chunks(text)[0]
         (whole,) = frontend.chunk_sentences(chunk)
-        units = frontend.chunk_sentences(chunk, first_max_ids=DEFAULT_OPENING_MAX_IDS)
+        units = frontend.chunk_sentences(chunk, first_max_ids=DEFAULT_OPENING_MAX_IDS, eager_opening=True)
         if len(units) == 1:
             whole_count += 1
             continue

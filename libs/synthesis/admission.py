@@ -239,6 +239,10 @@ class RealtimeAdmission:
         self._per_char_of: dict[str, float] = {}
         """Audio seconds per character of each voice heard to the end of a stream."""
 
+    def other_streams(self) -> int:
+        """Streams other gateways hold on the same workers now."""
+        return self._other_streams()
+
     @property
     def listeners(self) -> Iterable[Listener]:
         return self._listeners.values()

@@ -134,6 +134,9 @@ class SynthesisOptions:
     tier: str = ""
     """The voice's tier (libs.voice.tiers): as asked ("" for none, quality, fast or auto) until the
     stream is admitted, then the one it is spoken in (quality or fast)."""
+    eager_opening: bool = False
+    """Whether its first sentence opens sooner, as for a stream that starts alone on the mesh
+    (`TextFrontend.chunk_sentences`): decided when the stream is admitted, or read from its resume token."""
 
     @property
     def resumable(self) -> bool:
@@ -144,7 +147,9 @@ class SynthesisOptions:
     def digest(self) -> bytes:
         """The check a resume token carries of these options (libs.synthesis.resume.options_digest)."""
         spoken = self.tier if self.tier in SPOKEN and self.tier != QUALITY else ""
-        return options_digest(self.voice.name, self.speaker_id, self.speed, self.encoding, self.sample_rate_hz, spoken)
+        return options_digest(
+            self.voice.name, self.speaker_id, self.speed, self.encoding, self.sample_rate_hz, spoken, self.eager_opening
+        )  # fmt: skip
 
     def resume_token(self, point: ResumePoint) -> str:
         """The token a client sends back to go on from `point` of a stream spoken with these options: it
@@ -248,15 +253,17 @@ def with_resume(options: SynthesisOptions, resume_token: str) -> SynthesisOption
         names = ", ".join(tts_pb2.AudioEncoding.Name(value) for value in sorted(RESUMABLE_ENCODINGS))
         raise InvalidRequestError(f"a stream resumes only in an encoding whose bytes are its samples ({names})", field=RESUME_FIELD)
     resume = decode_token(resume_token)
-    # A stream goes on in the tier it was spoken in: with none or auto asked, the token says which.
+    # A stream goes on in the tier it was spoken in (with none or auto asked, the token says which),
+    # with its text cut as it was (an eager opening or not).
     asked = [options.tier] if options.tier in SPOKEN else list(SPOKEN)
-    spoken = next((tier for tier in asked if replace(options, tier=tier).digest == resume.options_digest), None)
+    candidates = [replace(options, tier=tier, eager_opening=eager) for tier in asked for eager in (False, True)]
+    spoken = next((candidate for candidate in candidates if candidate.digest == resume.options_digest), None)
     if spoken is None:
         raise InvalidRequestError(
             "resume_token was made for other options: send the voice, speaker, speed, encoding, rate and tier of the stream it came from",
             field=RESUME_FIELD,
         )
-    return replace(options, resume=resume, tier=spoken)
+    return replace(spoken, resume=resume)
 
 
 def with_default_tier(options: SynthesisOptions, default: str) -> SynthesisOptions:

@@ -94,12 +94,17 @@ def sentence_digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=DIGEST_BYTES, person=b"tts-resume-sent").digest()
 
 
-def options_digest(voice: str, speaker_id: int, speed: float, encoding: int, sample_rate_hz: int, tier: str = "") -> bytes:
+def options_digest(
+    voice: str, speaker_id: int, speed: float, encoding: int, sample_rate_hz: int, tier: str = "", eager_opening: bool = False
+) -> bytes:
     """The check of the options that shape a stream's samples; `tier` is the tier spoken in, "" for
-    quality (whose tokens read as they did before there were tiers)."""
+    quality (whose tokens read as they did before there were tiers); `eager_opening` whether its first
+    sentence opened sooner (`SynthesisOptions.eager_opening`), which cuts its text into other sentences."""
     data = struct.pack(">IdII", speaker_id, speed, encoding, sample_rate_hz) + voice.encode("utf-8", "surrogatepass")
     if tier:
         data += b"\0tier:" + tier.encode("ascii")
+    if eager_opening:
+        data += b"\0eager-opening"
     return hashlib.blake2b(data, digest_size=DIGEST_BYTES, person=b"tts-resume-opts").digest()
 
 

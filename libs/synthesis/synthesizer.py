@@ -91,10 +91,13 @@ class Synthesizer:
         slot = self._take_slot(client, expected_s, options, len(text))  # before the text costs anything
         try:
             opening = self.opening_ids()
+            if options.resume is None and opening is not None and options.eager_opening != self._starts_alone():
+                options = replace(options, eager_opening=not options.eager_opening)
+            eager = options.eager_opening
             if options.ssml or looks_like_ssml(text):
-                sentences = await self.text_side.ssml_sentences(options.voice, text, options.lexicon, opening)
+                sentences = await self.text_side.ssml_sentences(options.voice, text, options.lexicon, opening, eager)
             else:
-                sentences = await self.text_side.sentences(options.voice, text, options.lexicon, opening)
+                sentences = await self.text_side.sentences(options.voice, text, options.lexicon, opening, eager)
         except BaseException:
             slot.release()
             raise
@@ -178,9 +181,22 @@ class Synthesizer:
 
     def opening_ids(self) -> int | None:
         """How many phoneme ids a first sentence may have before its opening is spoken on its own (None:
-        never cut). A fixed number, so a text is cut the same way whatever the load: its audio and cache
-        keys are the same on every request."""
+        never cut). A fixed number, so a text is cut the same way whatever the load, but for a stream
+        that starts alone (`_starts_alone`)."""
         return self._opening_max_ids or None
+
+    def _starts_alone(self) -> bool:
+        """Whether a stream that has just taken its slot is alone on the mesh: no other stream of this
+        gateway (listened to or not), none of other gateways on its workers. Its first sentence then
+        opens sooner (`SynthesisOptions.eager_opening`): the rest's plan, of the whole sentence, is due
+        within the opening's audio, and only a stream alone is sure to find the cores free for it (in a
+        burst, the rests' plans fell due among the later listeners' first audios and ran listeners
+        dry: docs/performance.md, "History"). The choice goes into the stream's resume tokens, so a
+        resumed stream is cut as it was. A streamed text (`synthesize_incremental`) opens at the default:
+        its first sentence comes a piece at a time, and its listener waits on the text as much as on its plan."""
+        if self._open_streams != 1:
+            return False
+        return self.admission is None or self.admission.other_streams() <= 0
 
     def client_limit(self) -> int | None:
         """Streams one client may hold at most (None: no limit): `max_streams_per_client`, and of the

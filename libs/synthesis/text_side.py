@@ -229,27 +229,29 @@ class TextSide:
         await self._pool.on_every_child(self.spec(voice))
 
     async def sentences(
-        self, voice: Voice, text: str, lexicon: Lexicon | None = None, first_max_ids: int | None = None
+        self, voice: Voice, text: str, lexicon: Lexicon | None = None, first_max_ids: int | None = None, eager_opening: bool = False
     ) -> AsyncIterator[Sentence]:
         """The sentences of `text`, each phonemised when it is asked for; `lexicon` is the request's
         (checked: `SynthesisOptions.lexicon`); with `first_max_ids`, the first sentence's opening is
-        spoken as a sentence of its own when the sentence is longer (its listener waits for it).
+        spoken as a sentence of its own when the sentence is longer (its listener waits for it), and
+        with `eager_opening` (a stream that starts alone) sooner (`TextFrontend.chunk_sentences`).
 
         Raises, before returning, for text that cannot be spoken (empty, too long, crashing
         espeak-ng); a text whose every chunk turns out to have no words raises EmptyTextError from
         the iterator.
         """
         chunks = await self._in_text_thread(self._chunks, voice, text)
-        first = await self._phonemise(voice, chunks[0], len(chunks) > 1 and is_cut_short(chunks[0]), lexicon, first_max_ids)
+        continues = len(chunks) > 1 and is_cut_short(chunks[0])
+        first = await self._phonemise(voice, chunks[0], continues, lexicon, first_max_ids, eager_opening)
         return self._told(voice, self._chunk_sentences(voice, first, chunks, lexicon))
 
     async def ssml_sentences(
-        self, voice: Voice, document: str, lexicon: Lexicon | None = None, first_max_ids: int | None = None
+        self, voice: Voice, document: str, lexicon: Lexicon | None = None, first_max_ids: int | None = None, eager_opening: bool = False
     ) -> AsyncIterator[Sentence]:
         """The sentences of an SSML document (libs.text.ssml), each carrying its rate, the pause
         after it and the marks at its end. Raises, before returning, for a document outside the
         subset (SsmlError naming the element) and for its first segment's text as `sentences` does
-        (`first_max_ids` as there, for its first segment)."""
+        (`first_max_ids` and `eager_opening` as there, for its first segment)."""
         if len(document) > self.max_text_chars:
             raise TextTooLongError(len(document), self.max_text_chars)
         if not looks_like_ssml(document):  # the request's flag said SSML: the root may be left out
@@ -258,7 +260,7 @@ class TextSide:
         spoken = [segment for segment in segments if has_speakable_characters(segment.text)]
         if not spoken:
             raise EmptyTextError("the SSML document has no words to speak")
-        first = await self.sentences(voice, spoken[0].text, lexicon, first_max_ids)
+        first = await self.sentences(voice, spoken[0].text, lexicon, first_max_ids, eager_opening)
         return self._ssml_sentences(voice, segments, first, lexicon)
 
     async def _ssml_sentences(
@@ -391,16 +393,22 @@ class TextSide:
             return self.frontend(voice).chunks(text)
 
     async def _phonemise(
-        self, voice: Voice, chunk: str, continues: bool, lexicon: Lexicon | None = None, first_max_ids: int | None = None
+        self,
+        voice: Voice,
+        chunk: str,
+        continues: bool,
+        lexicon: Lexicon | None = None,
+        first_max_ids: int | None = None,
+        eager_opening: bool = False,
     ) -> list[Sentence]:
         """The sentences of one chunk, remembered or from a process of the pool. A request's own
         lexicon changes them, so those are neither looked up nor kept."""
-        key = (voice.name, chunk, continues, first_max_ids)
+        key = (voice.name, chunk, continues, first_max_ids, eager_opening and first_max_ids is not None)
         remembered = self._memo.get(key) if self._memo is not None and not lexicon else None
         if remembered is not None:
             return list(remembered)
         with tracing.step_span(tracing.SPAN_PHONEMISE, {tracing.ATTR_VOICE: voice.name}) as span:
-            sentences = await self._pool.sentences(self.spec(voice), chunk, continues, lexicon, first_max_ids)
+            sentences = await self._pool.sentences(self.spec(voice), chunk, continues, lexicon, first_max_ids, eager_opening)
             span.set_attribute("tts.sentences", len(sentences))
         if self._memo is not None and not lexicon:
             self._memo[key] = tuple(sentences)  # Sentence is frozen: shared safely between requests

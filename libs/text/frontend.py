@@ -28,6 +28,7 @@ from typing import Final
 from libs.text.errors import EmptyTextError, InvalidTextError, TextError, TextTooLongError
 from libs.text.espeak import DEFAULT_ESPEAK_VOICE
 from libs.text.long_sentences import (
+    EAGER_PART_OPENING_AFTER,
     PART_OPENING_AFTER,
     IdBudget,
     chop_phonemes,
@@ -145,14 +146,11 @@ class TextFrontend:
         max_phoneme_ids: int | None = None,
         max_word_chars: int = DEFAULT_MAX_WORD_CHARS,
         reading: ReadingRules = PIPER_READING,
-        part_opening_after: float = PART_OPENING_AFTER,
     ) -> None:
         """`max_phoneme_ids` None (the default) keeps every sentence whole: Piper's sentences, for
         offline tools and the tests that compare with Piper. A server passes its limit (the
         gateway's default is DEFAULT_MAX_PHONEME_IDS). `reading` (default: as Piper reads) says
-        whether written forms and heteronyms are read as a person reads them (libs.text.reading).
-        `part_opening_after` is how many times the opening a first sentence must exceed to open with
-        a part of itself (PART_OPENING_AFTER; a benchmark measures the cut below it)."""
+        whether written forms and heteronyms are read as a person reads them (libs.text.reading)."""
         if max_text_chars < 1 or max_chunk_chars < 1 or max_word_chars < 1:
             raise ValueError("max_text_chars, max_chunk_chars and max_word_chars must be positive")
         self.phoneme_id_map = {phoneme: tuple(ids) for phoneme, ids in phoneme_id_map.items()}
@@ -162,7 +160,6 @@ class TextFrontend:
         self.max_phoneme_ids = max_phoneme_ids
         self.max_word_chars = max_word_chars
         self.reading = reading
-        self.part_opening_after = part_opening_after
         self._budget = IdBudget(self.phoneme_id_map, max_phoneme_ids) if max_phoneme_ids is not None else None
         self._words_alone = functools.lru_cache(maxsize=WORDS_REMEMBERED)(lambda word: tuple(self._phonemes_alone(word)))
 
@@ -211,6 +208,7 @@ class TextFrontend:
         continues: bool = False,
         lexicon: Mapping[str, tuple[str, ...]] | None = None,
         first_max_ids: int | None = None,
+        eager_opening: bool = False,
     ) -> list[Sentence]:
         """The sentences of one chunk from `chunks` (none when espeak-ng finds no words in it).
 
@@ -225,7 +223,9 @@ class TextFrontend:
 
         With `first_max_ids`, the chunk's first sentence, when it is long (`needs_opening`), starts
         with its opening as a sentence of its own (libs.text.long_sentences.cut_first): the first
-        sentence of a text whose listener waits for its first audio.
+        sentence of a text whose listener waits for its first audio. With `eager_opening` (a stream
+        that starts alone on the mesh), a first sentence whose rest can be a part of it opens from
+        EAGER_PART_OPENING_AFTER times the opening instead of PART_OPENING_AFTER.
         """
         plan = prepare(chunk, self.reading, lexicon)
         chunk = plan.text
@@ -244,7 +244,8 @@ class TextFrontend:
             else:
                 if index == 0 and first_max_ids is not None and first_max_ids < self._budget.max_ids:
                     first = IdBudget(self.phoneme_id_map, first_max_ids)
-                    opened = self._opened(plan, chunk, phonemized, first, starts[index], starts[index + 1])
+                    after = EAGER_PART_OPENING_AFTER if eager_opening else PART_OPENING_AFTER
+                    opened = self._opened(plan, chunk, phonemized, first, starts[index], starts[index + 1], after)
                     if opened is not None:
                         sentences.extend(opened)
                         continue
@@ -258,17 +259,24 @@ class TextFrontend:
         return sentences
 
     def _opened(
-        self, plan: PronunciationPlan, chunk: str, phonemized: PhonemizedSentence, first: IdBudget, start: int, end: int
+        self,
+        plan: PronunciationPlan,
+        chunk: str,
+        phonemized: PhonemizedSentence,
+        first: IdBudget,
+        start: int,
+        end: int,
+        after: float,
     ) -> list[Sentence] | None:
         """A long first sentence that fits one plan, as its opening and the rest of it planned whole
         (libs.text.long_sentences.opening_span): the opening's plan costs what its clauses cost, and
         the rest keeps the prosody of the whole sentence. None (nothing read yet) when the sentence
-        is not long enough for such an opening (`part_opening_after`), does not fit one plan, or its leading
+        is not long enough for such an opening (`after` times it), does not fit one plan, or its leading
         clauses do not fit `first` or hold a chosen pronunciation: it is then cut as `cut_first` cuts."""
         assert self._budget is not None
         clauses = phonemized.clauses
         weight = first.weight(phonemized.phonemes)
-        if not needs_opening(first, weight, self.part_opening_after) or self._budget.weight(phonemized.phonemes) > self._budget.budget:
+        if not needs_opening(first, weight, after) or self._budget.weight(phonemized.phonemes) > self._budget.budget:
             return None
         taken = leading_clauses(clauses, first)
         head_text = chunk[start : clauses[taken].text_start].strip() if taken else ""

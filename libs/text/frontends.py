@@ -36,6 +36,7 @@ class Frontend(Protocol):
         continues: bool = False,
         lexicon: Mapping[str, tuple[str, ...]] | None = None,
         first_max_ids: int | None = None,
+        eager_opening: bool = False,
     ) -> list[Sentence]: ...
 
     def sentences(self, text: str) -> list[Sentence]: ...

@@ -53,8 +53,11 @@ PART_OPENING_AFTER: Final = 2.0
 (`opening_span`). That cut keeps the sentence's prosody (`bench.opening_pairs`), and from 1.5 times
 the opening it made a lone first audio much sooner; but the rest's plan (of the whole sentence) is
 then due within the opening's second or so of audio, and bursts below the capacity ran dry
-(docs/performance.md, "History"). So it starts where the cut started before, until the start's
-scheduling makes room for the rests' plans."""
+(docs/performance.md, "History"). So it starts where the cut started before, and from
+EAGER_PART_OPENING_AFTER only for a stream that starts alone on the mesh."""
+EAGER_PART_OPENING_AFTER: Final = 1.5
+"""PART_OPENING_AFTER for a stream that starts with no other stream on the mesh (the gateway decides,
+libs.synthesis.synthesizer): nothing else then waits on the cores while the rest's plan is made."""
 LOOKAHEAD_IDS: Final = 8
 """Ids of the words after an opening that its plan reads too (to the end of a word): the opening's
 clauses then do not end as an utterance ends, with the voice falling and the pause cut short

@@ -5,13 +5,15 @@ this process and not the gateway. The process imports only the text frontend (no
 reads one request per line on stdin and answers one line on stdout, both JSON:
 
 - request: {"id": n, "voice": name, "frontend": {...}, "chunk": text, "continues": bool, "lexicon":
-  {word: ipa}, "first_max_ids": n} ("lexicon": the request's, checked by the gateway, over the
-  server's file; "first_max_ids": cut the first sentence's opening to that many ids); "frontend"
+  {word: ipa}, "first_max_ids": n, "eager_opening": bool} ("lexicon": the request's, checked by the
+  gateway, over the server's file; "first_max_ids": cut the first sentence's opening to that many
+  ids; "eager_opening": a stream that starts alone, `TextFrontend.chunk_sentences`); "frontend"
   (`FrontendSpec.to_json`) comes with the first request for a voice, and the process keeps that
   voice's `TextFrontend` for the requests after it. A request without "chunk" only loads the
   voice's front end, dictionaries included, and answers no sentences;
-- answer: {"id": n, "sentences": [[text, phonemes, [ids], [[word, first id, end id], ...]], ...]}
-  or {"id": n, "error": message}; a Mandarin sentence has a fifth item, its pinyin (space-separated).
+- answer: {"id": n, "sentences": [[text, phonemes, [ids], [[word, first id, end id], ...], pinyin,
+  [first spoken id, end spoken id]], ...]} or {"id": n, "error": message}; pinyin is space-separated
+  ("" but for Mandarin), the spoken span empty for a sentence spoken whole.
 
 On start it loads espeak-ng and writes {"ready": pid}. It ends when stdin closes, and with the
 gateway: it asks the kernel for SIGKILL when its parent dies, and ignores SIGINT and SIGTERM, which
@@ -74,7 +76,7 @@ def _answer(request: dict[str, Any], frontends: dict[str, Frontend]) -> dict[str
     first_max_ids = request.get("first_max_ids")
     sentences = frontend.chunk_sentences(
         request["chunk"], continues=bool(request.get("continues")), lexicon=lexicon,
-        first_max_ids=int(first_max_ids) if first_max_ids else None,
+        first_max_ids=int(first_max_ids) if first_max_ids else None, eager_opening=bool(request.get("eager_opening")),
     )  # fmt: skip
     return {
         "id": request["id"],

@@ -201,10 +201,11 @@ class PhonemizerPool:
         continues: bool = False,
         lexicon: Mapping[str, Sequence[str]] | None = None,
         first_max_ids: int | None = None,
+        eager_opening: bool = False,
     ) -> list[Sentence]:
         """The sentences of one chunk (`TextFrontend.chunk_sentences` in a child), with `lexicon`
         (a request's, already checked against the voice) over the server's, the first sentence's
-        opening cut to `first_max_ids` ids when it is longer.
+        opening cut to `first_max_ids` ids when it is longer (sooner with `eager_opening`).
 
         Raises PhonemizerCrashError when the text crashed espeak-ng, PhonemizerTimeoutError when a
         child took longer than `call_timeout_s` on it, PhonemizerError for a fault of the pool.
@@ -217,6 +218,8 @@ class PhonemizerPool:
             request["lexicon"] = {word: "".join(phonemes) for word, phonemes in lexicon.items()}
         if first_max_ids:
             request["first_max_ids"] = first_max_ids
+            if eager_opening:
+                request["eager_opening"] = True
         try:
             child.send(request)
             async with asyncio.timeout(self.call_timeout_s):

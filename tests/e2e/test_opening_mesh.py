@@ -1,12 +1,15 @@
 """A long first sentence starts with its opening spoken as a sentence of its own, on the real mesh with
 its defaults: its first audio waits for the opening's plan, not the whole sentence's, and the rest is
 the whole sentence's plan from the pause after the opening on. Later sentences, and a first one without
-a clause to open with, are spoken whole; the audio is continuous either way."""
+a clause to open with, are spoken whole; the audio is continuous either way. A stream that starts alone
+opens a shorter first sentence too, and a resume of it is cut as it was, whatever else is playing then."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import grpc
 import pytest
@@ -29,12 +32,27 @@ LONG_LATER = (
 ORDINARY_FIRST = "Fields of frost slid past the window while most of the carriage slept."
 # 197 phoneme ids with a clause boundary: over twice the opening (PART_OPENING_AFTER).
 CLAUSED_FIRST = "When the rain stopped, we walked down to the harbour to watch the boats come in before dark."
+# 169 phoneme ids with a clause boundary: under twice the opening, over one and a half times it
+# (EAGER_PART_OPENING_AFTER): opened only for a stream that starts alone.
+ORDINARY_CLAUSED_FIRST = "When the rain stopped, we walked down to the harbour to watch the boats come in."
 
 
 @pytest.fixture(scope="module")
 def unopened_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     """The mesh with openings off (`--opening-max-ids 0`)."""
     running = Mesh(log_dir=tmp_path_factory.mktemp("unopened-mesh"), gateway_args=["--opening-max-ids", "0"]).start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture(scope="module")
+def quiet_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
+    """The mesh with its defaults but no background work (no jobs, no promoted sentences kept warm),
+    so that a stream alone on it is alone: the warmer's own streams count as company."""
+    env = {"TTS_JOB_RUNNERS": "0", "TTS_PROMOTE_AFTER": "0"}
+    running = Mesh(log_dir=tmp_path_factory.mktemp("quiet-mesh"), env=env).start()
     try:
         yield running
     finally:
@@ -85,8 +103,8 @@ def test_the_rest_of_an_opened_sentence_is_the_whole_sentence_from_the_pause_on(
     assert rest.phoneme_frames and list(later.phoneme_frames) == list(whole_later.phoneme_frames)
 
 
-def test_the_cut_does_not_move_with_the_load(mesh: Mesh) -> None:
-    # The same text is cut in the same place every time, so it is the same audio (and the same cache keys).
+def test_the_cut_of_a_stream_alone_is_the_same_every_time(mesh: Mesh) -> None:
+    # The same text is cut in the same place each time, so it is the same audio (and the same cache keys).
     text = f"{LONG_LATER} {LONG_FIRST}"
     first, second = _spoken(mesh, text), _spoken(mesh, text)
     assert first[0] == second[0] and len(first[0]) >= 3
@@ -107,6 +125,62 @@ def test_a_stream_resumed_inside_the_rest_goes_on_sample_for_sample(mesh: Mesh) 
     cut = in_rest[len(in_rest) // 2]
     received = b"".join(answer.audio for answer in answers[: cut + 1])
     with grpc.insecure_channel(mesh.gateway_address) as channel:
+        stub = tts_pb2_grpc.TextToSpeechStub(channel)
+        request = tts_pb2.SynthesizeRequest(text=text, encoding=tts_pb2.LINEAR_PCM, resume_token=answers[cut].resume_point.token)
+        resumed = b"".join(answer.audio for answer in stub.Synthesize(request, timeout=120))
+    assert received + resumed == whole
+
+
+def _ticket() -> str:
+    """A sentence of its own that no test spoke before (a hex suffix may be read into the sentence before it)."""
+    return f"Ticket {uuid.uuid4().int % 10**6} is ready."
+
+
+def _alone(mesh: Mesh) -> None:
+    """Until the gateway holds no stream (a cancelled one lets go of its place a moment after the client)."""
+    deadline = time.monotonic() + 30
+    while mesh.metrics("gateway").get("tts_gateway_inflight_streams", 0) > 0:
+        assert time.monotonic() < deadline, "the gateway still holds a stream after 30 s"
+        time.sleep(0.05)
+
+
+@contextmanager
+def _another_stream_playing(mesh: Mesh) -> Iterator[None]:
+    """A stream of another text open on the mesh (its first audio read, the rest still being made: a
+    text no test spoke before, so that none of it is cached)."""
+    text = f"{_ticket()} {LONG_LATER} {LONG_FIRST} {_ticket()}"
+    with grpc.insecure_channel(mesh.gateway_address) as channel:
+        stub = tts_pb2_grpc.TextToSpeechStub(channel)
+        request = tts_pb2.SynthesizeRequest(text=text, encoding=tts_pb2.LINEAR_PCM)
+        call = stub.Synthesize(request, timeout=120)
+        try:
+            assert next(answer for answer in call if answer.audio)
+            yield
+        finally:
+            call.cancel()
+
+
+def test_a_stream_alone_opens_sooner_and_one_beside_another_is_spoken_whole(quiet_mesh: Mesh) -> None:
+    mesh = quiet_mesh
+    _alone(mesh)
+    alone = _sentences(mesh, f"{ORDINARY_CLAUSED_FIRST} {_ticket()}")
+    assert alone[:2] == ["When the rain stopped,", "we walked down to the harbour to watch the boats come in."]
+    with _another_stream_playing(mesh):
+        beside = _sentences(mesh, f"{ORDINARY_CLAUSED_FIRST} {_ticket()}")
+    assert beside[0] == ORDINARY_CLAUSED_FIRST
+
+
+def test_a_stream_opened_alone_resumes_cut_as_it_was_beside_another(quiet_mesh: Mesh) -> None:
+    mesh = quiet_mesh
+    text = f"{ORDINARY_CLAUSED_FIRST} {_ticket()}"
+    _alone(mesh)
+    answers = _answers(mesh, text)
+    assert _infos(answers)[0].text == "When the rain stopped,"  # opened: the stream was alone
+    whole = b"".join(answer.audio for answer in answers)
+    in_rest = [number for number, answer in enumerate(answers) if answer.audio and answer.resume_point.token and answer.sentence_index == 1]
+    cut = in_rest[len(in_rest) // 2]
+    received = b"".join(answer.audio for answer in answers[: cut + 1])
+    with _another_stream_playing(mesh), grpc.insecure_channel(mesh.gateway_address) as channel:
         stub = tts_pb2_grpc.TextToSpeechStub(channel)
         request = tts_pb2.SynthesizeRequest(text=text, encoding=tts_pb2.LINEAR_PCM, resume_token=answers[cut].resume_point.token)
         resumed = b"".join(answer.audio for answer in stub.Synthesize(request, timeout=120))

@@ -53,6 +53,11 @@ async def test_sentences_from_a_child_equal_the_frontend_in_this_process(spec: F
         parts = await pool.sentences(spec, opened, first_max_ids=96)
         assert parts == frontend.chunk_sentences(opened, first_max_ids=96)
         assert len(parts) == 2 and all(part.spoken_ids is not None for part in parts)
+        # A shorter one is opened only for a stream that starts alone: the choice crosses too.
+        ordinary = "When the rain stopped, we walked down to the harbour to watch the boats come in."
+        assert len(await pool.sentences(spec, ordinary, first_max_ids=96)) == 1
+        eager = await pool.sentences(spec, ordinary, first_max_ids=96, eager_opening=True)
+        assert eager == frontend.chunk_sentences(ordinary, first_max_ids=96, eager_opening=True) and len(eager) == 2
     finally:
         await pool.close()
 

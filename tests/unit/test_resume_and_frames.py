@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -107,6 +108,16 @@ def test_a_token_of_other_options_or_a_compressed_encoding_is_refused_naming_the
     with pytest.raises(InvalidRequestError):
         decode_token("not-a-token")
     assert with_resume(_options(tts_pb2.LINEAR_PCM), token).resume == decode_token(token)
+
+
+def test_a_token_of_an_eagerly_opened_stream_resumes_it_cut_as_it_was() -> None:
+    point = ResumePoint(1, 100, 5000, sentence_digest("x"))
+    eager = replace(_options(tts_pb2.LINEAR_PCM), eager_opening=True)
+    assert eager.digest != _options(tts_pb2.LINEAR_PCM).digest
+    resumed = with_resume(_options(tts_pb2.LINEAR_PCM), eager.resume_token(point))
+    assert resumed.eager_opening and resumed.resume == decode_token(eager.resume_token(point))
+    # A token of a stream spoken whole goes on whole, however the gateway would cut the text now.
+    assert not with_resume(eager, _options(tts_pb2.LINEAR_PCM).resume_token(point)).eager_opening
 
 
 async def _sentences(texts: tuple[str, ...]) -> AsyncIterator[Sentence]:

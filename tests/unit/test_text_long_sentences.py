@@ -144,6 +144,19 @@ def test_a_first_sentence_too_short_for_an_opening_or_with_too_little_after_it_i
         assert capped.chunk_sentences(short, first_max_ids=96)[0].spoken_ids is None
 
 
+def test_an_eager_opening_parts_a_first_sentence_from_one_and_a_half_times_the_opening(capped: TextFrontend) -> None:
+    # 169 ids: spoken whole by default, and opened for a stream that starts alone (eager_opening).
+    assert capped.chunk_sentences(ORDINARY_CLAUSED_FIRST, first_max_ids=96)[0].spoken_ids is None
+    opening, rest = capped.chunk_sentences(ORDINARY_CLAUSED_FIRST, first_max_ids=96, eager_opening=True)
+    assert (opening.text, rest.text) == ("When the rain stopped,", "we walked down to the harbour to watch the boats come in.")
+    assert rest.spoken_ids == (opening.spoken_ids[1], len(rest.phoneme_ids))
+    # Under one and a half times the opening, or without a clause to open with, it stays whole all the same;
+    # and only the first sentence of a text that asks for an opening is ever opened.
+    for whole_text in ("When the rain stopped, we walked home.", ORDINARY_FIRST):
+        assert [sentence.text for sentence in capped.chunk_sentences(whole_text, first_max_ids=96, eager_opening=True)] == [whole_text]
+    assert [sentence.text for sentence in capped.chunk_sentences(ORDINARY_CLAUSED_FIRST, eager_opening=True)] == [ORDINARY_CLAUSED_FIRST]
+
+
 def test_opening_span_parts_at_the_space_after_the_clause_and_reads_on_a_word() -> None:
     ids = IdBudget(default_registry().default.phoneme_id_map(), 96)
     phonemes = tuple("ab, cd efgh ijk.")

@@ -125,13 +125,15 @@ class MandarinFrontend:
         continues: bool = False,
         lexicon: Mapping[str, tuple[str, ...]] | None = None,
         first_max_ids: int | None = None,
+        eager_opening: bool = False,
     ) -> list[Sentence]:
         """The sentences of one chunk (more than one only when it is over the id budget).
 
         `continues` changes nothing: Chinese punctuation writes no phoneme (see the module note).
         `lexicon` (lower-cased word -> phonemes, over `reading.lexicon`) replaces a word's phonemes.
         With `first_max_ids`, a long first sentence (`needs_opening`) is cut to that many ids (after a
-        clause mark in reach, else after a word): its listener waits for its first audio."""
+        clause mark in reach, else after a word): its listener waits for its first audio.
+        `eager_opening` changes nothing: this front end has no opening whose rest is a part of the sentence."""
         merged = dict(self.reading.lexicon)
         if lexicon:
             merged.update(lexicon)
