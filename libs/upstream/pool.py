@@ -251,6 +251,10 @@ class WorkerPool:
             except Exception:  # never let a close error stop draining
                 _log.exception("closing drained worker channels failed")
 
+    def routable(self, endpoint: Endpoint) -> bool:
+        """Whether a stream may be routed to acoustic `endpoint` now: available, its model known."""
+        return endpoint in self._info_fresh and self._tables["acoustic"].is_available(endpoint)
+
     @property
     def ready(self) -> bool:
         """Whether a vocoder and an acoustic worker (with a known model version) can take streams now."""

@@ -269,10 +269,17 @@ def _scripted(code: grpc.StatusCode, trailers: tuple[tuple[str, str], ...] = ())
     return worker
 
 
+async def _every_acoustic_routable(pool: WorkerPool) -> None:
+    """Until every acoustic worker may be picked (`ready` needs only one: under load the other's health
+    or model may come later, and a stream would then never try it)."""
+    await wait_until(lambda: all(pool.routable(status.endpoint) for status in pool.table("acoustic").statuses()))
+
+
 async def test_overloaded_local_worker_is_skipped_for_another_without_client_error(mesh: ToyMesh) -> None:
     refusing = _scripted(grpc.StatusCode.RESOURCE_EXHAUSTED, ((PUSHBACK_METADATA_KEY, "20"),))
     pool = await _pool([f"zone-a={refusing.address}", mesh.of("acoustic", "zone-b").spec], [mesh.of("vocoder", "zone-a").spec])
     try:
+        await _every_acoustic_routable(pool)
         audio = await _speak(pool)
         assert len(audio) == sum(len(ids) for ids in SENTENCE_IDS) * 6 * HOP_LENGTH
         # One refusal per sentence (each sentence starts with the local zone), both served by zone-b.
@@ -288,6 +295,7 @@ async def test_every_worker_refusing_sheds_the_request_quickly(mesh: ToyMesh) ->
     refusing = [_scripted(grpc.StatusCode.RESOURCE_EXHAUSTED, ((PUSHBACK_METADATA_KEY, "20"),)) for _ in range(2)]
     pool = await _pool([f"zone-a={refusing[0].address}", f"zone-b={refusing[1].address}"], [mesh.of("vocoder", "zone-a").spec])
     try:
+        await _every_acoustic_routable(pool)
         started = time.monotonic()
         with pytest.raises(DownstreamError) as raised:
             await _speak(pool)
