@@ -33,11 +33,22 @@ NODE_TIMEOUT_MS = 2000
 """How long a master may be unreachable before its replica takes over."""
 
 
+def _ephemeral_floor() -> int:
+    """The first port of the kernel's ephemeral range (outgoing connections and port-0 binds land
+    there), 32768 where it cannot be read."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def _cluster_port(taken: set[int]) -> int:
-    """A port that is free, and whose bus port is free too, in 20000-44999 (below the ephemeral range)."""
+    """A port that is free, and whose bus port is free too, both below the ephemeral range: a port in
+    that range can be handed to any connection between this check and the node's bind."""
+    ceiling = max(_ephemeral_floor() - BUS_PORT_OFFSET, 12000)
     rng = random.Random()
     for _ in range(200):
-        port = rng.randrange(20000, 45000)
+        port = rng.randrange(10000, ceiling)
         if port in taken:
             continue
         try:
@@ -78,19 +89,10 @@ class LocalRedisCluster:
         return redis.Redis(host="127.0.0.1", port=self.ports[index], password=self.password or None, socket_timeout=5)
 
     def start(self) -> LocalRedisCluster:
-        for port in self.ports:
-            folder = Path(self._folder.name) / str(port)
-            folder.mkdir()
-            command = [
-                str(redis_server_binary()), "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
-                "--cluster-config-file", str(folder / "nodes.conf"), "--dir", str(folder), "--save", "",
-                "--appendonly", "no", "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
-            ]  # fmt: skip
-            if self.password:
-                command += ["--requirepass", self.password, "--masterauth", self.password]
-            self._processes.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         for index in range(len(self.ports)):
-            self._wait(lambda index=index: self.node(index).ping())
+            self._processes.append(self._launch(index))
+        for index in range(len(self.ports)):
+            self._wait_up(index)
         per_node = SLOTS // self.masters
         for index in range(self.masters):
             first = index * per_node
@@ -104,6 +106,37 @@ class LocalRedisCluster:
                 self.node(replica).execute_command("CLUSTER", "REPLICATE", self.node_id(master))
         self._wait(self._healthy)
         return self
+
+    def _launch(self, index: int) -> subprocess.Popen[bytes]:
+        port = self.ports[index]
+        folder = Path(self._folder.name) / str(port)
+        folder.mkdir()
+        command = [
+            str(redis_server_binary()), "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+            "--cluster-config-file", str(folder / "nodes.conf"), "--dir", str(folder), "--save", "",
+            "--appendonly", "no", "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
+        ]  # fmt: skip
+        if self.password:
+            command += ["--requirepass", self.password, "--masterauth", self.password]
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def _wait_up(self, index: int, attempts: int = 5) -> None:
+        """Wait until node `index` answers; a node that exited first (its port or bus port was taken
+        after it was picked) is started again on another port pair, before any node has met it."""
+        for _ in range(attempts):
+            deadline = time.monotonic() + 30.0
+            while self.alive(index) and time.monotonic() < deadline:
+                try:
+                    if self.node(index).ping():
+                        return
+                except redis.RedisError:
+                    pass
+                time.sleep(0.05)
+            if self.alive(index):
+                break
+            self.ports[index] = _cluster_port(set(self.ports))
+            self._processes[index] = self._launch(index)
+        raise AssertionError(f"Redis Cluster node {index} (port {self.ports[index]}) did not answer a PING")
 
     def replicas_of(self, master: int) -> list[int]:
         """The node indexes started as `master`'s replicas."""
@@ -167,7 +200,11 @@ class LocalRedisCluster:
                 time.sleep(pause_s)
             # The target first, then the source, as a reshard does: a source that had let go while the
             # target still imported would send the slot's clients back and forth between them.
-            others = [index for index in range(len(self.ports)) if index not in (target, source) and self.alive(index) and self.is_master(index)]
+            others = [
+                index
+                for index in range(len(self.ports))
+                if index not in (target, source) and self.alive(index) and self.is_master(index)
+            ]
             for index in (target, source, *others):
                 self.node(index).execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
         return moved
