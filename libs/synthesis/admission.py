@@ -28,7 +28,10 @@ than an equal share of it is tested against what is left once every other active
 set aside, so its new streams are refused while the others' still fit. A client is active while it
 holds a stream and for a while after it last asked (`active_client_s`): one that asks for short
 streams one after another holds nothing between them, and a flood from another client must not take
-its share in those gaps.
+its share in those gaps. A client under its equal share that finds the mesh full takes the place of a
+stream of a client over its share that has not yet sent its first audio (`preemption`): that stream
+ends refused, with pushback, as it would have been had it asked a moment later, and nobody hears a
+stream stop. Streams already playing are never stopped.
 
 What listeners hear corrects the capacity: R is the workers' model of the machine, and where real
 scheduling falls short of it (steps that cannot be split, cores shared with the other worker) a
@@ -107,6 +110,9 @@ class Listener:
     its measure for the voice)."""
     text_complete: bool = False
     """Whether `characters` is the whole text: then the estimate may fall as well as rise."""
+    refuse_late: Callable[[str], None] | None = None
+    """Ends its stream refused, for the reason given, before any of its audio reached its listener (set
+    by the synthesizer that serves it, and cleared once its first audio is out): None, it cannot be."""
     id: int = field(default_factory=itertools.count().__next__)
     _planned_characters: int = field(default=0, repr=False)
     _planned_audio_s: float = field(default=0.0, repr=False)
@@ -302,8 +308,11 @@ class RealtimeAdmission:
     def _demand(self) -> list[tuple[float, float, float]]:
         """Each listener's (audio it holds that can pay for others, audio it still needs, cost): what it
         holds less the wait for its next piece, which it needs itself (module docstring)."""
+        return self._demand_of(self.listening())
+
+    def _demand_of(self, listeners: Iterable[Listener]) -> list[tuple[float, float, float]]:
         wait_s = max(0.0, self._playing_wait_s())
-        return [(listener.buffered_s() - wait_s, listener.remaining_s(), listener.cost) for listener in self.listening()]
+        return [(listener.buffered_s() - wait_s, listener.remaining_s(), listener.cost) for listener in listeners]
 
     def listener_capacity(self) -> float:
         """The listeners admission takes now: the mesh's capacity times the headroom, times the share
@@ -333,12 +342,54 @@ class RealtimeAdmission:
         soonest_s = min(listener.remaining_s() for listener in listeners) * len(listeners) / capacity
         return min(MAX_RETRY_AFTER_S, max(MIN_RETRY_AFTER_S, soonest_s))
 
-    def _reserve_for_others(self, client: str, rate: float) -> float:
-        """The capacity kept for other clients when `client` holds more than an equal share: what each
-        other active client's equal share has left (0 when `client` is within its own)."""
+    def preemption(self, client: str, expected_audio_s: float, cost: float = 1.0) -> list[Listener] | None:
+        """Where a new listener of `client` was refused: the streams to refuse late so that it fits
+        (module docstring), or None where none may be. They are those of clients over an equal share
+        of the mesh that have sent no audio yet, the newest first, never taking a client below its
+        share; none at all when `client` itself would be over its share with the new one. The
+        caller refuses them (`refuse`) and admits the new listener."""
+        capacity = self._capacity()
+        if not client or not self._headroom or capacity <= 0:
+            return None
+        rate = self._admitted(capacity) - self._other_streams()
+        held = self._held()
+        held.setdefault(client, 0)
+        share = rate / len(held)
+        if held[client] + 1 > share:
+            return None
+        new = (0.0, max(expected_audio_s, EPSILON_S), cost)
+        kept = self.listening()
+        refused: list[Listener] = []
+        for listener in sorted(kept, key=lambda listener: listener.id, reverse=True):
+            if listener.refuse_late is None or listener.client == client or held[listener.client] - 1 < share:
+                continue
+            kept.remove(listener)
+            refused.append(listener)
+            held[listener.client] -= 1
+            if keeps_playing([*self._demand_of(kept), new], rate):
+                return refused
+        return None
+
+    def refuse(self, listeners: Iterable[Listener], reason: str) -> None:
+        """End `listeners` refused for `reason` before their first audio (`preemption`); they no
+        longer count."""
+        for listener in listeners:
+            if listener.refuse_late is not None:
+                listener.refuse_late(reason)
+                listener.refuse_late = None
+            self._listeners.pop(listener.id, None)
+
+    def _held(self) -> dict[str, int]:
+        """The streams each active client holds (0 for one active without a stream)."""
         held = dict.fromkeys(self._last_asked, 0)
         for listener in self.listening():
             held[listener.client] = held.get(listener.client, 0) + 1
+        return held
+
+    def _reserve_for_others(self, client: str, rate: float) -> float:
+        """The capacity kept for other clients when `client` holds more than an equal share: what each
+        other active client's equal share has left (0 when `client` is within its own)."""
+        held = self._held()
         others = [count for name, count in held.items() if name != client]
         if not others:
             return 0.0

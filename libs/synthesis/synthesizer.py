@@ -9,10 +9,11 @@ text -> sentences (libs.synthesis.text_side) -> cache or acoustic worker -> voco
 
 from __future__ import annotations
 
+import asyncio
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import replace
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import grpc
 
@@ -29,7 +30,7 @@ from libs.synthesis.resume import resumed_sentences
 from libs.synthesis.text_side import TextSide
 from libs.text.frontend import Sentence
 from libs.text.ssml import looks_like_ssml
-from libs.upstream.metrics import SHED_CLIENT_LIMIT, SHED_GATEWAY_FULL, SHED_REALTIME
+from libs.upstream.metrics import SHED_CLIENT_LIMIT, SHED_GATEWAY_FULL, SHED_PREEMPTED, SHED_REALTIME
 from libs.upstream.pool import WorkerPool
 from libs.voice.inputs import SynthesisParams
 from libs.voice.tiers import AUTO, FAST, QUALITY
@@ -37,6 +38,15 @@ from libs.wire.errors import DownstreamError
 
 STREAMED_TEXT_AUDIO_S: Final = 10.0
 """The audio a stream whose text is still arriving is expected to need, until its text says more."""
+
+
+PREEMPTED: Final = (
+    "the mesh is full and this client holds more than an equal share of it, so this stream gave its place, "
+    "before any of its audio, to a stream of a client within its share; retry when one of this client's streams ends"
+)
+"""Why a stream refused late (admission's `preemption`) ends."""
+
+_T = TypeVar("_T")
 
 
 OTHERS_SHARE: Final = 8
@@ -162,12 +172,13 @@ class Synthesizer:
         pieces = pipeline.run(resumed_sentences(sentences, options.resume) if options.resume else sentences)
         last: AudioChunk | None = None
         try:
-            async for piece in pieces:
+            while (piece := await slot.unless_refused(anext(pieces, None))) is not None:
                 chunk = output.push(piece)
                 if self._capacity is not None:
                     self._capacity.produced(len(piece.samples) / piece.sample_rate_hz)
                 if chunk is not None:
                     last = chunk
+                    slot.audible()
                     yield chunk
             tail = output.finish()
             if tail and last is not None:
@@ -251,6 +262,8 @@ class Synthesizer:
             if refusal is not None and self._movable:
                 refusal = self._make_room(listener, refusal)
             if refusal is not None:
+                refusal = self._take_place(client, listener)
+            if refusal is not None:
                 self._pool.metrics.shed(SHED_REALTIME)
                 raise DownstreamError(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal, retry_after_s=self.admission.retry_after_s())
             self.admission.add(listener)
@@ -261,7 +274,22 @@ class Synthesizer:
         self._pool.metrics.spoken_in(choice.tier, asked)
         if self._movable and self._auto_quality_share < 1.0:
             self._degrade()
-        return _Slot(self, client, listener, choice)
+        slot = _Slot(self, client, listener, choice)
+        if client and self.admission is not None and (options is None or options.resume is None):
+            slot.may_refuse_late()  # a resumed stream continues audio its listener already hears
+        return slot
+
+    def _take_place(self, client: str, new: Listener) -> str | None:
+        """Let `new`, of a client within its share of a full mesh, take the place of streams of clients
+        over theirs that have sent no audio yet (admission's `preemption`): None once it has, else why not."""
+        assert self.admission is not None
+        refused = self.admission.preemption(client, new.expected_audio_s, new.cost)
+        if refused is None:
+            return self.admission.refusal(client, new.expected_audio_s, new.cost)
+        self.admission.refuse(refused, PREEMPTED)
+        for _ in refused:
+            self._pool.metrics.shed(SHED_PREEMPTED)
+        return None
 
     def _starts_fast(self, client: str, expected_audio_s: float) -> bool:
         """Whether a new auto stream starts in the fast tier: past the auto share with the others, or
@@ -391,6 +419,56 @@ class _Slot:
         """The tier of the voice its sentences are spoken in."""
         self._state = {"finished": False}
         self.release = weakref.finalize(self, synthesizer._give_back, client, listener, self._state)
+        self._retry_after_s = synthesizer.admission.retry_after_s if synthesizer.admission is not None else None
+        self._refused: asyncio.Event | None = None
+        self._refusal = ""
+
+    def may_refuse_late(self) -> None:
+        """Let admission refuse the stream until its first audio is out (`Listener.refuse_late`). The
+        listener holds the slot weakly: a slot dropped unused still gives its place back."""
+        self._refused = asyncio.Event()
+        method = weakref.WeakMethod(self._refuse_late)
+
+        def refuse_late(reason: str) -> None:
+            if (bound := method()) is not None:
+                bound(reason)
+
+        self.listener.refuse_late = refuse_late
+
+    def _refuse_late(self, reason: str) -> None:
+        if self._refused is not None:
+            self._refusal = reason
+            self._refused.set()
+
+    def audible(self) -> None:
+        """Its first audio is going out: from now on it is never refused."""
+        if self._refused is not None and not self._refused.is_set():
+            self._refused = None
+            self.listener.refuse_late = None
+
+    async def unless_refused(self, step: Awaitable[_T]) -> _T:
+        """What `step` gives, unless the stream is refused late first: then `step` is cancelled (and
+        has ended) and the refusal is raised, RESOURCE_EXHAUSTED with pushback."""
+        if self._refused is None:
+            return await step
+        if self._refusal:
+            raise self._late_refusal()
+        task = asyncio.ensure_future(step)
+        refused = asyncio.ensure_future(self._refused.wait())
+        try:
+            await asyncio.wait((task, refused), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            refused.cancel()
+            if not task.done() or self._refusal:
+                task.cancel()
+                await asyncio.wait((task,))  # ended before anything closes the pipeline it runs in
+        if not self._refusal:
+            return task.result()
+        raise self._late_refusal()
+
+    def _late_refusal(self) -> DownstreamError:
+        retry_after_s = self._retry_after_s() if self._retry_after_s is not None else None
+        return DownstreamError(grpc.StatusCode.RESOURCE_EXHAUSTED, self._refusal, retry_after_s=retry_after_s)
 
     @property
     def finished(self) -> bool:

@@ -1,6 +1,7 @@
 """Fairness that conserves work, at a real gateway with real workers: one client alone may use the whole
 real-time capacity; when the mesh is full, the client over an equal share is the one refused, while
-another client still gets in, at both doors.
+another client still gets in, at both doors, even where the first filled the mesh alone: a stream of
+its that has sent no audio yet gives its place.
 
 The workers here are pinned to a capacity of 4 listeners (`TTS_REALTIME_CAPACITY`), which gaps
 heard do not cut (`TTS_REALTIME_MIN_SHARE`). The gateway trusts
@@ -13,6 +14,8 @@ starts by letting the clients of the one before fall quiet.
 from __future__ import annotations
 
 import contextlib
+import queue
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +26,8 @@ import pytest
 
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
 from libs.serving.clients import FORWARDED_FOR
+from libs.wire.headers import PUSHBACK_METADATA_KEY
+from tests.support.faults.zone_mesh import scrape, wait_for
 from tests.support.mesh import Mesh
 
 CAPACITY = 4
@@ -135,3 +140,69 @@ def test_a_client_between_short_streams_keeps_its_share_against_a_flood(mesh: Me
     with contextlib.ExitStack() as held:
         for tag in range(CAPACITY):
             held.callback(_open(channel, FLOODER, tag).cancel)
+
+
+class _SilentStream:
+    """A StreamingSynthesize stream of `client` whose text stops mid-sentence: admitted, it sends no
+    audio until its sentence ends (`finish`)."""
+
+    def __init__(self, channel: grpc.Channel, client: str, tag: int) -> None:
+        self._pieces: queue.Queue[str | None] = queue.Queue()
+        self._pieces.put(f"The {WORDS[tag]} stream begins a sentence and")
+        self.error: grpc.RpcError | None = None
+        self.audio = 0
+        self._call = _stub(channel).StreamingSynthesize(self._requests(), metadata=((FORWARDED_FOR, client),), timeout=120)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _requests(self) -> Iterator[tts_pb2.StreamingSynthesizeRequest]:
+        yield tts_pb2.StreamingSynthesizeRequest(config=tts_pb2.StreamingSynthesizeConfig())
+        while (piece := self._pieces.get()) is not None:
+            yield tts_pb2.StreamingSynthesizeRequest(text=piece)
+
+    def _read(self) -> None:
+        try:
+            for response in self._call:
+                self.audio += len(response.audio)
+        except grpc.RpcError as error:
+            self.error = error
+
+    def finish(self) -> None:
+        self._pieces.put(" it ends here.")
+        self._pieces.put(None)
+
+    def ended(self, timeout_s: float = 60.0) -> bool:
+        self._reader.join(timeout_s)
+        return not self._reader.is_alive()
+
+    def cancel(self) -> None:
+        self._pieces.put(None)
+        self._call.cancel()
+
+
+def test_a_client_that_filled_the_mesh_alone_gives_a_silent_streams_place_to_another(mesh: Mesh, channel: grpc.Channel) -> None:
+    silent = [_SilentStream(channel, FLOODER, tag) for tag in range(CAPACITY)]  # alone, it may fill the mesh
+    try:
+        inflight = "tts_gateway_inflight_streams"
+        wait_for(lambda: scrape(mesh.services["gateway"].metrics_port).get(inflight) == CAPACITY, timeout_s=60, what="the silent streams are open")
+        # The neighbour's stream is served: one of the flooder's streams, none of whose audio was sent,
+        # gives its place, and ends refused with pushback, as if it had asked a moment later.
+        answers = _stub(channel).Synthesize(tts_pb2.SynthesizeRequest(text="Let me in."), metadata=((FORWARDED_FOR, NEIGHBOUR),), timeout=60)
+        assert sum(len(answer.audio) for answer in answers) > 0
+        wait_for(lambda: any(stream.error is not None for stream in silent), timeout_s=30, what="a silent stream gave its place")
+        refused = [stream for stream in silent if stream.error is not None]
+        assert len(refused) == 1 and refused[0].audio == 0
+        error = refused[0].error
+        assert error is not None and error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "gave its place" in error.details()
+        assert 0 < int(dict(error.trailing_metadata())[PUSHBACK_METADATA_KEY]) <= 10_000
+        assert scrape(mesh.services["gateway"].metrics_port).get('tts_gateway_shed_total{reason="preempted"}') == 1
+        # The flooder's other streams are whole when their text is.
+        for stream in silent:
+            if stream.error is None:
+                stream.finish()
+        for stream in silent:
+            assert stream.ended()
+            assert stream in refused or (stream.error is None and stream.audio > 0)
+    finally:
+        for stream in silent:
+            stream.cancel()

@@ -8,15 +8,19 @@ import gc
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import grpc
+import numpy as np
 import pytest
 
 from libs.pb.tts.v1 import tts_pb2
+from libs.synthesis import synthesizer as synthesizer_module
 from libs.synthesis.admission import RealtimeAdmission
 from libs.synthesis.options import SynthesisOptions, resolve_options
+from libs.synthesis.pipeline import SentenceMeta, SentencePiece
 from libs.synthesis.synthesizer import SpokenAudio, Synthesizer
+from libs.upstream.metrics import SHED_PREEMPTED, SHED_REALTIME
 from libs.voice.registry import VoiceRegistry, default_registry
 from libs.voice.tiers import AUTO, FAST, QUALITY
 from libs.wire.errors import DownstreamError
@@ -53,7 +57,7 @@ def _synthesizer(
 
 
 def _asking(tier: str, tiers: tuple[str, ...] = (QUALITY, FAST)) -> SynthesisOptions:
-    return SimpleNamespace(tier=tier, voice=SimpleNamespace(name="v", tiers=tiers))  # type: ignore[return-value]
+    return SimpleNamespace(tier=tier, voice=SimpleNamespace(name="v", tiers=tiers), resume=None)  # type: ignore[return-value]
 
 
 def test_auto_moves_a_new_stream_to_the_fast_tier_only_when_quality_would_be_refused() -> None:
@@ -239,3 +243,90 @@ def test_a_stream_moved_to_the_fast_tier_is_spoken_with_options_that_name_it() -
     assert (first.tier, second.tier) == (QUALITY, FAST)
     assert second.options.digest == replace(asked, tier=FAST).digest != asked.digest
     assert first.options.digest == asked.digest
+
+
+class _HeldPipeline:
+    """Stands in for the utterance pipeline: each stream's audio waits until the test lets it out, one
+    piece of a sentence per `release()`; it notes whether it was closed before its end."""
+
+    made: ClassVar[list[_HeldPipeline]] = []
+
+    def __init__(self, **_: Any) -> None:
+        self.ready: asyncio.Queue[bool] = asyncio.Queue()
+        self.closed = False
+        _HeldPipeline.made.append(self)
+
+    def release(self, last: bool = False) -> None:
+        self.ready.put_nowait(last)
+
+    async def run(self, sentences: AsyncIterator[Any]) -> AsyncIterator[SentencePiece]:
+        meta = SentenceMeta(text="Held.", phonemes="h", frame_count=8, phoneme_frames=(8,))
+        try:
+            while True:
+                last = await self.ready.get()
+                yield SentencePiece(0, np.zeros(2048, np.float32), 22050, last, meta, 256 / 22050)
+                if last:
+                    return
+        finally:
+            self.closed = True
+
+
+def test_a_silent_stream_of_a_client_over_its_share_gives_its_place_and_ends_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(synthesizer_module, "UtterancePipeline", _HeldPipeline)
+    _HeldPipeline.made.clear()
+    registry = default_registry()
+    options = resolve_options(registry, voice="", speed=1.0, encoding=tts_pb2.LINEAR_PCM, sample_rate_hz=0, speaker_id=0,
+                              request_id="", include_alignment=False)  # fmt: skip
+    admission = RealtimeAdmission(lambda: 3.0, lambda: 0, headroom=1.0)
+    pool = _Pool()
+    shed: list[str] = []
+    pool.metrics.shed = shed.append
+    synthesizer = _synthesizer(admission=admission, pool=pool)
+
+    async def sentences() -> AsyncIterator[Any]:
+        yield None
+
+    async def scenario() -> None:
+        hog = [synthesizer._spoken(sentences(), options, None, synthesizer._take_slot("hog", 10.0, options)) for _ in range(3)]
+        first = [asyncio.ensure_future(anext(audio)) for audio in hog]
+        await asyncio.sleep(0)
+        _HeldPipeline.made[0].release()  # the hog's first stream plays; the other two are silent
+        assert (await first[0]).audio
+        # The mesh is full. A small client comes: the hog's newest silent stream gives its place.
+        small = synthesizer._spoken(sentences(), options, None, synthesizer._take_slot("small", 10.0, options))
+        with pytest.raises(DownstreamError) as refused:
+            await first[2]
+        assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and "gave its place" in str(refused.value)
+        assert refused.value.retry_after_s is not None and refused.value.retry_after_s > 0
+        assert _HeldPipeline.made[2].closed, "its pipeline was stopped: the workers' calls end with it"
+        assert shed == [SHED_PREEMPTED] and synthesizer._client_streams == {"hog": 2, "small": 1}
+        # The hog's other streams go on, the playing one and the silent one, which plays when its audio comes.
+        _HeldPipeline.made[1].release(last=True)
+        assert (await first[1]).audio
+        _HeldPipeline.made[0].release(last=True)
+        assert (await anext(hog[0])).audio
+        # A second small stream would put the small client over its share of 1.5: refused, nothing taken.
+        with pytest.raises(DownstreamError):
+            synthesizer._take_slot("small", 10.0, options)
+        assert shed == [SHED_PREEMPTED, SHED_REALTIME]
+        heard = asyncio.ensure_future(anext(small))
+        await asyncio.sleep(0)
+        _HeldPipeline.made[3].release(last=True)
+        assert (await heard).audio
+        for audio in (*hog[:2], small):
+            await audio.aclose()
+
+    asyncio.run(scenario())
+    gc.collect()
+    assert synthesizer._open_streams == 0 and list(admission.listeners) == []
+
+
+def test_a_resumed_stream_never_gives_its_place() -> None:
+    # Its listener already hears the stream it goes on with.
+    admission = RealtimeAdmission(lambda: 2.0, lambda: 0, headroom=1.0)
+    synthesizer = _synthesizer(admission=admission)
+    resumed = SimpleNamespace(tier=QUALITY, voice=SimpleNamespace(name="v", tiers=(QUALITY,)), resume=object())
+    held = [synthesizer._take_slot("hog", 10.0, resumed) for _ in range(2)]  # type: ignore[arg-type]
+    assert all(slot.listener.refuse_late is None for slot in held)
+    with pytest.raises(DownstreamError):
+        synthesizer._take_slot("small", 10.0, _asking(QUALITY))

@@ -137,6 +137,68 @@ def test_a_client_between_two_short_streams_keeps_its_share_against_a_flood() ->
     assert admitted == 6
 
 
+def _starting(admission: RealtimeAdmission, client: str, refused: list[tuple[int, str]]) -> Listener:
+    """A listener of `client` whose stream has sent no audio yet, so admission may refuse it late."""
+    listener = Listener(client, 10.0)
+    listener.refuse_late = lambda reason: refused.append((listener.id, reason))
+    admission.add(listener)
+    return listener
+
+
+def test_a_client_within_its_share_takes_the_place_of_the_newest_silent_stream_of_one_over_it() -> None:
+    now = _Now()
+    admission = RealtimeAdmission(lambda: 6.0, lambda: 0, 1.0, now=now)
+    refused: list[tuple[int, str]] = []
+    playing = [_playing(admission, "hog", 2.0, 10.0, now) for _ in range(2)]
+    admission.refusal("hog", 10.0)
+    silent = [_starting(admission, "hog", refused) for _ in range(4)]
+    # The hog filled the mesh alone; a small client comes. An equal share of 6 is 3 each, so the
+    # small client may take the places of the hog's silent streams, the newest first, one at a time,
+    # until each holds 3.
+    for expected in (silent[3], silent[2], silent[1]):
+        assert admission.refusal("small", 10.0) is not None
+        taken = admission.preemption("small", 10.0)
+        assert taken == [expected], "one place is enough, and the newest stream has cost the least"
+        assert refused[-1:] != [(expected.id, "gave its place")], "the caller refuses them"
+        admission.refuse(taken, "gave its place")
+        assert refused[-1] == (expected.id, "gave its place") and expected not in admission.listening()
+        assert admission.refusal("small", 10.0) is None
+        admission.add(Listener("small", 10.0))
+    assert admission.refusal("small", 10.0) is not None
+    assert admission.preemption("small", 10.0) is None, "a fourth would put the small client over its share"
+    assert all(listener in admission.listening() for listener in [*playing, silent[0]])
+
+
+def test_playing_streams_and_clients_within_their_share_never_give_their_place() -> None:
+    now = _Now()
+    refused: list[tuple[int, str]] = []
+    playing = RealtimeAdmission(lambda: 4.0, lambda: 0, 1.0, now=now)
+    for _ in range(4):
+        _playing(playing, "hog", 0.5, 10.0, now)
+    assert playing.refusal("small", 10.0) is not None
+    assert playing.preemption("small", 10.0) is None, "every stream of the hog is playing"
+    # Three clients on 4: an equal share is 4/3, and a and b hold 2 each, all silent. Giving one up
+    # would take either below its share, so the third client is refused.
+    shared = RealtimeAdmission(lambda: 4.0, lambda: 0, 1.0, now=now)
+    shared.refusal("a", 10.0)
+    shared.refusal("b", 10.0)
+    for client in ("a", "b", "a", "b"):
+        _starting(shared, client, refused)
+    assert shared.refusal("c", 10.0) is not None
+    assert shared.preemption("c", 10.0) is None
+    # Where taking every place it may would not make room, none is taken: the hog's silent stream
+    # is in the fast tier (half a second of the capacity per audio second) and the newcomer is not.
+    crowded = RealtimeAdmission(lambda: 2.5, lambda: 0, 1.0, now=now)
+    crowded.refusal("hog", 10.0)
+    for _ in range(2):
+        _playing(crowded, "hog", 0.0, 10.0, now)
+    fast = _starting(crowded, "hog", refused)
+    fast.cost = 0.5
+    assert crowded.refusal("small", 10.0) is not None
+    assert crowded.preemption("small", 10.0) is None
+    assert refused == []
+
+
 def test_a_finished_stream_teaches_the_audio_a_character_makes() -> None:
     now = _Now()
     admission = _admission(capacity=6.0)
