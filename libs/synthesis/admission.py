@@ -29,7 +29,8 @@ set aside, so its new streams are refused while the others' still fit. A client 
 holds a stream and for a while after it last asked (`active_client_s`): one that asks for short
 streams one after another holds nothing between them, and a flood from another client must not take
 its share in those gaps. A client under its equal share that finds the mesh full takes the place of a
-stream of a client over its share that has not yet sent its first audio (`preemption`): that stream
+stream of a client over its share that has not yet sent its first audio (`preemption`), as long as
+that client is left at least as many streams as the newcomer's then holds: that stream
 ends refused, with pushback, as it would have been had it asked a moment later, and nobody hears a
 stream stop. Streams already playing are never stopped.
 
@@ -345,9 +346,10 @@ class RealtimeAdmission:
     def preemption(self, client: str, expected_audio_s: float, cost: float = 1.0) -> list[Listener] | None:
         """Where a new listener of `client` was refused: the streams to refuse late so that it fits
         (module docstring), or None where none may be. They are those of clients over an equal share
-        of the mesh that have sent no audio yet, the newest first, never taking a client below its
-        share; none at all when `client` itself would be over its share with the new one. The
-        caller refuses them (`refuse`) and admits the new listener."""
+        of the mesh that have sent no audio yet, the newest first, never leaving a client fewer streams
+        than `client` then holds (with equal shares of 1.2 streams, a client holding 2 gives one to a
+        client holding none); none at all when `client` itself would be over its share with the new
+        one. The caller refuses them (`refuse`) and admits the new listener."""
         capacity = self._capacity()
         if not client or not self._headroom or capacity <= 0:
             return None
@@ -361,7 +363,8 @@ class RealtimeAdmission:
         kept = self.listening()
         refused: list[Listener] = []
         for listener in sorted(kept, key=lambda listener: listener.id, reverse=True):
-            if listener.refuse_late is None or listener.client == client or held[listener.client] - 1 < share:
+            holds = held[listener.client]
+            if listener.refuse_late is None or listener.client == client or holds <= share or holds - 1 < held[client] + 1:
                 continue
             kept.remove(listener)
             refused.append(listener)

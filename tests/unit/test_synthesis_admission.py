@@ -169,7 +169,7 @@ def test_a_client_within_its_share_takes_the_place_of_the_newest_silent_stream_o
     assert all(listener in admission.listening() for listener in [*playing, silent[0]])
 
 
-def test_playing_streams_and_clients_within_their_share_never_give_their_place() -> None:
+def test_playing_streams_never_give_their_place_and_a_giver_keeps_as_many_as_the_taker() -> None:
     now = _Now()
     refused: list[tuple[int, str]] = []
     playing = RealtimeAdmission(lambda: 4.0, lambda: 0, 1.0, now=now)
@@ -177,15 +177,21 @@ def test_playing_streams_and_clients_within_their_share_never_give_their_place()
         _playing(playing, "hog", 0.5, 10.0, now)
     assert playing.refusal("small", 10.0) is not None
     assert playing.preemption("small", 10.0) is None, "every stream of the hog is playing"
-    # Three clients on 4: an equal share is 4/3, and a and b hold 2 each, all silent. Giving one up
-    # would take either below its share, so the third client is refused.
+    # Three clients on 4: an equal share is 4/3, and a and b hold 2 each, all silent. Both are over
+    # it: the newest of their streams gives its place to c, which then holds as many as a place-giver.
     shared = RealtimeAdmission(lambda: 4.0, lambda: 0, 1.0, now=now)
     shared.refusal("a", 10.0)
     shared.refusal("b", 10.0)
-    for client in ("a", "b", "a", "b"):
-        _starting(shared, client, refused)
+    streams = [_starting(shared, client, refused) for client in ("a", "b", "a", "b")]
+    assert shared.refusal("c", 10.0) is not None
+    assert shared.preemption("c", 10.0) == [streams[3]]
+    shared.refuse([streams[3]], "gave its place")
+    shared.add(Listener("c", 10.0))
+    # Now a holds 2, b and c 1 each: a second stream would put c over its share (and a, giving one
+    # up, would be left fewer than c).
     assert shared.refusal("c", 10.0) is not None
     assert shared.preemption("c", 10.0) is None
+    refused.clear()
     # Where taking every place it may would not make room, none is taken: the hog's silent stream
     # is in the fast tier (half a second of the capacity per audio second) and the newcomer is not.
     crowded = RealtimeAdmission(lambda: 2.5, lambda: 0, 1.0, now=now)
