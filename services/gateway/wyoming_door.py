@@ -269,7 +269,9 @@ class _Session:
         return True
 
     async def _whole(self, request: Synthesize) -> None:
-        """A whole text: one audio-start, its chunks, one audio-stop."""
+        """A whole text: one audio-start, its chunks, one audio-stop. The audio-start goes with the first
+        chunk, so a stream refused before any audio (a full mesh, admission's late refusal) is one
+        `error` event, as at the other doors."""
         meter = RequestMeter(self._door._metrics, METHOD)
         code = "CANCELLED"
         try:
@@ -278,10 +280,15 @@ class _Session:
             if request.text_format == "ssml":  # SynthesizeTextFormat is a str enum
                 options = replace(options, ssml=True)
             chunks = await self._door._synthesizer.synthesize(request.text, options, None, self._client)
-            await self._write(self._start(options))
+            started = False
             async with aclosing(chunks):
                 async for chunk in chunks:
+                    if not started:
+                        await self._write(self._start(options))
+                        started = True
                     await self._audio(chunk, options, meter)
+            if not started:
+                await self._write(self._start(options))
             await self._write(AudioStop().event())
             code = "OK"
         except Exception as error:
