@@ -55,6 +55,10 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
         # The capacity is pinned, not what this machine makes: gaps its listeners hear on a slow machine
         # must not cut it (the learning has tests of its own in tests/unit/test_synthesis_admission.py).
         "TTS_REALTIME_MIN_SHARE": "1.0",
+        # A streamed text stopped mid-sentence stays silent until the test ends it: by default what has
+        # arrived is spoken after 2 s, and a slow machine may take longer to reach the next step.
+        "TTS_SENTENCE_WAIT_S": "600",
+        "TTS_STREAM_IDLE_TIMEOUT_S": "600",
     }
     mesh = Mesh(log_dir=Path(tmp_path_factory.mktemp("share")), env=env).start()
     try:
