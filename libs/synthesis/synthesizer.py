@@ -262,7 +262,7 @@ class Synthesizer:
             if refusal is not None and self._movable:
                 refusal = self._make_room(listener, refusal)
             if refusal is not None:
-                refusal = self._take_place(client, listener)
+                refusal = self._take_place(client, listener, refusal)
             if refusal is not None:
                 self._pool.metrics.shed(SHED_REALTIME)
                 raise DownstreamError(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal, retry_after_s=self.admission.retry_after_s())
@@ -279,13 +279,14 @@ class Synthesizer:
             slot.may_refuse_late()  # a resumed stream continues audio its listener already hears
         return slot
 
-    def _take_place(self, client: str, new: Listener) -> str | None:
+    def _take_place(self, client: str, new: Listener, refusal: str) -> str | None:
         """Let `new`, of a client within its share of a full mesh, take the place of streams of clients
-        over theirs that have sent no audio yet (admission's `preemption`): None once it has, else why not."""
+        over theirs that have sent no audio yet (admission's `preemption`): None once it has, else the
+        `refusal` it had."""
         assert self.admission is not None
         refused = self.admission.preemption(client, new.expected_audio_s, new.cost)
         if refused is None:
-            return self.admission.refusal(client, new.expected_audio_s, new.cost)
+            return refusal
         self.admission.refuse(refused, PREEMPTED)
         for _ in refused:
             self._pool.metrics.shed(SHED_PREEMPTED)
@@ -464,6 +465,8 @@ class _Slot:
                 await asyncio.wait((task,))  # ended before anything closes the pipeline it runs in
         if not self._refusal:
             return task.result()
+        if not task.cancelled():
+            task.exception()  # whatever the step came to, the refusal is what the stream ends with
         raise self._late_refusal()
 
     def _late_refusal(self) -> DownstreamError:
