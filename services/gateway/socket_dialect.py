@@ -170,10 +170,13 @@ class OurDialect:
 
 
 def error_event(context_id: str | None, error: HttpError) -> dict[str, Any]:
-    """An `error` event: the gRPC status name as `code`, the HTTP status, what to fix, the field at fault."""
+    """An `error` event: the gRPC status name as `code`, the HTTP status, what to fix, the field at fault,
+    and for a refusal with pushback when to ask again (`retry_after_ms`, as HTTP's `Retry-After`)."""
     event: dict[str, Any] = {"type": "error", "code": error.grpc_code.name, "status": error.status, "message": error.message}
     if error.param:
         event["param"] = error.param
+    if error.retry_after_s is not None:
+        event["retry_after_ms"] = max(1, round(error.retry_after_s * 1000))
     if context_id is not None:
         event["context_id"] = context_id
     return event

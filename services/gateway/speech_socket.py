@@ -38,7 +38,7 @@ from libs.synthesis.in_flight import SentencesInFlight
 from libs.synthesis.options import SynthesisOptions
 from libs.synthesis.output import AudioChunk
 from libs.synthesis.pacing import as_asked
-from libs.synthesis.synthesizer import SpokenAudio, Synthesizer
+from libs.synthesis.synthesizer import STREAMED_TEXT_AUDIO_S, SpokenAudio, Synthesizer
 from libs.synthesis.text_side import TextFlush
 from libs.synthesis.transcript import Heard, Transcript, ms
 from libs.telemetry.metrics import GatewayMetrics
@@ -236,7 +236,8 @@ class SpeechSocket:
             else:
                 in_flight = SentencesInFlight()
                 sentences = self._synthesizer.text_side.incremental_sentences(options.voice, context.pieces(), options.lexicon, in_flight=in_flight)
-                chunks = self._synthesizer.speak(sentences, options, None, self._client, in_flight)  # takes the client's place now
+                # Takes the client's place now, counted as a streamed text is until its sentences are planned.
+                chunks = self._synthesizer.speak(sentences, options, None, self._client, in_flight, STREAMED_TEXT_AUDIO_S)
         except Exception as error:
             self._context_error(command.context_id, error)
             return None

@@ -1,7 +1,7 @@
 """Fairness that conserves work, at a real gateway with real workers: one client alone may use the whole
 real-time capacity; when the mesh is full, the client over an equal share is the one refused, while
 another client still gets in, at both doors, even where the first filled the mesh alone: a stream of
-its that has sent no audio yet gives its place.
+its that has sent no audio yet gives its place, and ends refused with pushback at its own door.
 
 The workers here are pinned to a capacity of 4 listeners (`TTS_REALTIME_CAPACITY`), which gaps
 heard do not cut (`TTS_REALTIME_MIN_SHARE`). The gateway trusts
@@ -14,6 +14,7 @@ starts by letting the clients of the one before fall quiet.
 from __future__ import annotations
 
 import contextlib
+import json
 import queue
 import threading
 import time
@@ -23,6 +24,8 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+from websockets.exceptions import ConnectionClosedOK
+from websockets.sync.client import connect
 
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
 from libs.serving.clients import FORWARDED_FOR
@@ -207,6 +210,34 @@ def test_a_client_that_filled_the_mesh_alone_gives_a_silent_streams_place_to_ano
         for stream in silent:
             assert stream.ended()
             assert stream in refused or (stream.error is None and stream.audio > 0)
+    finally:
+        for stream in silent:
+            stream.cancel()
+
+
+def test_a_silent_websocket_context_that_gives_its_place_ends_in_an_error_with_pushback(mesh: Mesh, channel: grpc.Channel) -> None:
+    silent = [_SilentStream(channel, FLOODER, tag) for tag in range(CAPACITY - 1)]
+    socket_url = mesh.http_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    try:
+        inflight = "tts_gateway_inflight_streams"
+        wait_for(lambda: scrape(mesh.services["gateway"].metrics_port).get(inflight) == CAPACITY - 1, timeout_s=60, what="the silent streams are open")
+        with connect(socket_url, additional_headers={FORWARDED_FOR: FLOODER}) as socket:
+            socket.send(json.dumps({"type": "start", "audio": "base64"}))
+            assert json.loads(socket.recv(timeout=60))["type"] == "ready"
+            socket.send(json.dumps({"type": "text", "context_id": "held", "text": f"The {WORDS[CAPACITY]} context begins and"}))
+            wait_for(lambda: scrape(mesh.services["gateway"].metrics_port).get(inflight) == CAPACITY, timeout_s=60, what="the context is open")
+            # The flooder filled the mesh alone; its newest silent stream is the socket's context.
+            answers = _stub(channel).Synthesize(tts_pb2.SynthesizeRequest(text="Let me in."), metadata=((FORWARDED_FOR, NEIGHBOUR),), timeout=60)
+            assert sum(len(answer.audio) for answer in answers) > 0
+            event = json.loads(socket.recv(timeout=60))
+            assert event["type"] == "error" and event["context_id"] == "held", event
+            assert event["code"] == "RESOURCE_EXHAUSTED" and event["status"] == 429 and "gave its place" in event["message"]
+            assert 0 < event["retry_after_ms"] <= 10_000
+            # Only that context ended: the socket and the flooder's other streams go on.
+            socket.send(json.dumps({"type": "close"}))
+            with pytest.raises(ConnectionClosedOK):
+                socket.recv(timeout=60)
+        assert all(stream.error is None for stream in silent)
     finally:
         for stream in silent:
             stream.cancel()
