@@ -130,13 +130,10 @@ class Synthesizer:
         timeout_s: float | None,
         client: str = "",
         in_flight: SentencesInFlight | None = None,
-        expected_audio_s: float = 0.0,
     ) -> SpokenAudio:
         """The audio of sentences already phonemised (by `text_side`, or a caller that cut a long text
-        itself); `in_flight` is told of the sentences taken and made (for `incremental_sentences`).
-        `expected_audio_s` is what its listener is taken to need until its sentences are planned (a
-        streamed text's: STREAMED_TEXT_AUDIO_S)."""
-        slot = self._take_slot(client, expected_audio_s, options)
+        itself); `in_flight` is told of the sentences taken and made (for `incremental_sentences`)."""
+        slot = self._take_slot(client, 0.0, options)
         return self._spoken(sentences, options, timeout_s, slot, in_flight)
 
     def _spoken(

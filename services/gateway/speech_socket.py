@@ -34,11 +34,10 @@ from libs.serving.http import SocketSettings
 from libs.serving.http_errors import HttpError
 from libs.serving.http_limits import CLIENT_SCOPE_KEY
 from libs.serving.memory import RELEASER
-from libs.synthesis.in_flight import SentencesInFlight
 from libs.synthesis.options import SynthesisOptions
 from libs.synthesis.output import AudioChunk
 from libs.synthesis.pacing import as_asked
-from libs.synthesis.synthesizer import STREAMED_TEXT_AUDIO_S, SpokenAudio, Synthesizer
+from libs.synthesis.synthesizer import SpokenAudio, Synthesizer
 from libs.synthesis.text_side import TextFlush
 from libs.synthesis.transcript import Heard, Transcript, ms
 from libs.telemetry.metrics import GatewayMetrics
@@ -234,10 +233,7 @@ class SpeechSocket:
                 context.text_closed = True  # an SSML document is whole: it is the context's text
                 chunks: SpokenAudio | None = None
             else:
-                in_flight = SentencesInFlight()
-                sentences = self._synthesizer.text_side.incremental_sentences(options.voice, context.pieces(), options.lexicon, in_flight=in_flight)
-                # Takes the client's place now, counted as a streamed text is until its sentences are planned.
-                chunks = self._synthesizer.speak(sentences, options, None, self._client, in_flight, STREAMED_TEXT_AUDIO_S)
+                chunks = self._synthesizer.synthesize_incremental(context.pieces(), options, None, self._client)  # takes the client's place now
         except Exception as error:
             self._context_error(command.context_id, error)
             return None

@@ -187,15 +187,23 @@ class _SilentStream:
         self._call.cancel()
 
 
+def _wait_open(mesh: Mesh, streams: int) -> None:
+    gateway = mesh.services["gateway"].metrics_port
+    wait_for(lambda: scrape(gateway).get("tts_gateway_inflight_streams") == streams, timeout_s=60, what=f"{streams} streams open")
+
+
+def _neighbour_is_served(channel: grpc.Channel) -> None:
+    answers = _stub(channel).Synthesize(tts_pb2.SynthesizeRequest(text="Let me in."), metadata=((FORWARDED_FOR, NEIGHBOUR),), timeout=60)
+    assert sum(len(answer.audio) for answer in answers) > 0
+
+
 def test_a_client_that_filled_the_mesh_alone_gives_a_silent_streams_place_to_another(mesh: Mesh, channel: grpc.Channel) -> None:
     silent = [_SilentStream(channel, FLOODER, tag) for tag in range(CAPACITY)]  # alone, it may fill the mesh
     try:
-        inflight = "tts_gateway_inflight_streams"
-        wait_for(lambda: scrape(mesh.services["gateway"].metrics_port).get(inflight) == CAPACITY, timeout_s=60, what="the silent streams are open")
+        _wait_open(mesh, CAPACITY)
         # The neighbour's stream is served: one of the flooder's streams, none of whose audio was sent,
         # gives its place, and ends refused with pushback, as if it had asked a moment later.
-        answers = _stub(channel).Synthesize(tts_pb2.SynthesizeRequest(text="Let me in."), metadata=((FORWARDED_FOR, NEIGHBOUR),), timeout=60)
-        assert sum(len(answer.audio) for answer in answers) > 0
+        _neighbour_is_served(channel)
         wait_for(lambda: any(stream.error is not None for stream in silent), timeout_s=30, what="a silent stream gave its place")
         refused = [stream for stream in silent if stream.error is not None]
         assert len(refused) == 1 and refused[0].audio == 0
@@ -219,16 +227,14 @@ def test_a_silent_websocket_context_that_gives_its_place_ends_in_an_error_with_p
     silent = [_SilentStream(channel, FLOODER, tag) for tag in range(CAPACITY - 1)]
     socket_url = mesh.http_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
     try:
-        inflight = "tts_gateway_inflight_streams"
-        wait_for(lambda: scrape(mesh.services["gateway"].metrics_port).get(inflight) == CAPACITY - 1, timeout_s=60, what="the silent streams are open")
+        _wait_open(mesh, CAPACITY - 1)
         with connect(socket_url, additional_headers={FORWARDED_FOR: FLOODER}) as socket:
             socket.send(json.dumps({"type": "start", "audio": "base64"}))
             assert json.loads(socket.recv(timeout=60))["type"] == "ready"
             socket.send(json.dumps({"type": "text", "context_id": "held", "text": f"The {WORDS[CAPACITY]} context begins and"}))
-            wait_for(lambda: scrape(mesh.services["gateway"].metrics_port).get(inflight) == CAPACITY, timeout_s=60, what="the context is open")
+            _wait_open(mesh, CAPACITY)
             # The flooder filled the mesh alone; its newest silent stream is the socket's context.
-            answers = _stub(channel).Synthesize(tts_pb2.SynthesizeRequest(text="Let me in."), metadata=((FORWARDED_FOR, NEIGHBOUR),), timeout=60)
-            assert sum(len(answer.audio) for answer in answers) > 0
+            _neighbour_is_served(channel)
             event = json.loads(socket.recv(timeout=60))
             assert event["type"] == "error" and event["context_id"] == "held", event
             assert event["code"] == "RESOURCE_EXHAUSTED" and event["status"] == 429 and "gave its place" in event["message"]

@@ -124,19 +124,12 @@ class LocalRedisCluster:
         """Wait until node `index` answers; a node that exited first (its port or bus port was taken
         after it was picked) is started again on another port pair, before any node has met it."""
         for _ in range(attempts):
-            deadline = time.monotonic() + 30.0
-            while self.alive(index) and time.monotonic() < deadline:
-                try:
-                    if self.node(index).ping():
-                        return
-                except redis.RedisError:
-                    pass
-                time.sleep(0.05)
+            self._wait(lambda: not self.alive(index) or self.node(index).ping())
             if self.alive(index):
-                break
+                return
             self.ports[index] = _cluster_port(set(self.ports))
             self._processes[index] = self._launch(index)
-        raise AssertionError(f"Redis Cluster node {index} (port {self.ports[index]}) did not answer a PING")
+        raise AssertionError(f"Redis Cluster node {index} (port {self.ports[index]}) exited {attempts} times before it answered")
 
     def replicas_of(self, master: int) -> list[int]:
         """The node indexes started as `master`'s replicas."""
