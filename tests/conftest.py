@@ -28,7 +28,8 @@ from libs.devmesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from libs.models.piper_import import PiperVoiceModels, load_piper_voice
 from libs.scheduling.ledger import LEDGER_DIR_ENV
 from libs.text.phonemizer_pool import PhonemizerPool
-from tests.support.mesh import NO_REALTIME_ADMISSION, Mesh, free_port
+from tests.support.mesh import NO_REALTIME_ADMISSION, Mesh
+from tests.support.ports import free_port
 
 LAYERS = ("unit", "integration", "e2e")
 

@@ -25,7 +25,8 @@ from libs.devmesh.local_secrets import ensure_local_secrets
 from scripts.run_zones import zone_specs
 from services.settings import load_gateway_settings, load_worker_settings
 from tests.support.client import synthesize
-from tests.support.mesh import Mesh, free_port
+from tests.support.mesh import Mesh
+from tests.support.ports import free_port
 
 
 def _mode(path: Path) -> int:

@@ -23,7 +23,8 @@ from websockets.sync.client import connect
 from libs.edge.envoy import EdgeSettings
 from libs.edge.process import EdgeProcess
 from libs.pb.tts.v1 import jobs_pb2, jobs_pb2_grpc, tts_pb2, tts_pb2_grpc
-from tests.support.mesh import Mesh, free_port
+from tests.support.mesh import Mesh
+from tests.support.ports import free_port
 
 TEXT = "Through the edge."
 ORIGIN = "http://localhost:8080"

@@ -30,7 +30,8 @@ from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
 from libs.serving.keys import StoredKey, hash_key, mint_key
 from libs.wire.headers import PUSHBACK_METADATA_KEY
 from tests.support.faults.zone_mesh import scrape, wait_for
-from tests.support.mesh import REPO_ROOT, Mesh, ServiceProcess, free_port
+from tests.support.mesh import REPO_ROOT, Mesh, ServiceProcess
+from tests.support.ports import free_port
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 TEXT = "Only callers with a key are spoken to."

@@ -29,7 +29,8 @@ from services.gateway.background_work import job_redis_url
 from services.settings import load_gateway_settings
 from tests.support.client import synthesize
 from tests.support.gateway_process import extra_gateway
-from tests.support.mesh import NO_REALTIME_ADMISSION, Mesh, free_port
+from tests.support.mesh import NO_REALTIME_ADMISSION, Mesh
+from tests.support.ports import free_port
 
 TEXT = "The ferry left the harbour at noon. Gulls followed it out past the breakwater."
 JOB_TIMEOUT_S = 300.0

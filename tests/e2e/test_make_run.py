@@ -15,7 +15,7 @@ import httpx
 
 from libs.edge.envoy import DEFAULT_EDGE_PORT
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
-from tests.support.mesh import free_port
+from tests.support.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 240.0
@@ -26,7 +26,9 @@ def test_make_run_starts_the_mesh_behind_the_edge_and_speaks(tmp_path: Path) -> 
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("REDIS_URL", None)
     runner = subprocess.Popen(
-        [sys.executable, "-m", "scripts.run_mesh", "--redis-port", str(free_port())],
+        # Its gRPC ports are moved below the ephemeral range: 50051-50053 lie inside it, where any
+        # connection of the tests running beside this one may hold them for a while.
+        [sys.executable, "-m", "scripts.run_mesh", "--redis-port", str(free_port()), "--grpc-port", str(free_port((0, 1, 2)))],
         cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     try:

@@ -28,7 +28,8 @@ from libs.serving.tls import RELOAD_CHECK_S, TlsFileError, server_credentials
 from libs.upstream.settings import UpstreamSettings, channel_credentials, channel_options
 from tests.support.client import synthesize
 from tests.support.faults.zone_mesh import wait_for
-from tests.support.mesh import REPO_ROOT, Mesh, free_port
+from tests.support.mesh import REPO_ROOT, Mesh
+from tests.support.ports import free_port
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 

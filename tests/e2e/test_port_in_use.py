@@ -11,7 +11,8 @@ import subprocess
 import pytest
 
 from libs.devmesh.launcher import service_command
-from tests.support.mesh import REPO_ROOT, Mesh, free_port
+from tests.support.mesh import REPO_ROOT, Mesh
+from tests.support.ports import free_port
 
 EXIT_TIMEOUT_S = 120.0  # importing torch on two busy cores; the ports are taken before any model loads
 

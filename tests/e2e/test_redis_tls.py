@@ -31,7 +31,8 @@ from libs.devmesh.launcher import stop_processes
 from tests.support.client import synthesize
 from tests.support.faults.zone_mesh import scrape, wait_for
 from tests.support.gateway_process import extra_gateway
-from tests.support.mesh import Mesh, free_port
+from tests.support.mesh import Mesh
+from tests.support.ports import free_port
 
 
 def _tls_redis_server() -> str | None:

@@ -15,7 +15,8 @@ import pytest
 from libs.edge.envoy import EdgeSettings
 from libs.edge.process import EdgeProcess
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
-from tests.support.mesh import Mesh, free_port
+from tests.support.mesh import Mesh
+from tests.support.ports import free_port
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (`apt-get install chromium`; .ci/run installs it)")

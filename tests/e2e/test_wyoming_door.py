@@ -26,7 +26,8 @@ from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
 from libs.serving.wyoming import read_event
 from libs.voice.registry import default_registry
 from tests.support.gateway_process import extra_gateway
-from tests.support.mesh import Mesh, free_port
+from tests.support.mesh import Mesh
+from tests.support.ports import free_port
 
 TEXT = "Turn on the kitchen lights. The lights are on."
 STREAMED = ["The front door ", "is locked. ", "Good ", "night."]

@@ -23,7 +23,7 @@ from libs.cache.sealing import KeyFileError, KeyRing, SealError, new_key_line
 from libs.cache.settings import CacheSettings, redacted_url
 from libs.devmesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from libs.settings.files import SettingFileError
-from tests.support.mesh import free_port
+from tests.support.ports import free_port
 
 KEY = "tts:mel:v1:" + "ab" * 32
 OTHER_KEY = "tts:mel:v1:" + "cd" * 32

@@ -26,7 +26,7 @@ from libs.serving.http import HttpListener, HttpTls
 from libs.serving.http_auth import ApiKeyAsgi
 from libs.serving.http_limits import ClientRequestLimit
 from libs.serving.keys import KeysFile, StoredKey, hash_key, mint_key
-from tests.support.mesh import free_port
+from tests.support.ports import free_port
 
 
 def _held_app(release: asyncio.Event) -> Starlette:

@@ -34,7 +34,8 @@ from libs.jobs.store import JobStore, pcm_key
 from libs.pb.tts.v1 import jobs_pb2, jobs_pb2_grpc, tts_pb2
 from tests.integration.test_jobs_sealed import PCM, SPEC, TEXT, file_of, finished_job, run
 from tests.support.gateway_process import extra_gateway
-from tests.support.mesh import Mesh, free_port
+from tests.support.mesh import Mesh
+from tests.support.ports import free_port
 
 BUCKET = "tts-job-audio"
 PREFIX = "jobs"

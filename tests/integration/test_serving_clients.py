@@ -16,7 +16,7 @@ from libs.edge.envoy import EdgeSettings
 from libs.edge.process import EdgeProcess
 from libs.serving.clients import ClientIdentity, ClientSettings
 from libs.serving.http import HttpListener
-from tests.support.mesh import free_port
+from tests.support.ports import free_port
 
 
 def test_a_trusted_proxy_is_seen_through_and_any_other_peer_is_the_client() -> None:

@@ -11,7 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from libs.devmesh.launcher import service_command, stop_processes, wait_until_serving
-from tests.support.mesh import REPO_ROOT, Mesh, ServiceProcess, free_port
+from tests.support.mesh import REPO_ROOT, Mesh, ServiceProcess
+from tests.support.ports import free_port
 
 START_TIMEOUT_S = 120.0
 

@@ -8,7 +8,6 @@ gateway's public port is plaintext.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 import urllib.request
@@ -23,6 +22,7 @@ from libs.devmesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
 from libs.devmesh.launcher import service_command, stop_processes, wait_until_serving
 from libs.devmesh.local_secrets import LocalSecrets, ensure_local_secrets
 from libs.upstream.loads import LOAD_POLL_S
+from tests.support.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_START_TIMEOUT_S = 240.0  # model loading and warm-up on two shared cores
@@ -32,13 +32,6 @@ NO_REALTIME_ADMISSION: Mapping[str, str] = {"TTS_REALTIME_HEADROOM": "0", "TTS_A
 at a quarter of a fast machine's speed a mesh plays one or two listeners in real time, and rightly
 refuses a third. Meshes of tests about anything else (failover, cancels, limits, caches) run without
 it, so they hold on any machine; admission is tested on meshes of its own."""
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

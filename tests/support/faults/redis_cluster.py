@@ -13,9 +13,7 @@ slot moves and MOVED after.
 
 from __future__ import annotations
 
-import random
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -25,40 +23,13 @@ from pathlib import Path
 import redis
 
 from libs.devmesh.embedded_redis import redis_server_binary
+from tests.support.ports import free_port
 
 SLOTS = 16384
 BUS_PORT_OFFSET = 10000
-"""A node's cluster bus listens on its port + 10000, so node ports stay below 55536."""
+"""A node's cluster bus listens on its port + 10000."""
 NODE_TIMEOUT_MS = 2000
 """How long a master may be unreachable before its replica takes over."""
-
-
-def _ephemeral_floor() -> int:
-    """The first port of the kernel's ephemeral range (outgoing connections and port-0 binds land
-    there), 32768 where it cannot be read."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def _cluster_port(taken: set[int]) -> int:
-    """A port that is free, and whose bus port is free too, both below the ephemeral range: a port in
-    that range can be handed to any connection between this check and the node's bind."""
-    ceiling = max(_ephemeral_floor() - BUS_PORT_OFFSET, 12000)
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randrange(10000, ceiling)
-        if port in taken:
-            continue
-        try:
-            for candidate in (port, port + BUS_PORT_OFFSET):
-                with socket.socket() as sock:
-                    sock.bind(("127.0.0.1", candidate))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no free port pair for a Redis Cluster node")
 
 
 def _text(reply: object) -> str:
@@ -75,7 +46,7 @@ class LocalRedisCluster:
         self.replicas = replicas
         self.ports: list[int] = []
         for _ in range(masters * (1 + replicas)):
-            self.ports.append(_cluster_port(set(self.ports)))
+            self.ports.append(free_port((0, BUS_PORT_OFFSET), taken=set(self.ports)))
         self.password = password
         self._folder = tempfile.TemporaryDirectory(prefix="redis-cluster-")
         self._processes: list[subprocess.Popen[bytes]] = []
@@ -127,7 +98,7 @@ class LocalRedisCluster:
             self._wait(lambda: not self.alive(index) or self.node(index).ping())
             if self.alive(index):
                 return
-            self.ports[index] = _cluster_port(set(self.ports))
+            self.ports[index] = free_port((0, BUS_PORT_OFFSET), taken=set(self.ports))
             self._processes[index] = self._launch(index)
         raise AssertionError(f"Redis Cluster node {index} (port {self.ports[index]}) exited {attempts} times before it answered")
 

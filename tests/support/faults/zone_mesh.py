@@ -41,7 +41,8 @@ from libs.devmesh.launcher import service_command, stop_processes, wait_until_se
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
 from tests.support.faults.proxy import ThreadedFaultProxy
-from tests.support.mesh import NO_REALTIME_ADMISSION, REPO_ROOT, ServiceProcess, free_port
+from tests.support.mesh import NO_REALTIME_ADMISSION, REPO_ROOT, ServiceProcess
+from tests.support.ports import free_port
 
 WORKER_KINDS = ("acoustic", "vocoder")
 ZONES = ("zone-a", "zone-b")
