@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
-from tests.support.mesh import Mesh
+from tests.support.mesh import NO_REALTIME_ADMISSION, Mesh
 
 # Each under --max-sentence-ids (400), so only the opening cuts them: 279 and 269 phoneme ids, over
 # twice the default opening's 96 (libs.text.long_sentences.OPENING_AFTER).
@@ -50,8 +50,10 @@ def unopened_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
 @pytest.fixture(scope="module")
 def quiet_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     """The mesh with its defaults but no background work (no jobs, no promoted sentences kept warm),
-    so that a stream alone on it is alone: the warmer's own streams count as company."""
-    env = {"TTS_JOB_RUNNERS": "0", "TTS_PROMOTE_AFTER": "0"}
+    so that a stream alone on it is alone: the warmer's own streams count as company. Real-time
+    admission is off: these tests play a second stream beside the first, which a mesh on a small
+    machine (a quarter of a fast one plays one listener) rightly refuses."""
+    env = {"TTS_JOB_RUNNERS": "0", "TTS_PROMOTE_AFTER": "0", **NO_REALTIME_ADMISSION}
     running = Mesh(log_dir=tmp_path_factory.mktemp("quiet-mesh"), env=env).start()
     try:
         yield running
