@@ -43,7 +43,7 @@ venv: $(DEV)
 # Installs the service's runtime dependencies only.
 ## Run the mesh (embedded Redis, the three services, the edge) in the foreground.
 run: $(RUNTIME)
-	$(PY) -m scripts.run_mesh
+	$(PY) -m scripts.run_mesh $(RUN_ARGS)
 
 ## Run two zones (acoustic + vocoder each), Redis and a gateway in zone-a, in the foreground.
 run-zones: $(RUNTIME)
