@@ -4,7 +4,7 @@ A port handed out by the kernel (a bind to port 0) lies in its ephemeral range, 
 local port of every outgoing connection: between a test choosing such a port and its server binding
 it, any connection on the host (a Redis client, a health check, another test) may be given it, and
 the server then fails to start. Ports below the ephemeral range are never handed out that way. The
-fixed ports `make run` listens on are left alone too, since its test runs beside the others.
+default ports of `make run` are left alone too: a mesh a developer runs on the same host keeps them.
 """
 
 from __future__ import annotations
