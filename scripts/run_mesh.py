@@ -50,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     edge_port = DEFAULT_EDGE_PORT + offset if args.edge_port is None else args.edge_port
     grpc_port = DEFAULT_PORTS["gateway"] + offset if args.grpc_port is None else args.grpc_port
     http_port, wyoming_port = DEFAULT_HTTP_PORT + offset, DEFAULT_WYOMING_PORT_CONVENTION + offset
+    every_port = [redis_port, edge_port, grpc_port, grpc_port + 2, http_port, wyoming_port, DEFAULT_ADMIN_PORT + offset,
+                  *(port + offset for port in DEFAULT_METRICS_PORTS.values())]  # fmt: skip
+    if not all(1 <= port <= 65535 for port in every_port):
+        parser.error(f"ports must lie in 1..65535; with these flags they span {min(every_port)}..{max(every_port)}")
     secrets = ensure_local_secrets()
     print(f"[run] mutual TLS between gateway and workers, sealed cache values; secrets in {secrets.tls.directory.parent}", flush=True)
     # Behind the edge every request comes from 127.0.0.1: the gateway counts per-client limits by
@@ -72,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     ready = f"[run] ready: gateway on 127.0.0.1:{grpc_port} (HTTP {http_port}), Wyoming on 127.0.0.1:{wyoming_port}"
     if not args.no_edge:
         ready += f"; web page, grpc-web, gRPC and HTTP API through the edge at http://127.0.0.1:{edge_port}/"
-    ready += '. Try: make say TEXT="Hello."'
+    moved = "" if grpc_port == DEFAULT_PORTS["gateway"] else f" TTS_MESH_ADDRESS=127.0.0.1:{grpc_port}"
+    ready += f'. Try: make say TEXT="Hello."{moved}'
     with contextlib.ExitStack() as stack:
         env = stack.enter_context(redis_unless_configured(redis_port, secrets.redis_password))
         companions = {}
