@@ -95,10 +95,10 @@ class ToyAcousticEngine:
             yield mel[:, max(start, start_frame) : end]
 
 
-def _scheduling(kind: str, executor: Any, metrics: Any) -> tuple[Scheduler, Admission]:
-    """A worker's scheduler on `executor` and an admission with the default settings."""
+def _scheduling(kind: str, executor: Any, metrics: Any, admission: AdmissionSettings | None = None) -> tuple[Scheduler, Admission]:
+    """A worker's scheduler on `executor` and an admission with `admission` (default: the default settings)."""
     scheduler = Scheduler(kind, executor, metrics)
-    return scheduler, Admission(AdmissionSettings(), scheduler=scheduler)
+    return scheduler, Admission(admission or AdmissionSettings(), scheduler=scheduler)
 
 
 toy_scheduling = _scheduling

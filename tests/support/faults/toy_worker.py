@@ -27,23 +27,27 @@ from libs.pb.tts.vocoder.v1 import vocoder_pb2_grpc
 from libs.serving.voice_shelf import VoiceShelf
 from libs.telemetry.metrics import AcousticMetrics, VocoderMetrics
 from services.acoustic.servicer import AcousticServicer
+from services.settings import load_worker_settings
 from services.vocoder.servicer import VocoderServicer
 from tests.support.faults.toy_mesh import VOICE, ToyAcousticEngine, toy_scheduling, toy_vocoder_engine
 
 
 async def serve(kind: str, host: str, port: int, metrics_port: int, chunk_delay_s: float, grace_s: float) -> None:
     executor = ThreadPoolExecutor(max_workers=8)
+    # Admission as a real worker's: from the environment (TTS_REALTIME_HEADROOM=0 switches real-time
+    # admission off, as tests about anything else want on any machine), then the defaults.
+    admission = load_worker_settings(kind, argv=[]).admission
     server = grpc.aio.server()
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if kind == "acoustic":
         metrics: Any = AcousticMetrics()
-        servicer: Any = AcousticServicer(metrics, *toy_scheduling("acoustic", executor, metrics))
+        servicer: Any = AcousticServicer(metrics, *toy_scheduling("acoustic", executor, metrics, admission))
         servicer.install(VoiceShelf.holding(ToyAcousticEngine(chunk_delay_s), VOICE))
         acoustic_pb2_grpc.add_AcousticServicer_to_server(servicer, server)
     else:
         metrics = VocoderMetrics()
-        servicer = VocoderServicer(metrics, *toy_scheduling("vocoder", executor, metrics))
+        servicer = VocoderServicer(metrics, *toy_scheduling("vocoder", executor, metrics, admission))
         servicer.install(VoiceShelf.holding(toy_vocoder_engine(), VOICE))
         vocoder_pb2_grpc.add_VocoderServicer_to_server(servicer, server)
     server.add_insecure_port(f"{host}:{port}")
