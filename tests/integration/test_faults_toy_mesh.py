@@ -269,17 +269,22 @@ def _scripted(code: grpc.StatusCode, trailers: tuple[tuple[str, str], ...] = ())
     return worker
 
 
-async def _every_acoustic_routable(pool: WorkerPool) -> None:
-    """Until every acoustic worker may be picked (`ready` needs only one: under load the other's health
-    or model may come later, and a stream would then never try it)."""
-    await wait_until(lambda: all(pool.routable(status.endpoint) for status in pool.table("acoustic").statuses()))
+async def _every_worker_routable(pool: WorkerPool) -> None:
+    """Until every worker may be picked (`ready` needs only one of each kind: under load another's
+    health or model may come later, and a stream would then never try it: a scripted worker's refusal
+    went untested when the stream went straight to the other zone)."""
+    acoustic, vocoder = pool.table("acoustic"), pool.table("vocoder")
+    await wait_until(
+        lambda: all(pool.routable(status.endpoint) for status in acoustic.statuses())
+        and all(vocoder.is_available(status.endpoint) for status in vocoder.statuses())
+    )
 
 
 async def test_overloaded_local_worker_is_skipped_for_another_without_client_error(mesh: ToyMesh) -> None:
     refusing = _scripted(grpc.StatusCode.RESOURCE_EXHAUSTED, ((PUSHBACK_METADATA_KEY, "20"),))
     pool = await _pool([f"zone-a={refusing.address}", mesh.of("acoustic", "zone-b").spec], [mesh.of("vocoder", "zone-a").spec])
     try:
-        await _every_acoustic_routable(pool)
+        await _every_worker_routable(pool)
         audio = await _speak(pool)
         assert len(audio) == sum(len(ids) for ids in SENTENCE_IDS) * 6 * HOP_LENGTH
         # One refusal per sentence (each sentence starts with the local zone), both served by zone-b.
@@ -295,7 +300,7 @@ async def test_every_worker_refusing_sheds_the_request_quickly(mesh: ToyMesh) ->
     refusing = [_scripted(grpc.StatusCode.RESOURCE_EXHAUSTED, ((PUSHBACK_METADATA_KEY, "20"),)) for _ in range(2)]
     pool = await _pool([f"zone-a={refusing[0].address}", f"zone-b={refusing[1].address}"], [mesh.of("vocoder", "zone-a").spec])
     try:
-        await _every_acoustic_routable(pool)
+        await _every_worker_routable(pool)
         started = time.monotonic()
         with pytest.raises(DownstreamError) as raised:
             await _speak(pool)
@@ -318,6 +323,7 @@ async def test_a_stream_whose_worker_dies_after_the_other_refused_it_is_shed_as_
     refusing.start()
     serving = mesh.of("vocoder", "zone-b")
     pool = await _pool([mesh.of("acoustic", "zone-a").spec], [f"zone-a={refusing.address}", serving.spec])
+    await _every_worker_routable(pool)
 
     async def crash_after_first_audio(count: int, response: AudioChunk) -> None:
         if count == 1:
@@ -340,6 +346,7 @@ async def test_invalid_argument_from_a_worker_is_not_retried(mesh: ToyMesh) -> N
     rejecting = _scripted(grpc.StatusCode.INVALID_ARGUMENT)
     pool = await _pool([f"zone-a={rejecting.address}", mesh.of("acoustic", "zone-b").spec], [mesh.of("vocoder", "zone-a").spec])
     try:
+        await _every_worker_routable(pool)
         with pytest.raises(DownstreamError) as raised:
             await _speak(pool)
         assert raised.value.code is grpc.StatusCode.INVALID_ARGUMENT
@@ -381,6 +388,7 @@ async def test_retries_stop_when_the_budget_is_spent(mesh: ToyMesh) -> None:
         retry_budget=RetryBudgetConfig(max_tokens=1.0, min_retries_per_s=0.0), ejection=HealthConfig(consecutive_failures=1000),
     )  # fmt: skip
     try:
+        await _every_worker_routable(pool)
         outcomes = []
         for _ in range(4):
             try:

@@ -5,12 +5,20 @@ local port of every outgoing connection: between a test choosing such a port and
 it, any connection on the host (a Redis client, a health check, another test) may be given it, and
 the server then fails to start. Ports below the ephemeral range are never handed out that way. The
 default ports of `make run` are left alone too: a mesh a developer runs on the same host keeps them.
+
+A port is claimed when it is handed out (a file made exclusively in a folder every test process on
+the host shares), and not handed out again while the claim is fresh: a service takes seconds to
+bind the port it was given, and two test processes, or two services of one mesh, choosing in that
+time would otherwise be given the same one.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import socket
+import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
@@ -28,6 +36,9 @@ MAKE_RUN_PORTS: Final = frozenset(
      *DEFAULT_PORTS.values(), *DEFAULT_METRICS_PORTS.values()}
 )  # fmt: skip
 _ATTEMPTS: Final = 200
+CLAIM_TTL_S: Final = 900.0
+"""How long a port handed out stays claimed: longer than any test holds a port it never bound."""
+CLAIMS_DIR: Final = Path(tempfile.gettempdir()) / "tts-mesh-test-ports"
 
 
 def ephemeral_floor() -> int:
@@ -48,7 +59,7 @@ def free_port(offsets: Sequence[int] = (0,), taken: frozenset[int] | set[int] = 
         candidates = [port + offset for offset in offsets]
         if any(candidate in taken or candidate in MAKE_RUN_PORTS for candidate in candidates):
             continue
-        if all(_bindable(candidate) for candidate in candidates):
+        if all(_bindable(candidate) for candidate in candidates) and _claim(candidates):
             return port
     raise RuntimeError(f"no free port (with offsets {list(offsets)}) in {LOWEST_PORT}..{ceiling}")
 
@@ -61,4 +72,25 @@ def _bindable(port: int) -> bool:
             sock.bind((host, port))
     except OSError:
         return False
+    return True
+
+
+def _claim(ports: Sequence[int]) -> bool:
+    """Claim every one of `ports` for this process, or none of them (False: one is claimed already)."""
+    CLAIMS_DIR.mkdir(exist_ok=True)
+    claimed: list[Path] = []
+    for port in ports:
+        path = CLAIMS_DIR / str(port)
+        try:
+            if time.time() - path.stat().st_mtime > CLAIM_TTL_S:
+                path.unlink(missing_ok=True)  # a stale claim: its test has long ended
+        except FileNotFoundError:
+            pass
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            for taken in claimed:
+                taken.unlink(missing_ok=True)
+            return False
+        claimed.append(path)
     return True
