@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from libs.devmesh.embedded_redis import DEFAULT_REDIS_PORT
@@ -34,67 +36,94 @@ from libs.serving.wyoming import DEFAULT_WYOMING_PORT_CONVENTION
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+@dataclass(frozen=True)
+class MeshPorts:
+    """Every port one `make run` mesh listens on."""
+
+    redis: int = DEFAULT_REDIS_PORT
+    edge: int = DEFAULT_EDGE_PORT
+    edge_admin: int = DEFAULT_ADMIN_PORT
+    grpc: int = DEFAULT_PORTS["gateway"]
+    """The gateway's gRPC port; the acoustic and vocoder workers listen on the next two."""
+    http: int = DEFAULT_HTTP_PORT
+    wyoming: int = DEFAULT_WYOMING_PORT_CONVENTION
+    metrics: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_METRICS_PORTS))
+
+    def moved(self, offset: int) -> MeshPorts:
+        """Every port moved by `offset`."""
+        return MeshPorts(
+            redis=self.redis + offset, edge=self.edge + offset, edge_admin=self.edge_admin + offset, grpc=self.grpc + offset,
+            http=self.http + offset, wyoming=self.wyoming + offset,
+            metrics={service: port + offset for service, port in self.metrics.items()},
+        )  # fmt: skip
+
+    @property
+    def grpc_ports(self) -> dict[str, int]:
+        """Each service's gRPC port."""
+        return {"gateway": self.grpc, "acoustic": self.grpc + 1, "vocoder": self.grpc + 2}
+
+    def all(self) -> list[int]:
+        """Every port, each once."""
+        return [self.redis, self.edge, self.edge_admin, *self.grpc_ports.values(), self.http, self.wyoming, *self.metrics.values()]
+
+
 def main(argv: list[str] | None = None) -> int:
+    defaults = MeshPorts()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port-offset", type=int, default=0, help="move every port below by this much (default 0)")
-    parser.add_argument("--redis-port", type=int, help=f"port of the embedded Redis (default {DEFAULT_REDIS_PORT})")
-    parser.add_argument("--edge-port", type=int, help=f"the edge's one public port (default {DEFAULT_EDGE_PORT})")
+    parser.add_argument("--redis-port", type=int, help=f"port of the embedded Redis (default {defaults.redis})")
+    parser.add_argument("--edge-port", type=int, help=f"the edge's one public port (default {defaults.edge})")
     parser.add_argument(
-        "--grpc-port", type=int,
-        help=f"the gateway's gRPC port (default {DEFAULT_PORTS['gateway']}); the acoustic and vocoder workers listen on the next two",
-    )  # fmt: skip
+        "--grpc-port", type=int, help=f"the gateway's gRPC port (default {defaults.grpc}); the acoustic and vocoder workers listen on the next two"
+    )
     parser.add_argument("--no-edge", action="store_true", help="run without the edge (the gateway's own ports only)")
     args = parser.parse_args(argv)
-    offset = args.port_offset
-    redis_port = DEFAULT_REDIS_PORT + offset if args.redis_port is None else args.redis_port
-    edge_port = DEFAULT_EDGE_PORT + offset if args.edge_port is None else args.edge_port
-    grpc_port = DEFAULT_PORTS["gateway"] + offset if args.grpc_port is None else args.grpc_port
-    http_port, wyoming_port = DEFAULT_HTTP_PORT + offset, DEFAULT_WYOMING_PORT_CONVENTION + offset
-    every_port = [redis_port, edge_port, grpc_port, grpc_port + 2, http_port, wyoming_port, DEFAULT_ADMIN_PORT + offset,
-                  *(port + offset for port in DEFAULT_METRICS_PORTS.values())]  # fmt: skip
-    if not all(1 <= port <= 65535 for port in every_port):
-        parser.error(f"ports must lie in 1..65535; with these flags they span {min(every_port)}..{max(every_port)}")
+    ports = defaults.moved(args.port_offset)
+    chosen = {"redis": args.redis_port, "edge": args.edge_port, "grpc": args.grpc_port}
+    ports = replace(ports, **{name: port for name, port in chosen.items() if port is not None})
+    if not all(1 <= port <= 65535 for port in ports.all()):
+        parser.error(f"ports must lie in 1..65535; with these flags they span {min(ports.all())}..{max(ports.all())}")
     secrets = ensure_local_secrets()
     print(f"[run] mutual TLS between gateway and workers, sealed cache values; secrets in {secrets.tls.directory.parent}", flush=True)
     # Behind the edge every request comes from 127.0.0.1: the gateway counts per-client limits by
     # the address the edge forwarded for instead (libs/serving/clients.py).
     behind_edge = [] if args.no_edge else ["--trusted-proxies=127.0.0.1,::1"]
     # Home Assistant's Wyoming door, on this host only (it has no authentication of its own).
-    wyoming = [f"--wyoming-port={wyoming_port}", "--wyoming-host=127.0.0.1"]
-    ports = {"gateway": grpc_port, "acoustic": grpc_port + 1, "vocoder": grpc_port + 2}
-    gateway = [*behind_edge, *wyoming, f"--http-port={http_port}"]
-    gateway += [f"--{kind}={DEFAULT_ZONE}=127.0.0.1:{ports[kind]}" for kind in ("acoustic", "vocoder")]
+    wyoming = [f"--wyoming-port={ports.wyoming}", "--wyoming-host=127.0.0.1"]
+    grpc_ports = ports.grpc_ports
+    gateway = [*behind_edge, *wyoming, f"--http-port={ports.http}"]
+    gateway += [f"--{kind}={DEFAULT_ZONE}=127.0.0.1:{grpc_ports[kind]}" for kind in ("acoustic", "vocoder")]
     specs = [
         ServiceSpec(
-            name, name, ports[name],
-            [f"--port={ports[name]}", f"--metrics-port={DEFAULT_METRICS_PORTS[name] + offset}", *secrets.service_args(name),
+            name, name, grpc_ports[name],
+            [f"--port={grpc_ports[name]}", f"--metrics-port={ports.metrics[name]}", *secrets.service_args(name),
              *(gateway if name == "gateway" else [])],
             credentials=secrets.health_credentials(name),
         )
         for name in ("acoustic", "vocoder", "gateway")
     ]  # fmt: skip
-    ready = f"[run] ready: gateway on 127.0.0.1:{grpc_port} (HTTP {http_port}), Wyoming on 127.0.0.1:{wyoming_port}"
+    ready = f"[run] ready: gateway on 127.0.0.1:{ports.grpc} (HTTP {ports.http}), Wyoming on 127.0.0.1:{ports.wyoming}"
     if not args.no_edge:
-        ready += f"; web page, grpc-web, gRPC and HTTP API through the edge at http://127.0.0.1:{edge_port}/"
-    moved = "" if grpc_port == DEFAULT_PORTS["gateway"] else f" TTS_MESH_ADDRESS=127.0.0.1:{grpc_port}"
+        ready += f"; web page, grpc-web, gRPC and HTTP API through the edge at http://127.0.0.1:{ports.edge}/"
+    moved = "" if ports.grpc == defaults.grpc else f" TTS_MESH_ADDRESS=127.0.0.1:{ports.grpc}"
     ready += f'. Try: make say TEXT="Hello."{moved}'
     with contextlib.ExitStack() as stack:
-        env = stack.enter_context(redis_unless_configured(redis_port, secrets.redis_password))
+        env = stack.enter_context(redis_unless_configured(ports.redis, secrets.redis_password))
         companions = {}
         if not args.no_edge:
-            edge = stack.enter_context(EdgeProcess(_edge_settings(edge_port, DEFAULT_ADMIN_PORT + offset, grpc_port, http_port)))
-            print(f"[run] edge (Envoy) on 127.0.0.1:{edge_port}, admin on 127.0.0.1:{edge.settings.admin_port}", flush=True)
+            edge = stack.enter_context(EdgeProcess(_edge_settings(ports)))
+            print(f"[run] edge (Envoy) on 127.0.0.1:{ports.edge}, admin on 127.0.0.1:{edge.settings.admin_port}", flush=True)
             companions["edge"] = edge.process
         return run_foreground(specs, REPO_ROOT, env, ready, companions=companions)
 
 
-def _edge_settings(port: int, admin_port: int, gateway_grpc_port: int, gateway_http_port: int) -> EdgeSettings:
+def _edge_settings(ports: MeshPorts) -> EdgeSettings:
     return EdgeSettings(
-        port=port,
-        admin_port=admin_port,
-        gateway_grpc_port=gateway_grpc_port,
-        gateway_http_port=gateway_http_port,
-        cors_origins=(f"http://localhost:{port}", f"http://127.0.0.1:{port}"),
+        port=ports.edge,
+        admin_port=ports.edge_admin,
+        gateway_grpc_port=ports.grpc,
+        gateway_http_port=ports.http,
+        cors_origins=(f"http://localhost:{ports.edge}", f"http://127.0.0.1:{ports.edge}"),
     )
 
 

@@ -13,12 +13,8 @@ from pathlib import Path
 import grpc
 import httpx
 
-from libs.devmesh.embedded_redis import DEFAULT_REDIS_PORT
-from libs.edge.envoy import DEFAULT_ADMIN_PORT, DEFAULT_EDGE_PORT
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
-from libs.serving.http import DEFAULT_HTTP_PORT
-from libs.serving.server import DEFAULT_METRICS_PORTS
-from libs.serving.wyoming import DEFAULT_WYOMING_PORT_CONVENTION
+from scripts.run_mesh import MeshPorts
 from tests.support.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -26,11 +22,10 @@ START_TIMEOUT_S = 240.0
 
 
 def _port_offset() -> int:
-    """An offset that puts every port of `make run` but the gRPC ones on free ports (the ports as
-    offsets from the Redis port, the lowest)."""
-    ports = [DEFAULT_REDIS_PORT, DEFAULT_HTTP_PORT, DEFAULT_EDGE_PORT, DEFAULT_ADMIN_PORT, DEFAULT_WYOMING_PORT_CONVENTION,
-             *DEFAULT_METRICS_PORTS.values()]  # fmt: skip
-    return free_port([port - DEFAULT_REDIS_PORT for port in ports]) - DEFAULT_REDIS_PORT
+    """An offset that puts every port of `make run` but the gRPC ones on free ports."""
+    defaults = MeshPorts()
+    ports = sorted(set(defaults.all()) - set(defaults.grpc_ports.values()))
+    return free_port([port - ports[0] for port in ports]) - ports[0]
 
 
 def test_make_run_starts_the_mesh_behind_the_edge_and_speaks(tmp_path: Path) -> None:
@@ -41,6 +36,7 @@ def test_make_run_starts_the_mesh_behind_the_edge_and_speaks(tmp_path: Path) -> 
     # test beside this one can hold one; the gRPC ports on their own below the ephemeral range,
     # since 50051-50053 lie inside it, where any connection on the host may hold them a while.
     offset, grpc_port = _port_offset(), free_port((0, 1, 2))
+    ports = MeshPorts().moved(offset)  # all but the gRPC ones, which the edge stands for here
     runner = subprocess.Popen(
         [sys.executable, "-m", "scripts.run_mesh", "--port-offset", str(offset), "--grpc-port", str(grpc_port)],
         cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -51,7 +47,7 @@ def test_make_run_starts_the_mesh_behind_the_edge_and_speaks(tmp_path: Path) -> 
             assert runner.poll() is None, (tmp_path / "run.log").read_text(errors="replace")[-3000:]
             assert time.monotonic() < deadline, "make run was not ready in time"
             time.sleep(0.5)
-        edge = f"127.0.0.1:{DEFAULT_EDGE_PORT + offset}"
+        edge = f"127.0.0.1:{ports.edge}"
         with grpc.insecure_channel(edge) as channel:
             request = tts_pb2.SynthesizeRequest(text="Hello from make run.", encoding=tts_pb2.LINEAR_PCM)
             audio = b"".join(r.audio for r in tts_pb2_grpc.TextToSpeechStub(channel).Synthesize(request, timeout=60))
@@ -63,9 +59,9 @@ def test_make_run_starts_the_mesh_behind_the_edge_and_speaks(tmp_path: Path) -> 
         page = httpx.get(f"http://{edge}/", timeout=10)
         assert page.status_code == 200 and "<html" in page.text
         assert httpx.get(f"http://{edge}/healthz", timeout=10).status_code == 200
-        assert httpx.get(f"http://127.0.0.1:{DEFAULT_HTTP_PORT + offset}/v1/models", timeout=10).status_code == 200  # the gateway's own
-        for service, port in DEFAULT_METRICS_PORTS.items():
-            assert f"tts_{service}_" in httpx.get(f"http://127.0.0.1:{port + offset}/metrics", timeout=10).text
+        assert httpx.get(f"http://127.0.0.1:{ports.http}/v1/models", timeout=10).status_code == 200  # the gateway's own
+        for service, port in ports.metrics.items():
+            assert f"tts_{service}_" in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
     finally:
         os.killpg(runner.pid, signal.SIGINT)
         try:

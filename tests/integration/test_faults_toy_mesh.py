@@ -323,7 +323,6 @@ async def test_a_stream_whose_worker_dies_after_the_other_refused_it_is_shed_as_
     refusing.start()
     serving = mesh.of("vocoder", "zone-b")
     pool = await _pool([mesh.of("acoustic", "zone-a").spec], [f"zone-a={refusing.address}", serving.spec])
-    await _every_worker_routable(pool)
 
     async def crash_after_first_audio(count: int, response: AudioChunk) -> None:
         if count == 1:
@@ -331,6 +330,7 @@ async def test_a_stream_whose_worker_dies_after_the_other_refused_it_is_shed_as_
             await serving.proxy.crash()
 
     try:
+        await _every_worker_routable(pool)
         with pytest.raises(DownstreamError) as raised:
             await _speak(pool, crash_after_first_audio)
         assert raised.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED, str(raised.value)

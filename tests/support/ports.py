@@ -14,6 +14,7 @@ time would otherwise be given the same one.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import socket
@@ -23,24 +24,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from libs.devmesh.embedded_redis import DEFAULT_REDIS_PORT
-from libs.edge.envoy import DEFAULT_ADMIN_PORT, DEFAULT_EDGE_PORT
-from libs.serving.http import DEFAULT_HTTP_PORT
-from libs.serving.server import DEFAULT_METRICS_PORTS, DEFAULT_PORTS
-from libs.serving.wyoming import DEFAULT_WYOMING_PORT_CONVENTION
+from scripts.run_mesh import MeshPorts
 
 LOWEST_PORT: Final = 10000
 """Below this lie the ports of common local services (databases, web servers, mail)."""
-MAKE_RUN_PORTS: Final = frozenset(
-    {DEFAULT_REDIS_PORT, DEFAULT_EDGE_PORT, DEFAULT_ADMIN_PORT, DEFAULT_HTTP_PORT, DEFAULT_WYOMING_PORT_CONVENTION,
-     *DEFAULT_PORTS.values(), *DEFAULT_METRICS_PORTS.values()}
-)  # fmt: skip
+MAKE_RUN_PORTS: Final = frozenset(MeshPorts().all())
 _ATTEMPTS: Final = 200
 CLAIM_TTL_S: Final = 900.0
 """How long a port handed out stays claimed: longer than any test holds a port it never bound."""
 CLAIMS_DIR: Final = Path(tempfile.gettempdir()) / "tts-mesh-test-ports"
 
 
+@functools.cache
 def ephemeral_floor() -> int:
     """The first port of the kernel's ephemeral range, 32768 where it cannot be read."""
     try:
@@ -49,30 +44,34 @@ def ephemeral_floor() -> int:
         return 32768
 
 
-def free_port(offsets: Sequence[int] = (0,), taken: frozenset[int] | set[int] = frozenset()) -> int:
-    """A port P below the ephemeral range such that P + each of `offsets` is free right now, none of
-    them one of `taken` or of `make run`'s ports."""
+def free_port(offsets: Sequence[int] = (0,)) -> int:
+    """A port P below the ephemeral range such that P + each of `offsets` is free right now, claimed
+    here, and none of them one of `make run`'s ports."""
     ceiling = max(ephemeral_floor() - max(offsets), LOWEST_PORT + 2000)
     rng = random.Random()
     for _ in range(_ATTEMPTS):
         port = rng.randrange(LOWEST_PORT, ceiling)
         candidates = [port + offset for offset in offsets]
-        if any(candidate in taken or candidate in MAKE_RUN_PORTS for candidate in candidates):
-            continue
-        if all(_bindable(candidate) for candidate in candidates) and _claim(candidates):
+        if MAKE_RUN_PORTS.isdisjoint(candidates) and all(map(_bindable, candidates)) and _claim(candidates):
             return port
     raise RuntimeError(f"no free port (with offsets {list(offsets)}) in {LOWEST_PORT}..{ceiling}")
 
 
 def _bindable(port: int) -> bool:
-    """Whether a server could listen on `port` on every address (as gRPC's [::] does)."""
-    family, host = (socket.AF_INET6, "::") if socket.has_ipv6 else (socket.AF_INET, "0.0.0.0")
-    try:
-        with socket.socket(family) as sock:
-            sock.bind((host, port))
-    except OSError:
-        return False
-    return True
+    """Whether a server could listen on `port` on every address (as gRPC's [::] does; 0.0.0.0 on a
+    host without IPv6)."""
+    for family, host in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        try:
+            sock = socket.socket(family)
+        except OSError:
+            continue  # no such address family here
+        with sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                return False
+            return True
+    return False
 
 
 def _claim(ports: Sequence[int]) -> bool:

@@ -46,7 +46,7 @@ class LocalRedisCluster:
         self.replicas = replicas
         self.ports: list[int] = []
         for _ in range(masters * (1 + replicas)):
-            self.ports.append(free_port((0, BUS_PORT_OFFSET), taken=set(self.ports)))
+            self.ports.append(free_port((0, BUS_PORT_OFFSET)))
         self.password = password
         self._folder = tempfile.TemporaryDirectory(prefix="redis-cluster-")
         self._processes: list[subprocess.Popen[bytes]] = []
@@ -98,7 +98,7 @@ class LocalRedisCluster:
             self._wait(lambda: not self.alive(index) or self.node(index).ping())
             if self.alive(index):
                 return
-            self.ports[index] = free_port((0, BUS_PORT_OFFSET), taken=set(self.ports))
+            self.ports[index] = free_port((0, BUS_PORT_OFFSET))
             self._processes[index] = self._launch(index)
         raise AssertionError(f"Redis Cluster node {index} (port {self.ports[index]}) exited {attempts} times before it answered")
 
