@@ -16,7 +16,7 @@ TEST_WORKERS ?= 2
 .DEFAULT_GOAL := help
 .PHONY: help venv run run-zones certs web grpcjs say test test-fast proto docs voice bench bench-load bench-quality bench-faults \
 	bench-doors bench-hostile bench-voices bench-text bench-text-zh bench-jobs fuzz idle-keepalive k8s-validate image image-gpu base-image \
-	container-engine run-containers test-containers soak voice-fast
+	container-engine run-containers test-containers soak voice-fast voice-fast-adversarial
 
 ## List the targets.
 help:
@@ -96,6 +96,11 @@ voice: $(DEV)
 ## Retrain the default voice's fast tier (its student vocoder) from its quality tier, going on from its committed checkpoint: seeded, CPU only, about an hour on 2 cores from nothing.
 voice-fast: $(DEV)
 	$(PY) -m scripts.voice.fast_tier --evaluate --install
+
+## The fast tier's adversarial stage (a GPU's work: DEVICE=cuda): its input bundle, then training with snapshots in build/fast-tier/snapshots.
+voice-fast-adversarial: $(DEV)
+	$(PY) -m scripts.voice.fast_tier_adversarial --bundle-only
+	$(PY) -m scripts.voice.fast_tier_adversarial --device $(or $(DEVICE),cpu) --snapshot-every 1000
 
 ## Time to first audio, throughput, batch sweep and memory, side by side with piper-tts; CPU per audio second and per first audio of each tier.
 bench: $(DEV)

@@ -37,6 +37,7 @@ from libs.models.mel_bridge import MEL_HEAD_FILE, load_mel_head, load_mel_vocode
 from libs.voice.assets import VoiceAssets, default_voice_assets
 from libs.voice.tiers import FAST_VOCODER_FILE
 from scripts.voice.corpus import heldout_sentences, training_sentences
+from scripts.voice.fast_tier_adversarial import segment_batch
 from scripts.voice.teacher import TeacherConfig, load_teacher_voice, make_teacher_data, phoneme_id_sentences, synthesize_latent
 from scripts.voice.train import multi_resolution_stft_loss
 
@@ -121,21 +122,6 @@ def teacher_pairs(config: FastTierConfig, work_dir: Path, log=print) -> list[tup
     return pairs
 
 
-def _batch(pairs: list[tuple[torch.Tensor, torch.Tensor]], config: FastTierConfig, rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:
-    hop = config.model.hop_length
-    width = config.segment_frames + 2 * config.context_frames
-    mels, audios = [], []
-    while len(mels) < config.batch_size:
-        mel, audio = pairs[rng.randrange(len(pairs))]
-        if mel.size(-1) < width:
-            continue
-        start = rng.randrange(mel.size(-1) - width + 1)
-        mels.append(mel[:, start : start + width])
-        scored = start + config.context_frames
-        audios.append(audio[scored * hop : (scored + config.segment_frames) * hop])
-    return torch.stack(mels), torch.stack(audios)
-
-
 def train(  # type: ignore[no-untyped-def]
     config: FastTierConfig, work_dir: Path = WORK_DIR, log=print, until_step: int | None = None, checkpoint: Path | None = None
 ) -> Generator:
@@ -163,7 +149,8 @@ def train(  # type: ignore[no-untyped-def]
     while step < last:
         for group in optimiser.param_groups:
             group["lr"] = config.learning_rate_at(step)
-        mel, target = _batch(pairs, config, random.Random(f"{config.seed}-{step}"))
+        rng = random.Random(f"{config.seed}-{step}")
+        mel, target = segment_batch(pairs, config.batch_size, config.segment_frames, context, hop, rng)
         predicted = model(mel)[:, 0, context * hop : (context + config.segment_frames) * hop]
         stft = multi_resolution_stft_loss(predicted, target, STFT_RESOLUTIONS)
         mel_loss = (mel_spectrogram(predicted) - mel_spectrogram(target)).abs().mean()
@@ -196,14 +183,14 @@ def cpu_per_audio_second(vocode, mels: list[torch.Tensor], repeats: int = 3) -> 
     return best / audio_s
 
 
-def heldout_mels(sentence_count: int, work_dir: Path = WORK_DIR) -> list[torch.Tensor]:
-    """The served mel of the first `sentence_count` held-out texts (never trained on), one per sentence."""
+def heldout_mels(sentence_count: int, work_dir: Path = WORK_DIR, first: int = 0) -> list[torch.Tensor]:
+    """The served mel of `sentence_count` held-out texts (never trained on) from the `first`, one per sentence."""
     assets = default_voice_assets()
     voice = load_teacher_voice(cache_dir=work_dir / "piper-cache")
     head = load_mel_head(assets.trained_dir / MEL_HEAD_FILE)
     mels = []
     with torch.no_grad():
-        for index, text in enumerate(heldout_sentences()[:sentence_count]):
+        for index, text in enumerate(heldout_sentences()[first : first + sentence_count], start=first):
             for ids in phoneme_id_sentences(text):
                 latent, _ = synthesize_latent(voice, ids, 1000 + index, 0.667, 1.0, 0.8, None)
                 mels.append(head(latent[None])[0])
@@ -234,7 +221,34 @@ def evaluate(model: Generator, sentence_count: int = 20, work_dir: Path = WORK_D
     return scores
 
 
-def install(model: Generator, config: FastTierConfig, assets: VoiceAssets, step: int, scores: dict[str, float] | None) -> Path:
+def student_from(weights: Path, config: FastTierConfig | None = None) -> Generator:
+    """A student of `config.model` (default the committed schedule's) with the training-form weights of a snapshot file."""
+    student = Generator((config or FastTierConfig()).model)
+    student.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+    return student.eval()
+
+
+def choose_snapshot(snapshots: list[Path], work_dir: Path = WORK_DIR, log=print) -> Path:  # type: ignore[no-untyped-def]
+    """The snapshot whose audio scores the best DNSMOS on held-out texts 21-40 (the 20 of `evaluate`'s
+    check are kept out of the choice, so the check stays an unbiased one)."""
+    from bench.quality import dnsmos_scores
+
+    torch.set_num_threads(1)
+    mels = heldout_mels(20, work_dir, first=20)
+    scored = []
+    for path in snapshots:
+        student = student_from(path)
+        student.remove_weight_norm()
+        with torch.inference_mode():
+            audio = np.concatenate([student(mel[None])[0, 0].numpy() for mel in mels])
+        scored.append((dnsmos_scores(audio, 22050)[0], path))
+        log(f"{path.name}: DNSMOS {scored[-1][0]:.4f} on held-out texts 21-40")
+    return max(scored)[1]
+
+
+def install(  # type: ignore[no-untyped-def]
+    model: Generator, config: FastTierConfig, assets: VoiceAssets, step: int, scores: dict[str, float] | None, second_stage: list[str] = ()
+) -> Path:
     """Write the student of training step `step` into the voice's folder, with FAST_TIER.md saying how it was made."""
     path = assets.trained_dir / FAST_VOCODER_FILE
     save_fast_vocoder(model, path)
@@ -258,6 +272,7 @@ def install(model: Generator, config: FastTierConfig, assets: VoiceAssets, step:
         f"Trained {step:,} of the schedule's {config.total_steps:,} steps, on CPU ({platform.machine()}, torch {torch.__version__},",
         f"Python {platform.python_version()}; the last sitting on {torch.get_num_threads()} thread(s)); `{CHECKPOINT_FILE}` beside it",
         "is where training goes on from.",
+        *second_stage,
     ]
     if scores:
         lines += ["", "## Held-out check (20 held-out texts, one thread)", "", "| | quality tier | fast tier |", "|---|---:|---:|"]
@@ -265,6 +280,27 @@ def install(model: Generator, config: FastTierConfig, assets: VoiceAssets, step:
             lines.append(f"| {label} | {scores[f'quality_{key}']:.4f} | {scores[f'fast_{key}']:.4f} |")
     (assets.trained_dir / MANIFEST_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def adversarial_manifest(folder: Path, chosen: Path) -> list[str]:
+    """FAST_TIER.md's account of the adversarial stage whose snapshots and record are in `folder`."""
+    settings = json.loads((folder / "config.json").read_text())
+    device = next((line for line in (folder / "train.log").read_text().splitlines() if line.startswith("torch ")), "")
+    return [
+        "",
+        "## Second stage: adversarial",
+        "",
+        f"Then trained on as a GAN by `python -m scripts.voice.fast_tier_adversarial` ({device}), with HiFi-GAN's",
+        "discriminators at the width below, feature matching and a full-band mel loss, against the quality tier's audio:",
+        "",
+        "```",
+        json.dumps(settings, indent=1),
+        "```",
+        "",
+        f"Installed: the snapshot `{chosen.name}`, the best of the stage's snapshots by DNSMOS on held-out texts 21-40",
+        "(the check below is on texts 1-20). The stage's checkpoint (with its discriminators) is not committed; a",
+        f"later sitting starts the stage over from `{CHECKPOINT_FILE}`.",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -275,18 +311,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", type=Path, default=WORK_DIR)
     parser.add_argument("--evaluate", action="store_true", help="score the student against the quality tier afterwards")
     parser.add_argument("--install", action="store_true", help="write the student into the default voice's folder")
+    parser.add_argument("--adversarial", type=Path, default=None,
+                        help="a folder of the adversarial stage's snapshots (and its config.json and train.log): the best on "
+                        "held-out texts is the student evaluated and installed, instead of the first stage's")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     config = FastTierConfig(steps=args.steps)
     assets = default_voice_assets()
     checkpoint = assets.trained_dir / CHECKPOINT_FILE
     model = train(config, args.work_dir, until_step=args.until_step, checkpoint=checkpoint)
+    second_stage: list[str] = []
+    if args.adversarial is not None:
+        chosen = choose_snapshot(sorted(args.adversarial.glob("student-*.pt")), args.work_dir)
+        model = student_from(chosen, config)
+        second_stage = adversarial_manifest(args.adversarial, chosen)
     scores = evaluate(model, work_dir=args.work_dir) if args.evaluate else None
     if scores:
         print(json.dumps(scores, indent=2))
     if args.install:
         step = int(torch.load(checkpoint, weights_only=False)["step"])
-        print(f"installed {install(model, config, assets, step, scores)}")
+        print(f"installed {install(model, config, assets, step, scores, second_stage)}")
     return 0
 
 
