@@ -48,8 +48,14 @@ BACKGROUND_NICE: Final = 10
 FIRST_AUDIO_NICE: Final = 5
 """The OS nice value of first-audio threads: the kernel's weight for nice 5 is 335 against 1024 for an
 urgent thread (which gets three quarters of a core shared with one) and 110 for a background one."""
+UPSTREAM_URGENT_NICE: Final = 5
+"""The OS nice value of the urgent threads of a worker whose every step is followed by another worker's
+before anyone hears it (the acoustic worker, upstream of the vocoder). When both workers have work due,
+the step nearer the listener goes first: the acoustic worker's due work is mel for audio the vocoder
+will make after what it is making now. On a small CPU quota this is most of a lone listener's wait: a
+starting stream's first audio is held until the vocoder's second step is done, and the acoustic
+worker's next chunks (due, as the listener has been waiting) had taken half the quota from it."""
 URGENT, FIRST_AUDIO, BACKGROUND = URGENT_LANE, FIRST_AUDIO_LANE, BACKGROUND_LANE
-LANE_NICE: Final = {URGENT: 0, FIRST_AUDIO: FIRST_AUDIO_NICE, BACKGROUND: BACKGROUND_NICE}
 MAX_IDLE_WAIT_S: Final = 60.0
 """The longest an urgent thread sleeps before looking at the queue again (a wait may not exceed what the OS takes)."""
 
@@ -99,9 +105,13 @@ class DeadlineExecutor(Executor):
         by_deadline: bool = True,
         urgent_threads: int = 0,
         first_audio_threads: int = 0,
+        urgent_nice: int = 0,
     ) -> None:
         """`threads` run everything without lanes, or are the background lane with them
-        (`urgent_threads` > 0, and `first_audio_threads` for a lane of first audios of their own)."""
+        (`urgent_threads` > 0, and `first_audio_threads` for a lane of first audios of their own);
+        `urgent_nice` is the OS nice value of the urgent lane (UPSTREAM_URGENT_NICE for an upstream worker)."""
+        if not 0 <= urgent_nice < FIRST_AUDIO_NICE + 1:
+            raise ValueError(f"urgent_nice must be 0 to {FIRST_AUDIO_NICE} (the first-audio lane's), got {urgent_nice}")
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
         if urgent_threads < 0 or first_audio_threads < 0:
@@ -113,6 +123,8 @@ class DeadlineExecutor(Executor):
         self._lanes = by_deadline and urgent_threads > 0
         self._first_lane = self._lanes and first_audio_threads > 0
         self.first_audio_threads = first_audio_threads if self._first_lane else 0
+        self.lane_nice = {URGENT: urgent_nice if self._lanes else 0, FIRST_AUDIO: FIRST_AUDIO_NICE, BACKGROUND: BACKGROUND_NICE}
+        """The OS nice value of each lane's threads."""
         self._playing: list[_Call] = []
         self._first: list[_Call] = []
         self._order = itertools.count()
@@ -239,9 +251,9 @@ class DeadlineExecutor(Executor):
         return None, min(top.background_start_by_s - now, MAX_IDLE_WAIT_S)
 
     def _work(self, lane: str) -> None:
-        if LANE_NICE[lane]:
+        if self.lane_nice[lane]:
             with contextlib.suppress(OSError):  # raising one's own nice value never needs a privilege
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + LANE_NICE[lane])
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + self.lane_nice[lane])
         normal_priority = lane == URGENT
         _lane.name = lane
         while True:

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from libs.scheduling.budget import CpuBudget
 from libs.scheduling.capacity import SharedCapacity
-from libs.scheduling.executor import DeadlineExecutor
+from libs.scheduling.executor import UPSTREAM_URGENT_NICE, DeadlineExecutor
 from libs.scheduling.scheduler import Scheduler
 from libs.serving.admission import Admission, AdmissionSettings
 from libs.serving.server import ServerSettings, ServiceRuntime, freeze_startup_heap
@@ -78,8 +78,10 @@ class WorkerSettings:
         return max(self.inference_threads, self.max_batch)
 
 
-def inference_executor(settings: WorkerSettings, budget: CpuBudget | None = None) -> DeadlineExecutor:
-    """The executor every engine call of a worker runs on, earliest playback deadline first.
+def inference_executor(settings: WorkerSettings, budget: CpuBudget | None = None, *, upstream: bool = False) -> DeadlineExecutor:
+    """The executor every engine call of a worker runs on, earliest playback deadline first; `upstream`
+    for a worker whose steps another worker's follow (its urgent lane yields to theirs:
+    libs.scheduling.executor.UPSTREAM_URGENT_NICE).
 
     With one thread (the default), streams take turns chunk by chunk and the model's own intra-op
     parallelism (--threads) uses the cores; more threads let several streams' steps run side by
@@ -97,6 +99,7 @@ def inference_executor(settings: WorkerSettings, budget: CpuBudget | None = None
         by_deadline=settings.scheduling == "deadline",
         urgent_threads=urgent if settings.max_batch <= 1 else 0,
         first_audio_threads=first,
+        urgent_nice=UPSTREAM_URGENT_NICE if upstream else 0,
     )
 
 

@@ -43,7 +43,7 @@ async def serve(settings: WorkerServiceSettings) -> None:
     """Run the acoustic worker until SIGTERM/SIGINT."""
     metrics = AcousticMetrics()
     budget = read_cpu_budget()
-    executor = inference_executor(settings.worker, budget)
+    executor = inference_executor(settings.worker, budget, upstream=True)
     batched = settings.worker.max_batch > 1
     scheduler, admission = worker_scheduling("acoustic", executor, settings.admission, metrics, lambda: batched, budget)
     servicer = AcousticServicer(metrics, scheduler, admission)

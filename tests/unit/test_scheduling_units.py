@@ -11,9 +11,10 @@ import pytest
 
 from bench.measure import playback_stalls
 from libs.scheduling.costs import StepEstimate
-from libs.scheduling.executor import BACKGROUND_NICE, FIRST_AUDIO_NICE, DeadlineExecutor
+from libs.scheduling.executor import BACKGROUND_NICE, FIRST_AUDIO_NICE, UPSTREAM_URGENT_NICE, DeadlineExecutor
 from libs.scheduling.stream import DEFAULT_VOCODER_LAG_FRAMES, StreamPlayback, VocoderPacing
 from libs.serving.admission import AdmissionSettings, refusal_reason
+from libs.serving.worker import WorkerSettings, inference_executor
 from libs.synthesis.lookahead import Lookahead
 from libs.upstream.playback import PlaybackClock
 
@@ -428,6 +429,23 @@ def test_a_first_audio_lane_runs_first_audios_beside_the_urgent_work_at_a_priori
     finally:
         gate.set()
         executor.shutdown()
+
+
+def test_an_upstream_workers_urgent_lane_yields_to_the_downstream_ones_and_only_with_lanes() -> None:
+    base_nice = os.getpriority(os.PRIO_PROCESS, 0)
+    settings = WorkerSettings(urgent_threads=1, first_audio_threads=1)
+    upstream, downstream = inference_executor(settings, upstream=True), inference_executor(settings)
+    plain = DeadlineExecutor(1, urgent_threads=0, urgent_nice=UPSTREAM_URGENT_NICE)  # no lanes: nothing to yield to
+    try:
+        for executor, nice in ((upstream, UPSTREAM_URGENT_NICE), (downstream, 0)):
+            name, got = executor.submit_by(time.monotonic(), _lane_of_call).result(5)
+            assert "urgent" in name and got == min(19, base_nice + nice)
+        assert plain.submit(_lane_of_call).result(5)[1] == base_nice
+        with pytest.raises(ValueError, match="urgent_nice"):
+            DeadlineExecutor(1, urgent_threads=1, urgent_nice=FIRST_AUDIO_NICE + 1)
+    finally:
+        for executor in (upstream, downstream, plain):
+            executor.shutdown()
 
 
 def test_the_background_lane_takes_work_that_can_wait_once_the_urgent_top_is_taken() -> None:
