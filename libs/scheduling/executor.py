@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 from libs.scheduling.costs import BACKGROUND_LANE, FIRST_AUDIO_LANE, NO_ESTIMATE, URGENT_LANE, StepEstimate
@@ -251,6 +252,9 @@ class DeadlineExecutor(Executor):
         return None, min(top.background_start_by_s - now, MAX_IDLE_WAIT_S)
 
     def _work(self, lane: str) -> None:
+        # The OS knows the thread by this name too (top -H, /proc/<pid>/task/<tid>/comm: 15 bytes at most).
+        with contextlib.suppress(OSError):
+            Path(f"/proc/self/task/{threading.get_native_id()}/comm").write_text(threading.current_thread().name.split("_", 1)[-1][:15])
         if self.lane_nice[lane]:
             with contextlib.suppress(OSError):  # raising one's own nice value never needs a privilege
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + self.lane_nice[lane])

@@ -6,6 +6,7 @@ import asyncio
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -440,6 +441,8 @@ def test_an_upstream_workers_urgent_lane_yields_to_the_downstream_ones_and_only_
         for executor, nice in ((upstream, UPSTREAM_URGENT_NICE), (downstream, 0)):
             name, got = executor.submit_by(time.monotonic(), _lane_of_call).result(5)
             assert "urgent" in name and got == min(19, base_nice + nice)
+            os_name = executor.submit_by(time.monotonic(), lambda: Path(f"/proc/self/task/{threading.get_native_id()}/comm").read_text())
+            assert os_name.result(5).strip() == "urgent_0", "the OS (top -H) sees the lane too"
         assert plain.submit(_lane_of_call).result(5)[1] == base_nice
         with pytest.raises(ValueError, match="urgent_nice"):
             DeadlineExecutor(1, urgent_threads=1, urgent_nice=FIRST_AUDIO_NICE + 1)
