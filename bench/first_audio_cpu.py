@@ -30,6 +30,7 @@ from bench.mesh import BenchMesh
 from bench.realtime import PROXY, Texts, burst
 from bench.report import machine_header
 from bench.speed import pin_cores
+from libs.scheduling.costs import BACKGROUND_LANE, FIRST_AUDIO_LANE, URGENT_LANE
 
 SAMPLE_EVERY_S = 0.003
 PAUSE_S = 1.5
@@ -91,7 +92,7 @@ def inference_lanes(pids: dict[str, int]) -> dict[int, str]:
     for service in ("acoustic", "vocoder"):
         for tid, (name, _) in thread_cpu(pids[service]).items():
             lane = name.rsplit("_", 1)[0]
-            if lane in ("urgent", "first", "background"):
+            if lane in (URGENT_LANE, FIRST_AUDIO_LANE, BACKGROUND_LANE):
                 lanes[tid] = f"lane {lane}"
     return lanes
 
@@ -125,7 +126,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"a stream failed: {result.status} {result.error}")
                     continue
                 first_audio_s = sent_s + result.started_s + result.ttfa_s
-                time.sleep(0.05)
                 rows.append((result.ttfa_s, spent_ms(sampler.at(sent_s), sampler.at(first_audio_s), lanes)))
             sampler.stopped.set()
         finally:

@@ -51,8 +51,10 @@ class MelConfig:
 
 
 @lru_cache(maxsize=8)
+@lru_cache(maxsize=8)
 def mel_filterbank(config: MelConfig) -> torch.Tensor:
-    """Slaney-normalised mel filters [n_mels, n_fft // 2 + 1], as librosa makes them."""
+    """Slaney-normalised mel filters [n_mels, n_fft // 2 + 1], as librosa makes them (made once per
+    config: a training loop takes the mel of every batch; the tensor is shared, so never changed)."""
     import librosa  # only the training and measuring code needs librosa
 
     filters = librosa.filters.mel(
@@ -67,8 +69,12 @@ def mel_filterbank(config: MelConfig) -> torch.Tensor:
     return torch.from_numpy(filters).float()
 
 
-def mel_spectrogram(audio: torch.Tensor | np.ndarray, config: MelConfig = MelConfig()) -> torch.Tensor:
-    """Log-mel of `audio` ([samples] or [batch, samples], float in [-1, 1]) -> [batch?, n_mels, frames]."""
+def mel_spectrogram(
+    audio: torch.Tensor | np.ndarray, config: MelConfig = MelConfig(), filterbank: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Log-mel of `audio` ([samples] or [batch, samples], float in [-1, 1]) -> [batch?, n_mels, frames],
+    on the audio's device. `filterbank` (on that device) stands in for `mel_filterbank(config)`: where
+    librosa is not installed, or to keep the filters on a GPU."""
     waveform = torch.as_tensor(audio, dtype=torch.float32)
     squeeze = waveform.dim() == 1
     if squeeze:
@@ -80,12 +86,13 @@ def mel_spectrogram(audio: torch.Tensor | np.ndarray, config: MelConfig = MelCon
         n_fft=config.n_fft,
         hop_length=config.hop_length,
         win_length=config.win_length,
-        window=torch.hann_window(config.win_length),
+        window=torch.hann_window(config.win_length, device=waveform.device),
         center=False,
         normalized=False,
         onesided=True,
         return_complex=True,
     )
     magnitude = torch.sqrt(spec.real.pow(2) + spec.imag.pow(2) + MAGNITUDE_EPSILON)
-    mel = torch.log(torch.clamp(mel_filterbank(config) @ magnitude, min=LOG_FLOOR))
+    filters = mel_filterbank(config) if filterbank is None else filterbank
+    mel = torch.log(torch.clamp(filters @ magnitude, min=LOG_FLOOR))
     return mel.squeeze(0) if squeeze else mel

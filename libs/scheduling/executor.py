@@ -111,7 +111,7 @@ class DeadlineExecutor(Executor):
         """`threads` run everything without lanes, or are the background lane with them
         (`urgent_threads` > 0, and `first_audio_threads` for a lane of first audios of their own);
         `urgent_nice` is the OS nice value of the urgent lane (UPSTREAM_URGENT_NICE for an upstream worker)."""
-        if not 0 <= urgent_nice < FIRST_AUDIO_NICE + 1:
+        if not 0 <= urgent_nice <= FIRST_AUDIO_NICE:
             raise ValueError(f"urgent_nice must be 0 to {FIRST_AUDIO_NICE} (the first-audio lane's), got {urgent_nice}")
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
@@ -258,7 +258,7 @@ class DeadlineExecutor(Executor):
         if self.lane_nice[lane]:
             with contextlib.suppress(OSError):  # raising one's own nice value never needs a privilege
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + self.lane_nice[lane])
-        normal_priority = lane == URGENT
+        normal_priority = self.lane_nice[lane] == 0
         _lane.name = lane
         while True:
             with self._condition:

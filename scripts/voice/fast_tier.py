@@ -25,6 +25,7 @@ import platform
 import random
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -37,7 +38,8 @@ from libs.models.mel_bridge import MEL_HEAD_FILE, load_mel_head, load_mel_vocode
 from libs.voice.assets import VoiceAssets, default_voice_assets
 from libs.voice.tiers import FAST_VOCODER_FILE
 from scripts.voice.corpus import heldout_sentences, training_sentences
-from scripts.voice.fast_tier_adversarial import segment_batch
+from scripts.voice.fast_tier_adversarial import STAGE_RECORD_FILE
+from scripts.voice.segments import segment_batch
 from scripts.voice.teacher import TeacherConfig, load_teacher_voice, make_teacher_data, phoneme_id_sentences, synthesize_latent
 from scripts.voice.train import multi_resolution_stft_loss
 
@@ -247,7 +249,7 @@ def choose_snapshot(snapshots: list[Path], work_dir: Path = WORK_DIR, log=print)
 
 
 def install(  # type: ignore[no-untyped-def]
-    model: Generator, config: FastTierConfig, assets: VoiceAssets, step: int, scores: dict[str, float] | None, second_stage: list[str] = ()
+    model: Generator, config: FastTierConfig, assets: VoiceAssets, step: int, scores: dict[str, float] | None, second_stage: Sequence[str] = ()
 ) -> Path:
     """Write the student of training step `step` into the voice's folder, with FAST_TIER.md saying how it was made."""
     path = assets.trained_dir / FAST_VOCODER_FILE
@@ -283,14 +285,14 @@ def install(  # type: ignore[no-untyped-def]
 
 
 def adversarial_manifest(folder: Path, chosen: Path) -> list[str]:
-    """FAST_TIER.md's account of the adversarial stage whose snapshots and record are in `folder`."""
-    settings = json.loads((folder / "config.json").read_text())
-    device = next((line for line in (folder / "train.log").read_text().splitlines() if line.startswith("torch ")), "")
+    """FAST_TIER.md's account of the adversarial stage whose snapshots and record (STAGE_RECORD_FILE) are in `folder`."""
+    record = json.loads((folder / STAGE_RECORD_FILE).read_text())
+    settings = record["config"]
     return [
         "",
         "## Second stage: adversarial",
         "",
-        f"Then trained on as a GAN by `python -m scripts.voice.fast_tier_adversarial` ({device}), with HiFi-GAN's",
+        f"Then trained on as a GAN by `python -m scripts.voice.fast_tier_adversarial` ({record['machine']}), with HiFi-GAN's",
         "discriminators at the width below, feature matching and a full-band mel loss, against the quality tier's audio:",
         "",
         "```",
@@ -312,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--evaluate", action="store_true", help="score the student against the quality tier afterwards")
     parser.add_argument("--install", action="store_true", help="write the student into the default voice's folder")
     parser.add_argument("--adversarial", type=Path, default=None,
-                        help="a folder of the adversarial stage's snapshots (and its config.json and train.log): the best on "
+                        help="a folder of the adversarial stage's snapshots and its record: the best on "
                         "held-out texts is the student evaluated and installed, instead of the first stage's")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -14,14 +14,17 @@ Every batch and learning rate follow from the step's number; the stage's checkpo
 discriminators, both optimisers) is written every `checkpoint_every` steps into the work folder, and a
 run goes on from it. It is not committed (the discriminators are 18 MB with 37 MB of optimiser state):
 a later sitting on another machine starts the stage over from the distilled student. `--snapshot-every`
-keeps the student's weights along the way, so the step that is installed can be chosen by held-out
-quality (scripts.voice.fast_tier --choose).
+keeps the student's weights along the way, with a record of the stage (STAGE_RECORD_FILE: its settings
+and the machine), so the step that is installed can be chosen by held-out quality
+(`python -m scripts.voice.fast_tier --adversarial SNAPSHOT_DIR`). `--sitting-s` ends a sitting at a time
+limit (checkpointed and snapshotted), as a lent GPU's is.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import platform
 import random
 import sys
 import time
@@ -33,6 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from libs.audio.mel import mel_spectrogram
 from libs.models.discriminators import (
     DiscriminatorConfig,
     Discriminators,
@@ -42,9 +46,12 @@ from libs.models.discriminators import (
 )
 from libs.models.hifigan import Generator, GeneratorConfig
 from libs.models.mel_bridge import ConvStackConfig, MelAdapter, MelAdapterConfig, MelVocoder
+from scripts.voice.segments import segment_batch
 
 BUNDLE_FILE: Final = "adversarial-bundle.pt"
 CHECKPOINT_FILE: Final = "adversarial-checkpoint.pt"
+STAGE_RECORD_FILE: Final = "stage.json"
+"""Beside the snapshots: the stage's settings and the machine it ran on, for the voice's FAST_TIER.md."""
 LOSS_MEL_FMAX_HZ: Final = 11025.0
 """The loss mel reaches Nyquist (HiFi-GAN's fmax_for_loss is None), unlike the served mel's 8 kHz: the
 band above 8 kHz is where a student's hiss and buzz live."""
@@ -55,7 +62,9 @@ class AdversarialConfig:
     """How the second stage trains."""
 
     steps: int = 12000
+    """Steps of the stage, over which the learning rate decays."""
     batch_size: int = 16
+    """Segments per step."""
     segment_frames: int = 32
     """Frames of each segment the discriminators and losses see (32 frames: HiFi-GAN's 8,192 samples)."""
     context_frames: int = 8
@@ -63,36 +72,38 @@ class AdversarialConfig:
     learning_rate: float = 2e-4
     """Peak learning rate of both optimisers (cosine decay over `steps`)."""
     mel_weight: float = 45.0
+    """Weight of the full-band log-mel L1 in the student's loss (HiFi-GAN's)."""
     feature_matching_weight: float = 2.0
+    """Weight of the discriminators' feature matching in the student's loss (HiFi-GAN's)."""
     discriminator_warmup_steps: int = 1000
     """Steps at the start in which only the discriminators learn: three steps of a student against
     untrained discriminators cost it 0.11 DNSMOS on held-out texts here."""
     seed: int = 11
+    """Seed of the discriminators' initial weights and of every step's batch."""
     checkpoint_every: int = 1000
+    """Steps between checkpoints in the work folder."""
     discriminators: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
+    """Their widths."""
 
     def to_dict(self) -> dict:
+        """Plain JSON-ready dict (tuples as lists, as a checkpoint read back has them)."""
         return json.loads(json.dumps(asdict(self)))
 
     def learning_rate_at(self, step: int) -> float:
+        """Both optimisers' learning rate at `step`: a cosine decay from the peak over `steps`."""
         return self.learning_rate * 0.5 * (1 + np.cos(np.pi * min(step, self.steps) / self.steps))
 
 
 class LossMel(nn.Module):
-    """Log-mel of a batch of waveforms with given filters (n_fft 1024, hop 256): the loss's view of audio."""
+    """The mel recipe (libs.audio.mel) with filters of its own, kept on the module's device: the loss's view of audio."""
 
-    def __init__(self, filterbank: torch.Tensor, n_fft: int = 1024, hop_length: int = 256) -> None:
+    def __init__(self, filterbank: torch.Tensor) -> None:
         super().__init__()
-        self.n_fft, self.hop_length = n_fft, hop_length
         self.register_buffer("filterbank", filterbank.float())
-        self.register_buffer("window", torch.hann_window(n_fft))
 
     def forward(self, audio: torch.Tensor) -> torch.Tensor:
-        pad = (self.n_fft - self.hop_length) // 2
-        padded = nn.functional.pad(audio.unsqueeze(1), (pad, pad), mode="reflect").squeeze(1)
-        spec = torch.stft(padded, self.n_fft, self.hop_length, window=self.window, center=False, return_complex=True)
-        magnitude = torch.sqrt(spec.real.pow(2) + spec.imag.pow(2) + 1e-9)
-        return torch.log(torch.clamp(self.filterbank @ magnitude, min=1e-5))
+        """Waveforms [B, samples] -> log-mel [B, n_mels, frames]."""
+        return mel_spectrogram(audio, filterbank=self.filterbank)
 
 
 def write_bundle(work_dir: Path, student_checkpoint: Path) -> Path:
@@ -143,24 +154,6 @@ def teacher_audio(bundle: dict, device: torch.device, log=print) -> list[tuple[t
     return pairs
 
 
-def segment_batch(  # type: ignore[no-untyped-def]
-    pairs, batch_size: int, segment_frames: int, context_frames: int, hop: int, rng: random.Random
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """`batch_size` random segments of (mel, audio) pairs: mel of `segment_frames` with
-    `context_frames` more each side [B, 80, frames], and the audio of the segment alone [B, samples]."""
-    width = segment_frames + 2 * context_frames
-    mels, audios = [], []
-    while len(mels) < batch_size:
-        mel, audio = pairs[rng.randrange(len(pairs))]
-        if mel.size(-1) < width:
-            continue
-        start = rng.randrange(mel.size(-1) - width + 1)
-        mels.append(mel[:, start : start + width])
-        scored = start + context_frames
-        audios.append(audio[scored * hop : (scored + segment_frames) * hop])
-    return torch.stack(mels), torch.stack(audios)
-
-
 def train_adversarial(  # type: ignore[no-untyped-def]
     config: AdversarialConfig,
     bundle: dict,
@@ -199,6 +192,8 @@ def train_adversarial(  # type: ignore[no-untyped-def]
             optimiser_d.load_state_dict(state["optimiser_d"])
             step = int(state["step"])
             log(f"resumed at step {step}")
+    if snapshot_dir is not None and snapshot_every:
+        write_stage_record(snapshot_dir, config, device, bundle["student_step"])
     hop, context = generator.config.hop_length, config.context_frames
     last = config.steps if until_step is None else min(until_step, config.steps)
     generator.train()
@@ -248,6 +243,15 @@ def train_adversarial(  # type: ignore[no-untyped-def]
     return generator.cpu().eval()
 
 
+def write_stage_record(snapshot_dir: Path, config: AdversarialConfig, device: torch.device, student_step: int) -> None:
+    """STAGE_RECORD_FILE in `snapshot_dir`: the stage's settings and the machine that trains it."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
+    machine = f"{device.type}, {name}, torch {torch.__version__}"
+    snapshot_dir.mkdir(parents=True, exist_ok=True)
+    record = {"config": config.to_dict(), "machine": machine, "student_step": student_step}
+    (snapshot_dir / STAGE_RECORD_FILE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work-dir", type=Path, default=Path("build") / "fast-tier")
@@ -259,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=AdversarialConfig.batch_size)
     parser.add_argument("--until-step", type=int, default=None, help="stop (checkpointed) at this step; run again to go on")
     parser.add_argument("--snapshot-every", type=int, default=0, help="keep the student's weights every this many steps")
-    parser.add_argument("--snapshot-dir", type=Path, default=None)
+    parser.add_argument("--snapshot-dir", type=Path, default=None, help="where snapshots go (default: WORK_DIR/snapshots)")
+    parser.add_argument("--sitting-s", type=float, default=None, help="end this sitting (checkpointed) after this many seconds")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     args.work_dir.mkdir(parents=True, exist_ok=True)
@@ -273,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     config = AdversarialConfig(steps=args.steps, batch_size=args.batch_size)
     snapshot_dir = args.snapshot_dir or args.work_dir / "snapshots"
     train_adversarial(config, bundle, args.work_dir, torch.device(args.device), until_step=args.until_step,
-                      snapshot_every=args.snapshot_every, snapshot_dir=snapshot_dir, log=lambda line: print(line, flush=True))
+                      snapshot_every=args.snapshot_every, snapshot_dir=snapshot_dir, sitting_s=args.sitting_s,
+                      log=lambda line: print(line, flush=True))
     return 0
 
 

@@ -5,6 +5,7 @@ from the student's, and snapshots keep the student along the way. The bundle her
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,8 +15,8 @@ from libs.audio.mel import MelConfig, mel_filterbank
 from libs.models.discriminators import DiscriminatorConfig, Discriminators, discriminator_loss
 from libs.models.hifigan import Generator
 from libs.models.mel_bridge import ConvStackConfig, MelAdapter, MelAdapterConfig, MelVocoder
-from scripts.voice.fast_tier import STUDENT
-from scripts.voice.fast_tier_adversarial import LOSS_MEL_FMAX_HZ, AdversarialConfig, LossMel, train_adversarial
+from scripts.voice.fast_tier import STUDENT, adversarial_manifest
+from scripts.voice.fast_tier_adversarial import LOSS_MEL_FMAX_HZ, STAGE_RECORD_FILE, AdversarialConfig, LossMel, train_adversarial
 
 TINY_DISCRIMINATORS = DiscriminatorConfig(periods=(2, 3), period_channels=(4, 8, 8), scales=2, scale_channels=(4, 4, 8, 8, 16, 16, 16))
 SMALL = AdversarialConfig(
@@ -68,7 +69,11 @@ def test_the_student_is_left_alone_while_the_discriminators_warm_up(tmp_path: Pa
 def test_snapshots_keep_the_student_at_the_steps_asked(tmp_path: Path) -> None:
     torch.set_num_threads(1)
     final = _train(tmp_path / "work", snapshot_every=2, snapshot_dir=tmp_path / "snapshots")
-    assert sorted(path.name for path in (tmp_path / "snapshots").iterdir()) == ["student-000002.pt", "student-000004.pt"]
+    assert sorted(path.name for path in (tmp_path / "snapshots").iterdir()) == [STAGE_RECORD_FILE, "student-000002.pt", "student-000004.pt"]
+    record = json.loads((tmp_path / "snapshots" / STAGE_RECORD_FILE).read_text())
+    assert record["config"] == SMALL.to_dict() and record["student_step"] == 14 and record["machine"].startswith("cpu, ")
+    manifest = "\n".join(adversarial_manifest(tmp_path / "snapshots", tmp_path / "snapshots" / "student-000004.pt"))
+    assert "`student-000004.pt`" in manifest and record["machine"] in manifest and '"discriminator_warmup_steps": 1' in manifest
     last = torch.load(tmp_path / "snapshots" / "student-000004.pt", weights_only=True)
     assert all(torch.equal(final[name], last[name]) for name in final)
 
