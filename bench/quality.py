@@ -4,7 +4,7 @@ On the held-out sentences (never trained on) it scores with DNSMOS (speechmos, a
 16 kHz with soxr):
 
 (a)  piper-tts 1.8.0 with the same voice file;
-(b)  our full path as the workers serve it, in the workers' default precisions: AcousticEngine
+(b)  our full path as the workers serve it, in the precision they settle on here: AcousticEngine
      (flow + MelHead in chunks) -> 40 ms mel slices in float16, as on the wire -> VocoderEngine
      stream (MelAdapter + Piper decoder body);
 (b') the same models in float32 on whole sentences: torch acoustic -> MelHead -> mel -> vocoder;
@@ -42,6 +42,7 @@ from libs.audio.slicing import slice_bounds
 from libs.models.mel_bridge import MEL_HEAD_FILE, load_mel_head, load_mel_vocoder
 from libs.models.vits import DEFAULT_NOISE_SCALE, DEFAULT_NOISE_W, synthesis_generator
 from libs.voice.assets import default_voice_assets
+from libs.voice.calibration import MeasuredPrecision, acoustic_steps, vocoder_steps, warmed
 from libs.voice.engine import AcousticEngine, EngineSettings, VocoderEngine
 from libs.voice.inputs import SynthesisInputs, SynthesisParams
 from libs.voice.precision import DEFAULT_PRECISION
@@ -204,9 +205,15 @@ def run_quality(config: QualityConfig) -> QualityReport:
     systems = {label: SystemScores() for label in labels}
     piper, served, full, copy, direct = (systems[label] for label in labels)
     assets = replace(default_voice_assets(), trained_dir=config.voice_dir)
-    acoustic_engine = AcousticEngine.load(assets, settings=EngineSettings(precision=DEFAULT_PRECISION))
-    vocoder_engine = VocoderEngine.load(assets, settings=EngineSettings(precision=DEFAULT_PRECISION))
-    fast_engine = VocoderEngine.load_fast(assets, settings=EngineSettings(precision=DEFAULT_PRECISION))
+    # In the precision the workers settle on here (measured, or as they recorded it on this machine).
+    acoustic_engine = MeasuredPrecision(EngineSettings(precision=DEFAULT_PRECISION)).load(
+        lambda settings: warmed(AcousticEngine.load(assets, settings=settings)), acoustic_steps, f"acoustic:{assets.name}"
+    )
+    vocoder_precision = MeasuredPrecision(EngineSettings(precision=DEFAULT_PRECISION))
+    vocoder_engine = vocoder_precision.load(
+        lambda settings: warmed(VocoderEngine.load(assets, settings=settings)), vocoder_steps, f"vocoder:{assets.name}"
+    )
+    fast_engine = VocoderEngine.load_fast(assets, settings=vocoder_precision.settings)
     fast = systems.setdefault(RECOGNISED_LABELS[2], SystemScores()) if fast_engine is not None else None
     recogniser = Recogniser()
     l1_full = l1_head = 0.0

@@ -46,7 +46,7 @@ class WorkerSettings:
     device: str = setting("cpu", env="TTS_DEVICE", doc="torch device of the model, e.g. cpu or cuda")
     precision: str = setting(
         DEFAULT_PRECISION, env="TTS_PRECISION", choices=PRECISIONS,
-        doc="model arithmetic; auto is bf16 where the CPU (AVX-512 BF16, AMX) or GPU runs it natively, else fp32",
+        doc="model arithmetic; auto is bf16 on a GPU that runs it, and on a CPU with native bf16 whichever of the two the worker measures cheaper at start-up (recorded for the machine), else fp32",
     )  # fmt: skip
     # Off by default: on a CPU, streams side by side use the cores better than batches of them; a GPU wants batches.
     max_batch: int = setting(

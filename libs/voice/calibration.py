@@ -1,19 +1,31 @@
 """Model steps that stand for real work, for measuring what each stage costs on this machine at
 start-up (libs.scheduling.calibration): sentences of several lengths through the acoustic engine's
 plan and chunks, and a sentence's mel through the vocoder's steps. The numbers computed are thrown
-away; only the time they take is kept.
+away; only the time they take is kept. The same steps settle a CPU worker's "auto" precision
+(`MeasuredPrecision`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+import os
+import platform
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Final, TypeVar
 
 import numpy as np
 
 from libs.voice.inputs import SynthesisParams
+from libs.voice.precision import CPU_PRECISIONS, cheaper_precision, measures_precision
+
+EngineT = TypeVar("EngineT")
+
+_log = logging.getLogger(__name__)
 
 STAGE_PLAN: Final = "plan"
 STAGE_CHUNK: Final = "chunk"
@@ -36,6 +48,11 @@ SENTENCE_IDS: Final = (25, 61, 121, 201)
 """Lengths of the calibration sentences (phoneme ids): a short phrase to a long sentence."""
 VOCODER_MEL_FRAMES: Final = 300
 """Frames of the calibration sentence the vocoder steps through (its schedule's steps and a last one)."""
+PRECISION_ROUNDS: Final = 3
+"""Rounds of the calibration steps per precision when a worker settles its precision, taken in turn
+(fp32, bf16, fp32, ...) so that a slow spell of the machine falls on both; each keeps its cheapest."""
+PRECISION_RECORD_FORMAT: Final = 1
+"""Version of a recorded precision choice (part of its key: a new format measures again)."""
 
 
 @dataclass(frozen=True)
@@ -99,3 +116,116 @@ def vocoder_cpu_s_per_audio_s(engine: Any, repeats: int = 1) -> float:
             audio_s += step.run()
         best = min(best, (time.process_time() - started) / max(audio_s, 1e-9))
     return best
+
+
+def warmed(engine: EngineT) -> EngineT:
+    """`engine` after its warm-up (an AcousticEngine or a VocoderEngine): what MeasuredPrecision loads."""
+    engine.warm_up()  # type: ignore[attr-defined]
+    return engine
+
+
+def steps_cpu_s(steps: Iterable[CalibrationStep]) -> float:
+    """Process CPU seconds to run every step of `steps` (all threads: a model may spread a step over
+    its own pool), measured at start-up, while the worker serves nothing."""
+    started = time.process_time()
+    for step in steps:
+        step.run()
+    return time.process_time() - started
+
+
+class MeasuredPrecision:
+    """A worker's engine settings with an "auto" precision settled on its first engine.
+
+    On a CPU with native bf16 (`libs.voice.precision.measures_precision`) the first engine is loaded
+    in fp32 and in bf16, each runs the calibration steps PRECISION_ROUNDS times, and the cheaper by
+    `cheaper_precision` is kept; the engines of later voices take the same settings. The choice is
+    recorded under `record_dir` for this machine (its CPU model and flags), torch, onnxruntime and the
+    model, so the next worker of it on this machine starts without measuring and makes the same
+    choice (as the mesh's meshes and its tests, restarted many times, need). Elsewhere the settings are
+    used as they are (a concrete precision, or "auto" as `resolve_precision` makes it).
+    """
+
+    def __init__(self, settings: Any, record_dir: Path | None = None) -> None:
+        self.settings = settings
+        """The engine settings (`libs.voice.runtime.EngineSettings`), concrete once settled."""
+        self.cost_s: dict[str, float] = {}
+        """What the calibration steps cost in each precision (CPU seconds, the cheapest round); empty
+        when nothing was measured."""
+        self.recorded = False
+        """Whether the precision came from an earlier worker's record instead of a measurement."""
+        self._record_dir = record_dir
+
+    def load(self, load: Callable[[Any], EngineT], steps: Callable[[EngineT], Iterable[CalibrationStep]], model: str) -> EngineT:
+        """`load(settings)` (a warmed-up engine), in the precision these settings settle on; `steps`
+        gives an engine's calibration steps, `model` names what is loaded (its kind and voice) for the record."""
+        if not measures_precision(self.settings.precision, self.settings.device):
+            return load(self.settings)
+        record = self._record_path(model)
+        known = _read_precision_record(record)
+        if known is not None:
+            self.settings, self.recorded = replace(self.settings, precision=known), True
+            _log.info("precision auto: %s, as measured before on this machine (%s)", known, record)
+            return load(self.settings)
+        engines = {"fp32": load(replace(self.settings, precision="fp32"))}
+        cost_s = dict.fromkeys(CPU_PRECISIONS, float("inf"))
+        try:
+            engines["bf16"] = load(replace(self.settings, precision="bf16"))
+            for _ in range(PRECISION_ROUNDS):
+                for precision, engine in engines.items():
+                    cost_s[precision] = min(cost_s[precision], steps_cpu_s(steps(engine)))
+        except Exception:  # a precision that does not run here is not the cheaper one
+            _log.warning("precision auto: bf16 failed to load or run here; serving fp32", exc_info=True)
+            engines.pop("bf16", None)
+            cost_s["fp32"] = steps_cpu_s(steps(engines["fp32"]))
+        chosen = cheaper_precision(cost_s)
+        self.settings, self.cost_s = replace(self.settings, precision=chosen), cost_s
+        _log.info(
+            "precision auto: %s (calibration steps: fp32 %.1f ms, bf16 %.1f ms of CPU)",
+            chosen, 1000 * cost_s["fp32"], 1000 * cost_s["bf16"],
+        )  # fmt: skip
+        _write_precision_record(record, chosen, cost_s)
+        return engines[chosen]
+
+    def _record_path(self, model: str) -> Path:
+        from libs.models.piper_import import default_cache_dir
+
+        folder = self._record_dir if self._record_dir is not None else default_cache_dir() / "precision"
+        key = hashlib.sha256(json.dumps([PRECISION_RECORD_FORMAT, model, *machine_identity()]).encode()).hexdigest()[:24]
+        return folder / f"{key}.json"
+
+
+def machine_identity() -> tuple[str, ...]:
+    """What a precision measurement holds for: the CPU's model and flags, and the libraries that run the models."""
+    import onnxruntime
+    import torch
+
+    cpu: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() in ("model name", "flags") and name.strip() not in cpu:
+                cpu[name.strip()] = value.strip()
+    except OSError:
+        pass  # not Linux: the platform below is all there is
+    return (platform.machine(), cpu.get("model name", ""), cpu.get("flags", ""), torch.__version__, onnxruntime.__version__)
+
+
+def _read_precision_record(path: Path) -> str | None:
+    """The precision recorded at `path`, or None when there is none (or it is not a record of ours)."""
+    try:
+        precision = json.loads(path.read_text()).get("precision")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return precision if precision in CPU_PRECISIONS else None
+
+
+def _write_precision_record(path: Path, precision: str, cost_s: dict[str, float]) -> None:
+    """Record a measured choice (written whole, then moved in place, so a reader never sees half of it); a
+    folder that cannot be written only means the next worker measures again."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        partial.write_text(json.dumps({"precision": precision, "calibration_cpu_s": cost_s}))
+        os.replace(partial, path)
+    except OSError as error:
+        _log.info("precision not recorded (%s): the next start measures again", error)

@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 PRECISIONS: Final = ("auto", "fp32", "bf16")
-"""Model arithmetic: "auto" picks bf16 where the hardware runs it natively, fp32 elsewhere."""
+"""Model arithmetic: "auto" is bf16 on a GPU that supports it and, on a CPU, whichever of fp32 and bf16
+the worker measured cheaper there (fp32 wherever nothing was measured)."""
 DEFAULT_PRECISION: Final = "auto"
+CPU_PRECISIONS: Final = ("fp32", "bf16")
+"""The arithmetic a CPU worker chooses between when its precision is "auto"."""
+BF16_MIN_SPEEDUP: Final = 1.15
+"""How many times cheaper than fp32 bf16 must measure before a CPU worker serves in it: bf16 rounds
+the mel and the samples (a little DNSMOS, and no resume across precisions), and a machine where the two
+are within this of each other would otherwise flip between them from one start to the next."""
 
 
 def resolve_precision(precision: str, device: str) -> str:
-    """The arithmetic an engine runs in: `precision`, with "auto" made concrete for `device`.
+    """The arithmetic an engine runs in: `precision`, with "auto" made concrete for `device` where no
+    measurement settles it (`measures_precision`): bf16 on a GPU that supports it, fp32 on a CPU.
 
-    bf16 is faster where the hardware has it (CPUs with AVX-512 BF16 or AMX, which oneDNN reports as
-    bf16-capable, and GPUs that support it) and within DNSMOS round-off of fp32. Without it, torch
-    emulates bf16 in software, slower than fp32, and oneDNN's packed bf16 kernels are missing
-    altogether, so "auto" is fp32 there.
+    A CPU's flags do not say which is faster. Without native bf16 torch emulates it, slower than fp32.
+    With it, oneDNN's bf16 convolutions still lost to onnxruntime's float32 ones on an AVX-512 BF16
+    CPU without AMX (1.4 to 1.6 times the CPU per audio second: docs/performance.md, "History"). So a
+    CPU worker measures both on its own model at start-up (`libs.voice.calibration.MeasuredPrecision`)
+    and serves in the cheaper.
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
@@ -25,7 +35,21 @@ def resolve_precision(precision: str, device: str) -> str:
 
     if torch.device(device).type == "cuda":
         return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if cpu_has_native_bf16() else "fp32"
+    return "fp32"
+
+
+def measures_precision(precision: str, device: str) -> bool:
+    """Whether a worker settles `precision` on `device` by measuring: "auto" on a CPU that runs bf16
+    natively (elsewhere bf16 is emulated, and slower than fp32 without measuring)."""
+    import torch
+
+    return precision == "auto" and torch.device(device).type == "cpu" and cpu_has_native_bf16()
+
+
+def cheaper_precision(cost_s: Mapping[str, float]) -> str:
+    """Of fp32 and bf16, by what the same work cost in each (`cost_s`, CPU seconds), the one to serve
+    in: bf16 only where it costs at most 1 / BF16_MIN_SPEEDUP of fp32."""
+    return "bf16" if cost_s["bf16"] * BF16_MIN_SPEEDUP <= cost_s["fp32"] else "fp32"
 
 
 def cpu_has_native_bf16() -> bool:

@@ -1,8 +1,8 @@
 """Resume is bit-exact in the served precision, bf16, not only in fp32; streamed vs whole is within a stated bound.
 
-tests/test_streaming_exact.py proves the streaming claims in fp32. Workers on CPUs with native bf16
-(AVX-512 BF16 or AMX) and on GPUs serve bf16 ("auto" precision), so the claims the gateway's resume
-relies on are checked here in bf16 too:
+tests/test_streaming_exact.py proves the streaming claims in fp32. Workers on GPUs, and on CPUs with
+native bf16 where bf16 measures cheaper than fp32, serve bf16 ("auto" precision), so the claims the
+gateway's resume relies on are checked here in bf16 too:
 
 - an acoustic sentence resumed from a frame gives exactly the frames the uninterrupted stream gave;
 - a vocoder stream resumed mid-sentence, primed with the sentence's earlier 40 ms slices as context

@@ -1,4 +1,5 @@
-""""auto" precision is bf16 only where the CPU runs bf16 natively, and bf16 never packs kernels elsewhere."""
+""""auto" precision: fp32 on a CPU unless a worker measures bf16 cheaper there; bf16 never packs kernels
+where the CPU lacks it."""
 
 from __future__ import annotations
 
@@ -8,12 +9,30 @@ import torch
 from libs.models.mel_bridge import MelHead
 from libs.models.piper_import import PiperVoiceModels
 from libs.models.streaming import NO_END, StepInput, StreamNetwork, stream_step
-from libs.voice.precision import cpu_has_native_bf16, resolve_precision
+from libs.voice.precision import BF16_MIN_SPEEDUP, cheaper_precision, cpu_has_native_bf16, measures_precision, resolve_precision
 
 
-def test_auto_precision_follows_the_cpus_native_bf16() -> None:
-    assert resolve_precision("auto", "cpu") == ("bf16" if cpu_has_native_bf16() else "fp32")
+def test_auto_precision_on_a_cpu_is_fp32_until_measured() -> None:
+    assert resolve_precision("auto", "cpu") == "fp32"
     assert (resolve_precision("fp32", "cpu"), resolve_precision("bf16", "cpu")) == ("fp32", "bf16")
+
+
+def test_only_auto_on_a_cpu_with_native_bf16_is_measured() -> None:
+    assert measures_precision("auto", "cpu") == cpu_has_native_bf16()
+    assert not measures_precision("fp32", "cpu") and not measures_precision("bf16", "cpu")
+    assert not measures_precision("auto", "cuda")
+
+
+def test_bf16_is_chosen_only_when_it_is_clearly_cheaper() -> None:
+    assert cheaper_precision({"fp32": 0.100, "bf16": 0.050}) == "bf16"
+    assert cheaper_precision({"fp32": 0.100, "bf16": 0.100 / BF16_MIN_SPEEDUP}) == "bf16"
+    assert cheaper_precision({"fp32": 0.100, "bf16": 0.095}) == "fp32"  # within noise of fp32: the exact one
+    assert cheaper_precision({"fp32": 0.100, "bf16": 0.160}) == "fp32"
+
+
+def test_an_unknown_precision_is_refused() -> None:
+    with pytest.raises(ValueError, match="must be one of"):
+        resolve_precision("fp8", "cpu")
 
 
 @pytest.mark.skipif(cpu_has_native_bf16(), reason="this CPU has native bf16: packing is tested in test_streaming_packed_first_step")
