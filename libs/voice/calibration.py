@@ -141,7 +141,7 @@ class MeasuredPrecision:
     `cheaper_precision` is kept; the engines of later voices take the same settings. The choice is
     recorded under `record_dir` for this machine (its CPU model and flags), torch, onnxruntime and the
     model, so the next worker of it on this machine starts without measuring and makes the same
-    choice (as the mesh's meshes and its tests, restarted many times, need). Elsewhere the settings are
+    choice (a machine's workers restart often: a local mesh, a test suite). Elsewhere the settings are
     used as they are (a concrete precision, or "auto" as `resolve_precision` makes it).
     """
 
@@ -173,8 +173,8 @@ class MeasuredPrecision:
             for _ in range(PRECISION_ROUNDS):
                 for precision, engine in engines.items():
                     cost_s[precision] = min(cost_s[precision], steps_cpu_s(steps(engine)))
-        except Exception:  # a precision that does not run here is not the cheaper one
-            _log.warning("precision auto: bf16 failed to load or run here; serving fp32", exc_info=True)
+        except Exception:  # a precision that does not run here is not the cheaper one (an fp32 failure raises again below)
+            _log.warning("precision auto: bf16 could not be loaded or measured here; serving fp32", exc_info=True)
             engines.pop("bf16", None)
             cost_s["fp32"] = steps_cpu_s(steps(engines["fp32"]))
         chosen = cheaper_precision(cost_s)
