@@ -42,7 +42,7 @@ from libs.audio.slicing import slice_bounds
 from libs.models.mel_bridge import MEL_HEAD_FILE, load_mel_head, load_mel_vocoder
 from libs.models.vits import DEFAULT_NOISE_SCALE, DEFAULT_NOISE_W, synthesis_generator
 from libs.voice.assets import default_voice_assets
-from libs.voice.calibration import MeasuredPrecision, acoustic_steps, vocoder_steps, warmed
+from libs.voice.calibration import MeasuredPrecision
 from libs.voice.engine import AcousticEngine, EngineSettings, VocoderEngine
 from libs.voice.inputs import SynthesisInputs, SynthesisParams
 from libs.voice.precision import DEFAULT_PRECISION
@@ -206,14 +206,9 @@ def run_quality(config: QualityConfig) -> QualityReport:
     piper, served, full, copy, direct = (systems[label] for label in labels)
     assets = replace(default_voice_assets(), trained_dir=config.voice_dir)
     # In the precision the workers settle on here (measured, or as they recorded it on this machine).
-    acoustic_engine = MeasuredPrecision(EngineSettings(precision=DEFAULT_PRECISION)).load(
-        lambda settings: warmed(AcousticEngine.load(assets, settings=settings)), acoustic_steps, f"acoustic:{assets.name}"
-    )
-    vocoder_precision = MeasuredPrecision(EngineSettings(precision=DEFAULT_PRECISION))
-    vocoder_engine = vocoder_precision.load(
-        lambda settings: warmed(VocoderEngine.load(assets, settings=settings)), vocoder_steps, f"vocoder:{assets.name}"
-    )
-    fast_engine = VocoderEngine.load_fast(assets, settings=vocoder_precision.settings)
+    acoustic_engine = MeasuredPrecision(EngineSettings(precision=DEFAULT_PRECISION)).acoustic(assets)
+    vocoder_engine = MeasuredPrecision(EngineSettings(precision=DEFAULT_PRECISION)).vocoder(assets)
+    fast_engine = vocoder_engine.fast_tier
     fast = systems.setdefault(RECOGNISED_LABELS[2], SystemScores()) if fast_engine is not None else None
     recogniser = Recogniser()
     l1_full = l1_head = 0.0

@@ -77,12 +77,9 @@ def machine_header(cores: Sequence[int] | None = None) -> str:
 
     import numpy as np
 
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            model = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), model)
-    except OSError:
-        pass
+    from libs.voice.precision import cpu_model
+
+    model = cpu_model().name
     pinned = sorted(cores if cores is not None else os.sched_getaffinity(0))
     size = 1024
     a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import platform
 import sys
 import time
 from collections.abc import Sequence
@@ -34,6 +33,7 @@ from bench.mesh import MAX_BATCH_FLAG, BenchMesh, start_mesh
 from bench.report import Row, render_markdown
 from bench.streaming_cost import measure_streaming_cost, target_line
 from bench.texts import TEXTS, unique_variants
+from libs.voice.precision import cpu_model
 
 MIB: Final = 2**20
 TAGS_PER_REQUEST: Final = 16  # more than the longest text's sentences, so tag ranges never overlap
@@ -295,21 +295,10 @@ def target_lines(config: SpeedConfig, mesh: MeshNumbers, piper: PiperNumbers) ->
     return lines
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def notes(config: SpeedConfig, cores: list[int], mesh: MeshNumbers, seconds: float) -> list[str]:
     """What a reader needs to interpret the table."""
     lines = [
-        f"{_cpu_model()}; the benchmark, the mesh and piper-tts were all pinned to CPUs {cores} ({config.cores} cores).",
+        f"{cpu_model().name}; the benchmark, the mesh and piper-tts were all pinned to CPUs {cores} ({config.cores} cores).",
         "Mesh: embedded Redis + gateway, acoustic and vocoder as separate processes on loopback, each with its default flags; "
         "the load generator (bench.loadgen) runs in the benchmark process.",
         "piper-tts 1.8.0, voice en_US-joe-medium, streaming per sentence (first audio = its first sentence's chunk). "

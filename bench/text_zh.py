@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from libs.voice.precision import cpu_model
+
 GOLD_PATH: Final = Path(__file__).parent / "data" / "zh_gold.tsv"
 HELDOUT_PATH: Final = Path(__file__).parent / "data" / "zh_heldout.tsv"
 """Sentences written after the reading rules were fixed, never used to change them."""
@@ -225,17 +227,6 @@ def table(tallies: dict[str, Tally], sentences: int) -> str:
     return "\n".join(lines)
 
 
-def _cpu_name() -> str:
-    """The CPU's model name (machines here differ ~3.5x in speed: a cost means little without it)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gold", type=Path, action="append", default=None, help="a gold set (TSV; repeat for several)")
@@ -251,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             f"`{path.name}`: {len(gold)} sentences, {sum(len(s.tokens) for s in gold)} syllables, {polyphones} polyphone occurrences.\n\n"
             + table(tallies, len(gold))
         )
-    text = "\n\n".join(sections) + f"\n\nCPU: {_cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}.\n"
+    text = "\n\n".join(sections) + f"\n\nCPU: {cpu_model().name}, {os.cpu_count()} cores, Python {platform.python_version()}.\n"
     print(text)
     if args.out:
         args.out.write_text("# Mandarin reading against the gold set (`make bench-text-zh`)\n\n" + text, encoding="utf-8")

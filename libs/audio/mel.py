@@ -51,7 +51,6 @@ class MelConfig:
 
 
 @lru_cache(maxsize=8)
-@lru_cache(maxsize=8)
 def mel_filterbank(config: MelConfig) -> torch.Tensor:
     """Slaney-normalised mel filters [n_mels, n_fft // 2 + 1], as librosa makes them (made once per
     config: a training loop takes the mel of every batch; the tensor is shared, so never changed)."""

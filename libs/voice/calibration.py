@@ -21,7 +21,7 @@ from typing import Any, Final, TypeVar
 import numpy as np
 
 from libs.voice.inputs import SynthesisParams
-from libs.voice.precision import CPU_PRECISIONS, cheaper_precision, measures_precision
+from libs.voice.precision import CPU_PRECISIONS, cheaper_precision, cpu_model, measures_precision
 
 EngineT = TypeVar("EngineT")
 
@@ -104,33 +104,21 @@ def vocoder_steps(engine: Any, seed: int = 0) -> Iterator[CalibrationStep]:
         yield CalibrationStep(STAGE_CHUNK, stream.next_step_frames, lambda: len(stream.step()) / engine.sample_rate_hz)
 
 
+def run_steps(steps: Iterable[CalibrationStep]) -> tuple[float, float]:
+    """Run every step of `steps`: (process CPU seconds, audio seconds made). Process CPU, all threads:
+    a model may spread a step over its own pool; measured at start-up, while the worker serves nothing."""
+    started, audio_s = time.process_time(), 0.0
+    for step in steps:
+        audio_s += step.run()
+    return time.process_time() - started, audio_s
+
+
 def vocoder_cpu_s_per_audio_s(engine: Any, repeats: int = 1) -> float:
     """Process CPU seconds per audio second of a sentence's steps through `engine` (a warmed-up
-    VocoderEngine) on one thread, the least of `repeats` runs: measured at start-up, while the worker
-    serves nothing. (The scheduler's calibration runs the same steps on every core at once, which
-    reads about 10% dearer: a ratio of two tiers takes both from here.)"""
-    best = float("inf")
-    for _ in range(repeats):
-        started, audio_s = time.process_time(), 0.0
-        for step in vocoder_steps(engine):
-            audio_s += step.run()
-        best = min(best, (time.process_time() - started) / max(audio_s, 1e-9))
-    return best
-
-
-def warmed(engine: EngineT) -> EngineT:
-    """`engine` after its warm-up (an AcousticEngine or a VocoderEngine): what MeasuredPrecision loads."""
-    engine.warm_up()  # type: ignore[attr-defined]
-    return engine
-
-
-def steps_cpu_s(steps: Iterable[CalibrationStep]) -> float:
-    """Process CPU seconds to run every step of `steps` (all threads: a model may spread a step over
-    its own pool), measured at start-up, while the worker serves nothing."""
-    started = time.process_time()
-    for step in steps:
-        step.run()
-    return time.process_time() - started
+    VocoderEngine) on one thread, the least of `repeats` runs. (The scheduler's calibration runs the
+    same steps on every core at once, which reads about 10% dearer: a ratio of two tiers takes both
+    from here.)"""
+    return min(cpu_s / max(audio_s, 1e-9) for cpu_s, audio_s in (run_steps(vocoder_steps(engine)) for _ in range(repeats)))
 
 
 class MeasuredPrecision:
@@ -172,11 +160,11 @@ class MeasuredPrecision:
             engines["bf16"] = load(replace(self.settings, precision="bf16"))
             for _ in range(PRECISION_ROUNDS):
                 for precision, engine in engines.items():
-                    cost_s[precision] = min(cost_s[precision], steps_cpu_s(steps(engine)))
+                    cost_s[precision] = min(cost_s[precision], run_steps(steps(engine))[0])
         except Exception:  # a precision that does not run here is not the cheaper one (an fp32 failure raises again below)
             _log.warning("precision auto: bf16 could not be loaded or measured here; serving fp32", exc_info=True)
             engines.pop("bf16", None)
-            cost_s["fp32"] = steps_cpu_s(steps(engines["fp32"]))
+            cost_s["fp32"] = run_steps(steps(engines["fp32"]))[0]
         chosen = cheaper_precision(cost_s)
         self.settings, self.cost_s = replace(self.settings, precision=chosen), cost_s
         _log.info(
@@ -185,6 +173,22 @@ class MeasuredPrecision:
         )  # fmt: skip
         _write_precision_record(record, chosen, cost_s)
         return engines[chosen]
+
+    def acoustic(self, assets: Any) -> Any:
+        """The acoustic engine of `assets` (a VoiceAssets), warmed up, in these settings' precision."""
+        from libs.voice.engine import AcousticEngine
+
+        return self.load(lambda settings: _warmed(AcousticEngine.load(assets, settings=settings)), acoustic_steps, f"acoustic:{assets.name}")
+
+    def vocoder(self, assets: Any) -> Any:
+        """The vocoder engine of `assets`, warmed up, in these settings' precision, with its fast tier
+        (`fast_tier`, None where the voice has none) loaded beside it in the same arithmetic."""
+        from libs.voice.engine import VocoderEngine
+
+        engine = self.load(lambda settings: _warmed(VocoderEngine.load(assets, settings=settings)), vocoder_steps, f"vocoder:{assets.name}")
+        fast = VocoderEngine.load_fast(assets, settings=self.settings)
+        engine.fast_tier = _warmed(fast) if fast is not None else None
+        return engine
 
     def _record_path(self, model: str) -> Path:
         from libs.models.piper_import import default_cache_dir
@@ -199,15 +203,8 @@ def machine_identity() -> tuple[str, ...]:
     import onnxruntime
     import torch
 
-    cpu: dict[str, str] = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            name, _, value = line.partition(":")
-            if name.strip() in ("model name", "flags") and name.strip() not in cpu:
-                cpu[name.strip()] = value.strip()
-    except OSError:
-        pass  # not Linux: the platform below is all there is
-    return (platform.machine(), cpu.get("model name", ""), cpu.get("flags", ""), torch.__version__, onnxruntime.__version__)
+    cpu = cpu_model()
+    return (platform.machine(), cpu.name, cpu.flags, torch.__version__, onnxruntime.__version__)
 
 
 def _read_precision_record(path: Path) -> str | None:
@@ -229,3 +226,9 @@ def _write_precision_record(path: Path, precision: str, cost_s: dict[str, float]
         os.replace(partial, path)
     except OSError as error:
         _log.info("precision not recorded (%s): the next start measures again", error)
+
+
+def _warmed(engine: EngineT) -> EngineT:
+    """`engine` (an AcousticEngine or a VocoderEngine) after its warm-up."""
+    engine.warm_up()  # type: ignore[attr-defined]
+    return engine

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 PRECISIONS: Final = ("auto", "fp32", "bf16")
@@ -57,3 +60,29 @@ def cpu_has_native_bf16() -> bool:
     import torch
 
     return torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+CPU_INFO: Final = Path("/proc/cpuinfo")
+
+
+@dataclass(frozen=True)
+class CpuModel:
+    """What kind of CPU this is (its first processor's entry in /proc/cpuinfo)."""
+
+    name: str
+    """Its model name, or its architecture (x86_64, arm64) where there is no /proc/cpuinfo."""
+    flags: str
+    """Its feature flags (avx2, avx512_bf16, amx_tile, ...), space-separated; "" where unknown."""
+
+
+def cpu_model(cpu_info: Path = CPU_INFO) -> CpuModel:
+    """This machine's CPU model: machines differ several times in speed, so a figure needs it beside it."""
+    fields: dict[str, str] = {}
+    try:
+        for line in cpu_info.read_text(encoding="utf-8").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "flags") and key.strip() not in fields:
+                fields[key.strip()] = value.strip()
+    except OSError:
+        pass  # not Linux
+    return CpuModel(fields.get("model name") or platform.machine() or "unknown CPU", fields.get("flags", ""))

@@ -21,14 +21,14 @@ SERVICE_NAME = acoustic_pb2.DESCRIPTOR.services_by_name["Acoustic"].full_name
 def load_voices(settings: WorkerServiceSettings, scheduler: Scheduler, metrics: AcousticMetrics) -> VoiceShelf:
     """The worker's voices with the preloaded ones loaded and warmed up, the first of them measured
     for the scheduler's step costs (runs in the inference thread)."""
-    from libs.voice.calibration import MeasuredPrecision, acoustic_steps, warmed
+    from libs.voice.calibration import MeasuredPrecision, acoustic_steps
     from libs.voice.engine import AcousticEngine
 
     # observe_batch feeds the batch metrics whenever the engine batches (EngineSettings.batching.max_batch > 1).
     precision = MeasuredPrecision(engine_settings(settings.worker, metrics.observe_batch))
 
     def load(entry: CatalogueVoice) -> AcousticEngine:
-        return precision.load(lambda options: warmed(AcousticEngine.load(entry.assets, settings=options)), acoustic_steps, f"acoustic:{entry.assets.name}")
+        return precision.acoustic(entry.assets)
 
     shelf = load_shelf("acoustic", settings.voices.catalogue(), settings.shelf, load, metrics)
     engine = shelf.held("")  # the worker's default voice: the first it preloads

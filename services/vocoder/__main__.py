@@ -22,19 +22,14 @@ def load_voices(settings: WorkerServiceSettings, scheduler: Scheduler, metrics: 
     """The worker's voices with the preloaded ones loaded and warmed up, the first of them measured
     for the scheduler's step costs and pacing (runs in the inference thread)."""
     from libs.scheduling.stream import VocoderPacing
-    from libs.voice.calibration import MeasuredPrecision, vocoder_cpu_s_per_audio_s, vocoder_steps, warmed
+    from libs.voice.calibration import MeasuredPrecision, vocoder_cpu_s_per_audio_s, vocoder_steps
     from libs.voice.engine import VocoderEngine
 
     # observe_batch feeds the batch metrics whenever the engine batches (EngineSettings.batching.max_batch > 1).
     precision = MeasuredPrecision(engine_settings(settings.worker, metrics.observe_batch))
 
     def load(entry: CatalogueVoice) -> VocoderEngine:
-        engine = precision.load(lambda options: warmed(VocoderEngine.load(entry.assets, settings=options)), vocoder_steps, f"vocoder:{entry.assets.name}")
-        # Its other tier, with it, in the same arithmetic.
-        engine.fast_tier = VocoderEngine.load_fast(entry.assets, settings=precision.settings)
-        if engine.fast_tier is not None:
-            engine.fast_tier.warm_up()
-        return engine
+        return precision.vocoder(entry.assets)  # with its other tier, in the same arithmetic
 
     shelf = load_shelf("vocoder", settings.voices.catalogue(), settings.shelf, load, metrics)
     engine = shelf.held("")  # the worker's default voice: the first it preloads

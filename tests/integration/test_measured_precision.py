@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from libs.voice.assets import default_voice_assets
 from libs.voice.calibration import MeasuredPrecision, vocoder_steps
 from libs.voice.engine import EngineSettings, VocoderEngine
 from libs.voice.precision import cheaper_precision, cpu_has_native_bf16
@@ -101,3 +102,13 @@ def test_a_precision_that_fails_to_load_here_is_not_chosen(tmp_path: Path) -> No
     engine = precision.load(load_without_bf16, vocoder_steps, MODEL)
     assert loaded == ["fp32"] and precision.settings.precision == "fp32"
     assert engine.model_version == version_in("fp32")
+
+
+def test_a_voices_vocoder_comes_with_its_fast_tier_in_the_same_arithmetic(tmp_path: Path) -> None:
+    precision = MeasuredPrecision(EngineSettings(precision="auto"), record_dir=tmp_path)
+    engine = precision.vocoder(default_voice_assets())
+    fast = VocoderEngine.load_fast(default_voice_assets(), settings=precision.settings)
+    assert (engine.fast_tier is None) == (fast is None)
+    if fast is not None:
+        assert engine.fast_tier.model_version == fast.model_version
+    assert engine.model_version == version_in(precision.settings.precision if precision.settings.precision != "auto" else "fp32")

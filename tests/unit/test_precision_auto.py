@@ -3,13 +3,23 @@ where the CPU lacks it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from libs.models.mel_bridge import MelHead
 from libs.models.piper_import import PiperVoiceModels
 from libs.models.streaming import NO_END, StepInput, StreamNetwork, stream_step
-from libs.voice.precision import BF16_MIN_SPEEDUP, cheaper_precision, cpu_has_native_bf16, measures_precision, resolve_precision
+from libs.voice.precision import (
+    BF16_MIN_SPEEDUP,
+    CpuModel,
+    cheaper_precision,
+    cpu_has_native_bf16,
+    cpu_model,
+    measures_precision,
+    resolve_precision,
+)
 
 
 def test_auto_precision_on_a_cpu_is_fp32_until_measured() -> None:
@@ -46,3 +56,14 @@ def test_a_bf16_first_step_without_native_bf16_runs_on_plain_kernels(voice: Pipe
         (result,) = stream_step(network, [item], torch.device("cpu"), 70, torch.bfloat16)
     assert torch.isfinite(result.values.float()).all()
     assert network.packed_kernel_count == 0
+
+
+def test_the_cpu_model_is_read_from_its_first_processor_and_stands_in_where_unknown(tmp_path: Path) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text(
+        "processor\t: 0\nmodel name\t: Example CPU @ 2.0GHz\nflags\t\t: fpu avx2 avx512_bf16\n\n"
+        "processor\t: 1\nmodel name\t: Other\nflags\t\t: fpu\n"
+    )
+    assert cpu_model(info) == CpuModel("Example CPU @ 2.0GHz", "fpu avx2 avx512_bf16")
+    missing = cpu_model(tmp_path / "absent")
+    assert missing.name and missing.flags == ""
