@@ -14,6 +14,14 @@ the default schedules. A batch of several streams pads, and stays in torch. Whet
 frame indices, so a stream resumed from its first frame makes the very same calls and its samples
 stay bit-identical.
 
+A step much wider than the core's L2 cache holds runs as consecutive slices of a few frames, each
+through the same graph with the tails the one before it left (`slice_frames`): the convolutions then
+read activations the cache still holds, instead of streaming layer after layer through memory. A
+128-frame step of the default voice's vocoder has some 4 MB of activation per layer at its last
+stage; in 16-frame slices the same step costs about a tenth less CPU (docs/performance.md,
+"History"). A slice moves samples by float32 round-off, so the width is part of the engine's model
+version, and it is fixed by the network and the cache size alone, never by the load.
+
 Graphs are cached on disk next to the text side's (`libs.models.onnx_encoder`), keyed by the code
 traced, the network's structure and weights, and the torch and onnxruntime versions; a graph, cached
 or just exported, is used only once it reproduces torch's step on a probe stream of other widths.
@@ -36,7 +44,16 @@ from libs.models import streaming
 from libs.models.onnx_encoder import ONNX_OPSET, arena_shrinking_run, export_graph, load_cached_session
 from libs.models.onnx_providers import execution_providers, inference_session
 from libs.models.piper_import import default_cache_dir
-from libs.models.streaming import NO_END, StepInput, StepOutput, StreamNetwork, output_geometry, stream_step, traced_step
+from libs.models.streaming import (
+    NO_END,
+    StepInput,
+    StepOutput,
+    StreamNetwork,
+    activation_values_per_frame,
+    output_geometry,
+    stream_step,
+    traced_step,
+)
 
 STREAM_GRAPH_FORMAT_VERSION: Final = 1
 """Part of every cached step graph's key and file name: bump it when the export itself changes
@@ -46,6 +63,16 @@ VALUES_NAME: Final = "values"
 LATER_STEP_START: Final = 1 << 20
 """Start frame of the later steps traced: far enough from the first that no position is masked."""
 PROBE_SEED: Final = 11
+ACTIVATION_COPIES: Final = 4
+"""Copies of a layer's activation that a step touches together: the input joined to its tail, the
+input activated, the convolution's output and the residual sum. A slice is as wide as keeps four such
+copies of the network's widest layer within the core's L2 cache."""
+MIN_SLICE_FRAMES: Final = 16
+"""No slice is narrower: every call also passes every tail in and out, which narrower slices repeat
+more often than the cache saves."""
+DEFAULT_L2_CACHE_BYTES: Final = 1 << 20
+"""The L2 cache assumed where the system does not say (1 MiB: most server cores have at least that)."""
+CPU_CACHE_DIR: Final = Path("/sys/devices/system/cpu/cpu0/cache")
 
 
 @dataclass(frozen=True)
@@ -91,7 +118,7 @@ class _StepGraph(nn.Module):
 class OnnxStreamNetwork:
     """A `StreamNetwork`'s float32 steps of one stream, in onnxruntime; `accepts` says which steps."""
 
-    def __init__(self, sessions: dict[StepKind, Any], lag: int, scale: int, first_width: int) -> None:
+    def __init__(self, sessions: dict[StepKind, Any], lag: int, scale: int, first_width: int, slice_frames: int | None = None) -> None:
         self._sessions = sessions
         """A session per kind of step that runs here; the other kinds stay in torch."""
         self.lag = lag
@@ -100,6 +127,9 @@ class OnnxStreamNetwork:
         """Output positions per input frame."""
         self.first_width = first_width
         """Fewest frames of a first step that is not also the last (the torch path pads narrower ones)."""
+        self.slice_frames = slice_frames
+        """About how many frames each slice of a wider step that is not a stream's first takes (the step
+        is cut into equal slices), or None: every step whole."""
 
     @classmethod
     def load(
@@ -112,6 +142,7 @@ class OnnxStreamNetwork:
         kinds: tuple[StepKind, ...] = STEP_KINDS,
         cache_dir: str | Path | None = None,
         device: str | torch.device = "cpu",
+        sliced: bool = False,
     ) -> OnnxStreamNetwork:
         """Graphs of the `kinds` of step of `network` (input `channels`, first steps at least
         `first_width` frames) on `threads` threads each and onnxruntime's providers for `device`,
@@ -119,7 +150,8 @@ class OnnxStreamNetwork:
         streams may run steps at once.
 
         Every graph holds its own copy of the weights, so a kind of step that is rare can be left to
-        torch.
+        torch. `sliced` (on a CPU, with graphs of later steps): steps wider than `slice_width` gives
+        for the network and the core's cache run in slices.
         """
         execution_providers(device)  # a device onnxruntime cannot run on fails here, before any export
         lag, scale = output_geometry(network, channels, torch.device("cpu"))
@@ -139,7 +171,10 @@ class OnnxStreamNetwork:
             )
             if exported:
                 _remove_older_graphs(path)
-        return cls(sessions, lag, scale, first_width)
+        slice_frames = None
+        if sliced and torch.device(device).type == "cpu" and StepKind(False, False) in sessions:
+            slice_frames = slice_width(activation_values_per_frame(network, channels, torch.device("cpu")), l2_cache_bytes())
+        return cls(sessions, lag, scale, first_width, slice_frames)
 
     def accepts(self, item: StepInput) -> bool:
         """Whether `item`'s step runs here: float32, no speaker input, and no position to pad or mask."""
@@ -154,7 +189,27 @@ class OnnxStreamNetwork:
         return (item.start - item.low) * self.scale >= self.lag  # no layer reaches back before the first frame
 
     def step(self, item: StepInput) -> StepOutput:
-        """`item`'s step (one that `accepts`), as `libs.models.streaming.stream_step` gives it to round-off."""
+        """`item`'s step (one that `accepts`), as `libs.models.streaming.stream_step` gives it to round-off.
+
+        A step wider than `slice_frames` runs slice by slice, each slice's tails feeding the next; a
+        stream's first step runs whole (it is narrow, and its graph computes no positions before the
+        first frame, which slices would give up)."""
+        width = int(item.frames.shape[1])
+        if self.slice_frames is None or item.state is None or width <= self.slice_frames:
+            return self._step(item)
+        values: list[torch.Tensor] = []
+        first_position, state = 0, item.state
+        count = max(1, round(width / self.slice_frames))  # slices of equal width, none a sliver
+        for index in range(count):
+            begin, end = width * index // count, width * (index + 1) // count
+            high = item.high if end == width else NO_END
+            output = self._step(StepInput(item.frames[:, begin:end], item.start + begin, item.low, high, state))
+            first_position = output.first_position if begin == 0 else first_position
+            values.append(output.values)
+            state = output.state
+        return StepOutput(torch.cat(values, dim=-1), first_position, state)
+
+    def _step(self, item: StepInput) -> StepOutput:
         kind = step_kind(item)
         wide = int(item.frames.shape[1]) >= SHRINK_FROM_FRAMES
         outputs = self._sessions[kind].run(None, _feeds(item), arena_shrinking_run() if wide else None)
@@ -198,6 +253,32 @@ def stream_session(model: str | Path | bytes, threads: int = 1, device: str | to
     options.enable_mem_pattern = False
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
     return inference_session(model, options, device)
+
+
+def l2_cache_bytes(cache_dir: Path = CPU_CACHE_DIR) -> int:
+    """The L2 cache of one core, in bytes, as the system lists it; DEFAULT_L2_CACHE_BYTES where it
+    lists none."""
+    for index in sorted(cache_dir.glob("index*")):
+        try:
+            level = (index / "level").read_text(encoding="ascii").strip()
+            kind = (index / "type").read_text(encoding="ascii").strip()
+            size = (index / "size").read_text(encoding="ascii").strip().upper()
+        except OSError:
+            continue
+        if level != "2" or kind not in ("Unified", "Data"):
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
+        digits = size[:-1] if size[-1:] in ("K", "M") else size
+        if digits.isdigit() and int(digits) > 0:
+            return int(digits) * scale
+    return DEFAULT_L2_CACHE_BYTES
+
+
+def slice_width(values_per_frame: int, cache_bytes: int) -> int:
+    """Frames of a slice: as many as keep ACTIVATION_COPIES float32 copies of the widest layer
+    (`values_per_frame` per frame) within `cache_bytes`, and at least MIN_SLICE_FRAMES. A step is cut
+    into the whole number of equal slices nearest its width over this."""
+    return max(MIN_SLICE_FRAMES, cache_bytes // (ACTIVATION_COPIES * 4 * max(1, values_per_frame)))
 
 
 def _feeds(item: StepInput) -> dict[str, np.ndarray]:

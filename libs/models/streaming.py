@@ -125,6 +125,8 @@ class _Step:
         self.masked_any = False
         """Whether some operation masked positions (a step traced into a graph must not: its mask
         would hold for that step's frame indices only)."""
+        self.widest = 0
+        """Values per item of the widest input any convolution of the step took (channels x positions)."""
 
     def zeros(self, x: torch.Tensor, width: int) -> torch.Tensor:
         """Zero positions (edge padding) for every item of x."""
@@ -246,6 +248,7 @@ class _Step:
 
     def conv2d(self, conv: nn.Conv1d, x: torch.Tensor, dilation: int) -> torch.Tensor:
         """`conv` run valid over x [B, C, 1, W], on the step's packed kernel when it has them."""
+        self._note_width(x)
         weight, bias = self.parameters(conv)
         if self.packed is None:
             return F.conv2d(x, weight, bias, dilation=(1, dilation))
@@ -263,6 +266,7 @@ class _Step:
 
     def conv_transpose2d(self, up: nn.ConvTranspose1d, x: torch.Tensor, stride: int) -> torch.Tensor:
         """`up` over x [B, C, 1, W] with no padding (the caller trims), on the step's packed kernel when it has them."""
+        self._note_width(x)
         weight, bias = self.parameters(up)
         if self.packed is None:
             return F.conv_transpose2d(x, weight, bias, stride=(1, stride))
@@ -276,6 +280,10 @@ class _Step:
         return torch.ops.mkldnn._convolution_transpose_pointwise(
             x.to(weight.dtype), packed, bias, [0, 0], [0, 0], [1, stride], [1, 1], 1, "none", [], ""
         )
+
+    def _note_width(self, x: torch.Tensor) -> None:
+        # Plain numbers, as in `zeros`: a traced step records no arithmetic for them.
+        self.widest = max(self.widest, int(x.size(1)) * int(x.size(-1)))
 
     def _packed_kernel(self, module: nn.Module, x: torch.Tensor, pack: Callable[[], torch.Tensor]) -> torch.Tensor:
         """The module's kernel packed for x's shape: from the step's packed kernels, packed now if new."""
@@ -563,6 +571,19 @@ def output_geometry(network: StreamNetwork, channels: int, device: torch.device,
     probe = StepInput(torch.zeros(channels, 1), start=0, low=0, high=1, state=None, g=g)
     output = _forward(network, [probe], device, LAG_PROBE_FRAMES, torch.float32)[1]
     return output.lag, output.scale
+
+
+def activation_values_per_frame(network: StreamNetwork, channels: int, device: torch.device, g: torch.Tensor | None = None) -> int:
+    """Values (channels x positions) that one input frame adds to the widest input of any of the
+    network's convolutions in a stream's steady steps: what a step's memory traffic grows with
+    (`libs.models.onnx_stream` sizes its slices of a wide step by it)."""
+    frames = LAG_PROBE_FRAMES
+    first = StepInput(torch.zeros(channels, frames), start=0, low=0, high=NO_END, state=None, g=g)
+    state = stream_step(network, [first], device, frames)[0].state
+    later = StepInput(torch.zeros(channels, frames), start=frames, low=0, high=NO_END, state=state, g=g)
+    with torch.inference_mode():
+        step = _forward(network, [later], device, frames, torch.float32)[0]
+    return -(-step.widest // frames)
 
 
 def output_lag(network: StreamNetwork, channels: int, device: torch.device, g: torch.Tensor | None = None) -> int:

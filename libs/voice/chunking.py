@@ -14,9 +14,10 @@ from typing import Final
 
 # Vocoder side: steps of a stateful stream (libs.models.streaming), which never recomputes context;
 # its output trails the mel by the network's lag (`VocoderEngine.lag_frames`). The first step is small,
-# so first audio comes early; later steps double up to the size whose cost per frame is least on a
-# CPU (the steps' activations still fit the caches), where streaming a whole sentence costs about what
-# vocoding it at once does (docs/performance.md has the measurements).
+# so first audio comes early; later steps double up to 128 frames (1.5 s of audio), few enough steps
+# per sentence that their fixed costs (a message, a scheduling decision) stay small, short enough that
+# no step holds a core for long. Where the activations of a step that wide outgrow a core's cache, the
+# onnxruntime path runs it in slices (libs.models.onnx_stream); docs/performance.md has the measurements.
 DEFAULT_FIRST_CHUNK_FRAMES: Final = 32
 DEFAULT_CHUNK_GROWTH: Final = 2.0
 DEFAULT_MAX_CHUNK_FRAMES: Final = 128

@@ -120,14 +120,20 @@ class ModelRuntime:
             self.batcher.close()
 
     def onnx_network(
-        self, network: StreamNetwork, name: str, channels: int, first_width: int, kinds: tuple[StepKind, ...] = STEP_KINDS
+        self,
+        network: StreamNetwork,
+        name: str,
+        channels: int,
+        first_width: int,
+        kinds: tuple[StepKind, ...] = STEP_KINDS,
+        sliced: bool = False,
     ) -> OnnxStreamNetwork | None:
         """`network`'s `kinds` of step in onnxruntime when that is the stream backend (else None),
-        on as many threads as torch has."""
+        on as many threads as torch has; `sliced`: wide steps run in slices (`OnnxStreamNetwork.load`)."""
         if self.stream_backend != "onnxruntime":
             return None
         return OnnxStreamNetwork.load(
-            network, name, channels, first_width, threads=torch.get_num_threads(), kinds=kinds, device=self.device
+            network, name, channels, first_width, threads=torch.get_num_threads(), kinds=kinds, device=self.device, sliced=sliced
         )
 
 

@@ -153,6 +153,31 @@ def test_kinds_of_step_without_a_graph_stay_in_torch(vocoder: _Network, graph_ca
     assert vocoder.onnx.accepts(later) and not onnx.accepts(later)
 
 
+def test_wide_steps_in_slices_equal_the_torch_steps_to_round_off_and_repeat_bit_for_bit(vocoder: _Network) -> None:
+    whole = vocoder.onnx
+    sliced = OnnxStreamNetwork(whole._sessions, whole.lag, whole.scale, whole.first_width, slice_frames=9)
+    # A first step (always whole), later steps of several slices and of one, a last step of several.
+    steps = _steps(vocoder, [vocoder.first_width + 10, 40, 7, 29])
+    runs = [_run(vocoder, steps, "oooo", sliced) for _ in range(2)]
+    _assert_close(runs[0], _run(vocoder, steps, "tttt"))
+    for output, again in zip(*runs, strict=True):
+        assert torch.equal(output.values, again.values)
+        assert all(torch.equal(tail, other) for tail, other in zip(output.state, again.state, strict=True))
+
+
+def test_a_slice_keeps_four_copies_of_the_widest_layer_within_the_l2_cache(tmp_path: Path) -> None:
+    assert onnx_stream.slice_width(8192, 2 << 20) == 16
+    assert onnx_stream.slice_width(4096, 2 << 20) == 32
+    assert onnx_stream.slice_width(8192, 512 << 10) == onnx_stream.MIN_SLICE_FRAMES  # a small cache: no sliver
+    for index, (level, kind, size) in enumerate([("1", "Data", "48K"), ("1", "Instruction", "32K"), ("2", "Unified", "2048K"), ("3", "Unified", "260M")]):
+        folder = tmp_path / f"index{index}"
+        folder.mkdir()
+        for name, text in (("level", level), ("type", kind), ("size", size)):
+            (folder / name).write_text(text + "\n")
+    assert onnx_stream.l2_cache_bytes(tmp_path) == 2048 << 10
+    assert onnx_stream.l2_cache_bytes(tmp_path / "absent") == onnx_stream.DEFAULT_L2_CACHE_BYTES
+
+
 def test_cached_graphs_are_reused_and_graphs_of_other_code_removed(vocoder: _Network, tmp_path: Path, monkeypatch) -> None:
     kinds = (StepKind(first=True, last=True),)
     OnnxStreamNetwork.load(vocoder.network, "v", 80, vocoder.first_width, kinds=kinds, cache_dir=tmp_path)
@@ -181,6 +206,9 @@ def test_float32_engines_on_a_cpu_stream_in_onnxruntime_and_name_it_in_their_ver
     engines = {backend: VocoderEngine.load_default(settings=EngineSettings(precision="fp32", stream_backend=backend)) for backend in ("auto", "torch")}
     assert engines["auto"].stream_backend == "onnxruntime" and engines["torch"].stream_backend == "torch"
     assert engines["auto"].model_version != engines["torch"].model_version
+    # The vocoder's wide steps run in slices, which the version names; the torch path has none.
+    slice_frames = engines["auto"]._onnx.slice_frames
+    assert slice_frames is not None and engines["auto"].model_version.endswith(f"-s{slice_frames}")
     assert resolve_stream_backend(EngineSettings(precision="bf16")) == "torch"
     assert resolve_stream_backend(EngineSettings(precision="fp32", device="cuda")) == "torch"
     with pytest.raises(ValueError, match="float32 on a CPU"):
