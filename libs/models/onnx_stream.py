@@ -128,8 +128,8 @@ class OnnxStreamNetwork:
         self.first_width = first_width
         """Fewest frames of a first step that is not also the last (the torch path pads narrower ones)."""
         self.slice_frames = slice_frames
-        """About how many frames each slice of a wider step that is not a stream's first takes (the step
-        is cut into equal slices), or None: every step whole."""
+        """The fewest frames of a slice: a step that is not a stream's first runs in as many equal slices
+        as are at least this wide (a step less than twice as wide runs whole); None: every step whole."""
 
     @classmethod
     def load(
@@ -199,12 +199,13 @@ class OnnxStreamNetwork:
             return self._step(item)
         values: list[torch.Tensor] = []
         first_position, state = 0, item.state
-        count = max(1, round(width / self.slice_frames))  # slices of equal width, none a sliver
+        count = width // self.slice_frames  # equal slices, each at least slice_frames wide
         for index in range(count):
             begin, end = width * index // count, width * (index + 1) // count
             high = item.high if end == width else NO_END
             output = self._step(StepInput(item.frames[:, begin:end], item.start + begin, item.low, high, state))
-            first_position = output.first_position if begin == 0 else first_position
+            if index == 0:
+                first_position = output.first_position
             values.append(output.values)
             state = output.state
         return StepOutput(torch.cat(values, dim=-1), first_position, state)
@@ -276,8 +277,7 @@ def l2_cache_bytes(cache_dir: Path = CPU_CACHE_DIR) -> int:
 
 def slice_width(values_per_frame: int, cache_bytes: int) -> int:
     """Frames of a slice: as many as keep ACTIVATION_COPIES float32 copies of the widest layer
-    (`values_per_frame` per frame) within `cache_bytes`, and at least MIN_SLICE_FRAMES. A step is cut
-    into the whole number of equal slices nearest its width over this."""
+    (`values_per_frame` per frame) within `cache_bytes`, and at least MIN_SLICE_FRAMES."""
     return max(MIN_SLICE_FRAMES, cache_bytes // (ACTIVATION_COPIES * 4 * max(1, values_per_frame)))
 
 
