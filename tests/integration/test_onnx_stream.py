@@ -14,7 +14,16 @@ import libs.models.onnx_stream as onnx_stream
 from libs.models.mel_bridge import MelAdapter, MelHead, MelVocoder
 from libs.models.onnx_stream import STEP_KINDS, OnnxStreamNetwork, StepKind, step_kind
 from libs.models.piper_import import PiperVoiceModels
-from libs.models.streaming import NO_END, StepInput, StepOutput, StreamNetwork, StreamState, output_lag, stream_step
+from libs.models.streaming import (
+    NO_END,
+    StepInput,
+    StepOutput,
+    StreamNetwork,
+    StreamState,
+    activation_values_per_frame,
+    output_lag,
+    stream_step,
+)
 from libs.voice.assets import default_voice_assets
 from libs.voice.chunking import ACOUSTIC_SCHEDULE, ChunkSchedule
 from libs.voice.engine import AcousticEngine, EngineSettings, SynthesisParams, VocoderEngine
@@ -165,6 +174,13 @@ def test_wide_steps_in_slices_equal_the_torch_steps_to_round_off_and_repeat_bit_
         assert all(torch.equal(tail, other) for tail, other in zip(output.state, again.state, strict=True))
 
 
+def test_the_widest_layer_of_the_vocoder_is_its_last_stage(vocoder: _Network, flow: _Network) -> None:
+    # The decoder's last stage: 32 channels x 256 samples per frame, and its tails' few positions.
+    assert 32 * 256 <= activation_values_per_frame(vocoder.network, 80, CPU) < 32 * 260
+    # The flow and mel head's layers are a few hundred values per frame (192 channels, gated).
+    assert activation_values_per_frame(flow.network, flow.channels, CPU) < 512
+
+
 def test_a_slice_keeps_four_copies_of_the_widest_layer_within_the_l2_cache(tmp_path: Path) -> None:
     assert onnx_stream.slice_width(8192, 2 << 20) == 16
     assert onnx_stream.slice_width(4096, 2 << 20) == 32
@@ -218,6 +234,7 @@ def test_float32_engines_on_a_cpu_stream_in_onnxruntime_and_name_it_in_their_ver
 def test_an_acoustic_engine_names_where_its_steps_end_in_its_version() -> None:
     # Where the steps end moves the mel by round-off, so engines with other ends never share a cache entry.
     default = AcousticEngine.load_default(settings=EngineSettings(precision="fp32"))
+    assert default._onnx is not None and default._onnx.slice_frames is None  # its steps always run whole
     larger = AcousticEngine.load(default_voice_assets(), settings=EngineSettings(precision="fp32"), schedule=ChunkSchedule(33, 2.0, 1024))
     assert default.model_version != larger.model_version
     plan = default.plan([1, 0] + [20 + (index * 7) % 40 for index in range(300)] + [2], SynthesisParams(), seed=7)
