@@ -173,7 +173,7 @@ class OnnxStreamNetwork:
                 _remove_older_graphs(path)
         slice_frames = None
         if sliced and torch.device(device).type == "cpu" and StepKind(False, False) in sessions:
-            slice_frames = slice_width(activation_values_per_frame(network, channels, torch.device("cpu")), l2_cache_bytes())
+            slice_frames = slice_width(activation_values_per_frame(network, channels, torch.device("cpu"), first_width), l2_cache_bytes())
         return cls(sessions, lag, scale, first_width, slice_frames)
 
     def accepts(self, item: StepInput) -> bool:

@@ -49,6 +49,8 @@ MEMORY_FORMAT = torch.channels_last
 
 LAG_PROBE_FRAMES = 256
 """Frames of the probe that measures a network's lag (more than any vocoder's receptive field)."""
+WIDTH_PROBE_FRAMES = 16
+"""Frames of the narrower of the two later steps that measure a network's widest layer per frame."""
 
 StreamState = list[torch.Tensor]
 """One stream's tails, in the fixed order the operations take them."""
@@ -573,17 +575,19 @@ def output_geometry(network: StreamNetwork, channels: int, device: torch.device,
     return output.lag, output.scale
 
 
-def activation_values_per_frame(network: StreamNetwork, channels: int, device: torch.device, g: torch.Tensor | None = None) -> int:
-    """Values (channels x positions) that one input frame adds to the widest input of any of the
-    network's convolutions in a stream's steady steps: what a step's memory traffic grows with
-    (`libs.models.onnx_stream` sizes its slices of a wide step by it)."""
-    frames = LAG_PROBE_FRAMES
-    first = StepInput(torch.zeros(channels, frames), start=0, low=0, high=NO_END, state=None, g=g)
-    state = stream_step(network, [first], device, frames)[0].state
-    later = StepInput(torch.zeros(channels, frames), start=frames, low=0, high=NO_END, state=state, g=g)
-    with torch.inference_mode():
-        step = _forward(network, [later], device, frames, torch.float32)[0]
-    return -(-step.widest // frames)
+def activation_values_per_frame(network: StreamNetwork, channels: int, device: torch.device, first_width: int) -> int:
+    """Values (channels x positions) that each more frame of a stream's later step adds to the widest
+    input of any of the network's convolutions: what a step's memory traffic grows with
+    (`libs.models.onnx_stream` sizes its slices of a wide step by it). Two later steps after a first
+    step of `first_width` frames (more than the lag), whose difference leaves the tails out."""
+    first = StepInput(torch.zeros(channels, first_width), start=0, low=0, high=NO_END, state=None)
+    state = stream_step(network, [first], device, first_width)[0].state
+    widest = []
+    for width in (WIDTH_PROBE_FRAMES, 2 * WIDTH_PROBE_FRAMES):
+        later = StepInput(torch.zeros(channels, width), start=first_width, low=0, high=NO_END, state=state)
+        with torch.inference_mode():
+            widest.append(_forward(network, [later], device, first_width, torch.float32)[0].widest)
+    return -(-(widest[1] - widest[0]) // WIDTH_PROBE_FRAMES)
 
 
 def output_lag(network: StreamNetwork, channels: int, device: torch.device, g: torch.Tensor | None = None) -> int:

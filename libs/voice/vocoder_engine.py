@@ -55,7 +55,6 @@ class VocoderEngine(BatchedEngine):
         self.settings = settings
         self.device = self._runtime.device
         self.vocoder = vocoder.to(self.device).eval()
-        self.model_version = model_version
         self.sample_rate_hz = sample_rate_hz
         self.hop_length = hop_length
         self.n_mels = n_mels
@@ -69,9 +68,9 @@ class VocoderEngine(BatchedEngine):
         self._network.first_step_width = schedule.chunk_frames(0)
         # A speaker-conditioned decoder's steps take the speaker too: they have no graphs, and run in torch.
         self._onnx = self._runtime.onnx_network(self._network, "vocoder", n_mels, self.lag_frames + 1, sliced=True) if self.num_speakers <= 1 else None
-        if self._onnx is not None and self._onnx.slice_frames is not None:
-            # Wide steps run in slices, which moves samples by float32 round-off: the version says how wide.
-            self.model_version = f"{model_version}-s{self._onnx.slice_frames}"
+        # Wide steps in slices move samples by float32 round-off: the version says how wide.
+        slices = None if self._onnx is None else self._onnx.slice_frames
+        self.model_version = model_version if slices is None else f"{model_version}-s{slices}"
         self.stream_backend = "torch" if self._onnx is None else "onnxruntime"
         """Where a stream's steps run when it runs alone (`EngineSettings.stream_backend`)."""
         # torch pads a stream's last step to a width it has seen before (see LAST_STEP_BUCKET_FRAMES);
