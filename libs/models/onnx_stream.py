@@ -194,14 +194,13 @@ class OnnxStreamNetwork:
         A step wider than `slice_frames` runs slice by slice, each slice's tails feeding the next; a
         stream's first step runs whole (it is narrow, and its graph computes no positions before the
         first frame, which slices would give up)."""
-        width = int(item.frames.shape[1])
-        if self.slice_frames is None or item.state is None or width <= self.slice_frames:
+        bounds = self.slice_bounds(item)
+        if len(bounds) == 1:
             return self._step(item)
         values: list[torch.Tensor] = []
         first_position, state = 0, item.state
-        count = width // self.slice_frames  # equal slices, each at least slice_frames wide
-        for index in range(count):
-            begin, end = width * index // count, width * (index + 1) // count
+        width = int(item.frames.shape[1])
+        for index, (begin, end) in enumerate(bounds):
             high = item.high if end == width else NO_END
             output = self._step(StepInput(item.frames[:, begin:end], item.start + begin, item.low, high, state))
             if index == 0:
@@ -209,6 +208,18 @@ class OnnxStreamNetwork:
             values.append(output.values)
             state = output.state
         return StepOutput(torch.cat(values, dim=-1), first_position, state)
+
+    def slice_bounds(self, item: StepInput) -> list[tuple[int, int]]:
+        """The frames [begin, end) of `item` (relative to its first) that each slice of its step covers:
+        as many equal slices as are at least `slice_frames` wide, or the whole step in one (a stream's
+        first step, one less than twice a slice wide, or no slices). Fixed by the step's width alone,
+        so a caller that runs the slices one by one as steps of their own (`VocoderStream.in_parts`)
+        makes the very same calls as `step`."""
+        width = int(item.frames.shape[1])
+        if self.slice_frames is None or item.state is None or width < 2 * self.slice_frames:
+            return [(0, width)]
+        count = width // self.slice_frames
+        return [(width * index // count, width * (index + 1) // count) for index in range(count)]
 
     def _step(self, item: StepInput) -> StepOutput:
         kind = step_kind(item)

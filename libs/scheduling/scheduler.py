@@ -46,6 +46,10 @@ class Scheduler:
         """Frames of the longest chunk step of this worker's schedule (what its step lead is quoted for)."""
         self.first_step_units = 0
         """Frames of a sentence's first chunk step (an acoustic worker's first chunk takes the flow's lag too)."""
+        self.piece_step_units = 0
+        """Frames of the widest step that a listener waiting on its next audio waits for, where that is
+        less than the longest step (a vocoder that runs a needy listener's steps a part at a time:
+        `VocoderEngine.widest_part_frames`); 0: the longest step."""
 
     def calibrate(self, workload: Callable[[], Iterable[CalibrationStep]]) -> Calibration:
         """Measure the costs on as many threads at once as the budget has cores (run it off the event loop)."""
@@ -78,6 +82,13 @@ class Scheduler:
         """Wall seconds this worker's longest step takes now, nearly always (0: not known)."""
         return self.costs.wall_s(STAGE_CHUNK, self.longest_step_units) if self.longest_step_units else 0.0
 
+    def piece_lead_s(self) -> float:
+        """Wall seconds the step that a listener short of audio waits for next takes now, nearly always
+        (0: not known): what the gateway holds a first piece against."""
+        if not self.piece_step_units:
+            return self.step_lead_s()
+        return self.costs.wall_s(STAGE_CHUNK, self.piece_step_units)
+
     def load(self, by_gateway: Mapping[str, int], pinned_capacity: float = 0.0) -> load_pb2.WorkerLoad:
         """What this worker can take on now, with `by_gateway` its open streams per gateway id
         (`pinned_capacity`: a capacity set by the operator)."""
@@ -89,6 +100,7 @@ class Scheduler:
             cpu_s_per_audio_s=self.capacity.cost.cpu_s_per_audio_s,
             budget_cores=self.capacity.budget.cores,
             step_lead_ms=1000.0 * self.step_lead_s(),
+            piece_lead_ms=1000.0 * self.piece_lead_s() if self.piece_step_units else 0.0,
             queued_cpu_s=getattr(self.executor, "queued_cpu_s", 0.0),
         )
         if self.first_step_units and costs.stages[STAGE_CHUNK].observations:

@@ -66,7 +66,8 @@ _log = logging.getLogger(__name__)
 DEFAULT_LOOKAHEAD_SENTENCES: Final = MAX_SENTENCES_AHEAD
 OUTPUT_PIECES: Final = 4
 """Pieces the reader may have ready that the client has not taken yet (each is one vocoding step,
-at most ~130 KiB); a client that reads keeps the queue near empty."""
+at most ~130 KiB, however many parts the worker sent it in); a client that reads keeps the queue
+near empty."""
 # The cache keeps float16 mel; asking the acoustic worker for float16 too means the vocoder gets the
 # very same numbers on a miss and on a hit, so a cached sentence sounds bit-identical to a fresh one.
 WIRE_MEL_DTYPE: Final = mel_pb2.MEL_DTYPE_FLOAT16
@@ -129,6 +130,9 @@ class SentencePiece:
     """Seconds per mel frame."""
     made_s: float = 0.0
     """When the mesh had it ready for the client (`time.monotonic()`; 0: from the start)."""
+    step_continues: bool = False
+    """Whether the rest of its vocoder step follows at once (libs.upstream.vocoder_stream.Samples):
+    such a part of a step takes no room of its own among `OUTPUT_PIECES`."""
 
 
 class UtterancePipeline:
@@ -213,7 +217,8 @@ class UtterancePipeline:
                     raise item
                 clock.delivered(_audio_s(item), ready_s=item.made_s)
                 yield item
-                self._room.release()  # the client has taken the piece
+                if not item.step_continues:
+                    self._room.release()  # the client has taken the piece
         finally:
             # Client gone, failed, or finished: cancel downstream streams so workers stop at once.
             acoustic.cancel()
@@ -460,10 +465,10 @@ class UtterancePipeline:
         after_first_s = 0.0  # the audio of the pieces since the first
         latest_s = 0.0  # how long after the first piece a later one came, at most, less the audio between
         loop = asyncio.get_running_loop()
-        pieces = 0
+        pieces = 0  # vocoder steps: the parts of a step the worker sent one by one are one piece
         reading_s: float | None = None  # when the reader went on after a piece of the sentence it reads
         async for piece, to_write in self._pieces(vocoder):
-            pieces += 1
+            pieces += 0 if piece.step_continues else 1
             self._first_piece.set()
             if reading_s is not None and piece.sentence_index == sentence:  # a playing listener's wait for its next piece
                 self._pool.piece_gaps.observe(loop.time() - reading_s)
@@ -493,8 +498,9 @@ class UtterancePipeline:
             if piece.is_last and self._in_flight is not None:
                 self._in_flight.made()
             made_s = time.monotonic()
-            await self._room.acquire()  # a client that does not read stops the reading here
-            reading_s = None if piece.is_last else loop.time()
+            if not piece.step_continues:
+                await self._room.acquire()  # a client that does not read stops the reading here
+            reading_s = None if piece.is_last or piece.step_continues else loop.time()
             output.put_nowait(
                 SentencePiece(
                     piece.sentence_index,
@@ -504,6 +510,7 @@ class UtterancePipeline:
                     self._meta[piece.sentence_index],
                     info.hop_length / piece.sample_rate_hz,
                     made_s,
+                    piece.step_continues,
                 )
             )
         # Every piece is made: a client that does not read holds no turn to start for it.

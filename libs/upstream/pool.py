@@ -325,12 +325,21 @@ class WorkerPool:
         loads = [known] if endpoint is not None and (known := self.loads.load(endpoint)) else self.available_loads(kind)
         return max((known.load.step_lead_ms / 1000.0 + known.rtt_s for known in loads), default=0.0)
 
+    def piece_lead_s(self) -> float:
+        """How long the vocoder's next piece for a listener short of audio takes now, nearly always, with a
+        round trip on top: its `piece_lead_ms` (a part of a step), or its whole step's lead where it
+        does not say (0: not known)."""
+        loads = self.available_loads("vocoder")
+        return max(
+            (((known.load.piece_lead_ms or known.load.step_lead_ms) / 1000.0 + known.rtt_s) for known in loads), default=0.0
+        )
+
     def piece_wait_s(self) -> float:
-        """How long a listener may wait for its next piece on this mesh now: the vocoder's step lead
-        (hops included), or how long next pieces have come after first ones lately (`StartGaps`:
-        queueing behind other streams' steps included), whichever is longer. Audio a listener holds
-        below this is no cushion: it may run out before the next piece comes."""
-        return max(self.step_lead_s(None, "vocoder"), self.start_gaps.high_s())
+        """How long a listener may wait for its next piece on this mesh now: the vocoder's lead for a
+        listener short of audio (hops included), or how long next pieces have come after first ones
+        lately (`StartGaps`: queueing behind other streams' steps included), whichever is longer.
+        Audio a listener holds below this is no cushion: it may run out before the next piece comes."""
+        return max(self.piece_lead_s(), self.start_gaps.high_s())
 
     def playing_wait_s(self) -> float:
         """How long a playing listener may wait for its next piece now: the longer of a first piece's

@@ -66,6 +66,9 @@ class Samples:
     """Whether the sentence ends with these."""
     model_version: str = ""
     """Model version of the vocoder that made them ("" when it did not say)."""
+    step_continues: bool = False
+    """Whether more samples of the same vocoder step follow at once (the worker ran it a part at a
+    time): a listener's pacing counts a step's parts as one piece."""
 
 
 class ResumableVocoderStream(ResumableCall):
@@ -201,7 +204,9 @@ class ResumableVocoderStream(ResumableCall):
         self._owed_since_s = time.monotonic() if self._owes() else None
         if not len(samples) and not reply.is_last:
             return None
-        return Samples(reply.sentence_index, samples, reply.sample_rate_hz, reply.is_last, self.model_version_of(current.tier))
+        return Samples(
+            reply.sentence_index, samples, reply.sample_rate_hz, reply.is_last, self.model_version_of(current.tier), reply.step_continues and not reply.is_last
+        )
 
     def model_version_of(self, tier: str) -> str:
         """The model version the current call's worker speaks `tier` with ("": the stream's tier)."""

@@ -38,6 +38,11 @@ class VocoderStreamLike(Protocol):
 
     def step(self) -> np.ndarray: ...
 
+    in_parts: bool
+
+    @property
+    def step_continues(self) -> bool: ...
+
     @property
     def done(self) -> bool: ...
 
@@ -61,6 +66,8 @@ class SampleBlock:
     """float32 mono samples."""
     is_last: bool
     """Whether these end the sentence."""
+    step_continues: bool = False
+    """Whether more parts of the same step follow (`SentenceSession.in_parts`)."""
 
 
 class SentenceSession:
@@ -132,6 +139,21 @@ class SentenceSession:
         """Mel frames the next step takes (what it costs by)."""
         return self._stream.next_step_frames if self._stream is not None else 0
 
+    @property
+    def step_continues(self) -> bool:
+        """Whether a step is half done: `step` runs its next part whatever `in_parts` now says."""
+        return self._stream is not None and self._stream.step_continues
+
+    @property
+    def in_parts(self) -> bool:
+        """Whether the next step taken runs a part at a time (libs.voice.vocoder_engine.VocoderStream.in_parts)."""
+        return self._stream is not None and self._stream.in_parts
+
+    @in_parts.setter
+    def in_parts(self, value: bool) -> None:
+        if self._stream is not None:
+            self._stream.in_parts = value
+
     def step(self) -> SampleBlock | None:
         """Run one vocoding step; return its samples, if any (the sentence's last block always)."""
         assert self._stream is not None, "step() before any slice to emit"
@@ -139,7 +161,7 @@ class SentenceSession:
         is_last = self._stream.done
         if not len(samples) and not is_last:
             return None
-        block = SampleBlock(first_sample=self._next_sample, samples=samples, is_last=is_last)
+        block = SampleBlock(first_sample=self._next_sample, samples=samples, is_last=is_last, step_continues=self._stream.step_continues)
         self._next_sample += len(samples)
         return block
 

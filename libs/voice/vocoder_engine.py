@@ -194,6 +194,27 @@ class VocoderEngine(BatchedEngine):
         """One stream step, batched with other streams' steps when batching is on."""
         return self._runtime.run(job)
 
+    def widest_part_frames(self) -> int:
+        """Frames of the widest step a listener waits on when its steps run a part at a time
+        (`VocoderStream.in_parts`): a stream's first step, or the widest part of a later one."""
+        slice_frames = None if self._onnx is None else self._onnx.slice_frames
+        widest, index, width = 0, 0, 0
+        while index == 0 or width < self.schedule.chunk_frames(index):  # the steps' widths, up to the widest
+            width = self.schedule.chunk_frames(index)
+            count = 1 if slice_frames is None or index == 0 else max(1, width // slice_frames)
+            widest, index = max(widest, -(-width // count)), index + 1
+        return widest
+
+    def step_parts(self, job: StepInput) -> list[tuple[int, int]]:
+        """The frames [begin, end) of `job` that each part of its step covers when it runs a part at a
+        time: the slices onnxruntime runs it in (`OnnxStreamNetwork.slice_bounds`), so that the parts,
+        each a step of its own, make exactly the calls and the samples of the whole step. One part
+        where the step runs whole (in torch, or too narrow to slice)."""
+        width = int(job.frames.shape[1])
+        if self._onnx is None or not self._onnx.accepts(job):
+            return [(0, width)]
+        return self._onnx.slice_bounds(job)
+
     @torch.inference_mode()
     def _vocode_batch(self, mels: Sequence[np.ndarray], speaker_id: int = 0) -> list[np.ndarray]:
         """Vocode whole mel sequences of one speaker in one pass each (several at once: padded and masked)."""
@@ -266,11 +287,17 @@ class VocoderStream:
     """First sentence frame whose samples are returned."""
     g: torch.Tensor | None = None
     """The speaker's conditioning [gin, 1] (None for a one-speaker voice)."""
+    in_parts: bool = False
+    """Whether a step taken from here on runs a part at a time (`VocoderEngine.step_parts`), each
+    `step` one part: its samples then come as each part is done, the very samples of the whole step,
+    so the caller may choose step by step (a listener about to need the audio gets its first part
+    sooner; one that holds plenty saves the calls)."""
     _pending: list[np.ndarray] = field(default_factory=list)
     _pending_frames: int = 0
     _next_step_frame: int = 0
     _step_index: int = 0
     _state: StreamState | None = None
+    _current: _TakenStep | None = None
     _ended: bool = False
     _done: bool = False
 
@@ -295,6 +322,11 @@ class VocoderStream:
         """Whether the sentence's last step has run."""
         return self._done
 
+    @property
+    def step_continues(self) -> bool:
+        """Whether the step that `step` last ran a part of has parts still to run."""
+        return self._current is not None
+
     def add(self, mel: np.ndarray) -> None:
         """Add frames [n_mels, n] without vocoding anything (cheap: call it anywhere)."""
         if self._ended:
@@ -311,35 +343,37 @@ class VocoderStream:
 
     @property
     def next_step_frames(self) -> int:
-        """Mel frames the next step takes (a last step: what is left): what it costs by."""
+        """Mel frames the next `step` takes (a part of a step, or a last step: what is left): what it costs by."""
+        if self.step_ready() and (current := self._taken()) is not None:
+            begin, end = current.parts[0]
+            return end - begin
         size = self.engine.schedule.chunk_frames(self._step_index)
         return size if self._pending_frames >= size or not self._ended else self._pending_frames
 
     def step_ready(self) -> bool:
-        """Whether `step` has work: a whole step of frames, or the last step of an ended sentence."""
+        """Whether `step` has work: a part of a step, a whole step of frames, or the last step of an ended sentence."""
+        if self._current is not None:
+            return True
         if self._done:
             return False
         return self._ended or self._pending_frames >= self.engine.schedule.chunk_frames(self._step_index)
 
     def step(self) -> np.ndarray:
-        """Run the next step (model work); return the float32 samples that became exact (maybe none)."""
-        size = self.engine.schedule.chunk_frames(self._step_index)
-        if self._pending_frames >= size and not self._done:
-            return self._step(self._take(size), total=None)
-        if not self._ended or self._done:
+        """Run the next step, or the next part of one (model work); return the float32 samples that
+        became exact (maybe none)."""
+        if not self.step_ready():
             raise RuntimeError("no step is ready: add frames, or end the stream")
-        self._done = True
-        total = self.frames_received
-        if total == self.origin_frame:
+        current = self._taken()
+        if current is None:  # an ended sentence with no frames to vocode
+            self._done = True
             return np.zeros(0, dtype=np.float32)
-        # The last step ends every layer with its edge padding, which lets the lag out.
-        return self._step(self._take(self._pending_frames), total=total)
+        return self._run_part(current)
 
     def push(self, mel: np.ndarray) -> np.ndarray:
         """Add frames [n_mels, n]; return float32 samples that became exact (maybe none)."""
         self.add(mel)
         ready: list[np.ndarray] = []
-        while self._pending_frames >= self.engine.schedule.chunk_frames(self._step_index):
+        while self._current is not None or self._pending_frames >= self.engine.schedule.chunk_frames(self._step_index):
             ready.append(self.step())
         return np.concatenate(ready) if ready else np.zeros(0, dtype=np.float32)
 
@@ -359,8 +393,18 @@ class VocoderStream:
         self._pending_frames -= frames
         return joined[:, :frames]
 
-    def _step(self, frames: np.ndarray, total: int | None) -> np.ndarray:
-        """Vocode the next frames on top of the kept layer tails; return the samples to emit."""
+    def _taken(self) -> _TakenStep | None:
+        """The step in progress, or the next one taken from the pending frames (call only when
+        `step_ready`); None for an ended sentence that has no frames at all."""
+        if self._current is not None:
+            return self._current
+        size = self.engine.schedule.chunk_frames(self._step_index)
+        total: int | None = None
+        if self._pending_frames < size:  # the sentence has ended: its last step takes what is left
+            total = self.frames_received
+            if total == self.origin_frame:
+                return None
+        frames = self._take(size if total is None else self._pending_frames)
         start = self._next_step_frame
         self._next_step_frame += frames.shape[1]
         if total is not None:
@@ -370,14 +414,42 @@ class VocoderStream:
             bucket = self.engine.last_step_bucket_frames
             frames = np.pad(frames, ((0, 0), (0, -frames.shape[1] % bucket)))
         job = StepInput(torch.from_numpy(np.ascontiguousarray(frames)), start, self.origin_frame, NO_END if total is None else total, self._state, self.g)
+        parts = self.engine.step_parts(job) if self.in_parts else [(0, int(job.frames.shape[1]))]
+        self._current = _TakenStep(job, total, parts)
+        return self._current
+
+    def _run_part(self, current: _TakenStep) -> np.ndarray:
+        """Vocode the next part of `current` on top of the kept layer tails; return the samples to emit."""
+        begin, end = current.parts.pop(0)
+        job = current.job
+        width = int(job.frames.shape[1])
+        if (begin, end) != (0, width):
+            high = job.high if end == width else NO_END
+            job = StepInput(job.frames[:, begin:end], job.start + begin, job.low, high, self._state, job.g)
         output = self.engine.vocode_step(job)
         self._state = output.state
-        self._step_index += 1
+        last_part = not current.parts
+        if last_part:
+            self._current = None
+            self._step_index += 1
+            self._done = current.total is not None
         hop = self.engine.hop_length
         samples = output.values[0]
-        end = len(samples) if total is None else total * hop - output.first_position
-        begin = max(0, self.emit_from_frame * hop - output.first_position)
-        return samples[begin:end].numpy() if end > begin else np.zeros(0, dtype=np.float32)
+        stop = current.total * hop - output.first_position if last_part and current.total is not None else len(samples)
+        begin_sample = max(0, self.emit_from_frame * hop - output.first_position)
+        return samples[begin_sample:stop].numpy() if stop > begin_sample else np.zeros(0, dtype=np.float32)
+
+
+@dataclass
+class _TakenStep:
+    """A step of the schedule taken from a stream's pending frames, run a part at a time."""
+
+    job: StepInput
+    """The whole step."""
+    total: int | None
+    """The sentence's frames when this is its last step, else None."""
+    parts: list[tuple[int, int]]
+    """The parts still to run: [begin, end) of the step's frames."""
 
 
 def _precision_part(settings: EngineSettings, device: str | None) -> str:

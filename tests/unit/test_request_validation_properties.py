@@ -123,6 +123,8 @@ class _CountingStream:
     def __init__(self) -> None:
         self.frames = 0
         self.ended = False
+        self.in_parts = False
+        self.step_continues = False
 
     def add(self, mel: np.ndarray) -> None:
         assert mel.shape[0] == N_MELS and np.isfinite(mel).all()

@@ -12,6 +12,7 @@ from libs.synthesis.admission import Listener, RealtimeAdmission
 from libs.synthesis.pipeline import _DONE, SentenceMeta, SentencePiece, UtterancePipeline
 from libs.upstream.metrics import RoutingMetrics
 from libs.upstream.playback import PieceGaps, StartGaps
+from libs.upstream.vocoder_stream import Samples
 
 RATE_HZ = 22050
 
@@ -207,16 +208,16 @@ async def test_a_short_utterance_is_never_held_past_its_end() -> None:
     assert received == [only, _DONE]
 
 
-async def _read_with_arrivals(pipeline: UtterancePipeline, arrivals: list[tuple[float, float, bool]]) -> None:
+async def _read_with_arrivals(pipeline: UtterancePipeline, arrivals: list[tuple[float, float, bool]] | list[tuple[float, float, bool, bool]]) -> None:
     """Run the pipeline's reader over vocoder pieces of sentence 0 that come at the given times after
-    the first: (time, seconds of audio, last of the sentence)."""
+    the first: (time, seconds of audio, last of the sentence[, more of the same step follows])."""
 
     async def pieces(_vocoder: Any) -> Any:
         started = asyncio.get_running_loop().time()
-        for at_s, seconds, is_last in arrivals:
+        for at_s, seconds, is_last, *continues in arrivals:
             await asyncio.sleep(max(0.0, started + at_s - asyncio.get_running_loop().time()))
             samples = np.zeros(round(seconds * RATE_HZ), np.float32)
-            yield SimpleNamespace(sentence_index=0, samples=samples, sample_rate_hz=RATE_HZ, is_last=is_last, model_version="m"), None
+            yield Samples(0, samples, RATE_HZ, is_last, "m", bool(continues and continues[0])), None
 
     pipeline._pieces = pieces  # type: ignore[method-assign]
     pipeline._meta[0] = SentenceMeta(text="t", phonemes="t", frame_count=1, phoneme_frames=(1,))
@@ -245,3 +246,26 @@ async def test_the_waits_between_a_sentences_pieces_are_kept_for_admission() -> 
     assert len(waits) == 3  # the three pieces after the first, each timed from the one before
     assert waits[0] < 0.05 and 0.08 <= waits[1] < 0.2 and 0.35 <= waits[2] < 0.5
     assert pipeline._pool.piece_gaps.high_s() == waits[2]
+
+
+# A first piece of 0.14 s; the second step (0.76 s) in four parts as each was made; the third step
+# whole at 1.5 s, late: 0.9 s of audio came before it; then the sentence's last piece.
+PARTS = [(0.0, 0.14, False, False), (0.10, 0.19, False, True), (0.12, 0.19, False, True), (0.14, 0.19, False, True),
+         (0.16, 0.19, False, False), (1.5, 1.49, False, False), (1.6, 1.0, True, False)]  # fmt: skip
+
+
+async def test_the_parts_of_a_step_are_one_piece_of_a_start() -> None:
+    """Timed to the third step, not the third part: the third step came 0.6 s after the first piece's
+    audio and the second step's had run out."""
+    gaps = StartGaps()
+    await _read_with_arrivals(_pipeline(0.0, gaps), PARTS)
+    assert len(gaps._gaps) == 1 and 0.55 <= gaps.high_s() < 0.75
+
+
+async def test_the_waits_between_steps_not_between_parts_are_kept_for_admission() -> None:
+    pipeline = _pipeline(0.0)
+    await _read_with_arrivals(pipeline, PARTS)
+    waits = sorted(pipeline._pool.piece_gaps._gaps)
+    # From the first piece to the second step's first part, from its last part to the third step, to the last.
+    assert len(waits) == 3
+    assert 0.08 <= waits[0] < 0.2 and 0.08 <= waits[1] < 0.2 and 1.25 <= waits[2] < 1.45

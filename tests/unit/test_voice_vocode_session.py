@@ -22,6 +22,8 @@ class RecordingStream:
         self.emitted = emit_from_frame
         self.ended = False
         self.done = False
+        self.in_parts = False
+        self.step_continues = False  # every step runs whole
 
     def add(self, mel: np.ndarray) -> None:
         self.received += mel.shape[1]

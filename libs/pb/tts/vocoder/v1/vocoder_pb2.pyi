@@ -23,7 +23,7 @@ class VocodeRequest(_message.Message):
     def __init__(self, slices: _Optional[_Iterable[_Union[_mel_pb2.MelSlice, _Mapping]]] = ..., context_only: _Optional[bool] = ..., playback_slack_ms: _Optional[float] = ..., downstream_ms: _Optional[float] = ..., tier: _Optional[str] = ...) -> None: ...
 
 class VocodeResponse(_message.Message):
-    __slots__ = ("utterance_id", "sentence_index", "first_sample", "samples", "sample_rate_hz", "is_last", "busy")
+    __slots__ = ("utterance_id", "sentence_index", "first_sample", "samples", "sample_rate_hz", "is_last", "busy", "step_continues")
     UTTERANCE_ID_FIELD_NUMBER: _ClassVar[int]
     SENTENCE_INDEX_FIELD_NUMBER: _ClassVar[int]
     FIRST_SAMPLE_FIELD_NUMBER: _ClassVar[int]
@@ -31,6 +31,7 @@ class VocodeResponse(_message.Message):
     SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
     IS_LAST_FIELD_NUMBER: _ClassVar[int]
     BUSY_FIELD_NUMBER: _ClassVar[int]
+    STEP_CONTINUES_FIELD_NUMBER: _ClassVar[int]
     utterance_id: str
     sentence_index: int
     first_sample: int
@@ -38,4 +39,5 @@ class VocodeResponse(_message.Message):
     sample_rate_hz: int
     is_last: bool
     busy: bool
-    def __init__(self, utterance_id: _Optional[str] = ..., sentence_index: _Optional[int] = ..., first_sample: _Optional[int] = ..., samples: _Optional[bytes] = ..., sample_rate_hz: _Optional[int] = ..., is_last: _Optional[bool] = ..., busy: _Optional[bool] = ...) -> None: ...
+    step_continues: bool
+    def __init__(self, utterance_id: _Optional[str] = ..., sentence_index: _Optional[int] = ..., first_sample: _Optional[int] = ..., samples: _Optional[bytes] = ..., sample_rate_hz: _Optional[int] = ..., is_last: _Optional[bool] = ..., busy: _Optional[bool] = ..., step_continues: _Optional[bool] = ...) -> None: ...

@@ -1,0 +1,132 @@
+"""A vocoder step run a part at a time (`VocoderStream.in_parts`) on the default voice's vocoder: the
+same samples bit for bit as the whole step, each part's as soon as it is done; and over real gRPC the
+worker runs the steps of a listener short of audio in parts, each answered as it is done, and those
+of a listener that holds plenty whole."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import numpy as np
+import pytest
+
+from libs.pb.tts.vocoder.v1 import vocoder_pb2, vocoder_pb2_grpc
+from libs.scheduling.scheduler import Scheduler
+from libs.serving.admission import Admission, AdmissionSettings
+from libs.serving.voice_shelf import VoiceShelf
+from libs.telemetry.metrics import VocoderMetrics
+from libs.voice.calibration import vocoder_steps
+from libs.voice.engine import VocoderEngine
+from libs.wire.mel_slices import cut_whole_mel, to_message
+from services.vocoder.servicer import VocoderServicer
+
+FRAMES = 330
+"""Frames of the test sentence: a first step of 32, then 64, 128 and a last step of 106."""
+
+
+@pytest.fixture(scope="module")
+def engine() -> VocoderEngine:
+    engine = VocoderEngine.load_default()
+    if engine.stream_backend != "onnxruntime" or engine._onnx is None or engine._onnx.slice_frames is None:
+        pytest.skip("steps run in slices only in onnxruntime on a CPU")
+    return engine
+
+
+@pytest.fixture(scope="module")
+def mel(engine: VocoderEngine) -> np.ndarray:
+    return np.random.default_rng(5).normal(-5.0, 1.5, size=(engine.n_mels, FRAMES)).astype(np.float32)
+
+
+def _stream(engine: VocoderEngine, mel: np.ndarray, in_parts: bool, emit_from: int = 0) -> list[tuple[np.ndarray, bool, int]]:
+    """Every step's (samples, step_continues, frames it took by `next_step_frames`), the mel arriving 7 frames at a time."""
+    stream = engine.open_stream(0, emit_from)
+    stream.in_parts = in_parts
+    out = []
+    for start in range(0, FRAMES, 7):
+        stream.add(mel[:, start : start + 7])
+        if start + 7 >= FRAMES:
+            stream.end()
+        while stream.step_ready():
+            frames = stream.next_step_frames
+            out.append((stream.step(), stream.step_continues, frames))
+    assert stream.done and not stream.step_ready()
+    return out
+
+
+def test_a_step_in_parts_gives_the_whole_steps_samples_bit_for_bit(engine: VocoderEngine, mel: np.ndarray) -> None:
+    whole = _stream(engine, mel, in_parts=False)
+    parts = _stream(engine, mel, in_parts=True)
+    assert [frames for _, _, frames in whole] == [32, 64, 128, FRAMES - 224]
+    slice_frames = engine._onnx.slice_frames
+    # Every step but the first in slices: the 64-frame step in 64 // slice parts, and so on.
+    expected = [32] + [width // (width // slice_frames) for width in (64, 128) for _ in range(width // slice_frames)]
+    assert [frames for _, _, frames in parts][: len(expected)] == expected
+    assert sum(frames for _, _, frames in parts) == FRAMES
+    # A part says whether the rest of its step follows; the last part of each step does not.
+    ends = [index for index, (_, continues, _) in enumerate(parts) if not continues]
+    assert len(ends) == len(whole)
+    assert len(parts) > len(whole) + 4
+    np.testing.assert_array_equal(np.concatenate([s for s, _, _ in parts]), np.concatenate([s for s, _, _ in whole]))
+    # Each step's samples are its parts' samples, joined.
+    step_samples = [s for s, _, _ in whole]
+    begin = 0
+    for index, end in enumerate(ends):
+        np.testing.assert_array_equal(np.concatenate([s for s, _, _ in parts[begin : end + 1]]), step_samples[index])
+        begin = end + 1
+
+
+def test_a_resumed_stream_in_parts_repeats_the_samples_from_its_resume_point(engine: VocoderEngine, mel: np.ndarray) -> None:
+    whole = np.concatenate([s for s, _, _ in _stream(engine, mel, in_parts=False)])
+    resumed = np.concatenate([s for s, _, _ in _stream(engine, mel, in_parts=True, emit_from=150)])
+    np.testing.assert_array_equal(resumed, whole[150 * engine.hop_length :])
+
+
+def test_the_widest_part_a_listener_waits_on_is_the_first_step(engine: VocoderEngine) -> None:
+    """The first step runs whole; every later one in slices no wider than the first step."""
+    assert engine.widest_part_frames() == engine.schedule.chunk_frames(0) == 32
+    assert engine.widest_part_frames() < engine.schedule.max_chunk_frames
+
+
+async def _vocode(engine: VocoderEngine, mel: np.ndarray, slack_ms: float) -> list[vocoder_pb2.VocodeResponse]:
+    """One sentence (the stream's second: its listener is playing) in one message with `slack_ms`, over real gRPC."""
+    executor = ThreadPoolExecutor(1)
+    metrics = VocoderMetrics()
+    scheduler = Scheduler("vocoder", executor, metrics)
+    scheduler.longest_step_units = engine.schedule.max_chunk_frames
+    await asyncio.get_running_loop().run_in_executor(None, scheduler.calibrate, lambda: vocoder_steps(engine))
+    assert scheduler.step_lead_s() > 0
+    servicer = VocoderServicer(metrics, scheduler, Admission(AdmissionSettings(), scheduler=scheduler))
+    servicer.install(VoiceShelf.holding(engine))
+    server = grpc.aio.server()
+    vocoder_pb2_grpc.add_VocoderServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        cuts = cut_whole_mel(mel, engine.hop_length, engine.sample_rate_hz)
+        slices = [to_message(cut, utterance_id="u", sentence_index=1, sentence_frame_count=FRAMES) for cut in cuts]
+        request = vocoder_pb2.VocodeRequest(slices=slices, playback_slack_ms=slack_ms)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = vocoder_pb2_grpc.VocoderStub(channel).Vocode(iter([request]), timeout=120)
+            return [reply async for reply in call if not reply.busy]
+    finally:
+        await server.stop(0)
+        executor.shutdown()
+
+
+async def test_the_worker_answers_a_needy_listeners_steps_part_by_part_and_a_provided_ones_whole(
+    engine: VocoderEngine, mel: np.ndarray
+) -> None:
+    needy = await _vocode(engine, mel, slack_ms=-1000.0)  # the listener ran dry a second ago
+    provided = await _vocode(engine, mel, slack_ms=60_000.0)  # it holds a minute of audio
+    assert not any(reply.step_continues for reply in provided)
+    assert len(provided) == 4  # the four steps, whole
+    assert len(needy) > len(provided) + 4
+    assert [reply.step_continues for reply in needy].count(False) == len(provided)
+    assert not needy[-1].step_continues and needy[-1].is_last
+    joined = [np.concatenate([np.frombuffer(r.samples, dtype="<f4") for r in replies]) for replies in (needy, provided)]
+    np.testing.assert_array_equal(joined[0], joined[1])
+    assert len(joined[0]) == FRAMES * engine.hop_length
+    # Parts follow each other sample for sample.
+    assert [r.first_sample for r in needy[1:]] == [r.first_sample + len(r.samples) // 4 for r in needy[:-1]]
