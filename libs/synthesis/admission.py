@@ -98,6 +98,8 @@ class Listener:
     """Told of every gap its listener sits through (set by the admission that holds it)."""
     start_buffer: Callable[[], float] | None = None
     """The audio its listener should hold before it starts playing (set by the admission that holds it)."""
+    is_alone: Callable[[], bool] | None = None
+    """Whether it is the only stream on the workers now (set by the admission that holds it)."""
     cost: float = 1.0
     """What a second of its audio costs the mesh, in seconds of the capacity (1: the voice's quality tier;
     less for its fast tier, libs.voice.tiers)."""
@@ -141,6 +143,11 @@ class Listener:
     def _estimate_s(self) -> float:
         """What the planned sentences make, and the rest of the text known so far by its characters."""
         return self._planned_audio_s + max(0, self.characters - self._planned_characters) * self.audio_s_per_char
+
+    def alone(self) -> bool:
+        """Whether it is the only stream on the workers now: no other of this gateway's, none of
+        others' (False where no admission holds it)."""
+        return self.is_alone is not None and self.is_alone()
 
     def start_buffer_s(self) -> float:
         """Audio its listener should hold before it starts, so that it then plays to the end without a gap."""
@@ -414,6 +421,7 @@ class RealtimeAdmission:
 
     def add(self, listener: Listener) -> None:
         self._listeners[listener.id] = listener
+        listener.is_alone = lambda: self._other_streams() == 0 and all(other is listener for other in self._listeners.values())
         listener.audio_s_per_char = self.audio_s_per_char_of(listener.voice)
         if listener.client:  # work no listener waits for hears nothing
             listener.on_stall = self._stalled

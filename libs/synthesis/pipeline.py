@@ -233,8 +233,9 @@ class UtterancePipeline:
         """What `output` carries, in order, with the listener's first pieces held back while the audio
         they hold would run out before the next piece could add to it: a player starts at its first
         audio, and a first piece shorter than the wait for the next is a gap heard a moment later. The
-        wait is the longer of the vocoder's step lead now (hops included) and how long second pieces
-        have come after first ones lately (`StartGaps`: queueing behind other streams included). The
+        wait is the longer of the vocoder's step lead now (hops included; for a listener alone on
+        the workers, the lead of the part of a step it waits on) and how long second pieces have come
+        after first ones lately (`StartGaps`: queueing behind other streams included). The
         pieces are held only for the difference, so that the audio they hold lasts until the next
         piece is due, or until it comes. Where steps are quick (an idle or fast machine) the first
         piece goes at once; where they are slow or queued (a small CPU quota, a burst) the listener
@@ -250,7 +251,7 @@ class UtterancePipeline:
             held.append(await output.get())
             held_s += _audio_s(held[-1])
         first_s = loop.time()
-        cushion_s = self._pool.piece_wait_s()
+        cushion_s = self._pool.piece_wait_s(alone=self._listener is not None and self._listener.alone())
         getter: asyncio.Task[Any] | None = None
         while (
             held_s < cushion_s

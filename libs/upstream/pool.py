@@ -334,12 +334,14 @@ class WorkerPool:
             (((known.load.piece_lead_ms or known.load.step_lead_ms) / 1000.0 + known.rtt_s) for known in loads), default=0.0
         )
 
-    def piece_wait_s(self) -> float:
-        """How long a listener may wait for its next piece on this mesh now: the vocoder's lead for a
-        listener short of audio (hops included), or how long next pieces have come after first ones
-        lately (`StartGaps`: queueing behind other streams' steps included), whichever is longer.
-        Audio a listener holds below this is no cushion: it may run out before the next piece comes."""
-        return max(self.piece_lead_s(), self.start_gaps.high_s())
+    def piece_wait_s(self, alone: bool = False) -> float:
+        """How long a listener may wait for its next piece on this mesh now: the vocoder's step lead
+        (hops included), or how long next pieces have come after first ones lately (`StartGaps`:
+        queueing behind other streams' steps included), whichever is longer. Audio a listener holds
+        below this is no cushion: it may run out before the next piece comes. A listener `alone` on
+        the workers waits on no other stream's step, only on its own next part (`piece_lead_s`); with
+        others a part may queue behind another stream's whole step."""
+        return max(self.piece_lead_s() if alone else self.step_lead_s(None, "vocoder"), self.start_gaps.high_s())
 
     def playing_wait_s(self) -> float:
         """How long a playing listener may wait for its next piece now: the longer of a first piece's

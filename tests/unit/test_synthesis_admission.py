@@ -306,6 +306,29 @@ def test_a_listener_alone_is_taken_even_where_the_mesh_is_slower_than_real_time(
     assert elsewhere.refusal("a", 20.0) is not None
 
 
+def test_a_listener_is_alone_only_while_no_other_stream_is_on_the_workers() -> None:
+    """What the start hold reads: alone, a listener's next part waits on no other stream's step."""
+    others = [0]
+    admission = RealtimeAdmission(lambda: 5.0, lambda: others[0], 0.9)
+    first = Listener("a", 10.0)
+    assert not first.alone()  # no admission holds it yet
+    admission.add(first)
+    assert first.alone()
+    work = Listener("", 10.0)  # work no listener waits for still runs on the workers
+    admission.add(work)
+    assert not first.alone()
+    admission.remove(work)
+    assert first.alone()
+    others[0] = 1  # another gateway's stream on the same workers
+    assert not first.alone()
+    others[0] = 0
+    second = Listener("a", 10.0)
+    admission.add(second)
+    assert not first.alone() and not second.alone()
+    admission.remove(second)
+    assert first.alone()
+
+
 def test_only_a_listener_alone_on_a_mesh_slower_than_real_time_holds_audio_before_it_plays() -> None:
     now = _Now()
     slow = RealtimeAdmission(lambda: 0.8, lambda: 0, 0.75, now=now)  # trusted: 0.8 x 0.75 = 0.6 audio s per s

@@ -26,7 +26,7 @@ class _Pool:
         self.piece_gaps = PieceGaps()
         self.metrics = RoutingMetrics()
 
-    def piece_wait_s(self) -> float:
+    def piece_wait_s(self, alone: bool = False) -> float:
         return max(self.lead_s, self.start_gaps.high_s())
 
 
