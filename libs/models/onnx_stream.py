@@ -194,12 +194,12 @@ class OnnxStreamNetwork:
         A step wider than `slice_frames` runs slice by slice, each slice's tails feeding the next; a
         stream's first step runs whole (it is narrow, and its graph computes no positions before the
         first frame, which slices would give up)."""
-        bounds = self.slice_bounds(item)
+        width = int(item.frames.shape[1])
+        bounds = [(0, width)] if item.state is None else self.slice_bounds(width)
         if len(bounds) == 1:
             return self._step(item)
         values: list[torch.Tensor] = []
         first_position, state = 0, item.state
-        width = int(item.frames.shape[1])
         for index, (begin, end) in enumerate(bounds):
             high = item.high if end == width else NO_END
             output = self._step(StepInput(item.frames[:, begin:end], item.start + begin, item.low, high, state))
@@ -209,14 +209,13 @@ class OnnxStreamNetwork:
             state = output.state
         return StepOutput(torch.cat(values, dim=-1), first_position, state)
 
-    def slice_bounds(self, item: StepInput) -> list[tuple[int, int]]:
-        """The frames [begin, end) of `item` (relative to its first) that each slice of its step covers:
-        as many equal slices as are at least `slice_frames` wide, or the whole step in one (a stream's
-        first step, one less than twice a slice wide, or no slices). Fixed by the step's width alone,
-        so a caller that runs the slices one by one as steps of their own (`VocoderStream.in_parts`)
-        makes the very same calls as `step`."""
-        width = int(item.frames.shape[1])
-        if self.slice_frames is None or item.state is None or width < 2 * self.slice_frames:
+    def slice_bounds(self, width: int) -> list[tuple[int, int]]:
+        """The frames [begin, end) of a later step `width` frames wide (relative to its first) that each
+        of its slices covers: as many equal slices as are at least `slice_frames` wide, or the whole step
+        in one (less than twice a slice wide, or no slices). A stream's first step always runs whole.
+        Fixed by the width alone, so a caller that runs the slices one by one as steps of their own
+        (`VocoderStream.in_parts`) makes the very same calls as `step`."""
+        if self.slice_frames is None or width < 2 * self.slice_frames:
             return [(0, width)]
         count = width // self.slice_frames
         return [(width * index // count, width * (index + 1) // count) for index in range(count)]

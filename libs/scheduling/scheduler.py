@@ -84,10 +84,8 @@ class Scheduler:
 
     def piece_lead_s(self) -> float:
         """Wall seconds the step that a listener short of audio waits for next takes now, nearly always
-        (0: not known): what the gateway holds a first piece against."""
-        if not self.piece_step_units:
-            return self.step_lead_s()
-        return self.costs.wall_s(STAGE_CHUNK, self.piece_step_units)
+        (0: not known, or no step runs in parts: the gateway then takes the step lead)."""
+        return self.costs.wall_s(STAGE_CHUNK, self.piece_step_units) if self.piece_step_units else 0.0
 
     def load(self, by_gateway: Mapping[str, int], pinned_capacity: float = 0.0) -> load_pb2.WorkerLoad:
         """What this worker can take on now, with `by_gateway` its open streams per gateway id
@@ -100,7 +98,7 @@ class Scheduler:
             cpu_s_per_audio_s=self.capacity.cost.cpu_s_per_audio_s,
             budget_cores=self.capacity.budget.cores,
             step_lead_ms=1000.0 * self.step_lead_s(),
-            piece_lead_ms=1000.0 * self.piece_lead_s() if self.piece_step_units else 0.0,
+            piece_lead_ms=1000.0 * self.piece_lead_s(),
             queued_cpu_s=getattr(self.executor, "queued_cpu_s", 0.0),
         )
         if self.first_step_units and costs.stages[STAGE_CHUNK].observations:

@@ -197,23 +197,24 @@ class VocoderEngine(BatchedEngine):
     def widest_part_frames(self) -> int:
         """Frames of the widest step a listener waits on when its steps run a part at a time
         (`VocoderStream.in_parts`): a stream's first step, or the widest part of a later one."""
-        slice_frames = None if self._onnx is None else self._onnx.slice_frames
-        widest, index, width = 0, 0, 0
-        while index == 0 or width < self.schedule.chunk_frames(index):  # the steps' widths, up to the widest
-            width = self.schedule.chunk_frames(index)
-            count = 1 if slice_frames is None or index == 0 else max(1, width // slice_frames)
-            widest, index = max(widest, -(-width // count)), index + 1
-        return widest
+        later: set[int] = set()
+        while (width := self.schedule.chunk_frames(len(later) + 1)) not in later:  # widths grow to the widest, then repeat
+            later.add(width)
+        parts = [end - begin for width in later for begin, end in self._parts_of(width)]
+        return max(self.schedule.chunk_frames(0), *parts)
 
     def step_parts(self, job: StepInput) -> list[tuple[int, int]]:
         """The frames [begin, end) of `job` that each part of its step covers when it runs a part at a
         time: the slices onnxruntime runs it in (`OnnxStreamNetwork.slice_bounds`), so that the parts,
         each a step of its own, make exactly the calls and the samples of the whole step. One part
-        where the step runs whole (in torch, or too narrow to slice)."""
+        where the step runs whole (a stream's first, in torch, or too narrow to slice)."""
         width = int(job.frames.shape[1])
-        if self._onnx is None or not self._onnx.accepts(job):
+        if job.state is None or self._onnx is None or not self._onnx.accepts(job):
             return [(0, width)]
-        return self._onnx.slice_bounds(job)
+        return self._parts_of(width)
+
+    def _parts_of(self, width: int) -> list[tuple[int, int]]:
+        return [(0, width)] if self._onnx is None else self._onnx.slice_bounds(width)
 
     @torch.inference_mode()
     def _vocode_batch(self, mels: Sequence[np.ndarray], speaker_id: int = 0) -> list[np.ndarray]:
@@ -415,7 +416,7 @@ class VocoderStream:
             frames = np.pad(frames, ((0, 0), (0, -frames.shape[1] % bucket)))
         job = StepInput(torch.from_numpy(np.ascontiguousarray(frames)), start, self.origin_frame, NO_END if total is None else total, self._state, self.g)
         parts = self.engine.step_parts(job) if self.in_parts else [(0, int(job.frames.shape[1]))]
-        self._current = _TakenStep(job, total, parts)
+        self._current = _TakenStep(job, parts)
         return self._current
 
     def _run_part(self, current: _TakenStep) -> np.ndarray:
@@ -429,13 +430,14 @@ class VocoderStream:
         output = self.engine.vocode_step(job)
         self._state = output.state
         last_part = not current.parts
+        ends_sentence = last_part and current.job.high != NO_END
         if last_part:
             self._current = None
             self._step_index += 1
-            self._done = current.total is not None
+            self._done = ends_sentence
         hop = self.engine.hop_length
         samples = output.values[0]
-        stop = current.total * hop - output.first_position if last_part and current.total is not None else len(samples)
+        stop = current.job.high * hop - output.first_position if ends_sentence else len(samples)
         begin_sample = max(0, self.emit_from_frame * hop - output.first_position)
         return samples[begin_sample:stop].numpy() if stop > begin_sample else np.zeros(0, dtype=np.float32)
 
@@ -445,9 +447,7 @@ class _TakenStep:
     """A step of the schedule taken from a stream's pending frames, run a part at a time."""
 
     job: StepInput
-    """The whole step."""
-    total: int | None
-    """The sentence's frames when this is its last step, else None."""
+    """The whole step (a sentence's last names its frames in `high`)."""
     parts: list[tuple[int, int]]
     """The parts still to run: [begin, end) of the step's frames."""
 
