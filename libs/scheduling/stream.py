@@ -108,6 +108,11 @@ class StreamPlayback:
         return self.started_s is None
 
     @property
+    def resumed(self) -> bool:
+        """True for a stream that opened on a playing listener (a resumed one)."""
+        return self.started_s == float("-inf")
+
+    @property
     def starting(self) -> bool:
         """True while the stream is starting: its listener has heard nothing, or only the first step's
         audio, which lasts less than the next step takes while other first audios wait. Its steps go

@@ -11,14 +11,16 @@ step lead) runs a part at a time, each part answered as it is done (`VocoderStre
 samples are the whole step's): the listener's next audio then comes after a part's work, not the
 whole step's, and between parts the scheduler may take a more urgent step of another stream. That is
 a starting listener, which holds only its first piece, or one that queueing left short. A listener
-that holds more saves the calls (each part is a call and a message: a few tenths of a millisecond).
+that holds more saves the calls (each part is a call and a message: a few tenths of a millisecond),
+except while another stream on the worker is in its start (`START_STEPS`; `Scheduler.steps_in_parts`):
+a whole step begun just before that stream's next step arrived would hold the core it needs.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -28,6 +30,10 @@ from libs.scheduling.scheduler import Scheduler
 from libs.scheduling.stream import PlaybackDeadline, StreamPlayback
 from libs.telemetry.metrics import STAGE_CHUNK, VocoderMetrics
 from libs.voice.vocode_session import SentenceSession, StreamSlices
+
+START_STEPS: Final = 3
+"""A stream is in its start until it has made the audio of this many of a sentence's first steps (32, 64
+and 128 frames, less the lag: about 2.4 s), the start the gateway counts in pieces."""
 
 
 class VocoderWork:
@@ -53,6 +59,9 @@ class VocoderWork:
         self.slices = StreamSlices(engine.n_mels, engine.hop_length, opener)
         self._playback: StreamPlayback | None = None
         self._frame_s = engine.hop_length / engine.sample_rate_hz
+        start_frames = sum(self._engine.schedule.chunk_frames(index) for index in range(START_STEPS)) - self._engine.lag_frames
+        self._start_audio_s = start_frames * self._frame_s
+        scheduler.stream_opened(self)
 
     async def answer(self, request: vocoder_pb2.VocodeRequest, arrived_s: float) -> AsyncIterator[vocoder_pb2.VocodeResponse]:
         """The samples `request`'s slices make ready, step by step, as each step is done."""
@@ -76,7 +85,10 @@ class VocoderWork:
             while session.has_step():
                 due_s = self._due(session, anchor.sentence_index, deadline, anchor_s)
                 if not session.step_continues:
-                    session.in_parts = due_s - time.monotonic() < self._scheduler.step_lead_s()
+                    stream = deadline.stream
+                    self._scheduler.stream_starting(self, not stream.resumed and stream.made_s < self._start_audio_s)
+                    short = due_s - time.monotonic() < self._scheduler.step_lead_s()
+                    session.in_parts = short or self._scheduler.steps_in_parts()
                 block = None
                 async for block in with_heartbeats(
                     runner.run(
@@ -108,6 +120,10 @@ class VocoderWork:
                     is_last=block.is_last,
                     step_continues=block.step_continues,
                 )
+
+    def close(self) -> None:
+        """The stream has ended."""
+        self._scheduler.stream_closed(self)
 
     def _engine_of(self, tier: str) -> Any:
         """The engine of `tier` ("": the stream's); InvalidRequestError for one this voice lacks here."""

@@ -44,6 +44,7 @@ class VocoderServicer(VoiceServicer, vocoder_pb2_grpc.VocoderServicer):
         self, request_iterator: AsyncIterator[vocoder_pb2.VocodeRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[vocoder_pb2.VocodeResponse]:
         async with self._model_stream(context) as engine:
+            work: VocoderWork | None = None
             try:
                 work = VocoderWork(engine, self._scheduler, self._metrics, stream_speaker(context, engine), stream_tier(context))
                 async for request, arrived_s in stamped(request_iterator):
@@ -54,6 +55,9 @@ class VocoderServicer(VoiceServicer, vocoder_pb2_grpc.VocoderServicer):
             except Exception as error:
                 await abort_for(context, error)
                 return
+            finally:
+                if work is not None:
+                    work.close()
             unfinished = work.slices.unfinished
             if unfinished is not None:
                 await asyncio.sleep(CANCEL_GRACE_S)

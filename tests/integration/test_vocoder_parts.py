@@ -1,11 +1,13 @@
 """A vocoder step run a part at a time (`VocoderStream.in_parts`) on the default voice's vocoder: the
 same samples bit for bit as the whole step, each part's as soon as it is done; and over real gRPC the
 worker runs the steps of a listener short of audio in parts, each answered as it is done, and those
-of a listener that holds plenty whole."""
+of a listener that holds plenty whole, unless another stream on the worker is in its first seconds."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -89,8 +91,9 @@ def test_the_widest_part_a_listener_waits_on_is_the_first_step(engine: VocoderEn
     assert engine.widest_part_frames() < engine.schedule.max_chunk_frames
 
 
-async def _vocode(engine: VocoderEngine, mel: np.ndarray, slack_ms: float) -> list[vocoder_pb2.VocodeResponse]:
-    """One sentence (the stream's second: its listener is playing) in one message with `slack_ms`, over real gRPC."""
+@contextlib.asynccontextmanager
+async def _worker(engine: VocoderEngine) -> AsyncIterator[tuple[vocoder_pb2_grpc.VocoderStub, Scheduler]]:
+    """A vocoder servicer on `engine` with a calibrated scheduler, over real gRPC: its stub and scheduler."""
     executor = ThreadPoolExecutor(1)
     metrics = VocoderMetrics()
     scheduler = Scheduler("vocoder", executor, metrics)
@@ -104,15 +107,29 @@ async def _vocode(engine: VocoderEngine, mel: np.ndarray, slack_ms: float) -> li
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
-        cuts = cut_whole_mel(mel, engine.hop_length, engine.sample_rate_hz)
-        slices = [to_message(cut, utterance_id="u", sentence_index=1, sentence_frame_count=FRAMES) for cut in cuts]
-        request = vocoder_pb2.VocodeRequest(slices=slices, playback_slack_ms=slack_ms)
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            call = vocoder_pb2_grpc.VocoderStub(channel).Vocode(iter([request]), timeout=120)
-            return [reply async for reply in call if not reply.busy]
+            yield vocoder_pb2_grpc.VocoderStub(channel), scheduler
     finally:
         await server.stop(0)
         executor.shutdown()
+
+
+def _playing_request(engine: VocoderEngine, mel: np.ndarray, slack_ms: float) -> vocoder_pb2.VocodeRequest:
+    """One sentence of a playing listener (the stream's second) in one message with `slack_ms`."""
+    cuts = cut_whole_mel(mel, engine.hop_length, engine.sample_rate_hz)
+    slices = [to_message(cut, utterance_id="u", sentence_index=1, sentence_frame_count=FRAMES) for cut in cuts]
+    return vocoder_pb2.VocodeRequest(slices=slices, playback_slack_ms=slack_ms)
+
+
+async def _replies(stub: vocoder_pb2_grpc.VocoderStub, request: vocoder_pb2.VocodeRequest) -> list[vocoder_pb2.VocodeResponse]:
+    call = stub.Vocode(iter([request]), timeout=120)
+    return [reply async for reply in call if not reply.busy]
+
+
+async def _vocode(engine: VocoderEngine, mel: np.ndarray, slack_ms: float) -> list[vocoder_pb2.VocodeResponse]:
+    """A playing listener's sentence with `slack_ms`, alone on a worker, over real gRPC."""
+    async with _worker(engine) as (stub, _):
+        return await _replies(stub, _playing_request(engine, mel, slack_ms))
 
 
 async def test_the_worker_answers_a_needy_listeners_steps_part_by_part_and_a_provided_ones_whole(
@@ -130,3 +147,47 @@ async def test_the_worker_answers_a_needy_listeners_steps_part_by_part_and_a_pro
     assert len(joined[0]) == FRAMES * engine.hop_length
     # Parts follow each other sample for sample.
     assert [r.first_sample for r in needy[1:]] == [r.first_sample + len(r.samples) // 4 for r in needy[:-1]]
+
+
+async def test_a_provided_listeners_steps_run_in_parts_while_another_stream_starts_and_whole_after(
+    engine: VocoderEngine, mel: np.ndarray
+) -> None:
+    """A listener that holds a minute of audio gets its steps in parts while a new stream on the same
+    worker is in its first seconds (a whole step would hold the core that stream's next step needs),
+    and whole again once that stream has gone; the samples are the same either way."""
+    async with _worker(engine) as (stub, scheduler):
+        first_step = engine.schedule.chunk_frames(0) + engine.lag_frames
+        cuts = [cut for cut in cut_whole_mel(mel, engine.hop_length, engine.sample_rate_hz) if cut.first_frame <= first_step]
+        opening = vocoder_pb2.VocodeRequest(
+            slices=[to_message(cut, utterance_id="new", sentence_index=0, sentence_frame_count=FRAMES) for cut in cuts],
+            playback_slack_ms=0.0,
+        )
+        more = asyncio.Event()
+
+        async def starting() -> AsyncIterator[vocoder_pb2.VocodeRequest]:
+            yield opening
+            await more.wait()
+
+        starter = stub.Vocode(starting(), timeout=120)
+        replies = aiter(starter)
+        reply = await anext(replies)
+        while reply.busy:
+            reply = await anext(replies)
+        assert reply.sentence_index == 0 and len(reply.samples) > 0  # its listener heard its first step
+        assert not scheduler.steps_in_parts()  # a stream alone runs its steps as its own listener needs
+
+        beside = await _replies(stub, _playing_request(engine, mel, 60_000.0))
+        starter.cancel()
+        more.set()
+        for _ in range(200):  # the worker sees the cancel
+            if not scheduler.steps_in_parts():
+                break
+            await asyncio.sleep(0.05)
+        assert not scheduler.steps_in_parts()
+        after = await _replies(stub, _playing_request(engine, mel, 60_000.0))
+
+    assert any(reply.step_continues for reply in beside)
+    assert [reply.step_continues for reply in beside].count(False) == len(after) == 4
+    assert not any(reply.step_continues for reply in after)
+    joined = [np.concatenate([np.frombuffer(r.samples, dtype="<f4") for r in replies]) for replies in (beside, after)]
+    np.testing.assert_array_equal(joined[0], joined[1])
