@@ -253,7 +253,7 @@ class JobRunner:
     ) -> None:
         pcm = bytearray()
         words = SentenceWords()
-        async with aclosing(self._synthesizer.speak(_iterate(batch), options, None)) as chunks:
+        async with aclosing(self._synthesizer.speak(_iterate(batch), options, None, listened=False)) as chunks:
             async for chunk in chunks:
                 pcm += chunk.audio
                 words.add(chunk)

@@ -202,7 +202,7 @@ class CacheWarmer:
             self._registry, voice=voice, speed=1.0, encoding=tts_pb2.LINEAR_PCM, sample_rate_hz=0,
             speaker_id=0, request_id="", include_alignment=False,
         )  # fmt: skip
-        async for _ in self._synthesizer.speak(_iterate(sentences), options, None):
+        async for _ in self._synthesizer.speak(_iterate(sentences), options, None, listened=False):
             pass  # the pipeline writes each sentence's mel and audio head to the cache
 
 

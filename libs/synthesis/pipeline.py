@@ -153,8 +153,11 @@ class UtterancePipeline:
         listener: Listener | None = None,
         tier: str | Callable[[], str] = "",
         in_flight: SentencesInFlight | None = None,
+        listened: bool = True,
     ) -> None:
         """`listener`, when given, is told the listener's clock once audio flows (for admission);
+        `listened` False for work nobody listens to (prewarming, jobs), which starts only while no
+        listener is starting (`StartSlots.take_unlistened`);
         `tier` ("": quality) is the voice's tier the vocoder speaks in (libs.voice.tiers), or what
         says it as each sentence starts (a stream may change tier between sentences, never inside one);
         `in_flight`, when given, counts the sentences taken and not yet made (for a streamed text's side)."""
@@ -188,6 +191,7 @@ class UtterancePipeline:
         the same sentence (the rest's plan is the start's work too)."""
         self._first_piece = asyncio.Event()
         """Set once the first piece of audio has come from the vocoder."""
+        self._listened = listened
 
     async def run(self, sentences: AsyncIterator[Sentence]) -> AsyncIterator[SentencePiece]:
         """The samples of `sentences`, as soon as each piece exists."""
@@ -367,8 +371,11 @@ class UtterancePipeline:
         self._lookup(index).set_result(_Lookup(key, None, tier))
         if index == 0:  # the workers make the listener's first seconds: in its turn (StartSlots)
             asked_s = time.monotonic()
-            await self._pool.starts.take()
-            self._starting = True
+            if self._listened:
+                await self._pool.starts.take()
+                self._starting = True
+            else:
+                await self._pool.starts.take_unlistened()
             self._pool.metrics.start_delay_seconds.labels(part=START_TURN).observe(time.monotonic() - asked_s)
         async with self._flights.lead(key) as flight:
             frames: list[np.ndarray] = []

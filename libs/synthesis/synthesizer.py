@@ -130,11 +130,14 @@ class Synthesizer:
         timeout_s: float | None,
         client: str = "",
         in_flight: SentencesInFlight | None = None,
+        listened: bool = True,
     ) -> SpokenAudio:
         """The audio of sentences already phonemised (by `text_side`, or a caller that cut a long text
-        itself); `in_flight` is told of the sentences taken and made (for `incremental_sentences`)."""
+        itself); `in_flight` is told of the sentences taken and made (for `incremental_sentences`);
+        `listened` False for work nobody listens to as it is made (prewarming, a job), which starts only
+        while no listener is starting (`StartSlots.take_unlistened`)."""
         slot = self._take_slot(client, 0.0, options)
-        return self._spoken(sentences, options, timeout_s, slot, in_flight)
+        return self._spoken(sentences, options, timeout_s, slot, in_flight, listened)
 
     def _spoken(
         self,
@@ -143,9 +146,10 @@ class Synthesizer:
         timeout_s: float | None,
         slot: _Slot,
         in_flight: SentencesInFlight | None = None,
+        listened: bool = True,
     ) -> SpokenAudio:
         spoken = replace(options, tier=slot.choice.tier) if options is not None and options.tier != slot.choice.tier else options
-        return SpokenAudio(self._speak(sentences, spoken, timeout_s, slot, in_flight), spoken, slot.choice)
+        return SpokenAudio(self._speak(sentences, spoken, timeout_s, slot, in_flight, listened), spoken, slot.choice)
 
     async def _speak(
         self,
@@ -154,6 +158,7 @@ class Synthesizer:
         timeout_s: float | None,
         slot: _Slot,
         in_flight: SentencesInFlight | None,
+        listened: bool = True,
     ) -> AsyncGenerator[AudioChunk, None]:
         voice = options.voice
         pipeline = UtterancePipeline(
@@ -167,6 +172,7 @@ class Synthesizer:
             listener=slot.listener,
             tier=slot.choice.next_sentence,
             in_flight=in_flight,
+            listened=listened,
         )
         output = AudioOutput(options.encoding, options.sample_rate_hz, options.include_alignment, options.resume)
         pieces = pipeline.run(resumed_sentences(sentences, options.resume) if options.resume else sentences)

@@ -156,13 +156,19 @@ class StartSlots:
     workers must make (a cached one starts at once), from the sentence's request until its listener
     holds STARTED_PIECES pieces of it, or all of it, or all its audio is made. More wait their turn in
     the order they came. `capacity()` is the listeners the workers keep playing (0: not known, and
-    then nothing waits)."""
+    then nothing waits).
+
+    Work nobody listens to (prewarming, a job's utterances) starts only while no listener is starting
+    or waiting to (`take_unlistened`), and takes no listener's turn: it has no listener to run dry, and
+    a turn it held for the seconds its start takes on a small CPU quota would keep a listener waiting
+    as long."""
 
     def __init__(self, capacity: Callable[[], float], share: float = START_SHARE) -> None:
         self._capacity = capacity
         self._share = share
         self._starting = 0
         self._waiting: deque[asyncio.Future[None]] = deque()
+        self._unlistened_waiting: list[asyncio.Future[None]] = []
 
     @property
     def starting(self) -> int:
@@ -202,6 +208,18 @@ class StartSlots:
         self._starting = max(0, self._starting - 1)
         self._wake()
 
+    async def take_unlistened(self) -> None:
+        """Wait until no listener is starting or waiting to, for work nobody listens to; it holds no
+        turn, so there is nothing to give back."""
+        while self._starting or self.waiting:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._unlistened_waiting.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._unlistened_waiting:
+                    self._unlistened_waiting.remove(waiter)
+
     def _fits(self) -> bool:
         limit = self.limit()
         return limit == 0 or self._starting < limit
@@ -212,3 +230,7 @@ class StartSlots:
             if not waiter.done():
                 self._starting += 1
                 waiter.set_result(None)
+        if not self._starting and not self.waiting:
+            for waiter in self._unlistened_waiting:
+                if not waiter.done():
+                    waiter.set_result(None)

@@ -150,9 +150,15 @@ def test_client_cancel_stops_worker_streams_and_frees_them(mesh: Mesh) -> None:
         assert first.audio
         assert mesh.metric("acoustic", "tts_acoustic_inflight_streams") == 1
         call.cancel()
+    def ended(name: str) -> bool:
+        # A stream leaves the in-flight gauge as its handler ends, and is counted by how it ended once
+        # its call is done, a moment later (`StreamTracker`): wait for both.
+        in_flight = mesh.metric(name, f"tts_{name}_inflight_streams")
+        return in_flight == 0 and mesh.metric(name, f'tts_{name}_streams_total{{code="CANCELLED"}}') > cancelled_before[name]
+
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
-        if all(mesh.metric(name, f"tts_{name}_inflight_streams") == 0 for name in ("acoustic", "vocoder")):
+        if all(ended(name) for name in ("acoustic", "vocoder")):
             break
         time.sleep(0.1)
     for name in ("acoustic", "vocoder"):

@@ -67,3 +67,39 @@ def test_a_start_cancelled_while_waiting_or_just_given_its_turn_holds_none() -> 
         assert slots.starting == 1 and slots.waiting == 0
 
     asyncio.run(run())
+
+
+def test_work_nobody_listens_to_starts_only_between_listeners_starts_and_holds_no_turn() -> None:
+    async def run() -> None:
+        slots = StartSlots(lambda: 4.0)  # one at once
+        await slots.take()  # a listener starting
+        unlistened = asyncio.ensure_future(slots.take_unlistened())
+        waiting = asyncio.ensure_future(slots.take())  # a second listener, waiting for its turn
+        await asyncio.sleep(0)
+        assert not unlistened.done()
+        slots.give_back()  # the first has started: the turn goes to the waiting listener, not the work
+        await asyncio.wait_for(waiting, timeout=1.0)
+        await asyncio.sleep(0)
+        assert not unlistened.done()
+        slots.give_back()  # no listener starting or waiting: the work goes
+        await asyncio.wait_for(unlistened, timeout=1.0)
+        assert slots.starting == 0
+        await asyncio.wait_for(slots.take(), timeout=1.0)  # a listener after it finds its turn free
+        assert slots.starting == 1
+
+    asyncio.run(run())
+
+
+def test_work_nobody_listens_to_goes_at_once_on_an_idle_gateway_and_a_cancelled_wait_leaves_nothing() -> None:
+    async def run() -> None:
+        slots = StartSlots(lambda: 4.0)
+        await asyncio.wait_for(slots.take_unlistened(), timeout=1.0)
+        await slots.take()
+        gone = asyncio.ensure_future(slots.take_unlistened())
+        await asyncio.sleep(0)
+        gone.cancel()
+        await asyncio.sleep(0)
+        slots.give_back()
+        assert gone.cancelled() and slots.starting == 0 and slots.waiting == 0
+
+    asyncio.run(run())
