@@ -374,9 +374,9 @@ class UtterancePipeline:
             if self._listened:
                 await self._pool.starts.take()
                 self._starting = True
-            else:
+                self._pool.metrics.start_delay_seconds.labels(part=START_TURN).observe(time.monotonic() - asked_s)
+            else:  # no listener waited: nothing for the start delay's histogram
                 await self._pool.starts.take_unlistened()
-            self._pool.metrics.start_delay_seconds.labels(part=START_TURN).observe(time.monotonic() - asked_s)
         async with self._flights.lead(key) as flight:
             frames: list[np.ndarray] = []
             alignment: tuple[int, ...] = ()
