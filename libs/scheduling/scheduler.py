@@ -50,32 +50,22 @@ class Scheduler:
         """Frames of the widest step that a listener waiting on its next audio waits for, where that is
         less than the longest step (a vocoder that runs a needy listener's steps a part at a time:
         `VocoderEngine.widest_part_frames`); 0: the longest step."""
-        self._open: set[object] = set()
         self._starting: set[object] = set()
 
-    def stream_opened(self, stream: object, starting: bool = True) -> None:
-        """`stream` is open on this worker; `starting` while its listener is in its first seconds."""
-        self._open.add(stream)
-        self.stream_starting(stream, starting)
-
     def stream_starting(self, stream: object, starting: bool) -> None:
-        """Whether `stream`'s listener is still in its first seconds of audio (see `steps_in_parts`)."""
+        """Whether `stream`'s listener is still in its first seconds of audio (see `steps_in_parts`);
+        False once the stream has ended."""
         if starting:
             self._starting.add(stream)
         else:
             self._starting.discard(stream)
 
-    def stream_closed(self, stream: object) -> None:
-        """`stream` has ended on this worker."""
-        self._open.discard(stream)
-        self._starting.discard(stream)
-
-    def steps_in_parts(self) -> bool:
-        """Whether every stream's steps should run a part at a time now: while more than one stream is
-        open and one of them is in its first seconds. A whole step holds a core for its length whatever
-        comes after it starts, and a starting listener holds so little audio that its next step cannot
-        wait that long (libs.serving.vocoder_work)."""
-        return len(self._open) > 1 and bool(self._starting)
+    def steps_in_parts(self, open_streams: int) -> bool:
+        """Whether every stream's steps should run a part at a time now, with `open_streams` streams open
+        on this worker: while more than one is and one of them is in its first seconds. A whole step
+        holds a core for its length whatever comes after it starts, and a starting listener holds so
+        little audio that its next step cannot wait that long (libs.serving.vocoder_work)."""
+        return open_streams > 1 and bool(self._starting)
 
     def calibrate(self, workload: Callable[[], Iterable[CalibrationStep]]) -> Calibration:
         """Measure the costs on as many threads at once as the budget has cores (run it off the event loop)."""

@@ -19,7 +19,7 @@ a whole step begun just before that stream's next step arrived would hold the co
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 import numpy as np
@@ -39,14 +39,24 @@ and 128 frames, less the lag: about 2.4 s), the start the gateway counts in piec
 class VocoderWork:
     """One vocoder stream's slices and steps."""
 
-    def __init__(self, engine: Any, scheduler: Scheduler, metrics: VocoderMetrics, speaker_id: int = 0, tier: str = "") -> None:
+    def __init__(
+        self,
+        engine: Any,
+        scheduler: Scheduler,
+        metrics: VocoderMetrics,
+        open_streams: Callable[[], int],
+        speaker_id: int = 0,
+        tier: str = "",
+    ) -> None:
         """`engine` is the voice's (quality tier); `tier` the stream's (its tts-tier header), which a
-        request may change for the sentence it starts (VocodeRequest.tier)."""
+        request may change for the sentence it starts (VocodeRequest.tier); `open_streams()` the streams
+        the worker has open (its admission's count)."""
         self._voice = engine
         self._stream_tier = tier
         self._engine = engine.for_tier(tier)  # the stream's tier: an unknown one is refused as the stream opens
         self._scheduler = scheduler
         self._metrics = metrics
+        self._open_streams = open_streams
 
         def opener(tier: str) -> Any:
             sentence_engine = self._engine_of(tier)
@@ -61,7 +71,7 @@ class VocoderWork:
         self._frame_s = engine.hop_length / engine.sample_rate_hz
         start_frames = sum(self._engine.schedule.chunk_frames(index) for index in range(START_STEPS)) - self._engine.lag_frames
         self._start_audio_s = start_frames * self._frame_s
-        scheduler.stream_opened(self)
+        scheduler.stream_starting(self, True)  # a new stream's first request may yet start its listener
 
     async def answer(self, request: vocoder_pb2.VocodeRequest, arrived_s: float) -> AsyncIterator[vocoder_pb2.VocodeResponse]:
         """The samples `request`'s slices make ready, step by step, as each step is done."""
@@ -85,10 +95,9 @@ class VocoderWork:
             while session.has_step():
                 due_s = self._due(session, anchor.sentence_index, deadline, anchor_s)
                 if not session.step_continues:
-                    stream = deadline.stream
-                    self._scheduler.stream_starting(self, not stream.resumed and stream.made_s < self._start_audio_s)
+                    self._scheduler.stream_starting(self, deadline.stream.within_first(self._start_audio_s))
                     short = due_s - time.monotonic() < self._scheduler.step_lead_s()
-                    session.in_parts = short or self._scheduler.steps_in_parts()
+                    session.in_parts = short or self._scheduler.steps_in_parts(self._open_streams())
                 block = None
                 async for block in with_heartbeats(
                     runner.run(
@@ -123,7 +132,7 @@ class VocoderWork:
 
     def close(self) -> None:
         """The stream has ended."""
-        self._scheduler.stream_closed(self)
+        self._scheduler.stream_starting(self, False)
 
     def _engine_of(self, tier: str) -> Any:
         """The engine of `tier` ("": the stream's); InvalidRequestError for one this voice lacks here."""

@@ -46,7 +46,9 @@ class VocoderServicer(VoiceServicer, vocoder_pb2_grpc.VocoderServicer):
         async with self._model_stream(context) as engine:
             work: VocoderWork | None = None
             try:
-                work = VocoderWork(engine, self._scheduler, self._metrics, stream_speaker(context, engine), stream_tier(context))
+                work = VocoderWork(
+                    engine, self._scheduler, self._metrics, lambda: self._admission.open_streams, stream_speaker(context, engine), stream_tier(context)
+                )
                 async for request, arrived_s in stamped(request_iterator):
                     async for response in work.answer(request, arrived_s):
                         yield response

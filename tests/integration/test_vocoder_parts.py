@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -92,15 +92,17 @@ def test_the_widest_part_a_listener_waits_on_is_the_first_step(engine: VocoderEn
 
 
 @contextlib.asynccontextmanager
-async def _worker(engine: VocoderEngine) -> AsyncIterator[tuple[vocoder_pb2_grpc.VocoderStub, Scheduler]]:
-    """A vocoder servicer on `engine` with a calibrated scheduler, over real gRPC: its stub and scheduler."""
+async def _worker(engine: VocoderEngine) -> AsyncIterator[tuple[vocoder_pb2_grpc.VocoderStub, Callable[[], bool]]]:
+    """A vocoder servicer on `engine` with a calibrated scheduler, over real gRPC: its stub, and whether
+    its streams' steps run in parts now (`Scheduler.steps_in_parts` of the streams its admission counts)."""
     executor = ThreadPoolExecutor(1)
     metrics = VocoderMetrics()
     scheduler = Scheduler("vocoder", executor, metrics)
     scheduler.longest_step_units = engine.schedule.max_chunk_frames
     await asyncio.get_running_loop().run_in_executor(None, scheduler.calibrate, lambda: vocoder_steps(engine))
     assert scheduler.step_lead_s() > 0
-    servicer = VocoderServicer(metrics, scheduler, Admission(AdmissionSettings(), scheduler=scheduler))
+    admission = Admission(AdmissionSettings(), scheduler=scheduler)
+    servicer = VocoderServicer(metrics, scheduler, admission)
     servicer.install(VoiceShelf.holding(engine))
     server = grpc.aio.server()
     vocoder_pb2_grpc.add_VocoderServicer_to_server(servicer, server)
@@ -108,7 +110,7 @@ async def _worker(engine: VocoderEngine) -> AsyncIterator[tuple[vocoder_pb2_grpc
     await server.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield vocoder_pb2_grpc.VocoderStub(channel), scheduler
+            yield vocoder_pb2_grpc.VocoderStub(channel), lambda: scheduler.steps_in_parts(admission.open_streams)
     finally:
         await server.stop(0)
         executor.shutdown()
@@ -155,7 +157,7 @@ async def test_a_provided_listeners_steps_run_in_parts_while_another_stream_star
     """A listener that holds a minute of audio gets its steps in parts while a new stream on the same
     worker is in its first seconds (a whole step would hold the core that stream's next step needs),
     and whole again once that stream has gone; the samples are the same either way."""
-    async with _worker(engine) as (stub, scheduler):
+    async with _worker(engine) as (stub, in_parts):
         first_step = engine.schedule.chunk_frames(0) + engine.lag_frames
         cuts = [cut for cut in cut_whole_mel(mel, engine.hop_length, engine.sample_rate_hz) if cut.first_frame <= first_step]
         opening = vocoder_pb2.VocodeRequest(
@@ -174,16 +176,16 @@ async def test_a_provided_listeners_steps_run_in_parts_while_another_stream_star
         while reply.busy:
             reply = await anext(replies)
         assert reply.sentence_index == 0 and len(reply.samples) > 0  # its listener heard its first step
-        assert not scheduler.steps_in_parts()  # a stream alone runs its steps as its own listener needs
+        assert not in_parts()  # a stream alone runs its steps as its own listener needs
 
         beside = await _replies(stub, _playing_request(engine, mel, 60_000.0))
         starter.cancel()
         more.set()
         for _ in range(200):  # the worker sees the cancel
-            if not scheduler.steps_in_parts():
+            if not in_parts():
                 break
             await asyncio.sleep(0.05)
-        assert not scheduler.steps_in_parts()
+        assert not in_parts()
         after = await _replies(stub, _playing_request(engine, mel, 60_000.0))
 
     assert any(reply.step_continues for reply in beside)

@@ -1,11 +1,13 @@
 """When a worker runs every stream's steps a part at a time (`Scheduler.steps_in_parts`): while more than
-one stream is open and one of them is in its first seconds, and not otherwise."""
+one stream is open and one of them is in its first seconds, and not otherwise; and which streams are in
+their first seconds (`StreamPlayback.within_first`)."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
 from libs.scheduling.scheduler import Scheduler
+from libs.scheduling.stream import StreamPlayback
 from libs.telemetry.metrics import VocoderMetrics
 
 
@@ -13,20 +15,29 @@ def test_steps_run_in_parts_only_while_a_stream_starts_beside_another() -> None:
     with ThreadPoolExecutor(1) as executor:
         scheduler = Scheduler("vocoder", executor, VocoderMetrics())
         playing, new = object(), object()
-        assert not scheduler.steps_in_parts()
+        assert not scheduler.steps_in_parts(open_streams=0)
 
-        scheduler.stream_opened(playing, starting=False)
-        assert not scheduler.steps_in_parts()  # one stream: its steps follow its own listener
-        scheduler.stream_opened(new)
-        assert scheduler.steps_in_parts()  # a new stream starts beside a playing one
+        assert not scheduler.steps_in_parts(open_streams=1)  # the playing stream alone
+        scheduler.stream_starting(new, True)
+        assert not scheduler.steps_in_parts(open_streams=1)  # one stream: its steps follow its own listener
+        assert scheduler.steps_in_parts(open_streams=2)  # a new stream starts beside a playing one
 
-        scheduler.stream_starting(new, False)  # past its first seconds
-        assert not scheduler.steps_in_parts()
+        scheduler.stream_starting(new, False)  # past its first seconds (or ended)
+        assert not scheduler.steps_in_parts(open_streams=2)
         scheduler.stream_starting(playing, True)
-        assert scheduler.steps_in_parts()
+        scheduler.stream_starting(playing, True)  # marking twice counts once
+        assert scheduler.steps_in_parts(open_streams=2)
+        scheduler.stream_starting(playing, False)
+        scheduler.stream_starting(playing, False)  # ending twice is harmless
+        assert not scheduler.steps_in_parts(open_streams=3)
 
-        scheduler.stream_closed(new)
-        assert not scheduler.steps_in_parts()  # alone again, even while starting
-        scheduler.stream_closed(playing)
-        scheduler.stream_closed(playing)  # closing twice is harmless
-        assert not scheduler.steps_in_parts()
+
+def test_a_stream_is_in_its_first_seconds_until_it_has_made_them_and_a_resumed_one_never() -> None:
+    new = StreamPlayback.opening(first_audio=True, startup_audio_s=0.14)
+    assert new.within_first(2.4)
+    new.made(2.0)
+    assert new.within_first(2.4)
+    new.made(0.4)
+    assert not new.within_first(2.4)
+    resumed = StreamPlayback.opening(first_audio=False)
+    assert resumed.resumed and not resumed.within_first(2.4)
