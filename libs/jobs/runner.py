@@ -9,7 +9,8 @@ deterministic and each sentence is resampled as a stream of its own, so the audi
 does not depend on which runner made it or when: a resumed job's file is the uninterrupted one.
 
 Jobs yield to live streams by taking few of the gateway's streams (`--job-runners` per process,
-each one utterance at a time) and by carrying no deadline.
+each one utterance at a time), by starting only between listeners' starts, and by being unlistened:
+the workers run their steps on what the listeners' steps leave.
 """
 
 from __future__ import annotations
@@ -42,10 +43,9 @@ from libs.voice.registry import VoiceRegistry
 _log = logging.getLogger(__name__)
 
 SENTENCES_PER_UTTERANCE: Final = 128
-"""A job is spoken as utterances of this many sentences, each one stream of the gateway. Within an
-utterance the pipeline looks ahead, and the runner takes audio faster than a listener would, so every
-sentence after the first carries a growing playback slack and deadline-aware workers serve live
-streams first; only each utterance's first sentence carries a first audio's slack."""
+"""A job is spoken as utterances of this many sentences, each one stream of the gateway, whose worker
+requests say that nobody listens (`unlistened`): the workers serve live streams first, the first
+sentence of an utterance included."""
 READ_BLOCK_MS: Final = 1000
 """How long a free runner waits on the queue for a new job before it looks for abandoned ones again."""
 PERMANENT_CODES: Final = frozenset(

@@ -25,6 +25,10 @@ RequestT = TypeVar("RequestT")
 DEFAULT_VOCODER_LAG_FRAMES: Final = 21
 """The default voice's vocoder lag (frames its samples trail its mel: `VocoderEngine.lag_frames`); an
 acoustic request that carries no pacing of its vocoder is paced with it (a test ties the two)."""
+UNLISTENED_DUE_S: Final = 3600.0
+"""When a step of work nobody listens to as it is made (prewarming, a long-form job) is due: this long
+after its request arrived, so that it runs after every listener's step (which are due within seconds),
+on what they leave, in the order such requests came."""
 READ_AHEAD_REQUESTS: Final = 16
 """Requests a worker reads ahead of the one it works on: enough that each is stamped when it
 arrives, few enough that gRPC flow control still holds back a gateway that writes too much."""
@@ -86,7 +90,7 @@ class StreamPlayback:
 
     started_s: float | None
     """When the stream's first audio was made (`time.monotonic()`); None while its listener has heard
-    nothing; -inf for a stream that opened on a playing listener (a resumed one)."""
+    nothing; -inf for a stream that opened on a playing listener (a resumed one), or that nobody listens to."""
     made_s: float = 0.0
     """Audio made since (seconds)."""
     startup_audio_s: float = 0.0
@@ -95,11 +99,17 @@ class StreamPlayback:
     asked_s: float = math.nan
     """When its listener asked, by its first request's slack (this worker's clock): how a starting
     stream ranks among first audios."""
+    unlistened: bool = False
+    """Nobody listens to the stream's audio as it is made (prewarming, a job): its steps are due
+    UNLISTENED_DUE_S after their requests, and it never counts as starting or as a first audio."""
 
     @classmethod
-    def opening(cls, first_audio: bool, startup_audio_s: float = 0.0) -> StreamPlayback:
+    def opening(cls, first_audio: bool, startup_audio_s: float = 0.0, unlistened: bool = False) -> StreamPlayback:
         """A stream whose first request starts its audio (`first_audio`) or continues a playing
-        listener's; a starting one stays starting until it has made more than `startup_audio_s`."""
+        listener's; a starting one stays starting until it has made more than `startup_audio_s`.
+        `unlistened`: a stream nobody listens to as it is made (its first request's `unlistened`)."""
+        if unlistened:
+            return cls(float("-inf"), unlistened=True)
         return cls(None if first_audio else float("-inf"), startup_audio_s=startup_audio_s if first_audio else 0.0)
 
     @property
@@ -140,7 +150,7 @@ class StreamPlayback:
                 f"downstream_ms is {downstream_ms}; send the milliseconds that follow this worker's step before the "
                 "listener hears it (0 or more)"
             )
-        due_s = received_s + float(playback_slack_ms) / 1000.0
+        due_s = received_s + (UNLISTENED_DUE_S if self.unlistened else float(playback_slack_ms) / 1000.0)
         if math.isnan(self.asked_s):
             self.asked_s = due_s
         return PlaybackDeadline(due_s, self, float(downstream_ms) / 1000.0)

@@ -41,7 +41,10 @@ class AcousticWork:
             if playback is None:
                 pacing = VocoderPacing.from_message(request.vocoder_pacing if request.HasField("vocoder_pacing") else None)
                 startup_s = pacing.first_audio_frames() * engine.hop_length / engine.sample_rate_hz
-                playback = StreamPlayback.opening(request.sentence_index == 0 and request.start_frame == 0, startup_s)
+                first_audio = request.sentence_index == 0 and request.start_frame == 0
+                playback = StreamPlayback.opening(first_audio, startup_s, unlistened=request.unlistened)
+                if playback.unlistened:
+                    self._metrics.unlistened_streams_total.inc()
             deadline = playback.deadline(received_s, request.playback_slack_ms, request.downstream_ms)
             self._sentences_in_progress += 1
             try:
@@ -81,7 +84,8 @@ class AcousticWork:
         phoneme_ids = list(request.phoneme_ids)
         seed = request.seed or engine.synthesis_seed(phoneme_ids, params)
         runner, costs = self._scheduler.runner, self._scheduler.costs
-        first_sentence = request.sentence_index == 0 and request.start_frame == 0
+        # A listener waits for a first sentence's plan; work nobody listens to waits for nothing.
+        first_sentence = request.sentence_index == 0 and request.start_frame == 0 and not deadline.stream.unlistened
         plan = None
         async for plan in with_heartbeats(
             runner.run(

@@ -86,7 +86,9 @@ class VocoderWork:
         if self._playback is None:
             first_audio = anchor.sentence_index == 0 and anchor.first_frame == 0 and not request.context_only
             first_frames = engine.schedule.chunk_frames(0) - engine.lag_frames
-            self._playback = StreamPlayback.opening(first_audio, max(0, first_frames) * self._frame_s)
+            self._playback = StreamPlayback.opening(first_audio, max(0, first_frames) * self._frame_s, unlistened=request.unlistened)
+            if self._playback.unlistened:
+                self._metrics.unlistened_streams_total.inc()
         deadline = self._playback.deadline(arrived_s, request.playback_slack_ms, request.downstream_ms)
         anchor_s = max(0, anchor.first_frame - engine.lag_frames) * self._frame_s
         runner = self._scheduler.runner

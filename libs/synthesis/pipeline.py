@@ -200,7 +200,9 @@ class UtterancePipeline:
         if info is None:
             raise NoWorkerError(f"no acoustic worker serving voice {self._voice} has reported its model yet; retry shortly")
         # The listener's buffer, as the client is given audio: every worker request carries its slack.
-        clock = PlaybackClock(info.hop_length / info.sample_rate_hz, on_stall=self._listener.stalled if self._listener else None)
+        clock = PlaybackClock(
+            info.hop_length / info.sample_rate_hz, on_stall=self._listener.stalled if self._listener else None, listened=self._listened
+        )
         if self._listener is not None:
             self._listener.clock = clock
         self._lookahead = Lookahead(clock, self._max_sentences_ahead, audio_ahead_s=self._audio_ahead_s)

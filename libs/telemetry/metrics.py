@@ -72,6 +72,12 @@ class WorkerMetrics:
             ["code"],
             registry=self.registry,
         )
+        self.unlistened_streams_total = Counter(
+            f"tts_{service}_unlistened_streams_total",
+            "Streams nobody listened to as their audio was made (prewarming, long-form jobs), whose steps ran "
+            "on what the listeners' steps left.",
+            registry=self.registry,
+        )
         self.inference_seconds = Histogram(
             f"tts_{service}_inference_seconds",
             "Model time per step (stage: plan, chunk, or batch = one batched call when batching is on).",

@@ -88,6 +88,7 @@ class ResumableAcousticStream(ResumableCall):
                     after_s = self._pool.step_lead_s(None, "vocoder") + self._pool.round_trip_s(self._endpoint)
                     resumed.playback_slack_ms = self._clock.slack_ms(request.sentence_index, self._next_frame) - 1000.0 * after_s
                     resumed.downstream_ms = 1000.0 * after_s
+                    resumed.unlistened = not self._clock.listened
                 pacing = self._pool.vocoder_pacing(None)
                 if pacing is not None:
                     resumed.vocoder_pacing.CopyFrom(pacing)

@@ -22,13 +22,21 @@ class PlaybackClock:
     """One utterance's listener, as audio is delivered to it (`time.monotonic()` seconds)."""
 
     def __init__(
-        self, frame_s: float, now: Callable[[], float] = time.monotonic, on_stall: Callable[[float], None] | None = None
+        self,
+        frame_s: float,
+        now: Callable[[], float] = time.monotonic,
+        on_stall: Callable[[float], None] | None = None,
+        listened: bool = True,
     ) -> None:
         """`on_stall(seconds)` hears of every gap the mesh makes the listener sit through: audio the
         mesh had ready `seconds` after what the listener held ran out (a client that reads late makes
-        its own gaps, which are not the mesh's)."""
+        its own gaps, which are not the mesh's). `listened` False for an utterance nobody listens to
+        as it is made (prewarming, a job): its worker requests say so (`unlistened`), and the workers
+        run its steps on what their listeners leave."""
         self.frame_s = frame_s
         """Seconds of audio per mel frame."""
+        self.listened = listened
+        """Whether someone listens to the utterance as it is made."""
         self._now = now
         self._on_stall = on_stall
         self._asked_at_s = now()

@@ -266,6 +266,7 @@ class ResumableVocoderStream(ResumableCall):
             downstream_s = self._pool.round_trip_s(self._endpoint)
             message.playback_slack_ms = slack_ms - 1000.0 * downstream_s
             message.downstream_ms = 1000.0 * downstream_s
+            message.unlistened = not self._clock.listened
         return message
 
 

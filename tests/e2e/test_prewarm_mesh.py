@@ -1,6 +1,7 @@
 """Prewarming on a real mesh: hot texts are in the cache before anyone asks and stay there past the
 cache TTL, a hot-text file is reloaded without a restart, and a sentence asked for often enough is
-promoted and kept warm too. A sentence served from the cache shows as a hit in the gateway's metrics."""
+promoted and kept warm too. A sentence served from the cache shows as a hit in the gateway's metrics;
+the workers count prewarming's streams as unlistened."""
 
 from __future__ import annotations
 
@@ -66,6 +67,9 @@ def test_hot_texts_are_cached_before_asked_kept_past_the_ttl_and_reloaded(quiet_
     args = ["--hot-texts-file", str(hot_file), "--hot-texts-reload-s", "0.2", "--cache-ttl-s", str(CACHE_TTL_S), "--job-runners", "0"]
     with extra_gateway(quiet_mesh, tmp_path / "gateway.log", args) as gateway:
         wait_for_writes(gateway, 2)  # both hot sentences, before anyone asked
+        # Nobody listened to them as they were made: both workers ran them on what listeners leave.
+        for worker in ("acoustic", "vocoder"):
+            assert quiet_mesh.metric(worker, f"tts_{worker}_unlistened_streams_total") >= 1
         assert is_hit(gateway, "Press one for opening hours.")
         time.sleep(CACHE_TTL_S + 2)  # past the TTL of the first write: only a renewal keeps it
         assert is_hit(gateway, "Your call is important to us.")

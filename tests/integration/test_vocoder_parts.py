@@ -10,19 +10,13 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 
-import grpc
 import numpy as np
 import pytest
 
 from libs.pb.tts.vocoder.v1 import vocoder_pb2, vocoder_pb2_grpc
-from libs.scheduling.scheduler import Scheduler
-from libs.serving.admission import Admission, AdmissionSettings
-from libs.serving.voice_shelf import VoiceShelf
-from libs.telemetry.metrics import VocoderMetrics
-from libs.voice.calibration import vocoder_steps
 from libs.voice.engine import VocoderEngine
 from libs.wire.mel_slices import cut_whole_mel, to_message
-from services.vocoder.servicer import VocoderServicer
+from tests.support.vocoder_worker import vocoder_worker
 
 FRAMES = 330
 """Frames of the test sentence: a first step of 32, then 64, 128 and a last step of 106."""
@@ -95,25 +89,9 @@ def test_the_widest_part_a_listener_waits_on_is_the_first_step(engine: VocoderEn
 async def _worker(engine: VocoderEngine) -> AsyncIterator[tuple[vocoder_pb2_grpc.VocoderStub, Callable[[], bool]]]:
     """A vocoder servicer on `engine` with a calibrated scheduler, over real gRPC: its stub, and whether
     its streams' steps run in parts now (`Scheduler.steps_in_parts` of the streams its admission counts)."""
-    executor = ThreadPoolExecutor(1)
-    metrics = VocoderMetrics()
-    scheduler = Scheduler("vocoder", executor, metrics)
-    scheduler.longest_step_units = engine.schedule.max_chunk_frames
-    await asyncio.get_running_loop().run_in_executor(None, scheduler.calibrate, lambda: vocoder_steps(engine))
-    assert scheduler.step_lead_s() > 0
-    admission = Admission(AdmissionSettings(), scheduler=scheduler)
-    servicer = VocoderServicer(metrics, scheduler, admission)
-    servicer.install(VoiceShelf.holding(engine))
-    server = grpc.aio.server()
-    vocoder_pb2_grpc.add_VocoderServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield vocoder_pb2_grpc.VocoderStub(channel), lambda: scheduler.steps_in_parts(admission.open_streams)
-    finally:
-        await server.stop(0)
-        executor.shutdown()
+    async with vocoder_worker(engine, ThreadPoolExecutor(1)) as worker:
+        assert worker.scheduler.step_lead_s() > 0
+        yield worker.stub, lambda: worker.scheduler.steps_in_parts(worker.admission.open_streams)
 
 
 def _playing_request(engine: VocoderEngine, mel: np.ndarray, slack_ms: float) -> vocoder_pb2.VocodeRequest:
