@@ -118,8 +118,9 @@ class StreamPlayback:
         return self.started_s is None
 
     @property
-    def resumed(self) -> bool:
-        """True for a stream that opened on a playing listener (a resumed one)."""
+    def never_starts(self) -> bool:
+        """True for a stream that opened on a playing listener (a resumed one) or on none (unlistened):
+        its steps are never a start."""
         return self.started_s == float("-inf")
 
     @property
@@ -128,12 +129,12 @@ class StreamPlayback:
         audio, which lasts less than the next step takes while other first audios wait. Its steps go
         with first audios, in the order the listeners asked, so a listener that heard its first words
         hears the next ones before a later listener's first."""
-        return self.started_s is None or (not self.resumed and self.made_s <= self.startup_audio_s + 1e-9)
+        return self.started_s is None or (not self.never_starts and self.made_s <= self.startup_audio_s + 1e-9)
 
     def within_first(self, audio_s: float) -> bool:
         """True while this worker has made less than the first `audio_s` of the listener's audio (never
-        for a resumed stream, whose listener is already playing)."""
-        return not self.resumed and self.made_s < audio_s
+        for a stream that `never_starts`)."""
+        return not self.never_starts and self.made_s < audio_s
 
     def deadline(self, received_s: float, playback_slack_ms: float, downstream_ms: float = 0.0) -> PlaybackDeadline:
         """The deadline of a request that arrived at `received_s` with `playback_slack_ms` of slack

@@ -85,7 +85,7 @@ class AcousticWork:
         seed = request.seed or engine.synthesis_seed(phoneme_ids, params)
         runner, costs = self._scheduler.runner, self._scheduler.costs
         # A listener waits for a first sentence's plan; work nobody listens to waits for nothing.
-        first_sentence = request.sentence_index == 0 and request.start_frame == 0 and not deadline.stream.unlistened
+        listener_waits = request.sentence_index == 0 and request.start_frame == 0 and not deadline.stream.unlistened
         plan = None
         async for plan in with_heartbeats(
             runner.run(
@@ -96,7 +96,7 @@ class AcousticWork:
                 phoneme_ids,
                 params,
                 seed,
-                first_sentence,
+                listener_waits,
                 deadline_s=deadline.at_s,
                 first_audio=deadline.first_audio,
                 starting=deadline.starting,
@@ -172,12 +172,12 @@ class AcousticWork:
             raise RuntimeError("the engine's mel ended before the sentence's last slice")
         self._metrics.sentences_total.inc()
 
-    def _plan(self, engine: Any, phoneme_ids: list[int], params: Any, seed: int, first_sentence: bool) -> Any:
-        """`engine.plan` on an inference thread. A client waits for a first sentence's first audio:
-        when nothing else is in progress here as the step starts (not when it was queued: in a burst
-        the first request arrives alone) and the budget has two cores or more, the text side gets
-        every core. A later sentence has the playback of the earlier ones as slack."""
-        wide = first_sentence and self._sentences_in_progress == 1 and self._scheduler.capacity.budget.cores >= 2
+    def _plan(self, engine: Any, phoneme_ids: list[int], params: Any, seed: int, listener_waits: bool) -> Any:
+        """`engine.plan` on an inference thread. A listener waits for a first sentence's first audio
+        (`listener_waits`): when nothing else is in progress here as the step starts (not when it was
+        queued: in a burst the first request arrives alone) and the budget has two cores or more, the
+        text side gets every core. A later sentence has the playback of the earlier ones as slack."""
+        wide = listener_waits and self._sentences_in_progress == 1 and self._scheduler.capacity.budget.cores >= 2
         return engine.plan(phoneme_ids, params, seed, wide)
 
 

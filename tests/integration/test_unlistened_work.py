@@ -50,7 +50,7 @@ async def _lanes_run_on(engine: VocoderEngine, request: vocoder_pb2.VocodeReques
             yield request
 
         replies = [reply async for reply in worker.stub.Vocode(requests(), timeout=120)]
-        counted = worker.metrics.unlistened_streams_total._value.get()
+        counted = worker.metrics.registry.get_sample_value("tts_vocoder_unlistened_streams_total")
     assert replies[-1].is_last
     return ran_at_normal_priority, counted, b"".join(r.samples for r in replies)
 

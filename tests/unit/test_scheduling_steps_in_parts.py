@@ -40,4 +40,4 @@ def test_a_stream_is_in_its_first_seconds_until_it_has_made_them_and_a_resumed_o
     new.made(0.4)
     assert not new.within_first(2.4)
     resumed = StreamPlayback.opening(first_audio=False)
-    assert resumed.resumed and not resumed.within_first(2.4)
+    assert resumed.never_starts and not resumed.within_first(2.4)
