@@ -23,6 +23,8 @@ _log = logging.getLogger(__name__)
 MAX_IDEMPOTENCY_KEY_CHARS: Final = 256
 DEFAULT_PAGE_SIZE: Final = 50
 MAX_PAGE_SIZE: Final = 1000
+MAX_PAGE_TOKEN_DIGITS: Final = 18
+"""A page token is an offset this service wrote: one of more digits than this is none of its own."""
 STATE_VALUES: Final = {
     QUEUED: jobs_pb2.JOB_STATE_QUEUED,
     RUNNING: jobs_pb2.JOB_STATE_RUNNING,
@@ -77,7 +79,7 @@ def page_bounds(page_size: int, page_token: str, names: PageNames = GRPC_PAGE_NA
         raise InvalidRequestError(
             f"{names.size} {page_size} is out of range; use 1 to {MAX_PAGE_SIZE}, or 0 for {DEFAULT_PAGE_SIZE}", field="page_size"
         )
-    if page_token and not page_token.isdigit():
+    if page_token and not (page_token.isascii() and page_token.isdecimal() and len(page_token) <= MAX_PAGE_TOKEN_DIGITS):
         raise InvalidRequestError(
             f"{names.token} is not one this service gave; send the {names.next_token} of the previous page", field="page_token"
         )

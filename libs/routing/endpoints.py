@@ -87,7 +87,7 @@ def _split_host_port(address: str, context: str | None = None) -> tuple[str, int
             raise EndpointParseError(f"{where}: put IPv6 hosts in brackets, e.g. [::1]:50051")
         if not _HOST_PATTERN.match(host):
             raise EndpointParseError(f"{where}: host {host!r} is not a valid host name or IPv4 address")
-    if not port_text.isdigit():
+    if not port_text.isdecimal():
         raise EndpointParseError(f"{where}: port {port_text!r} is not a number")
     port = int(port_text)
     if not 1 <= port <= 65535:

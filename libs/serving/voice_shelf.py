@@ -35,7 +35,7 @@ from libs.serving.status import abort_for
 from libs.settings.fields import setting
 from libs.telemetry.metrics import WorkerMetrics
 from libs.voice.catalogue import CatalogueVoice, VoiceCatalogue
-from libs.voice.registry import DEFAULT_VOICE_NAME, UnknownVoiceError
+from libs.voice.registry import DEFAULT_VOICE_NAME, UnknownVoiceError, speaker_number
 from libs.wire.errors import DownstreamError, InvalidRequestError, echo
 from libs.wire.headers import SPEAKER_METADATA_KEY, TIER_METADATA_KEY, VOICE_METADATA_KEY
 
@@ -391,9 +391,10 @@ def stream_speaker(context: grpc.aio.ServicerContext, engine: Any) -> int:
     against `engine`'s voice: InvalidRequestError naming the speakers there are."""
     text = str(dict(context.invocation_metadata() or ()).get(SPEAKER_METADATA_KEY, "0"))
     speakers = int(getattr(engine, "num_speakers", 1))
-    if not text.isdigit() or int(text) >= speakers:
+    number = speaker_number(text)
+    if number is None or number >= speakers:
         raise InvalidRequestError(f"{SPEAKER_METADATA_KEY} {echo(text)} is not a speaker of this voice; use 0 to {speakers - 1}")
-    return int(text)
+    return number
 
 
 async def pin_stream_voice(shelf: VoiceShelf, context: grpc.aio.ServicerContext) -> Any:

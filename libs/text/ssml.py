@@ -40,6 +40,10 @@ _ELEMENT_ATTRIBUTES: Final[dict[str, frozenset[str]]] = {
 _SAY_AS: Final = frozenset({"characters", "spell-out", "cardinal", "number", "ordinal", "digits", "date", "time", "telephone"})
 _TIME: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s)\s*$")
 _DECLARATIONS: Final = re.compile(r"<!(?:DOCTYPE|ENTITY)", re.IGNORECASE)
+_SSML_START: Final = re.compile(
+    r"\s*(?:<\?xml\b[^>]*\?>\s*)?(?:(?:<!--.*?-->|<!DOCTYPE\b[^\[>]*(?:\[[^\]]*\])?\s*>)\s*)*<speak\b", re.DOTALL | re.IGNORECASE
+)
+"""What an SSML document starts with: its <speak> root, after what may come before it in XML."""
 _SPACE_RUN: Final = re.compile(r"[ \t]{2,}")
 _SPACE_BEFORE_PUNCTUATION: Final = re.compile(r"[ \t]+([.,;:!?])")
 
@@ -81,8 +85,9 @@ class SsmlSegment:
 
 
 def looks_like_ssml(text: str) -> bool:
-    """True when a text starts with a <speak> root (so SSML is on without the request flag)."""
-    return text.lstrip().startswith("<speak")
+    """True when a text starts with a <speak> root (so SSML is on without the request flag), after an
+    XML declaration, comments or a DOCTYPE if any (`parse_ssml` refuses the DOCTYPE by name)."""
+    return _SSML_START.match(text) is not None
 
 
 def parse_ssml(document: str) -> list[SsmlSegment]:
@@ -240,7 +245,7 @@ def say_as(interpret_as: str, text: str) -> str:
     if interpret_as not in _SAY_AS:
         raise SsmlError(f"SSML <say-as interpret-as={interpret_as!r}> is not supported; use one of {', '.join(sorted(_SAY_AS))}")
     if interpret_as in ("characters", "spell-out"):
-        return " " + " ".join(numbers.digit_by_digit(c) if c.isdigit() else c.upper() for c in content if not c.isspace()) + " "
+        return " " + " ".join(numbers.digit_by_digit(c) if c.isdecimal() else c.upper() for c in content if not c.isspace()) + " "
     if interpret_as == "digits":
         return " " + numbers.digit_by_digit(content) + " "
     digits = content.replace(",", "")

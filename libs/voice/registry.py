@@ -66,13 +66,25 @@ class Voice:
         names = self.speakers()
         if speaker in names:
             return names[speaker]
-        if speaker.isdigit() and int(speaker) < self.num_speakers:
-            return int(speaker)
+        number = speaker_number(speaker)
+        if number is not None and number < self.num_speakers:
+            return number
         known = ", ".join(f"{name} ({number})" for name, number in sorted(names.items(), key=lambda item: item[1]))
         raise InvalidRequestError(
             f"voice {self.name} has no speaker {echo(speaker)}; its speakers: {known or f'ids 0 to {self.num_speakers - 1}'}",
             field="speaker",
         )
+
+
+MAX_SPEAKER_DIGITS: Final = 9
+
+
+def speaker_number(text: str) -> int | None:
+    """A speaker id written in ASCII digits ("0", "12"), else None: names, signs, superscripts and
+    other characters that str.isdigit counts as digits, and ids past MAX_SPEAKER_DIGITS."""
+    if text.isascii() and text.isdecimal() and len(text) <= MAX_SPEAKER_DIGITS:
+        return int(text)
+    return None
 
 
 @lru_cache(maxsize=16)

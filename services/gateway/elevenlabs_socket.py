@@ -45,7 +45,7 @@ DEFAULT_OUTPUT_FORMAT: Final = "mp3_44100_128"
 MAX_INACTIVITY_TIMEOUT_S: Final = 180
 """ElevenLabs' own ceiling for `inactivity_timeout`."""
 SINGLE_CONTEXT: Final = ""
-_FORMAT: Final = re.compile(r"^(pcm|ulaw|alaw|mp3|opus)_(\d+)(?:_(\d+))?$")
+_FORMAT: Final = re.compile(r"^(pcm|ulaw|alaw|mp3|opus)_(\d{1,6})(?:_(\d{1,7}))?$")
 
 
 def output_format(name: str) -> tuple[int, int]:

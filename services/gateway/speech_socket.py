@@ -42,6 +42,7 @@ from libs.synthesis.text_side import TextFlush
 from libs.synthesis.transcript import Heard, Transcript, ms
 from libs.telemetry.metrics import GatewayMetrics
 from libs.telemetry.request_meter import RequestMeter
+from libs.text.ssml import looks_like_ssml
 from libs.wire.errors import InvalidRequestError
 from services.gateway.http_api import http_error_for
 from services.gateway.socket_commands import Cancel, Close, Command, Dialect, Flush, Text
@@ -227,7 +228,7 @@ class SpeechSocket:
             self._context_error(command.context_id, error)
             return None
         context = SpeechContext(command.context_id, options)
-        ssml = command.text.lstrip().startswith("<speak")
+        ssml = looks_like_ssml(command.text)
         try:
             if ssml:
                 context.text_closed = True  # an SSML document is whole: it is the context's text

@@ -47,7 +47,7 @@ from libs.synthesis.output import AudioChunk
 from libs.synthesis.synthesizer import Synthesizer
 from libs.telemetry.metrics import GatewayMetrics
 from libs.telemetry.request_meter import RequestMeter
-from libs.voice.registry import UnknownVoiceError, VoiceRegistry
+from libs.voice.registry import UnknownVoiceError, VoiceRegistry, speaker_number
 from libs.wire.errors import DownstreamError, InvalidRequestError, echo
 
 _log = logging.getLogger(__name__)
@@ -99,8 +99,8 @@ def options_for(registry: VoiceRegistry, voice: SynthesizeVoice | None) -> Synth
         speakers = chosen.speakers()
         if voice.speaker in speakers:
             speaker_id = speakers[voice.speaker]
-        elif voice.speaker.isdigit():
-            speaker_id = int(voice.speaker)
+        elif (number := speaker_number(voice.speaker)) is not None:
+            speaker_id = number
         else:
             raise InvalidRequestError(f"voice {chosen.name} has no speaker {echo(voice.speaker)}; its speakers: "
                                       f"{', '.join(speakers) or 'one, unnamed'}", field="speaker_id")  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from libs.jobs.requests import DEFAULT_PAGE_SIZE, page_bounds
 from libs.pb.tts.v1 import tts_pb2
 from libs.serving.status import field_of, grpc_status_for
 from libs.synthesis.options import resolve_options
@@ -47,6 +48,9 @@ def test_unknown_voice_encoding_rate_and_speaker_are_rejected_with_the_valid_cho
         resolve_options(registry, **dict(DEFAULTS, sample_rate_hz=4000))
     with pytest.raises(InvalidRequestError, match="speaker_id 1"):
         resolve_options(registry, **dict(DEFAULTS, speaker_id=1))
+    for speaker in ("\u00b2", "\u2460", "9" * 5000):  # digits to str.isdigit, not to int()
+        with pytest.raises(InvalidRequestError, match="has no speaker"):
+            registry.default.speaker_id(speaker)
 
 
 def test_text_checks_state_the_limit_and_count_the_text_as_sent() -> None:
@@ -118,3 +122,11 @@ def test_text_errors_are_about_the_text_and_other_errors_about_no_field() -> Non
     assert field_of(EmptyTextError()) == field_of(TextTooLongError(11, 10)) == "text"
     assert field_of(InvalidRequestError("the first message must carry `config`")) == ""
     assert field_of(NoWorkerError("x")) == field_of(KeyError("x")) == ""
+
+
+def test_a_page_token_is_an_offset_this_service_wrote() -> None:
+    assert page_bounds(0, "") == (DEFAULT_PAGE_SIZE, 0)
+    assert page_bounds(10, "20") == (10, 20)
+    for token in ("x", "-1", "\u00b2", "9" * 5000):  # digits to str.isdigit that int() refuses or cannot hold
+        with pytest.raises(InvalidRequestError, match="page_token"):
+            page_bounds(10, token)

@@ -90,7 +90,7 @@ def test_elevenlabs_output_formats_map_to_encodings_and_rates() -> None:
     assert output_format("alaw_8000") == (tts_pb2.ALAW, 8000)
     assert output_format("mp3_44100_128") == (tts_pb2.MP3, 44100)
     assert output_format("opus_48000_64") == (tts_pb2.OGG_OPUS, 48000)
-    for refused in ("ulaw_16000", "wav_44100", "pcm_4000"):
+    for refused in ("ulaw_16000", "wav_44100", "pcm_4000", "pcm_" + "1" * 5000, "pcm_\u00b2"):
         with pytest.raises(HttpError) as error:
             output_format(refused)
         assert error.value.param == "output_format"

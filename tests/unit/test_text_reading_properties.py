@@ -17,6 +17,7 @@ ATOMS = [
     "Dr.", "St.", "p.", "No.", "etc.", "e.g.", "Jan.", "World War", "II", "Henry", "VIII", "Chapter", "IV",
     "info@example.com", "www.example.org", "555-0123", "1/2", "3:1", "5-10", "USD", "read", "lead",
     "record", "the", "I", "to", "minute", "so", "[[ h ə l ˈoʊ ]]", "zyzzy", "Nguyen", "x",
+    "^", "²", "⁻¹", "e", "E", "~", "<", ">", '"', "Mon", "Fri", "am", "1e-9",
 ]
 TEXTS = st.lists(st.sampled_from(ATOMS), min_size=1, max_size=40).map("".join)
 

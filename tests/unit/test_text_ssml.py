@@ -41,6 +41,11 @@ def test_phoneme_sub_and_say_as_become_text_the_front_end_reads() -> None:
     )
 
 
+def test_say_as_reads_only_decimal_digits_as_digits() -> None:
+    (segment,) = parse_ssml('<speak><say-as interpret-as="characters">a\u00b2b</say-as> <say-as interpret-as="digits">\u00b23</say-as></speak>')
+    assert "three" in segment.text
+
+
 def test_prosody_rate_gives_its_text_a_segment_at_that_rate() -> None:
     segments = parse_ssml('<speak>Normal <prosody rate="slow">slow <prosody rate="200%">fast</prosody></prosody> normal</speak>')
     assert [(s.text.strip(), s.rate) for s in segments] == [("Normal", 1.0), ("slow", 0.75), ("fast", 1.5), ("normal", 1.0)]
@@ -75,3 +80,26 @@ def test_anything_outside_the_subset_is_an_error_naming_it(document: str, named:
 def test_a_speak_root_turns_ssml_on() -> None:
     assert looks_like_ssml("  <speak>Hi</speak>")
     assert not looks_like_ssml("I <3 speaking")
+
+
+@pytest.mark.parametrize(
+    ("text", "ssml"),
+    [
+        ("<speak>Hi.</speak>", True),
+        ('  <?xml version="1.0" encoding="UTF-8"?>\n<speak version="1.1">Hi.</speak>', True),
+        ("<!-- made by a tool --><speak>Hi.</speak>", True),
+        ('<?xml version="1.0"?><!DOCTYPE speak PUBLIC "-//W3C//DTD SYNTHESIS 1.0//EN" "synthesis.dtd"><speak>Hi.</speak>', True),
+        ("<speaker>Hi.</speaker>", False),
+        ("Say <speak>Hi.</speak>", False),
+        ("a < b", False),
+    ],
+)
+def test_a_document_is_ssml_when_its_root_is_speak_after_any_xml_prologue(text: str, ssml: bool) -> None:
+    assert looks_like_ssml(text) is ssml
+
+
+def test_a_document_with_a_declaration_is_read_as_ssml() -> None:
+    (segment,) = parse_ssml('<?xml version="1.0" encoding="UTF-8"?>\n<!-- a comment --><speak>Hello there.</speak>')
+    assert segment.text.strip() == "Hello there."
+    with pytest.raises(SsmlError, match="DOCTYPE"):
+        parse_ssml('<?xml version="1.0"?><!DOCTYPE speak [<!ENTITY x "y">]><speak>&x;</speak>')

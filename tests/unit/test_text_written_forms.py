@@ -92,6 +92,21 @@ def test_a_number_past_fifteen_digits_is_read_digit_by_digit() -> None:
         ("Tom & Jerry.", "Tom and Jerry."),
         ("It is item #5.", "It is item number five."),
         ("Version 2.1.3 is out.", "Version two point one point three is out."),
+        ("Avogadro's number is 6.022e23.", "Avogadro's number is six point zero two two times ten to the power of twenty-three."),
+        ("It took 1E-09 s.", "It took one times ten to the power of minus nine seconds."),
+        ("A charge of 10^-19 coulombs.", "A charge of ten to the power of minus nineteen coulombs."),
+        ("It is 2^10 or e^x.", "It is two to the power of ten or e to the power of x."),
+        ("Plot x² against (a+b)³ and n⁴.", "Plot x squared against (a+b) cubed and n to the power of four."),
+        ("We waited ~30 minutes.", "We waited about thirty minutes."),
+        ("If 5 < 6 then 7 > 2.", "If five less than six then seven greater than two."),
+        ("Keep it <100 ms.", "Keep it less than one hundred milliseconds."),
+        ("Growth was 10%-20% a year.", "Growth was ten percent to twenty percent a year."),
+        ("The 2020-2021 season.", "The twenty twenty to twenty twenty-one season."),
+        ("Open Mon-Fri and Sat.", "Open Monday to Friday and Saturday."),
+        ("Closed on Sat. We reopen in Jan.", "Closed on Saturday. We reopen in January."),
+        ("Hours are 9am-5pm daily.", "Hours are nine a.m. to five p.m. daily."),
+        ("He is 5'11\" tall.", "He is five feet eleven inches tall."),
+        ("It is 1'1\" long.", "It is one foot one inch long."),
     ],
 )
 def test_written_forms_become_spoken_words(written: str, spoken: str) -> None:
@@ -105,6 +120,8 @@ def test_written_forms_become_spoken_words(written: str, spoken: str) -> None:
         "I have a dream, she said, and he listened.",
         "MP3 players and COVIDs are words with digits inside.",
         "A line\nbroken in two.\n\nA new paragraph.",
+        "As studies² show, a -> b.",  # a footnote's mark after a word; an arrow
+        "> A quoted line\nand <b>bold</b> markup.",
     ],
 )
 def test_text_without_written_forms_is_unchanged(text: str) -> None:

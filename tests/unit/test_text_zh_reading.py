@@ -94,6 +94,12 @@ def test_numbers_dates_money_and_units_are_read_in_chinese(text: str, expected: 
     assert read_numbers(text) == expected
 
 
+def test_numbers_too_long_to_read_as_numbers_are_read_digit_by_digit() -> None:
+    assert read_numbers("增长" + "3" * 20 + "%") == "增长百分之" + "三" * 20
+    assert read_numbers("¥" + "9" * 17) == "九" * 17 + "元"
+    assert read_numbers("1/" + "2" * 5000).startswith("二二二")
+
+
 def test_sentences_end_after_chinese_marks_and_the_chunks_give_the_text_back() -> None:
     text = "你好！今天天气很好。你去吗？“好的。”他说。价格是3.5元. End"
     chunks = split_zh_sentences(text, 1000)

@@ -14,7 +14,7 @@ def spell(text: str) -> str:
     """An e-mail or web address part by part: "john.doe_1" -> "john dot doe underscore one"."""
     words: list[str] = []
     for piece in re.findall(r"[A-Za-z]+|\d+|[^A-Za-z\d]", text):
-        if piece.isdigit():
+        if piece.isdecimal():
             words.append(numbers.digit_by_digit(piece) if len(piece) > 2 else numbers.cardinal(piece))
         elif piece.isalpha():
             words.append(_DOMAIN_WORDS.get(piece.lower(), piece) if words and words[-1] == "dot" else piece)

@@ -89,7 +89,7 @@ def plural_word(words: str) -> str:
 
 def digit_by_digit(digits: str, zero: str = "zero") -> str:
     """"0123" -> "zero one two three"."""
-    return " ".join(zero if digit == "0" else _ONES[int(digit)] for digit in digits if digit.isdigit())
+    return " ".join(zero if digit == "0" else _ONES[int(digit)] for digit in digits if digit.isdecimal())
 
 
 def year(digits: str) -> str:

@@ -39,6 +39,8 @@ _CURRENCY_SYMBOLS: Final = "|".join(re.escape(s) for s in sorted((c for c in CUR
 _CURRENCY_CODES: Final = "|".join(code for code in CURRENCIES if code.isalpha())
 _MAGNITUDE_NAMES: Final = "|".join(sorted(MAGNITUDES, key=len, reverse=True))
 _MONTH_NAMES: Final = "|".join(MONTHS + [f"{short}\\.?" for short in MONTH_ABBREVIATIONS])
+_WEEKDAY_NAMES: Final = "|".join(sorted(WEEKDAY_ABBREVIATIONS, key=len, reverse=True))
+_SUPERSCRIPT_DIGITS: Final = "\u2070\u00b9\u00b2\u00b3\u2074-\u2079"
 _WORD_ABBREVIATIONS: Final = "|".join(
     re.escape(word)
     for word in sorted(
@@ -66,21 +68,29 @@ _PATTERN: Final = re.compile(
             r"(?:\s?(?P<cm_magnitude>" + _MAGNITUDE_NAMES + r")\b)?)",
             r"(?P<money_code>(?<![\w.])(?P<mc_amount>" + _NUMBER + r")(?:\s?(?P<mc_magnitude>" + _MAGNITUDE_NAMES + r"))?"
             r"\s(?P<mc_code>" + _CURRENCY_CODES + r")\b)",
+            r"(?P<height>(?=\d{1,2}['\u2032])(?<![\w.'])(?P<feet>\d{1,2})['\u2032]\s?(?P<inches>\d{1,2})(?:\"|\u2033|'')(?!\w))",
             r"(?P<decade>(?<![\w.])(?:'|\u2019)?(?P<decade_digits>\d{2}|1\d{3}|20\d{2})s\b)",
             r"(?P<ordinal>(?<![\w.])(?P<ordinal_digits>\d{1,15})(?:st|nd|rd|th)\b)",
             r"(?P<fraction>(?<![\w./])(?:(?P<whole>\d{1,6})\s)?(?P<numerator>\d{1,3})/(?P<denominator>\d{1,3})(?![\d/]))",
             r"(?P<ratio>(?<![\w.:])(?P<ratio_a>\d{1,4}):(?P<ratio_b>\d{1,4})(?![\d:]))",
             r"(?P<version>(?<![\w.])\d{1,4}(?:\.\d{1,4}){2,5}(?![\d]))",
+            r"(?P<scientific>(?=\d{1,3}(?:\.\d{1,12})?[eE])(?<![\w.])(?P<sci_mantissa>\d{1,3}(?:\.\d{1,12})?)[eE](?P<sci_exponent>[-+\u2212]?\d{1,3})"
+            r"(?:\s?(?P<sci_unit>" + _UNIT_NAMES + r")(?![\w/²³'\u2019])|(?!\w|\.\d)))",
             r"(?P<measure>(?<![\w.])(?P<measure_sign>[-\u2212])?(?P<measure_amount>" + _NUMBER + r")"
             r"(?:\s?(?P<measure_magnitude>thousand|million|billion))?\s?(?P<unit>" + _UNIT_NAMES + r")(?![\w/²³'\u2019]))",
-            r"(?P<percent>(?<![\w.])(?P<percent_sign>[-\u2212])?(?P<percent_amount>" + _NUMBER + r")\s?%)",
-            r"(?P<range_dash>(?<=\d)\s?[-\u2013\u2014]\s?(?=[$€£]?\d))",
+            r"(?P<percent>(?<![\w.%])(?P<percent_sign>[-\u2212])?(?P<percent_amount>" + _NUMBER + r")\s?%)",
+            r"(?P<range_dash>(?=\s?[-\u2013\u2014])(?:(?<=\d)|(?<=\d%)|(?<=\d[ap]m)|(?<=\d[AP]M)|(?<=\.m\.))\s?[-\u2013\u2014]\s?(?=[$€£]?\d))",
             r"(?P<number>(?:(?<=^)|(?<=[\s(\[\"'~]))(?P<number_sign>[-\u2212])?(?P<signed_amount>" + _NUMBER + r")(?![\w])"
             r"|(?<![\w.,])(?P<amount>" + _NUMBER + r"|\.\d{1,12})(?![\w]))",
+            r"(?P<day_range>\b(?P<day_from>" + _WEEKDAY_NAMES + r")\.?\s?[-\u2013]\s?(?P<day_to>" + _WEEKDAY_NAMES + r")\b(?:\.(?=\s[a-z]))?)",
             r"(?P<roman>\b(?P<roman_numeral>[IVXLCDM]{1,12})\b)",
             r"(?P<abbreviation>(?<![\w.])(?P<abbreviation_word>" + _WORD_ABBREVIATIONS + r"|[A-Za-z](?:\.[A-Za-z]){1,3})(?P<abbreviation_dot>\.)?(?![\w]))",
             r"(?P<ampersand>(?<=\s)&(?=\s))",
             r"(?P<hash_number>#(?=\d))",
+            r"(?P<approximately>(?<![\w~])~\s?(?=[-\u2212]?[$€£]?\d))",
+            r"(?P<comparison>(?=[<>])(?:(?<=[\w)%] )[<>](?= )|(?<![<>=-])[<>]\s?(?=[-\u2212]?[$€£]?\.?\d)))",
+            r"(?P<caret_power>(?=\^)(?<=[\w)\]])\^(?P<caret_exponent>[-+\u2212]?\d{1,4}|[A-Za-z])(?!\w|\.\d))",
+            r"(?P<superscript_power>(?=[\u207a\u207b" + _SUPERSCRIPT_DIGITS + r"])(?<=[\w)\]])(?P<superscript_exponent>[\u207a\u207b]?[" + _SUPERSCRIPT_DIGITS + r"]{1,4})(?![" + _SUPERSCRIPT_DIGITS + r"]))",
         ]
     )
 )
@@ -95,6 +105,12 @@ _FRACTION_NAMES: Final = {2: ("half", "halves"), 4: ("quarter", "quarters")}
 _PREVIOUS_WORD: Final = re.compile(r"([A-Za-z]+)\W{0,3}$")
 _NEXT_WORD: Final = re.compile(r"\W{0,2}([A-Za-z]+)")
 _SENTENCE_GOES_ON: Final = re.compile(r"\s+[a-z0-9]")
+_YEAR_RANGE_START: Final = re.compile(r"(?:^|\D)(?:1\d|20)\d{2}\s?[-\u2013\u2014]\s?$")
+_SUPERSCRIPT_TO_ASCII: Final = str.maketrans("\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207a\u207b", "0123456789+-")
+_POWER_BASE: Final = re.compile(r"(?:\d|[)\]]|(?<![A-Za-z])[A-Za-z]{1,2})$")
+"""What a superscript raises to a power: a number, a bracket, or a symbol of one or two letters ("x²",
+"mc²"). After a longer word it is a footnote's mark and stays as written."""
+_COMPARISON_WORDS: Final = {"<": "less than", ">": "greater than"}
 
 
 def expand_written_forms(text: str) -> str:
@@ -311,6 +327,8 @@ def _range_dash(match: re.Match[str]) -> str:
 def _is_year(match: re.Match[str], digits: str) -> bool:
     if len(digits) != 4 or not (1000 <= int(digits) <= 2099):
         return False
+    if _YEAR_RANGE_START.search(match.string[max(0, match.start() - 8) : match.start()]):
+        return True  # the end of a range of years, "2020-2021"
     previous = _previous_word(match)
     if (previous.lower() in _YEAR_CUES and (previous.lower() in ("year", "in", "since", "circa") or int(digits) >= 1100)) or previous in MONTHS or previous.rstrip(".") in MONTH_ABBREVIATIONS:
         return True
@@ -373,10 +391,9 @@ def _abbreviation(match: re.Match[str]) -> str:
         return TITLES[word]
     if word in BEFORE_NUMBER and dotted and next_is_number:
         return BEFORE_NUMBER[word]
-    if word in MONTH_ABBREVIATIONS and dotted:
-        return MONTH_ABBREVIATIONS[word]
-    if word in WEEKDAY_ABBREVIATIONS and dotted:
-        return WEEKDAY_ABBREVIATIONS[word]
+    if (word in MONTH_ABBREVIATIONS or word in WEEKDAY_ABBREVIATIONS) and dotted:
+        name = MONTH_ABBREVIATIONS.get(word) or WEEKDAY_ABBREVIATIONS[word]
+        return name + "." if _ends_sentence(match) else name  # "Closed on Sat." keeps its full stop
     expansion = ABBREVIATIONS.get(word)
     if expansion is not None and (dotted or "." in word):
         words, may_end_sentence = expansion
@@ -400,6 +417,61 @@ def _street_or_title(match: re.Match[str], word: str, dotted: bool, next_is_capi
     return match.group()
 
 
+def _height(match: re.Match[str]) -> str:
+    feet, inches = match.group("feet"), match.group("inches")
+    return (
+        f"{numbers.cardinal(feet)} {'foot' if feet == '1' else 'feet'}"
+        f" {numbers.cardinal(inches)} {'inch' if inches == '1' else 'inches'}"
+    )
+
+
+def _power_words(exponent: str) -> str:
+    """"squared", "cubed", or "to the power of" an exponent of digits (a sign allowed) or one letter."""
+    sign = "minus " if exponent[:1] in ("-", "\u2212") else ""
+    value = exponent.lstrip("+-\u2212")
+    if not value.isdecimal():
+        return f"to the power of {sign}{value}"
+    value = value.lstrip("0") or "0"
+    if not sign and value in ("2", "3"):
+        return "squared" if value == "2" else "cubed"
+    return f"to the power of {sign}{numbers.cardinal(value)}"
+
+
+def _scientific(match: re.Match[str]) -> str:
+    exponent = match.group("sci_exponent")
+    sign = "minus " if exponent[:1] in ("-", "\u2212") else ""
+    value = exponent.lstrip("+-\u2212").lstrip("0") or "0"
+    words = f"{numbers.number(match.group('sci_mantissa'))} times ten to the power of {sign}{numbers.cardinal(value)}"
+    unit = match.group("sci_unit")
+    return f"{words} {UNITS[unit][1]}" if unit else words
+
+
+def _caret_power(match: re.Match[str]) -> str:
+    return " " + _power_words(match.group("caret_exponent"))
+
+
+def _superscript_power(match: re.Match[str]) -> str:
+    if not _POWER_BASE.search(match.string[max(0, match.start() - 3) : match.start()]):
+        return match.group()
+    return " " + _power_words(match.group("superscript_exponent").translate(_SUPERSCRIPT_TO_ASCII))
+
+
+def _day_range(match: re.Match[str]) -> str:
+    return f"{WEEKDAY_ABBREVIATIONS[match.group('day_from')]} to {WEEKDAY_ABBREVIATIONS[match.group('day_to')]}"
+
+
+def _approximately(match: re.Match[str]) -> str:
+    return "about "
+
+
+def _comparison(match: re.Match[str]) -> str:
+    """"<" and ">" between spaced operands or before a number (espeak-ng says nothing for them)."""
+    words = _COMPARISON_WORDS[match.group()[0]]
+    if match.group()[1:] or match.string[match.end() : match.end() + 1] == " ":
+        return words + match.group()[1:]
+    return words + " "
+
+
 def _ampersand(match: re.Match[str]) -> str:
     return "and"
 
@@ -421,17 +493,24 @@ _EXPANDERS: Final[dict[str, Callable[[re.Match[str]], str]]] = {
     "money": _money,
     "coded_money": _coded_money,
     "money_code": _money_code,
+    "height": _height,
     "decade": _decade,
     "ordinal": _ordinal,
     "fraction": _fraction,
     "ratio": _ratio,
     "version": _version,
+    "scientific": _scientific,
     "measure": _measure,
     "percent": _percent,
     "range_dash": _range_dash,
     "number": _number,
+    "day_range": _day_range,
     "roman": _roman,
     "abbreviation": _abbreviation,
     "ampersand": _ampersand,
     "hash_number": _hash_number,
+    "approximately": _approximately,
+    "comparison": _comparison,
+    "caret_power": _caret_power,
+    "superscript_power": _superscript_power,
 }

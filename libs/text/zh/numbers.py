@@ -32,6 +32,8 @@ UNITS: Final = {
 }  # fmt: skip
 _UNIT_PATTERN: Final = "|".join(re.escape(unit) for unit in sorted(UNITS, key=len, reverse=True))
 _NUMBER: Final = r"\d+(?:,\d{3})*(?:\.\d+)?"
+MAX_INTEGER_DIGITS: Final = 16
+"""The longest integer cn2an reads as a number; a longer one is read digit by digit."""
 
 _RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("phone", re.compile(r"(?<![\d.])1[3-9]\d{9}(?![\d.])")),
@@ -49,9 +51,12 @@ _RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
 
 
 def integer_words(digits: str) -> str:
-    """An integer in Chinese (cn2an), with 两 for a leading 2 of a thousand or more."""
+    """An integer in Chinese (cn2an), with 两 for a leading 2 of a thousand or more; past
+    MAX_INTEGER_DIGITS, digit by digit."""
     import cn2an
 
+    if len(digits.lstrip("0")) > MAX_INTEGER_DIGITS:
+        return digit_words(digits)
     words = cn2an.an2cn(digits.lstrip("0") or "0")
     if len(digits.lstrip("0")) >= 4 and words.startswith("二") and words[1:2] in ("千", "万", "亿"):
         words = "两" + words[1:]
@@ -69,7 +74,7 @@ def number_words(text: str) -> str:
 
 def digit_words(digits: str, one: str = "一") -> str:
     """Digits one by one (0 as 零, 1 as `one`)."""
-    return "".join(one if digit == "1" else _DIGITS[int(digit)] for digit in digits if digit.isdigit())
+    return "".join(one if digit == "1" else _DIGITS[int(digit)] for digit in digits if digit.isdecimal())
 
 
 def _minutes(minutes: str) -> str:
