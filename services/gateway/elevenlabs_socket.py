@@ -191,7 +191,9 @@ def speech_options(registry: VoiceRegistry, voice_id: str, query: Mapping[str, s
     if not isinstance(body, dict):
         raise HttpError(grpc.StatusCode.INVALID_ARGUMENT, "the request body must be a JSON object", code="invalid_type")
     text = body.get("text")
-    if not isinstance(text, str) or not text:
+    if text is not None and not isinstance(text, str):
+        raise HttpError(grpc.StatusCode.INVALID_ARGUMENT, "`text` must be a string: the text to speak", param="text", code="invalid_type")
+    if not text:
         raise HttpError(grpc.StatusCode.INVALID_ARGUMENT, "`text` is required: the text to speak", param="text",
                         code="missing_required_parameter")  # fmt: skip
     options = socket_options(registry, voice_id, query)

@@ -108,6 +108,29 @@ def options_for(registry: VoiceRegistry, voice: SynthesizeVoice | None) -> Synth
                            speaker_id=speaker_id, request_id="", include_alignment=False)  # fmt: skip
 
 
+def check_synthesis_event(event: Event) -> None:
+    """InvalidRequestError naming the field of a synthesis event whose data is not what Wyoming says
+    (`text` a string; `voice` an object of strings; `text_format` a string): the wyoming package
+    builds its events from the JSON as it comes. A `voice` of null is taken as none."""
+    data = event.data
+    if Synthesize.is_type(event.type) or SynthesizeChunk.is_type(event.type):
+        if "text" not in data:
+            raise InvalidRequestError("`text` is required: the text to speak", field="text")
+        if not isinstance(data["text"], str):
+            raise InvalidRequestError("`text` must be a string: the text to speak", field="text")
+    if Synthesize.is_type(event.type) or SynthesizeStart.is_type(event.type):
+        if data.get("voice") is None:
+            data.pop("voice", None)
+        elif not isinstance(data["voice"], dict):
+            raise InvalidRequestError("`voice` must be an object of `name`, `language` and `speaker`", field="voice")
+        else:
+            for key in ("name", "language", "speaker"):
+                if data["voice"].get(key) is not None and not isinstance(data["voice"][key], str):
+                    raise InvalidRequestError(f"`voice.{key}` must be a string", field="voice")
+        if data.get("text_format") is not None and not isinstance(data["text_format"], str):
+            raise InvalidRequestError("`text_format` must be a string: text or ssml", field="text_format")
+
+
 class WyomingDoor:
     """The Wyoming server of one gateway."""
 
@@ -230,6 +253,11 @@ class _Session:
                 await asyncio.gather(self._streaming, return_exceptions=True)
 
     async def _handle(self, event: Event) -> bool:
+        try:
+            check_synthesis_event(event)
+        except InvalidRequestError as error:
+            await self._error(error)
+            return True
         if Describe.is_type(event.type):
             await self._write(self._door._info)
         elif Ping.is_type(event.type):

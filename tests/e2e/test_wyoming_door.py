@@ -131,6 +131,34 @@ def test_a_client_past_its_connection_limit_and_an_oversized_event_get_errors_wi
     assert oversized is not None and Error.from_event(oversized).code == "INVALID_ARGUMENT"
 
 
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({}, "`text` is required"),
+        ({"text": 5}, "`text` must be a string"),
+        ({"text": "Hi.", "voice": "alloy"}, "`voice` must be an object"),
+        ({"text": "Hi.", "voice": {"name": 5}}, "`voice.name` must be a string"),
+        ({"text": "Hi.", "voice": {"name": "en_US-joe-medium", "speaker": ["x"]}}, "`voice.speaker` must be a string"),
+        ({"text": "Hi.", "voice": {"name": "en_US-joe-medium", "speaker": "\u00b2"}}, "has no speaker"),
+        ({"text": "Hi.", "text_format": 1}, "`text_format` must be a string"),
+    ],
+)
+def test_a_synthesize_with_malformed_data_is_an_error_naming_the_field_and_the_connection_goes_on(
+    wyoming_port: int, data: dict, field: str
+) -> None:
+    async def run() -> tuple[Event | None, list[Event]]:
+        async with AsyncTcpClient("127.0.0.1", wyoming_port) as client:
+            await client.write_event(Event(type="synthesize", data=data))
+            answer = await asyncio.wait_for(client.read_event(), 30)
+            await client.write_event(Synthesize(text="Still here.", voice=None).event())
+            return answer, await _until(client, "audio-stop")
+
+    answer, after = asyncio.run(run())
+    assert answer is not None and Error.is_type(answer.type), answer
+    assert Error.from_event(answer).code == "INVALID_ARGUMENT" and field in Error.from_event(answer).text
+    assert any(AudioChunk.is_type(event.type) for event in after)
+
+
 async def _mdns_works() -> bool:
     """Whether an mDNS announcement made on this host is heard on it (multicast may be off in a sandbox)."""
     from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf

@@ -15,7 +15,7 @@ from libs.serving.wyoming import MAX_PAYLOAD_BYTES, WyomingProtocolError, read_e
 from libs.synthesis.output import WordTime
 from libs.synthesis.transcript import Transcript, ms
 from libs.voice.registry import default_registry
-from services.gateway.elevenlabs_socket import ElevenLabsDialect, output_format
+from services.gateway.elevenlabs_socket import ElevenLabsDialect, output_format, speech_options
 from services.gateway.socket_commands import Cancel, Close, Flush, KeepAlive, Text
 from services.gateway.socket_dialect import OurDialect, parse_start
 from services.gateway.wyoming_door import info_event, options_for
@@ -94,6 +94,15 @@ def test_elevenlabs_output_formats_map_to_encodings_and_rates() -> None:
         with pytest.raises(HttpError) as error:
             output_format(refused)
         assert error.value.param == "output_format"
+
+
+def test_an_elevenlabs_speech_body_names_what_is_wrong_with_its_text() -> None:
+    registry = default_registry()
+    assert speech_options(registry, "any-id", {}, {"text": "Hi."})[0] == "Hi."
+    for body, code in (({"text": 5}, "invalid_type"), ({}, "missing_required_parameter"), ({"text": ""}, "missing_required_parameter")):
+        with pytest.raises(HttpError) as error:
+            speech_options(registry, "any-id", {}, body)
+        assert error.value.param == "text" and error.value.code == code
 
 
 def test_elevenlabs_messages_read_as_commands_in_both_routes() -> None:
