@@ -18,6 +18,7 @@ ATOMS = [
     "info@example.com", "www.example.org", "555-0123", "1/2", "3:1", "5-10", "USD", "read", "lead",
     "record", "the", "I", "to", "minute", "so", "[[ h ə l ˈoʊ ]]", "zyzzy", "Nguyen", "x",
     "^", "²", "⁻¹", "e", "E", "~", "<", ">", '"', "Mon", "Fri", "am", "1e-9",
+    "½", "¾", "+44", "w/", "w/o", "B", "A", "1.000", "192.168.1.1", "rds", "hour",
 ]
 TEXTS = st.lists(st.sampled_from(ATOMS), min_size=1, max_size=40).map("".join)
 

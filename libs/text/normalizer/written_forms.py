@@ -41,6 +41,17 @@ _MAGNITUDE_NAMES: Final = "|".join(sorted(MAGNITUDES, key=len, reverse=True))
 _MONTH_NAMES: Final = "|".join(MONTHS + [f"{short}\\.?" for short in MONTH_ABBREVIATIONS])
 _WEEKDAY_NAMES: Final = "|".join(sorted(WEEKDAY_ABBREVIATIONS, key=len, reverse=True))
 _SUPERSCRIPT_DIGITS: Final = "\u2070\u00b9\u00b2\u00b3\u2074-\u2079"
+_VULGAR_FRACTIONS: Final = {
+    "\u00bd": (1, 2), "\u2153": (1, 3), "\u2154": (2, 3), "\u00bc": (1, 4), "\u00be": (3, 4), "\u2155": (1, 5),
+    "\u2156": (2, 5), "\u2157": (3, 5), "\u2158": (4, 5), "\u2159": (1, 6), "\u215a": (5, 6), "\u215b": (1, 8),
+    "\u215c": (3, 8), "\u215d": (5, 8), "\u215e": (7, 8),
+}  # fmt: skip
+"""The fraction characters ("½", "¾", "⅛") and the fractions they write."""
+_PER_WORDS: Final = "hour|hr|day|week|month|year|yr|night|person|head|unit|item|piece|page|word|minute|min|second|sec|mile|gallon|litre|liter"
+"""Words that a "/" before them reads as "per" ("$5/hour", "3 pages/day")."""
+_SPACED_ONLY_UNITS: Final = frozenset({"A", "B"})
+"""Units that name a measure only when a space parts them from the number: "12A" and "221B" are a seat
+and a flat, "5 A" and "512 B" amps and bytes."""
 _WORD_ABBREVIATIONS: Final = "|".join(
     re.escape(word)
     for word in sorted(
@@ -51,11 +62,15 @@ _WORD_ABBREVIATIONS: Final = "|".join(
 )
 
 _PATTERN: Final = re.compile(
-    "|".join(
+    # No written form starts at a letter inside a word (every alternative starts at a digit, a symbol,
+    # or a word's first letter), so the scan passes those positions without trying the alternatives.
+    r"(?!(?<=\w)[A-Za-z])(?:"
+    + "|".join(
         [
             r"(?P<email>(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._+-]{0,63}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){1,6})",
             r"(?P<url>\b(?:https?://|www\.)[^\s<>\"]{1,300}?)(?=[.,;:!?)\]]*(?:\s|$))",
             r"(?P<phone>(?<![\w+])(?:\+?1[-. ])?(?:\(\d{3}\)\s?|\d{3}[-. ])\d{3}[-. ]\d{4}(?!\d)|(?<![\w-])\d{3}-\d{4}(?![\d-]))",
+            r"(?P<dash_date>(?=\d{1,2}-\d{1,2}-\d{4})\b(?P<dd_first>\d{1,2})-(?P<dd_second>\d{1,2})-(?P<dd_year>\d{4})(?![\w-]))",
             r"(?P<us_date>\b(?P<us_month>\d{1,2})/(?P<us_day>\d{1,2})/(?P<us_year>\d{4}|\d{2})\b)",
             r"(?P<iso_date>\b(?P<iso_year>\d{4})-(?P<iso_month>\d{2})-(?P<iso_day>\d{2})\b)",
             r"(?P<named_date>\b(?P<nd_month>" + _MONTH_NAMES + r")\s(?P<nd_day>\d{1,2})(?:st|nd|rd|th)?\b(?:,?\s(?P<nd_year>\d{4})\b)?)",
@@ -68,18 +83,22 @@ _PATTERN: Final = re.compile(
             r"(?:\s?(?P<cm_magnitude>" + _MAGNITUDE_NAMES + r")\b)?)",
             r"(?P<money_code>(?<![\w.])(?P<mc_amount>" + _NUMBER + r")(?:\s?(?P<mc_magnitude>" + _MAGNITUDE_NAMES + r"))?"
             r"\s(?P<mc_code>" + _CURRENCY_CODES + r")\b)",
+            r"(?P<intl_phone>(?=\+\d)(?<![\w+])\+(?P<country_code>\d{1,3})(?:[ .-](?:\(\d{1,5}\)|\d{1,5})){2,6}(?![\w]|[.-]\d))",
+            r"(?P<digit_chain>(?=\d{1,6}-\d)(?<![\w.-])\d{1,6}(?:-\d{1,6}){2,6}(?![\w-]|\.\d))",
             r"(?P<height>(?=\d{1,2}['\u2032])(?<![\w.'])(?P<feet>\d{1,2})['\u2032]\s?(?P<inches>\d{1,2})(?:\"|\u2033|'')(?!\w))",
             r"(?P<decade>(?<![\w.])(?:'|\u2019)?(?P<decade_digits>\d{2}|1\d{3}|20\d{2})s\b)",
             r"(?P<ordinal>(?<![\w.])(?P<ordinal_digits>\d{1,15})(?:st|nd|rd|th)\b)",
-            r"(?P<fraction>(?<![\w./])(?:(?P<whole>\d{1,6})\s)?(?P<numerator>\d{1,3})/(?P<denominator>\d{1,3})(?![\d/]))",
+            r"(?P<fraction>(?<![\w./])(?:(?P<whole>\d{1,6})\s)?(?P<numerator>\d{1,3})/(?P<denominator>\d{1,3})(?:(?:st|nd|rd|th)s?(?!\w))?(?![\d/]))",
             r"(?P<ratio>(?<![\w.:])(?P<ratio_a>\d{1,4}):(?P<ratio_b>\d{1,4})(?![\d:]))",
             r"(?P<version>(?<![\w.])\d{1,4}(?:\.\d{1,4}){2,5}(?![\d]))",
             r"(?P<scientific>(?=\d{1,3}(?:\.\d{1,12})?[eE])(?<![\w.])(?P<sci_mantissa>\d{1,3}(?:\.\d{1,12})?)[eE](?P<sci_exponent>[-+\u2212]?\d{1,3})"
             r"(?:\s?(?P<sci_unit>" + _UNIT_NAMES + r")(?![\w/²³'\u2019])|(?!\w|\.\d)))",
+            r"(?P<vulgar_fraction>(?=\d{0,6}\s?[" + "".join(_VULGAR_FRACTIONS) + r"])(?<![\w.])(?:(?P<vf_whole>\d{1,6})\s?)?(?P<vf_char>[" + "".join(_VULGAR_FRACTIONS) + r"])"
+            r"(?:\s?(?P<vf_unit>" + _UNIT_NAMES + r")(?![\w/²³'\u2019]))?)",
             r"(?P<measure>(?<![\w.])(?P<measure_sign>[-\u2212])?(?P<measure_amount>" + _NUMBER + r")"
             r"(?:\s?(?P<measure_magnitude>thousand|million|billion))?\s?(?P<unit>" + _UNIT_NAMES + r")(?![\w/²³'\u2019]))",
             r"(?P<percent>(?<![\w.%])(?P<percent_sign>[-\u2212])?(?P<percent_amount>" + _NUMBER + r")\s?%)",
-            r"(?P<range_dash>(?=\s?[-\u2013\u2014])(?:(?<=\d)|(?<=\d%)|(?<=\d[ap]m)|(?<=\d[AP]M)|(?<=\.m\.))\s?[-\u2013\u2014]\s?(?=[$€£]?\d))",
+            r"(?P<range_dash>(?=\s?[-\u2013\u2014])(?:(?<=\d)|(?<=\d%)|(?<=\d[ap]m)|(?<=\d[AP]M)|(?<=\d [ap]m)|(?<=\d [AP]M)|(?<=\.m\.))\s?[-\u2013\u2014]\s?(?=[$€£]?\d))",
             r"(?P<number>(?:(?<=^)|(?<=[\s(\[\"'~]))(?P<number_sign>[-\u2212])?(?P<signed_amount>" + _NUMBER + r")(?![\w])"
             r"|(?<![\w.,])(?P<amount>" + _NUMBER + r"|\.\d{1,12})(?![\w]))",
             r"(?P<day_range>\b(?P<day_from>" + _WEEKDAY_NAMES + r")\.?\s?[-\u2013]\s?(?P<day_to>" + _WEEKDAY_NAMES + r")\b(?:\.(?=\s[a-z]))?)",
@@ -87,12 +106,15 @@ _PATTERN: Final = re.compile(
             r"(?P<abbreviation>(?<![\w.])(?P<abbreviation_word>" + _WORD_ABBREVIATIONS + r"|[A-Za-z](?:\.[A-Za-z]){1,3})(?P<abbreviation_dot>\.)?(?![\w]))",
             r"(?P<ampersand>(?<=\s)&(?=\s))",
             r"(?P<hash_number>#(?=\d))",
+            r"(?P<per>(?=/)(?<=[\w%])/(?=(?:" + _PER_WORDS + r")s?\b))",
+            r"(?P<with>(?=[Ww]/)(?<![\w/])[Ww]/(?P<with_out>[Oo])?(?=\s))",
             r"(?P<approximately>(?<![\w~])~\s?(?=[-\u2212]?[$€£]?\d))",
             r"(?P<comparison>(?=[<>])(?:(?<=[\w)%] )[<>](?= )|(?<![<>=-])[<>]\s?(?=[-\u2212]?[$€£]?\.?\d)))",
             r"(?P<caret_power>(?=\^)(?<=[\w)\]])\^(?P<caret_exponent>[-+\u2212]?\d{1,4}|[A-Za-z])(?!\w|\.\d))",
             r"(?P<superscript_power>(?=[\u207a\u207b" + _SUPERSCRIPT_DIGITS + r"])(?<=[\w)\]])(?P<superscript_exponent>[\u207a\u207b]?[" + _SUPERSCRIPT_DIGITS + r"]{1,4})(?![" + _SUPERSCRIPT_DIGITS + r"]))",
         ]
     )
+    + ")"
 )
 
 _ROMAN_VALUES: Final = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100, "D": 500, "M": 1000}
@@ -158,14 +180,35 @@ def _date(month: int, day: int, year: str | None) -> str | None:
     return words
 
 
+def _month_first_date(first: str, second: str, year: str) -> str | None:
+    """A date written month first, or day first where that is the only reading ("25/12/2026")."""
+    return _date(int(first), int(second), year) or _date(int(second), int(first), year)
+
+
 def _us_date(match: re.Match[str]) -> str:
     year = match.group("us_year")
     if len(year) == 2:
         year = ("20" if int(year) < 50 else "19") + year
-    spoken = _date(int(match.group("us_month")), int(match.group("us_day")), year)
-    if spoken is None:  # "25/12/2026": day first
-        spoken = _date(int(match.group("us_day")), int(match.group("us_month")), year)
+    spoken = _month_first_date(match.group("us_month"), match.group("us_day"), year)
     return spoken if spoken is not None else match.group()
+
+
+def _dash_date(match: re.Match[str]) -> str:
+    spoken = _month_first_date(match.group("dd_first"), match.group("dd_second"), match.group("dd_year"))
+    return spoken if spoken is not None else _digit_groups(re.findall(r"\d+", match.group()))
+
+
+def _digit_groups(groups: list[str]) -> str:
+    """Groups of digits read digit by digit, a pause between them: an ISBN, a part or account number."""
+    return ", ".join(numbers.digit_by_digit(group) for group in groups)
+
+
+def _intl_phone(match: re.Match[str]) -> str:
+    return "plus " + _digit_groups(re.findall(r"\d+", match.group()))
+
+
+def _digit_chain(match: re.Match[str]) -> str:
+    return _digit_groups(match.group().split("-"))
 
 
 def _iso_date(match: re.Match[str]) -> str:
@@ -278,17 +321,42 @@ def _fraction(match: re.Match[str]) -> str:
     if denominator == 1 or denominator > 100:
         words = f"{numbers.cardinal(match.group('numerator'))} over {numbers.cardinal(match.group('denominator'))}"
     else:
-        singular, plural = _FRACTION_NAMES.get(denominator) or (
-            numbers.ordinal(str(denominator)),
-            numbers.plural_word(numbers.ordinal(str(denominator))),
-        )
-        if numerator == 1:
-            words = f"a {singular}" if whole else f"one {singular}"
-        else:
-            words = f"{numbers.cardinal(str(numerator))} {plural}"
+        words = _fraction_words(numerator, denominator, bool(whole))
     if whole:
         return f"{numbers.cardinal(whole)} and {words}"
     return words
+
+
+def _fraction_words(numerator: int, denominator: int, after_whole: bool) -> str:
+    """"one third", "three quarters"; "a half" after a whole number ("two and a half")."""
+    singular, plural = _FRACTION_NAMES.get(denominator) or (
+        numbers.ordinal(str(denominator)),
+        numbers.plural_word(numbers.ordinal(str(denominator))),
+    )
+    if numerator == 1:
+        return f"a {singular}" if after_whole else f"one {singular}"
+    return f"{numbers.cardinal(str(numerator))} {plural}"
+
+
+def _vulgar_fraction(match: re.Match[str]) -> str:
+    """"½" as "one half", "2½ cups" as "two and a half cups", "¾ tsp" as "three quarters of a teaspoon"."""
+    numerator, denominator = _VULGAR_FRACTIONS[match.group("vf_char")]
+    whole, unit = match.group("vf_whole"), match.group("vf_unit")
+    words = _fraction_words(numerator, denominator, bool(whole))
+    if whole:
+        words = f"{numbers.cardinal(whole)} and {words}"
+    if not unit:
+        return words
+    singular, plural = UNITS[unit]
+    if whole:
+        return f"{words} {plural}"
+    if (numerator, denominator) == (1, 2):
+        return f"half {_article(singular)} {singular}"
+    return f"{words} of {_article(singular)} {singular}"
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" or word.startswith("hour") else "a"
 
 
 def _ratio_words(first: str, second: str) -> str:
@@ -300,11 +368,18 @@ def _ratio(match: re.Match[str]) -> str:
 
 
 def _version(match: re.Match[str]) -> str:
-    return " point ".join(numbers.cardinal(part) for part in match.group("version").split("."))
+    parts = match.group("version").split(".")
+    if len(parts[0]) <= 3 and not parts[0].startswith("0") and all(len(part) == 3 for part in parts[1:]):
+        return numbers.cardinal("".join(parts))  # "1.000.000": thousands parted by full stops
+    if len(parts) == 4 and all(int(part) <= 255 and (part == "0" or not part.startswith("0")) for part in parts):
+        return " dot ".join(numbers.cardinal(part) for part in parts)  # an IPv4 address
+    return " point ".join(numbers.cardinal(part) for part in parts)
 
 
 def _measure(match: re.Match[str]) -> str:
     amount = match.group("measure_amount")
+    if match.group("unit") in _SPACED_ONLY_UNITS and not match.group().endswith(" " + match.group("unit")):
+        return match.group()  # "12A", "221B": a name, which espeak-ng reads as a number and a letter
     singular, plural = UNITS[match.group("unit")]
     magnitude = match.group("measure_magnitude")
     sign = "minus " if match.group("measure_sign") else ""
@@ -460,6 +535,14 @@ def _day_range(match: re.Match[str]) -> str:
     return f"{WEEKDAY_ABBREVIATIONS[match.group('day_from')]} to {WEEKDAY_ABBREVIATIONS[match.group('day_to')]}"
 
 
+def _per(match: re.Match[str]) -> str:
+    return " per "
+
+
+def _with(match: re.Match[str]) -> str:
+    return "without" if match.group("with_out") else "with"
+
+
 def _approximately(match: re.Match[str]) -> str:
     return "about "
 
@@ -484,6 +567,7 @@ _EXPANDERS: Final[dict[str, Callable[[re.Match[str]], str]]] = {
     "email": email,
     "url": url,
     "phone": phone,
+    "dash_date": _dash_date,
     "us_date": _us_date,
     "iso_date": _iso_date,
     "named_date": _named_date,
@@ -493,6 +577,8 @@ _EXPANDERS: Final[dict[str, Callable[[re.Match[str]], str]]] = {
     "money": _money,
     "coded_money": _coded_money,
     "money_code": _money_code,
+    "intl_phone": _intl_phone,
+    "digit_chain": _digit_chain,
     "height": _height,
     "decade": _decade,
     "ordinal": _ordinal,
@@ -500,6 +586,7 @@ _EXPANDERS: Final[dict[str, Callable[[re.Match[str]], str]]] = {
     "ratio": _ratio,
     "version": _version,
     "scientific": _scientific,
+    "vulgar_fraction": _vulgar_fraction,
     "measure": _measure,
     "percent": _percent,
     "range_dash": _range_dash,
@@ -509,6 +596,8 @@ _EXPANDERS: Final[dict[str, Callable[[re.Match[str]], str]]] = {
     "abbreviation": _abbreviation,
     "ampersand": _ampersand,
     "hash_number": _hash_number,
+    "per": _per,
+    "with": _with,
     "approximately": _approximately,
     "comparison": _comparison,
     "caret_power": _caret_power,
