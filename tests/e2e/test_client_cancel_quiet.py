@@ -3,9 +3,13 @@ ERROR, whether the client was reading or had stopped (a send to it pending when 
 
 from __future__ import annotations
 
+import http.client
+import json
 import re
 import time
+import urllib.request
 import uuid
+from urllib.parse import urlsplit
 
 import grpc
 
@@ -80,3 +84,30 @@ def test_many_quick_cancels_leave_nothing_behind(mesh: Mesh) -> None:
         time.sleep(0.1)
     assert mesh.metric("gateway", "tts_gateway_inflight_streams") == 0, "cancelled streams still held by the gateway"
     _wait_for_workers_to_let_go(mesh)
+
+
+def test_http_clients_that_leave_mid_stream_leave_nothing_behind(mesh: Mesh) -> None:
+    """Clients of the HTTP door that take the first bytes of a long text and hang up: Starlette cancels
+    the response by scope (again on every turn of the loop until the task is out), and each stream
+    still ends at the gateway, with its turn to start given back; then a new request is spoken."""
+    host, port = urlsplit(mesh.http_url).hostname, urlsplit(mesh.http_url).port
+    for n in range(8):
+        body = json.dumps({"model": "tts-mesh", "voice": "alloy", "input": f"{uuid.uuid4().hex[:8]} {n}. {LONG_TEXT}", "response_format": "mp3"})
+        connection = http.client.HTTPConnection(host, port, timeout=60)
+        connection.request("POST", "/v1/audio/speech", body, {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        assert response.status == 200 and response.read(2000)
+        connection.close()  # gone mid-stream
+        time.sleep(0.2)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (
+        mesh.metric("gateway", "tts_gateway_inflight_streams") or mesh.metric("gateway", "tts_gateway_streams_starting")
+    ):
+        time.sleep(0.2)
+    assert mesh.metric("gateway", "tts_gateway_inflight_streams") == 0, "streams of departed HTTP clients still held"
+    assert mesh.metric("gateway", "tts_gateway_streams_starting") == 0, "a departed client's turn to start never given back"
+    _wait_for_workers_to_let_go(mesh)
+    body = json.dumps({"input": "Still speaking.", "response_format": "wav"}).encode()
+    request = urllib.request.Request(f"{mesh.http_url}/v1/audio/speech", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        assert answer.status == 200 and len(answer.read()) > 10_000
