@@ -143,6 +143,10 @@ bench-jobs: $(DEV)
 bench-faults: $(DEV)
 	$(PY) -m bench.faults
 
+## Five minutes of cold traffic at every door with clients hanging up: failures, what is left, memory growth.
+bench-door-soak: $(DEV)
+	$(PY) -m bench.door_soak --duration-s 300 --out bench/door_soak.md
+
 ## One row per hostile input or caller: status, healthy callers' worst delay, peak RSS, still speaking.
 bench-hostile: $(DEV)
 	$(PY) -m bench.hostile

@@ -15,6 +15,7 @@ Each generated part sits in a page between `<!-- NAME:begin -->` and `<!-- NAME:
   - `text-bench`: `bench/text.md` (`make bench-text`);
   - `jobs-bench` and `prewarm-bench`: `bench/jobs.md` and `bench/prewarm.md` (`make bench-jobs`);
   - `hostile`: `bench/hostile.md` (`make bench-hostile`);
+  - `door-soak`: `bench/door_soak.md` (`make bench-door-soak`);
   - `voices-bench`: `bench/voices.md` (`make bench-voices`).
 
     python -m scripts.render_docs [--check]
@@ -45,6 +46,7 @@ TEXT_RESULTS = ROOT / "bench" / "text.md"
 JOBS_RESULTS = ROOT / "bench" / "jobs.md"
 PREWARM_RESULTS = ROOT / "bench" / "prewarm.md"
 HOSTILE_RESULTS = ROOT / "bench" / "hostile.md"
+DOOR_SOAK_RESULTS = ROOT / "bench" / "door_soak.md"
 VOICES_RESULTS = ROOT / "bench" / "voices.md"
 
 
@@ -70,6 +72,7 @@ def generated_sections() -> dict[Path, dict[str, Callable[[], str]]]:
             "jobs-bench": lambda: bench_output(JOBS_RESULTS),
             "prewarm-bench": lambda: bench_output(PREWARM_RESULTS),
             "hostile": lambda: bench_output(HOSTILE_RESULTS),
+            "door-soak": lambda: bench_output(DOOR_SOAK_RESULTS),
             "voices-bench": lambda: bench_output(VOICES_RESULTS),
         },
     }
