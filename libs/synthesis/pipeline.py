@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -591,7 +591,7 @@ async def _cancelled(*tasks: asyncio.Task[Any]) -> None:
         raise asyncio.CancelledError()
 
 
-async def _finished(awaitable: Coroutine[Any, Any, Any]) -> None:
+async def _finished(awaitable: Awaitable[Any]) -> None:
     """`awaitable` run to its end even while this task is cancelled (once or on every turn of the loop),
     then the cancellation passed on."""
     task = asyncio.ensure_future(awaitable)
