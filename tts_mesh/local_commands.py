@@ -18,6 +18,7 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any, Final
 
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:
@@ -116,10 +117,28 @@ def _ask(url: str, body: dict) -> dict:
         return json.loads(error.read() or b"{}") or {"error": {"message": str(error)}}
 
 
-def _voice_add(args: argparse.Namespace) -> int:
-    from libs.voice.catalogue import VoiceRejectedError
+CHECKOUT: Final = Path(__file__).resolve().parents[1]
+"""The project's checkout, when the command runs from one (an editable install, as `make` makes)."""
+
+
+def voice_builder() -> Any:
+    """`scripts.voice.build.add_voice`: the voice build lives in the checkout (with its corpus), not in
+    the installed packages, so the command puts the checkout on the path. SystemExit saying so where
+    there is none (an installed wheel)."""
+    if not (CHECKOUT / "scripts" / "voice" / "build.py").is_file():
+        raise SystemExit("tts-mesh: `voice add` builds the voice's mel head and adapter with the project's build scripts and corpus; "
+                         "run it from a checkout of the project (`pip install -e .` there)")  # fmt: skip
+    if str(CHECKOUT) not in sys.path:
+        sys.path.insert(0, str(CHECKOUT))
     from scripts.voice.build import add_voice
 
+    return add_voice
+
+
+def _voice_add(args: argparse.Namespace) -> int:
+    from libs.voice.catalogue import VoiceRejectedError
+
+    add_voice = voice_builder()
     try:
         folder = add_voice(args.onnx, args.config, args.voices_dir, args.name, threads=args.threads, quick=args.quick)
     except VoiceRejectedError as error:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -40,3 +43,18 @@ def test_voice_add_refuses_a_voice_it_cannot_serve_naming_the_file(tmp_path: Pat
 def test_voice_list_names_the_installed_voice(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["voice", "list"]) == 0
     assert capsys.readouterr().out.startswith("en_US-joe-medium\ten-US\t22050 Hz\tmedium")
+
+
+def test_the_installed_command_adds_a_voice_from_any_directory(tmp_path: Path) -> None:
+    """The console script, run where the checkout is not the working directory nor on the path, still
+    reaches the voice build (it lives in the checkout's scripts, with its corpus)."""
+    onnx_path = tmp_path / "xx-broken-medium.onnx"
+    onnx_path.write_bytes(b"")
+    (tmp_path / "xx-broken-medium.onnx.json").write_text(json.dumps({"phoneme_type": "espeak", "audio": {"sample_rate": 22050}}))
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "tts-mesh"), "voice", "add", str(onnx_path), "--voices-dir", str(tmp_path / "voices")],
+        cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "missing field espeak.voice" in done.stderr and "ModuleNotFoundError" not in done.stderr
