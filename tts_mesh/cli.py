@@ -30,6 +30,9 @@ from tts_mesh import local_commands
 from tts_mesh.client import ENCODINGS_BY_NAME, TextToSpeechClient, encoding_for_path
 
 DEFAULT_ADDRESS = os.environ.get("TTS_MESH_ADDRESS", "127.0.0.1:50051")
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+"""How long `say` and `voices` wait for the mesh to answer before saying nothing does (a mesh just
+started answers within a few seconds)."""
 PLAYERS = (
     ("ffplay", ["-autoexit", "-nodisp", "-loglevel", "quiet", "-i", "-"]),
     ("mpv", ["--no-video", "--really-quiet", "-"]),
@@ -46,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         api_key=args.api_key or os.environ.get("TTS_MESH_API_KEY"),
         tls=args.tls,
         root_certificates=Path(args.ca).read_bytes() if args.ca else None,
+        connect_timeout_s=args.connect_timeout,
     )
     try:
         with client:
@@ -55,6 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except grpc.RpcError as error:
         print(f"tts-mesh: {error.code().name}: {error.details()}", file=sys.stderr)
         return 1
+    except ConnectionError as error:
+        print(f"tts-mesh: {error}; start the mesh (`make run`) or give its --address", file=sys.stderr)
+        return 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -62,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--address", default=DEFAULT_ADDRESS, help=f"gateway or edge HOST:PORT (default {DEFAULT_ADDRESS}; env TTS_MESH_ADDRESS)")
     parser.add_argument("--api-key", default=None, help="API key sent as `authorization: Bearer` (env TTS_MESH_API_KEY)")
     parser.add_argument("--tls", action="store_true", help="connect with TLS (the system's root certificates)")
+    parser.add_argument("--connect-timeout", type=float, default=DEFAULT_CONNECT_TIMEOUT_S, help=f"seconds to wait for the mesh to answer at all (default {DEFAULT_CONNECT_TIMEOUT_S:g})")
     parser.add_argument("--ca", default=None, help="a CA certificate file to trust instead (implies --tls)")
     commands = parser.add_subparsers(dest="command", required=True)
     say = commands.add_parser("say", help="speak a text into a file, or play it")
@@ -97,8 +105,9 @@ def _say(client: TextToSpeechClient, args: argparse.Namespace) -> int:
         return 2
     progress = _Progress(sys.stderr, enabled=not args.quiet, characters=len(text))
     started = time.monotonic()
-    with out_path.open("wb") as out:
-        for response in client.synthesize(text, voice=args.voice, speed=args.speed, encoding=encoding, sample_rate_hz=args.rate, tier=args.tier):
+    responses = client.synthesize(text, voice=args.voice, speed=args.speed, encoding=encoding, sample_rate_hz=args.rate, tier=args.tier)
+    with out_path.open("wb") as out:  # opened once the mesh answers: a mesh that does not leaves no empty file
+        for response in responses:
             out.write(response.audio)
             if player is not None and response.audio:
                 player.stdin.write(response.audio)  # type: ignore[union-attr]

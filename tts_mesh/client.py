@@ -63,9 +63,14 @@ class TextToSpeechClient:
         tls: bool = False,
         root_certificates: bytes | None = None,
         timeout_s: float = 600.0,
+        connect_timeout_s: float | None = None,
     ) -> None:
         self.address = address
         self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        """How long a first call waits for the service to answer at all (ConnectionError past it);
+        None: a call waits for it as long as its own timeout (a service still starting is waited for)."""
+        self._reached = connect_timeout_s is None
         if tls or root_certificates is not None:
             self._channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates))
         else:
@@ -95,14 +100,25 @@ class TextToSpeechClient:
             include_alignment=include_alignment,
             tier=tier_enum(tier) if tier else tts_pb2.TIER_UNSPECIFIED,
         )
+        self._reach()
         return self._stub.Synthesize(request, timeout=self.timeout_s, metadata=self._metadata, wait_for_ready=True)
 
     def voices(self, language_code: str = "") -> list[tts_pb2.Voice]:
         """The voices the service speaks, optionally only those of a language (e.g. "en")."""
+        self._reach()
         reply = self._stub.ListVoices(
             tts_pb2.ListVoicesRequest(language_code=language_code), timeout=30.0, metadata=self._metadata, wait_for_ready=True
         )
         return list(reply.voices)
+
+    def _reach(self) -> None:
+        if self._reached:
+            return
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=self.connect_timeout_s)
+        except grpc.FutureTimeoutError:
+            raise ConnectionError(f"nothing answers at {self.address} within {self.connect_timeout_s:g} s") from None
+        self._reached = True
 
     def close(self) -> None:
         self._channel.close()

@@ -4,6 +4,7 @@ asks for, reads long text from a file, lists the voices, and fails with the serv
 from __future__ import annotations
 
 import io
+import socket
 import subprocess
 import sys
 import wave
@@ -67,3 +68,17 @@ def test_voices_and_errors(mesh: Mesh, tmp_path: Path) -> None:
     failed = _cli(mesh, "say", "Hello.", "--voice", "nobody", "-o", str(tmp_path / "x.wav"))
     assert failed.returncode == 1
     assert failed.stderr.startswith("tts-mesh: NOT_FOUND:") and "en_US-joe-medium" in failed.stderr
+
+
+def test_a_mesh_that_does_not_answer_is_named_at_once_and_leaves_no_file(tmp_path: Path) -> None:
+    with socket.socket() as placeholder:  # a port nothing listens on
+        placeholder.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{placeholder.getsockname()[1]}"
+    out = tmp_path / "nothing.wav"
+    result = subprocess.run(  # its timeout, far under the call's own ten minutes, fails a command that waits on
+        [sys.executable, "-m", "tts_mesh.cli", "--address", address, "--connect-timeout", "1", "say", "Anyone there?", "-o", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert f"nothing answers at {address} within 1 s" in result.stderr and "make run" in result.stderr
+    assert not out.exists()
