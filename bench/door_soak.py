@@ -28,6 +28,7 @@ import grpc
 import httpx
 from websockets.sync.client import connect
 
+from bench.measure import rss_bytes
 from bench.mesh import BenchMesh, start_mesh
 from bench.report import machine_header, run_heading
 from bench.texts import LONG, PARAGRAPH, SHORT, unique_variants
@@ -175,19 +176,12 @@ class Traffic:
                     self._failed("WebSocket", str(error)[:60] or type(error).__name__)
 
 
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def left_behind(mesh: BenchMesh) -> dict[str, float]:
     """What is still open once the traffic has stopped."""
+    gateway = mesh.metrics("gateway")
     return {
-        "gateway in flight": mesh.metric("gateway", "tts_gateway_inflight_streams"),
-        "gateway starting": mesh.metric("gateway", "tts_gateway_streams_starting"),
+        "gateway in flight": gateway.get("tts_gateway_inflight_streams", 0.0),
+        "gateway starting": gateway.get("tts_gateway_streams_starting", 0.0),
         "acoustic in flight": mesh.metric("acoustic", "tts_acoustic_inflight_streams"),
         "vocoder in flight": mesh.metric("vocoder", "tts_vocoder_inflight_streams"),
     }
@@ -207,7 +201,7 @@ def run(duration_s: float, clients: int, drop_share: float, seed: int) -> dict:
         samples: list[tuple[float, dict[str, float]]] = []
         while any(thread.is_alive() for thread in threads):
             time.sleep(SAMPLE_EVERY_S)
-            samples.append((time.monotonic() - started, {name: rss_mib(pid) for name, pid in pids.items()}))
+            samples.append((time.monotonic() - started, {name: rss_bytes(pid) / 2**20 for name, pid in pids.items()}))
         for thread in threads:
             thread.join()
         drain_until = time.monotonic() + DRAIN_S
@@ -222,7 +216,7 @@ def run(duration_s: float, clients: int, drop_share: float, seed: int) -> dict:
             except httpx.HTTPError:
                 pass
         warmed = next((memory for at, memory in samples if at >= WARM_UP_S), samples[0][1] if samples else {})
-        peak = {name: mesh.peak_rss()[name] / 2**20 for name in pids}
+        peak = {name: value / 2**20 for name, value in mesh.peak_rss().items()}
         end = samples[-1][1] if samples else {}
         return {
             "duration_s": duration_s, "clients": clients, "drop_share": drop_share, "stats": traffic.stats, "left": left,

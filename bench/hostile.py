@@ -35,6 +35,7 @@ import grpc
 import httpx
 
 from bench.idle_keepalive import GOAWAY_MARKS, HELD_SENTENCES, hold_one_stream
+from bench.measure import rss_bytes
 from bench.mesh import BenchMesh
 from bench.report import run_heading
 from libs.devmesh.launcher import service_command
@@ -96,17 +97,6 @@ class Row:
         )
 
 
-def _rss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except FileNotFoundError:
-        pass
-    return 0
-
-
 class RssSampler:
     """Samples each service's RSS every 50 ms; `peaks()` since the last `reset()`."""
 
@@ -121,11 +111,11 @@ class RssSampler:
         while not self._stop.wait(0.05):
             with self._lock:
                 for name, pid in self._pids.items():
-                    self._peaks[name] = max(self._peaks[name], _rss_bytes(pid))
+                    self._peaks[name] = max(self._peaks[name], rss_bytes(pid))
 
     def reset(self) -> None:
         with self._lock:
-            self._peaks = {name: _rss_bytes(pid) for name, pid in self._pids.items()}
+            self._peaks = {name: rss_bytes(pid) for name, pid in self._pids.items()}
 
     def peaks(self) -> dict[str, int]:
         with self._lock:
@@ -349,7 +339,7 @@ def clients_stop_reading(target: Target, clients: int = 3, hold_s: float = 20.0)
     for thread in threads:
         thread.join()
     time.sleep(3.0)  # what the cancelled calls held goes back
-    gateway_mib = _rss_bytes(target.mesh.services["gateway"].process.pid) / MIB
+    gateway_mib = rss_bytes(target.mesh.services["gateway"].process.pid) / MIB
     note = f"{outcomes.count('held')}/{clients} held {hold_s:.0f} s, then cancelled; gateway {gateway_mib:.0f} MiB after"
     return Answer(note, outcomes.count("held") == clients, max(0.0, time.monotonic() - started - hold_s - 3.0))
 
@@ -483,7 +473,7 @@ def longest_sentence_to_the_worker(target: Target) -> Answer:
     usable = sorted({i for ids in voice.phoneme_id_map().values() for i in ids} - {0, 1, 2})
     body = [id_ for n in range((MAX_PHONEME_IDS - 3) // 2) for id_ in (usable[n % len(usable)], 0)]
     acoustic = target.mesh.services["acoustic"].process.pid
-    before_mib = _rss_bytes(acoustic) / MIB
+    before_mib = rss_bytes(acoustic) / MIB
     started = time.monotonic()
     with target.mesh.worker_channel("acoustic") as channel:
         stub = acoustic_pb2_grpc.AcousticStub(channel)
@@ -501,7 +491,7 @@ def longest_sentence_to_the_worker(target: Target) -> Answer:
             frames, code = 0, _code(error)
     seconds = time.monotonic() - started
     time.sleep(3.0)
-    after_mib = _rss_bytes(acoustic) / MIB
+    after_mib = rss_bytes(acoustic) / MIB
     note = f"{code}, {len(request.phoneme_ids)} ids, {frames} frames; acoustic {before_mib:.0f} MiB before, {after_mib:.0f} after"
     return Answer(note, code == "OK" and after_mib < before_mib + 150, seconds)
 
@@ -535,7 +525,7 @@ def idle_sockets(target: Target, count: int = 100, hold_s: float = 10.0) -> Answ
     async def run() -> tuple[list[str], float]:
         sockets, outcomes = await _open_sockets(target, count, [start])
         await asyncio.sleep(hold_s)
-        gateway_mib = _rss_bytes(target.mesh.services["gateway"].process.pid) / MIB
+        gateway_mib = rss_bytes(target.mesh.services["gateway"].process.pid) / MIB
         await asyncio.gather(*(connection.close() for connection in sockets), return_exceptions=True)
         return outcomes, gateway_mib
 
@@ -554,7 +544,7 @@ def slow_socket_readers(target: Target, count: int = 100, hold_s: float = 20.0) 
     async def run() -> tuple[list[str], float]:
         sockets, outcomes = await _open_sockets(target, count, first)
         await asyncio.sleep(hold_s)
-        gateway_mib = _rss_bytes(target.mesh.services["gateway"].process.pid) / MIB
+        gateway_mib = rss_bytes(target.mesh.services["gateway"].process.pid) / MIB
         for connection in sockets:
             connection.transport.abort()  # gone without a word, its buffers unread
         return outcomes, gateway_mib
@@ -562,7 +552,7 @@ def slow_socket_readers(target: Target, count: int = 100, hold_s: float = 20.0) 
     started = time.monotonic()
     outcomes, gateway_mib = asyncio.run(run())
     time.sleep(3.0)  # what the dropped sockets held goes back
-    after_mib = _rss_bytes(target.mesh.services["gateway"].process.pid) / MIB
+    after_mib = rss_bytes(target.mesh.services["gateway"].process.pid) / MIB
     clear = set(outcomes) <= {"open", "HTTP 429"}
     note = f"{_status_counts(outcomes)}, held {hold_s:.0f} s unread; gateway {gateway_mib:.0f} MiB held, {after_mib:.0f} MiB after"
     return Answer(note, clear, max(0.0, time.monotonic() - started - hold_s - 3.0))

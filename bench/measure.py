@@ -195,6 +195,18 @@ def format_playback(results: Sequence[RequestResult], per_stream: bool = False) 
     return "\n".join(lines)
 
 
+def rss_bytes(pid: int) -> int:
+    """Resident set size of a process now (VmRSS in /proc/<pid>/status), in bytes; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except FileNotFoundError:
+        pass
+    return 0
+
+
 def peak_rss_bytes(pid: int | str = "self") -> int:
     """Peak resident set size of a live process (VmHWM in /proc/<pid>/status), in bytes."""
     with open(f"/proc/{pid}/status", encoding="ascii") as status:

@@ -226,25 +226,19 @@ class UtterancePipeline:
                 if not item.step_continues:
                     self._room.release()  # the client has taken the piece
         finally:
-            # Client gone, failed, or finished: cancel downstream streams so workers stop at once. Each
-            # step runs to its end even while this task is cancelled (again and again, as a door that
-            # cancels by scope does until the task is out), and the cancellation is passed on after.
+            # Client gone, failed, or finished: cancel downstream streams so workers stop at once.
             acoustic.cancel()
             vocoder.cancel()
-            interrupted = False
-            try:
-                await _cancelled(producer, reader)
-            except asyncio.CancelledError:
-                interrupted = True
-            self._started()
-            close = getattr(sentences, "aclose", None)
-            if close is not None:  # a text still arriving (a client's stream of pieces) is read no further
-                try:
-                    await _finished(close())
-                except asyncio.CancelledError:
-                    interrupted = True
-            if interrupted:
-                raise asyncio.CancelledError()
+            await _finished(self._wind_down(producer, reader, sentences))
+
+    async def _wind_down(self, producer: asyncio.Task[None], reader: asyncio.Task[None], sentences: AsyncIterator[Sentence]) -> None:
+        """The utterance's tasks ended, its turn to start given back, and a text still arriving (a
+        client's stream of pieces) read no further."""
+        await _cancelled(producer, reader)
+        self._started()
+        close = getattr(sentences, "aclose", None)
+        if close is not None:
+            await close()
 
     async def _starting_together(self, output: asyncio.Queue[Any]) -> AsyncIterator[Any]:
         """What `output` carries, in order, with the listener's first pieces held back while the audio
@@ -567,33 +561,22 @@ async def _cancelled(*tasks: asyncio.Task[Any]) -> None:
     thing completes is dropped by some waits, in asyncio on Python 3.11 and in libraries); a task
     that lost it would wait on forever, and with it the client's stream, its place in the limits
     and its worker streams. So a task still running after a moment is cancelled again.
-
-    Only time cancels them again, never this task's own cancellation; and whether they have ended is
-    read from them, not from the wait. A door that cancels by scope (Starlette's streamed responses,
-    through anyio) cancels the task that waits here on every turn of the loop until it is out: each
-    wait is then cancelled before it can see the tasks end, and cancelling the tasks as often would
-    cut short their own ending.
     """
-    loop = asyncio.get_running_loop()
     pending = set(tasks)
-    interrupted = False
-    again_at = loop.time()
     while pending := {task for task in pending if not task.done()}:
-        if loop.time() >= again_at:
-            for task in pending:
-                task.cancel()
-            again_at = loop.time() + CANCEL_AGAIN_S
-        try:
-            await asyncio.wait(pending, timeout=max(0.0, again_at - loop.time()))
-        except asyncio.CancelledError:  # this wait was cancelled too: finish it, then pass that on
-            interrupted = True
-    if interrupted:
-        raise asyncio.CancelledError()
+        for task in pending:
+            task.cancel()
+        await asyncio.wait(pending, timeout=CANCEL_AGAIN_S)
 
 
 async def _finished(awaitable: Awaitable[Any]) -> None:
-    """`awaitable` run to its end even while this task is cancelled (once or on every turn of the loop),
-    then the cancellation passed on."""
+    """`awaitable` run to its end in a task of its own even while this task is cancelled, then the
+    cancellation passed on.
+
+    A door that cancels by scope (Starlette's streamed responses, through anyio) cancels the waiting
+    task again on every turn of the loop until it is out. Cleanup that waits in that task is cut short
+    every time, and a wait is cancelled before it can see what it waits for end (its wake-up comes
+    behind the next cancellation), so whether the task has ended is read from the task itself."""
     task = asyncio.ensure_future(awaitable)
     interrupted = False
     while not task.done():

@@ -195,20 +195,21 @@ def _us_date(match: re.Match[str]) -> str:
 
 def _dash_date(match: re.Match[str]) -> str:
     spoken = _month_first_date(match.group("dd_first"), match.group("dd_second"), match.group("dd_year"))
-    return spoken if spoken is not None else _digit_groups(re.findall(r"\d+", match.group()))
+    return spoken if spoken is not None else _digit_groups(match.group())
 
 
-def _digit_groups(groups: list[str]) -> str:
-    """Groups of digits read digit by digit, a pause between them: an ISBN, a part or account number."""
-    return ", ".join(numbers.digit_by_digit(group) for group in groups)
+def _digit_groups(text: str) -> str:
+    """The groups of digits in `text` read digit by digit, a pause between them: an ISBN, a part or
+    account number, a phone number."""
+    return ", ".join(numbers.digit_by_digit(group) for group in re.findall(r"\d+", text))
 
 
 def _intl_phone(match: re.Match[str]) -> str:
-    return "plus " + _digit_groups(re.findall(r"\d+", match.group()))
+    return "plus " + _digit_groups(match.group())
 
 
 def _digit_chain(match: re.Match[str]) -> str:
-    return _digit_groups(match.group().split("-"))
+    return _digit_groups(match.group())
 
 
 def _iso_date(match: re.Match[str]) -> str:
@@ -500,23 +501,21 @@ def _height(match: re.Match[str]) -> str:
     )
 
 
-def _power_words(exponent: str) -> str:
-    """"squared", "cubed", or "to the power of" an exponent of digits (a sign allowed) or one letter."""
+def _exponent_words(exponent: str) -> str:
+    """An exponent of digits (a sign allowed) or one letter: "minus nineteen", "x"."""
     sign = "minus " if exponent[:1] in ("-", "\u2212") else ""
     value = exponent.lstrip("+-\u2212")
-    if not value.isdecimal():
-        return f"to the power of {sign}{value}"
-    value = value.lstrip("0") or "0"
-    if not sign and value in ("2", "3"):
-        return "squared" if value == "2" else "cubed"
-    return f"to the power of {sign}{numbers.cardinal(value)}"
+    return sign + (numbers.cardinal(value) if value.isdecimal() else value)
+
+
+def _power_words(exponent: str) -> str:
+    """"squared", "cubed", or "to the power of" the exponent."""
+    words = _exponent_words(exponent)
+    return {"two": "squared", "three": "cubed"}.get(words, f"to the power of {words}")
 
 
 def _scientific(match: re.Match[str]) -> str:
-    exponent = match.group("sci_exponent")
-    sign = "minus " if exponent[:1] in ("-", "\u2212") else ""
-    value = exponent.lstrip("+-\u2212").lstrip("0") or "0"
-    words = f"{numbers.number(match.group('sci_mantissa'))} times ten to the power of {sign}{numbers.cardinal(value)}"
+    words = f"{numbers.number(match.group('sci_mantissa'))} times ten to the power of {_exponent_words(match.group('sci_exponent'))}"
     unit = match.group("sci_unit")
     return f"{words} {UNITS[unit][1]}" if unit else words
 
