@@ -10,13 +10,13 @@ bounds before reading it, and a connection that sends nothing for `idle_timeout_
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass
 from typing import Any, Final
 
 from wyoming.event import Event
 
 from libs.settings.fields import setting
+from libs.wire.json_text import ClientJsonError, parse_client_json
 
 DEFAULT_WYOMING_PORT_CONVENTION: Final = 10200
 """The port Wyoming services listen on by convention (`make run` uses it); the gateway's default is 0, off."""
@@ -89,9 +89,9 @@ def _length(header: dict[str, Any], name: str, limit: int) -> int:
 
 def _json_object(data: bytes, what: str) -> dict[str, Any]:
     try:
-        value = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise WyomingProtocolError(f"{what} is not JSON") from None
+        value = parse_client_json(data)
+    except ClientJsonError as error:
+        raise WyomingProtocolError(f"{what} {error}") from None
     if not isinstance(value, dict):
         raise WyomingProtocolError(f"{what} is not a JSON object")
     return value

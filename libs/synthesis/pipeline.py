@@ -56,6 +56,7 @@ from libs.upstream.metrics import START_HOLD, START_TURN
 from libs.upstream.playback import STARTED_PIECES, PlaybackClock
 from libs.upstream.pool import WorkerPool
 from libs.upstream.vocoder_stream import ResumableVocoderStream, Samples
+from libs.voice.checks import rated_speed
 from libs.voice.inputs import SynthesisInputs, SynthesisParams
 from libs.wire.errors import DownstreamError, InvalidRequestError, NoWorkerError
 from libs.wire.limits import MAX_PHONEME_IDS
@@ -348,7 +349,7 @@ class UtterancePipeline:
                 f"sentence {index + 1} has {len(sentence.phoneme_ids)} phoneme ids; one sentence may have at most "
                 f"{MAX_PHONEME_IDS}: put sentence breaks into the text"
             )
-        params = self._params if sentence.rate == 1.0 else replace(self._params, speed=self._params.speed * sentence.rate)
+        params = self._params if sentence.rate == 1.0 else replace(self._params, speed=rated_speed(self._params.speed, sentence.rate))
         inputs = SynthesisInputs(info.model_version, self._voice, sentence.phoneme_ids, params, sentence.spoken_ids)
         key = cache_key(inputs)
         phonemes = "".join(sentence.phonemes)

@@ -27,7 +27,10 @@ PLACEHOLDER: Final = "zyzzy"
 PLACEHOLDER_PHONEMES: Final = "zɪzi"
 """The placeholder's phonemes without stress marks or the linking glide, as espeak-ng reads it in every context."""
 _STRESS_AND_GLIDE: Final = frozenset("ˈˌʲ")
-_INLINE_BLOCK: Final = re.compile(r"\[\[([^\[\]]{0,400})\]\]")
+MAX_INLINE_BLOCK_CHARS: Final = 400
+"""The most characters between one inline block's brackets: a block is one spoken word."""
+_INLINE_BLOCK: Final = re.compile(rf"\[\[([^\[\]]{{0,{MAX_INLINE_BLOCK_CHARS}}})\]\]")
+_ANY_BLOCK: Final = re.compile(r"\[\[([^\[\]]*)\]\]")
 _PLACEHOLDER_WORD: Final = re.compile(r"(?<![\w'-])" + PLACEHOLDER + r"(?![\w'-])", re.IGNORECASE)
 _WORD: Final = re.compile(r"[^\W\d_](?:[\w'.-]{0,62}\w)?")
 _SPEECH_PUNCTUATION: Final = frozenset(".,;:!?")
@@ -113,8 +116,14 @@ def block_phonemes(block: str) -> tuple[str, ...]:
 
 
 def check_inline_phonemes(text: str, inventory: Mapping[str, object]) -> None:
-    """Raise InvalidPhonemeError when an inline block holds a phoneme the voice lacks, or is empty."""
-    for block in _INLINE_BLOCK.finditer(text):
+    """Raise InvalidPhonemeError when an inline block holds a phoneme the voice lacks, is empty, or
+    is too long to be a word (it would otherwise be read aloud as the text it is)."""
+    for block in _ANY_BLOCK.finditer(text):
+        if len(block.group(1)) > MAX_INLINE_BLOCK_CHARS:
+            raise TextError(
+                f"the inline phonemes {block.group()[:40]!r}... hold {len(block.group(1))} characters; a block is one word, "
+                f"at most {MAX_INLINE_BLOCK_CHARS} characters: write each word as a block of its own"
+            )
         phonemes = block_phonemes(block.group())
         if not phonemes:
             raise InvalidPhonemeError(" ", f"the empty inline block {block.group()!r}") from None

@@ -18,6 +18,7 @@ from typing import Final
 from libs.text.errors import TextError
 from libs.text.normalizer import numbers
 from libs.text.normalizer.written_forms import expand_written_forms
+from libs.text.pronounce import MAX_INLINE_BLOCK_CHARS
 
 SSML_NAMESPACE: Final = "http://www.w3.org/2001/10/synthesis"
 MAX_BREAK_MS: Final = 10_000
@@ -163,6 +164,8 @@ class _Builder:
             ph = element.get("ph", "").replace("[", "").replace("]", "")
             if not ph.strip():
                 raise SsmlError("SSML <phoneme> needs its phonemes in ph")
+            if len(ph) > MAX_INLINE_BLOCK_CHARS:
+                raise SsmlError(f"SSML <phoneme> ph holds {len(ph)} characters; one <phoneme> is one word, at most {MAX_INLINE_BLOCK_CHARS}")
             self.text(f" [[ {ph} ]] ", rate)
         elif name == "sub":
             alias = element.get("alias")
@@ -236,6 +239,11 @@ def _prosody_rate(rate: str | None, current: float) -> float:
             raise SsmlError(f"SSML <prosody rate={rate!r}> is not supported; use x-slow ... x-fast, a percentage or a multiple") from None
     if not MIN_RATE <= value <= MAX_RATE:
         raise SsmlError(f"SSML <prosody rate={rate!r}> is out of range; use {MIN_RATE:g} to {MAX_RATE:g} times the normal rate")
+    if not MIN_RATE <= current * value <= MAX_RATE:
+        raise SsmlError(
+            f"SSML <prosody rate={rate!r}> inside another <prosody> makes {current * value:.3g} times the normal rate; "
+            f"nested rates multiply, and must stay within {MIN_RATE:g} to {MAX_RATE:g}"
+        )
     return current * value
 
 

@@ -28,6 +28,13 @@ neither make a worker send a message for every sliver of mel nor make it hold ba
 _DTYPES: Final = (mel_pb2.MEL_DTYPE_UNSPECIFIED, mel_pb2.MEL_DTYPE_FLOAT32, mel_pb2.MEL_DTYPE_FLOAT16)
 
 
+def rated_speed(speed: float, rate: float) -> float:
+    """The speed of a sentence that SSML asks for at `rate` times a request's `speed`: their product,
+    held within the speeds a worker takes (a slow request's `<prosody rate="slow">` is the slowest
+    speed, not a refusal in the middle of the stream)."""
+    return min(max(speed * rate, MIN_SPEED), MAX_SPEED)
+
+
 def check_sentence_request(
     *,
     utterance_id: str,

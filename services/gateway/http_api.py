@@ -203,20 +203,6 @@ def closing_stream(body: AsyncIterator[bytes], media_type: str) -> Response:
     return _ClosingStream(body, media_type=media_type)
 
 
-async def read_json(request: Request, max_bytes: int) -> Any:
-    """A JSON body read no further than `max_bytes` (HttpError 413 past it, 400 for what is not JSON)."""
-    data = bytearray()
-    async for part in request.stream():
-        data += part
-        if len(data) > max_bytes:
-            raise HttpError(grpc.StatusCode.INVALID_ARGUMENT, f"the request body is over {max_bytes} bytes; send a shorter text",
-                            code="request_too_large", status=413)  # fmt: skip
-    try:
-        return json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise HttpError(grpc.StatusCode.INVALID_ARGUMENT, f"the request body is not JSON: {error}", code="invalid_json") from None
-
-
 def audio_bytes(chunks: AsyncIterator[AudioChunk], meter: RequestMeter) -> AsyncIterator[bytes]:
     """The encoded bytes of `chunks` as they come, measured by `meter`."""
     return _audio(chunks, meter)

@@ -25,9 +25,10 @@ from libs.voice.registry import VoiceRegistry
 from libs.wire.errors import InvalidRequestError
 from services.gateway import elevenlabs_socket, socket_dialect
 from services.gateway.elevenlabs_socket import ElevenLabsDialect
-from services.gateway.http_api import audio_bytes, closing_stream, http_error_for, read_json
+from services.gateway.http_api import audio_bytes, closing_stream, http_error_for
 from services.gateway.socket_commands import Command, Text
 from services.gateway.socket_dialect import DEFAULT_CONTEXT, OurDialect, error_event, parse_start
+from services.gateway.speech_body import read_json
 from services.gateway.speech_socket import POLICY_VIOLATION, SpeechSocket, json_of
 
 METHOD: Final = "WS /v1/audio/speech/stream"
@@ -60,7 +61,7 @@ class SocketDoors:
         """ElevenLabs' whole-text call: the audio, streamed as it is made; errors in ElevenLabs' shape."""
         meter = RequestMeter(self._metrics, ELEVENLABS_HTTP_METHOD)
         try:
-            body = await read_json(request, self._max_body_bytes)
+            body = await read_json(request, self._max_body_bytes, "send a shorter text")
             text, options = elevenlabs_socket.speech_options(
                 self._registry, request.path_params["voice_id"], dict(request.query_params), body
             )

@@ -39,6 +39,7 @@ from libs.synthesis.options import SynthesisOptions, resolve_options
 from libs.voice.registry import VoiceRegistry
 from libs.voice.tiers import tier_of_name
 from libs.wire.errors import MAX_ECHO_CHARS, echo, shortened
+from libs.wire.json_text import ClientJsonError, parse_client_json
 
 MODEL_ID: Final = "tts-mesh"
 MODEL_ALIASES: Final = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
@@ -241,9 +242,9 @@ class PhonemesBody(RequestBody):
 Body = TypeVar("Body", bound=RequestBody)
 
 
-async def read_body(request: Request, model: type[Body], max_bytes: int, what_to_do: str) -> Body:
-    """The request's JSON body as `model`, read no further than `max_bytes` (413 past it, saying
-    `what_to_do`; 400 for a body that is not JSON or that `model` refuses)."""
+async def read_json(request: Request, max_bytes: int, what_to_do: str) -> Any:
+    """The request's JSON body, read no further than `max_bytes` (413 past it, saying `what_to_do`;
+    400 for a body that is not JSON this service reads)."""
     data = bytearray()
     async for part in request.stream():
         data += part
@@ -251,10 +252,14 @@ async def read_body(request: Request, model: type[Body], max_bytes: int, what_to
             raise HttpError(grpc.StatusCode.INVALID_ARGUMENT, f"the request body is over {max_bytes} bytes; {what_to_do}",
                             code="request_too_large", status=413)  # fmt: skip
     try:
-        body = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise HttpError(grpc.StatusCode.INVALID_ARGUMENT, f"the request body is not JSON: {error}", code="invalid_json") from None
-    return parse_body(model, body)
+        return parse_client_json(data)
+    except ClientJsonError as error:
+        raise HttpError(grpc.StatusCode.INVALID_ARGUMENT, f"the request body {error}", code="invalid_json") from None
+
+
+async def read_body(request: Request, model: type[Body], max_bytes: int, what_to_do: str) -> Body:
+    """The request's JSON body as `model` (`read_json`'s errors; 400 for a body that `model` refuses)."""
+    return parse_body(model, await read_json(request, max_bytes, what_to_do))
 
 
 def parse_body(model: type[Body], body: Any) -> Body:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -44,6 +43,7 @@ from libs.telemetry.metrics import GatewayMetrics
 from libs.telemetry.request_meter import RequestMeter
 from libs.text.ssml import looks_like_ssml
 from libs.wire.errors import InvalidRequestError
+from libs.wire.json_text import ClientJsonError, parse_client_json
 from services.gateway.http_api import http_error_for
 from services.gateway.socket_commands import Cancel, Close, Command, Dialect, Flush, Text
 from services.gateway.socket_writer import SocketGone, SocketOverflow, SocketWriter
@@ -352,6 +352,6 @@ def json_of(message: dict[str, Any], which: str = "a message") -> Any:
     if text is None:
         raise InvalidRequestError(f"{which} must be JSON text; binary messages are not taken")
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InvalidRequestError(f"{which} is not JSON: {error}") from None
+        return parse_client_json(text)
+    except ClientJsonError as error:
+        raise InvalidRequestError(f"{which} {error}") from None

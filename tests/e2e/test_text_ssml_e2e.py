@@ -63,6 +63,12 @@ def test_prosody_rate_slows_the_speech_and_phoneme_sub_say_as_are_spoken(mesh: M
     assert "təmˈɑːtoʊ" in info.phonemes
 
 
+def test_a_rate_past_the_slowest_speed_with_the_requests_speed_is_spoken_at_the_slowest(mesh: Mesh) -> None:
+    slowest = synthesize(mesh.gateway_address, "Slowly does it, my friend.", speed=0.25)
+    slower_still = synthesize(mesh.gateway_address, '<speak><prosody rate="x-slow">Slowly does it, my friend.</prosody></speak>', speed=0.25)
+    assert np.array_equal(slower_still.samples, slowest.samples)
+
+
 def test_an_ssml_request_is_cached_per_sentence_and_repeats_sample_for_sample(mesh: Mesh) -> None:
     tag = uuid.uuid4().hex[:6]
     document = f'<speak>Cached once, {" ".join(tag)}.<break strength="strong"/>Then again.</speak>'
@@ -82,6 +88,9 @@ def test_an_ssml_request_is_cached_per_sentence_and_repeats_sample_for_sample(me
         ('<speak><emphasis>Hi.</emphasis></speak>', "<emphasis>"),
         ("<speak>Hi <break time='1 hour'/></speak>", "1 hour"),
         ("<speak>Say [[ g ˈoʊ ]].</speak>", "'g'"),
+        ("<speak>" + '<prosody rate="slow">' * 20 + "Hi." + "</prosody>" * 20 + "</speak>", "nested rates multiply"),
+        ("<speak>Say [[ " + "h ə l ˈoʊ " * 50 + "]].</speak>", "a block is one word"),
+        ("Plain text says [[ " + "h ə l ˈoʊ " * 50 + "]] too.", "a block is one word"),
     ],
 )
 def test_ssml_outside_the_subset_is_invalid_argument_naming_it(mesh: Mesh, text: str, named: str) -> None:

@@ -74,6 +74,24 @@ def test_a_body_that_is_not_json_or_over_the_limit_is_refused(door: tuple[TestCl
     assert "send a shorter `input`" in openai_error(too_big)["message"]
 
 
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b"[" * 2_000 + b"]" * 2_000, "too deeply"),
+        (b'{"input": ' + b"[" * 1_900 + b"]" * 1_900 + b"}", "too deeply"),
+        (b'{"input": "caf\xe9"}', "not UTF-8"),
+    ],
+    ids=["deep arrays", "deep in a field", "latin-1"],
+)
+def test_json_nested_too_deep_or_not_utf8_is_400_saying_so(door: tuple[TestClient, GatewayMetrics], body: bytes, says: str) -> None:
+    client, metrics = door
+    response = client.post("/v1/audio/speech", content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == 400
+    error = openai_error(response)
+    assert error["code"] == "invalid_json" and says in error["message"]
+    assert refused_total(metrics, "INVALID_ARGUMENT") == 1
+
+
 def test_an_unknown_route_or_method_is_answered_in_the_same_shape(door: tuple[TestClient, GatewayMetrics]) -> None:
     client, _ = door
     missing = client.post("/v1/audio/transcriptions", json={})

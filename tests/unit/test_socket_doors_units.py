@@ -137,6 +137,11 @@ async def test_wyoming_events_are_read_with_their_data_and_refused_past_their_bo
         await read_event(_reader(claim))  # refused on the header: the gigabyte is never read
     with pytest.raises(WyomingProtocolError):
         await read_event(_reader(b"not json\n"))
+    with pytest.raises(WyomingProtocolError, match="too deeply"):
+        await read_event(_reader(b"[" * 30_000 + b"\n"))  # within the line's bound, past the parser's stack
+    deep = b"[" * 30_000 + b"]" * 30_000
+    with pytest.raises(WyomingProtocolError, match="event's data nests"):
+        await read_event(_reader(json.dumps({"type": "synthesize", "data_length": len(deep)}).encode() + b"\n" + deep))
     assert await read_event(_reader(b"")) is None
 
 

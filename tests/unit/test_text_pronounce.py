@@ -8,9 +8,11 @@ import os
 
 import pytest
 
+from libs.text.errors import TextError
 from libs.text.lexicon import LexiconFile, parse_lexicon_file_text
 from libs.text.phoneme_ids import default_voice_config_path, load_phoneme_id_map
 from libs.text.pronounce import (
+    MAX_INLINE_BLOCK_CHARS,
     PLACEHOLDER,
     InvalidLexiconError,
     InvalidPhonemeError,
@@ -69,6 +71,13 @@ def test_inline_phonemes_outside_the_inventory_name_the_symbol(inventory) -> Non
     assert "[[ g ˈoʊ ]]" in str(raised.value)
     with pytest.raises(InvalidPhonemeError):
         check_inline_phonemes("An empty [[ ]] block.", inventory)
+
+
+def test_an_inline_block_longer_than_a_word_is_refused_not_read_as_text(inventory) -> None:
+    word = "h ə l ˈoʊ "
+    check_inline_phonemes("[[ " + word * (MAX_INLINE_BLOCK_CHARS // len(word) - 1) + "]]", inventory)
+    with pytest.raises(TextError, match=f"at most {MAX_INLINE_BLOCK_CHARS} characters"):
+        check_inline_phonemes("Say [[ " + word * (MAX_INLINE_BLOCK_CHARS // len(word) + 1) + "]].", inventory)
 
 
 def test_lexicon_entries_are_checked(inventory) -> None:

@@ -67,6 +67,8 @@ def test_paragraphs_and_sentences_end_with_a_sentence_end() -> None:
         ('<speak><break time="forever"/></speak>', "forever"),
         (f'<speak><break time="{MAX_BREAK_MS + 1}ms"/></speak>', "longer than"),
         ('<speak><prosody rate="9000%">x</prosody></speak>', "out of range"),
+        ('<speak><prosody rate="x-slow"><prosody rate="x-slow"><prosody rate="x-slow">x</prosody></prosody></prosody></speak>', "nested rates multiply"),
+        ('<speak><phoneme ph="' + "h ə l ˈoʊ " * 50 + '">x</phoneme></speak>', "one word"),
         ("<speak>unclosed", "well-formed"),
         ('<!DOCTYPE speak [<!ENTITY a "aaaa">]><speak>&a;</speak>', "DOCTYPE"),
     ],
