@@ -7,6 +7,9 @@ Two test sets of our own, in bench/data:
   phoneme error rate (PER) is the edit distance between the phonemes a front end makes of the
   written sentence and espeak-ng's phonemes of the nearest spoken form, over the spoken form's
   phonemes (summed over the set). Word breaks and punctuation are left out; stress marks count.
+  They are scored on their own: a form's breaks and pauses are as spoken when the runs of spaces
+  and punctuation between its phonemes (a word break, a comma's pause, a sentence end) are those of
+  a spoken form, in order, so words run together or a lost pause shows there.
 - heteronyms.tsv: sentences with one heteronym each, tagged with the right reading. A front end
   reads it right when, of the heteronym's readings, the right one is nearest (edit distance) to a
   word of its phonemes, and strictly nearer than every other reading.
@@ -95,6 +98,22 @@ def comparable(phonemes: Sequence[str]) -> list[str]:
     return [phoneme for phoneme in phonemes if phoneme not in _NOT_PHONEMES]
 
 
+def breaks(phonemes: Sequence[str]) -> list[str]:
+    """The word breaks and pauses of a phoneme sequence in order: each run of spaces and punctuation
+    between phonemes as its punctuation, or " " for a plain word break."""
+    runs: list[str] = []
+    run: str | None = None
+    for phoneme in phonemes:
+        if phoneme in _NOT_PHONEMES:
+            run = (run or "") + phoneme
+        elif run is not None:
+            runs.append(run.strip() or " ")
+            run = None
+    if run is not None:
+        runs.append(run.strip() or " ")
+    return runs
+
+
 def phoneme_words(phonemes: Sequence[str]) -> list[str]:
     """The spoken words of a phoneme sequence."""
     return [word for word in "".join(p if p not in _NOT_PHONEMES else " " for p in phonemes).split() if word]
@@ -143,6 +162,15 @@ def phoneme_error_rate(forms: Sequence[WrittenForm], front_end: Phonemizer, refe
         else:
             misses.append((form, best[0]))
     return PerScore(errors, reference_phonemes, exact, len(forms)), misses
+
+
+def break_misses(forms: Sequence[WrittenForm], front_end: Phonemizer, reference: Phonemizer) -> list[WrittenForm]:
+    """The forms whose word breaks and pauses by `front_end` are those of no spoken form by `reference`."""
+    return [
+        form
+        for form in forms
+        if all(breaks(front_end(form.written)) != breaks(reference(spoken)) for spoken in form.spoken)
+    ]
 
 
 def heteronym_accuracy(cases: Sequence[HeteronymCase], front_end: Phonemizer) -> tuple[int, list[HeteronymCase]]:
@@ -246,22 +274,28 @@ def report_lines(misses: list[str]) -> list[str]:
         ("held out", load_written_forms(WRITTEN_FORMS_HELD_OUT), load_heteronym_cases(HETERONYMS_HELD_OUT)),
     )
     lines = [
-        "| set | front end | phoneme error rate | written forms read exactly | heteronyms read right |",
-        "|---|---|---|---|---|",
+        "| set | front end | phoneme error rate | written forms read exactly | breaks and pauses as spoken | heteronyms read right |",
+        "|---|---|---|---|---|---|",
     ]
     for set_name, forms, cases in sets:
         our_per, our_misses = phoneme_error_rate(forms, ours, piper)
         piper_per, _ = phoneme_error_rate(forms, piper, piper)
+        our_breaks_missed = break_misses(forms, ours, piper)
+        breaks_right = {"ours": len(forms) - len(our_breaks_missed), "piper": len(forms) - len(break_misses(forms, piper, piper))}
         our_right, our_wrong = heteronym_accuracy(cases, ours)
         piper_right, _ = heteronym_accuracy(cases, piper)
         label = f"{set_name} ({len(forms)} forms, {len(cases)} heteronyms)"
-        for name, per, right in (("ours", our_per, our_right), ("piper-tts 1.8.0, raw text", piper_per, piper_right)):
+        for name, per, breaks_as_spoken, right in (
+            ("ours", our_per, breaks_right["ours"], our_right),
+            ("piper-tts 1.8.0, raw text", piper_per, breaks_right["piper"], piper_right),
+        ):
             lines.append(
                 f"| {label} | {name} | {per.rate:.2%} ({per.errors}/{per.reference_phonemes}) | {per.exact}/{per.total} "
-                f"| {right}/{len(cases)} ({right / len(cases):.1%}) |"
+                f"| {breaks_as_spoken}/{per.total} | {right}/{len(cases)} ({right / len(cases):.1%}) |"
             )
-        lines.append(f"| {label} | PER ours / piper-tts | {our_per.rate / piper_per.rate:.3f} (target: at most 0.333) |  |  |")
+        lines.append(f"| {label} | PER ours / piper-tts | {our_per.rate / piper_per.rate:.3f} (target: at most 0.333) |  |  |  |")
         misses += [f"  {set_name}: {errors:3d} phonemes  {form.written}" for form, errors in our_misses]
+        misses += [f"  {set_name}: breaks      {form.written}" for form in our_breaks_missed]
         misses += [f"  {set_name}: {case.word}/{case.reading}  {case.sentence}" for case in our_wrong]
     texts = [form.written for _, forms, _ in sets for form in forms] + [case.sentence for _, _, cases in sets for case in cases]
     median_ms, worst_ms = reading_cost_ms(texts)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from bench.text_front_end import (
     WRITTEN_FORMS,
     WRITTEN_FORMS_HELD_OUT,
+    breaks,
     load_written_forms,
     our_front_end,
     phoneme_error_rate,
@@ -35,3 +36,9 @@ def test_held_out_phoneme_error_rate_is_at_most_a_third_of_piper_tts() -> None:
     theirs, _ = phoneme_error_rate(forms, piper, piper)
     assert theirs.rate > 0.1  # the set does hold forms espeak-ng reads wrongly
     assert ours.rate <= theirs.rate / 3
+
+
+def test_breaks_are_the_runs_between_phonemes_so_words_run_together_show() -> None:
+    assert breaks(list("wˈeɪt, wˌʌt?")) == [",", "?"]
+    assert breaks(list("wˈeɪtwˌʌt?")) == ["?"]  # espeak-ng's reading of "Wait... what?"
+    assert breaks(list("aɪ sˈɔː hˈɜː")) == [" ", " "]

@@ -141,6 +141,26 @@ def test_text_without_written_forms_is_unchanged(text: str) -> None:
     assert expand_written_forms(text) == text
 
 
+@pytest.mark.parametrize(
+    ("written", "spoken"),
+    [
+        ("Wait... what?", "Wait, what?"),
+        ("He said...and left.", "He said, and left."),
+        ("Wait ... what", "Wait, what"),
+        ("I waited... Then he came.", "I waited. Then he came."),
+        ("I don't know...", "I don't know."),
+        ("So...\nAnyway.", "So.\nAnyway."),
+        ('"Wait..." she said.', '"Wait," she said.'),
+        ("Really...? Yes.", "Really? Yes."),
+        ("... and then it rained.", "and then it rained."),
+        ("Quote (...) ends.", "Quote () ends."),
+        ("Two dots.. stay, and one. too.", "Two dots.. stay, and one. too."),
+    ],
+)
+def test_an_ellipsis_is_a_pause_not_nothing(written: str, spoken: str) -> None:
+    assert expand_written_forms(written) == spoken
+
+
 def test_an_abbreviation_that_ends_a_sentence_keeps_the_full_stop() -> None:
     assert expand_written_forms("We sell pens, paper, etc. Then we close.") == "We sell pens, paper, et cetera. Then we close."
 

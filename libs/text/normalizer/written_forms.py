@@ -111,6 +111,7 @@ _PATTERN: Final = re.compile(
             r"(?P<approximately>(?<![\w~])~\s?(?=[-\u2212]?[$€£]?\d))",
             r"(?P<comparison>(?=[<>])(?:(?<=[\w)%] )[<>](?= )|(?<![<>=-])[<>]\s?(?=[-\u2212]?[$€£]?\.?\d)))",
             r"(?P<caret_power>(?=\^)(?<=[\w)\]])\^(?P<caret_exponent>[-+\u2212]?\d{1,4}|[A-Za-z])(?!\w|\.\d))",
+            r"(?P<ellipsis>(?=[ \t]?\.\.\.)(?<!\.)[ \t]?\.{3,}[ \t]*)",
             r"(?P<superscript_power>(?=[\u207a\u207b" + _SUPERSCRIPT_DIGITS + r"])(?<=[\w)\]])(?P<superscript_exponent>[\u207a\u207b]?[" + _SUPERSCRIPT_DIGITS + r"]{1,4})(?![" + _SUPERSCRIPT_DIGITS + r"]))",
         ]
     )
@@ -133,6 +134,8 @@ _POWER_BASE: Final = re.compile(r"(?:\d|[)\]]|(?<![A-Za-z])[A-Za-z]{1,2})$")
 """What a superscript raises to a power: a number, a bracket, or a symbol of one or two letters ("x²",
 "mc²"). After a longer word it is a footnote's mark and stays as written."""
 _COMPARISON_WORDS: Final = {"<": "less than", ">": "greater than"}
+_CLOSING_MARKS: Final = frozenset("\"')]")
+_PAUSE_MARKS: Final = frozenset(".,;:?!")
 
 
 def expand_written_forms(text: str) -> str:
@@ -562,6 +565,21 @@ def _hash_number(match: re.Match[str]) -> str:
     return "number "
 
 
+def _ellipsis(match: re.Match[str]) -> str:
+    """An ellipsis as the pause it is. espeak-ng reads "..." as nothing at all and runs the words on
+    each side of it together ("wait... what" as one word): between words it is a comma's pause, before
+    a capital or at the end a sentence end, and before other punctuation or after none it is dropped."""
+    text, start, end = match.string, match.start(), match.end()
+    before, after = text[start - 1 : start], text[end : end + 1]
+    if not (before.isalnum() or before in _CLOSING_MARKS) or after in _PAUSE_MARKS:
+        return ""
+    if after in ("", "\n"):
+        return "."
+    if after in _CLOSING_MARKS:
+        return ","
+    return ". " if after.isupper() and match.group()[-1].isspace() else ", "
+
+
 _EXPANDERS: Final[dict[str, Callable[[re.Match[str]], str]]] = {
     "email": email,
     "url": url,
@@ -601,4 +619,5 @@ _EXPANDERS: Final[dict[str, Callable[[re.Match[str]], str]]] = {
     "comparison": _comparison,
     "caret_power": _caret_power,
     "superscript_power": _superscript_power,
+    "ellipsis": _ellipsis,
 }
