@@ -38,6 +38,7 @@ from libs.synthesis.options import SynthesisOptions, resolve_options
 from libs.synthesis.synthesizer import Synthesizer
 from libs.synthesis.text_side import TextSide
 from libs.text.frontend import Sentence
+from libs.text.ssml import looks_like_ssml
 from libs.voice.registry import VoiceRegistry
 
 _log = logging.getLogger(__name__)
@@ -233,7 +234,8 @@ class JobRunner:
             request_id=f"job-{job_id}",
             include_alignment=False,
         )
-        sentences = await self._text_side.sentences(options.voice, text)
+        read = self._text_side.ssml_sentences if looks_like_ssml(text) else self._text_side.sentences
+        sentences = await read(options.voice, text)
         progress.sentences, progress.chars = record.sentences_done, record.chars_done
         to_skip = record.sentences_done  # done before: this job resumes after them
         batch: list[Sentence] = []

@@ -25,6 +25,8 @@ MAX_BREAK_MS: Final = 10_000
 """Longest pause one <break> may ask for (SSML engines commonly cap it at 10 s)."""
 BREAK_STRENGTH_MS: Final = {"none": 0, "x-weak": 100, "weak": 200, "medium": 400, "strong": 700, "x-strong": 1000}
 RATE_WORDS: Final = {"x-slow": 0.5, "slow": 0.75, "medium": 1.0, "default": 1.0, "fast": 1.25, "x-fast": 1.5}
+MAX_DEPTH: Final = 32
+"""The deepest nesting of elements (<speak>, <p>, <s>, <prosody> and an element in it are five)."""
 MIN_RATE: Final = 0.25
 MAX_RATE: Final = 4.0
 _ELEMENT_ATTRIBUTES: Final[dict[str, frozenset[str]]] = {
@@ -102,7 +104,7 @@ def parse_ssml(document: str) -> list[SsmlSegment]:
     if _name(root) != "speak":
         raise SsmlError(f"the SSML root element must be <speak>, not <{_name(root)}>")
     builder = _Builder()
-    builder.element(root, rate=1.0)
+    builder.element(root, rate=1.0, depth=1)
     return builder.finish()
 
 
@@ -138,8 +140,10 @@ class _Builder:
     def boundary(self, pause_ms: int = 0, mark: str | None = None) -> None:
         self.current.events.append(SsmlEvent(pause_ms, mark))
 
-    def element(self, element: ElementTree.Element, rate: float) -> None:
+    def element(self, element: ElementTree.Element, rate: float, depth: int) -> None:
         name = _name(element)
+        if depth > MAX_DEPTH:
+            raise SsmlError(f"SSML elements nest {MAX_DEPTH} deep at most; <{name}> is deeper")
         allowed = _ELEMENT_ATTRIBUTES.get(name)
         if allowed is None:
             raise SsmlError(
@@ -181,7 +185,7 @@ class _Builder:
             inner = _prosody_rate(element.get("rate"), rate) if name == "prosody" else rate
             self.text(element.text, inner)
             for child in element:
-                self.element(child, inner)
+                self.element(child, inner, depth + 1)
                 self.text(child.tail, inner)
             if name in ("p", "s"):
                 self._end_sentence(paragraph=name == "p")

@@ -222,6 +222,45 @@ def finished_cancelled(process: ServiceProcess) -> float:
     return 0.0
 
 
+SSML_DOCUMENT = (
+    '<speak><p>The keeper lit the lamp at dusk.</p><break time="700ms"/>'
+    '<p>Ships passed <prosody rate="slow">far out at sea</prosody>, on the <say-as interpret-as="ordinal">3</say-as> night.</p></speak>'
+)
+
+
+def test_an_ssml_job_is_spoken_as_ssml_as_a_stream_speaks_it(job_mesh: Mesh, tmp_path: Path) -> None:
+    with runner(job_mesh, tmp_path / "runner.log"):
+        status, job = http(job_mesh, "POST", "/v1/audio/jobs", {"input": SSML_DOCUMENT, "response_format": "pcm"})
+        assert status == 202, job
+        finished = wait_for(job_mesh, job["id"], lambda j: j["status"] == "succeeded")
+        status, audio = http(job_mesh, "GET", f"/v1/audio/jobs/{job['id']}/audio")
+    assert status == 200
+    rate = finished["sample_rate_hz"]
+    streamed = streamed_pcm(job_mesh, SSML_DOCUMENT, sample_rate_hz=rate)
+    assert np.array_equal(pcm(audio), streamed)  # the markup is not read aloud: the stream reads it as SSML
+    assert finished["progress"]["characters_done"] == len(SSML_DOCUMENT)
+    assert len(streamed) / rate < 8.0  # two short sentences and 0.7 s of silence, not the markup spelled out
+    silent = np.flatnonzero(np.abs(pcm(audio)) > 64)
+    gaps = np.diff(silent) / rate
+    assert gaps.max() >= 0.7  # the break is in the file
+
+
+@pytest.mark.parametrize(
+    ("document", "named"),
+    [
+        ("<speak>Hi <audio src='x.wav'/> there.</speak>", "<audio>"),
+        ("<speak>" + "<s>" * 40 + "Deep." + "</s>" * 40 + "</speak>", "nest"),
+        ("<speak>unclosed", "well-formed"),
+    ],
+)
+def test_ssml_a_job_cannot_speak_is_refused_at_create_naming_it(job_mesh: Mesh, document: str, named: str) -> None:
+    status, refused = http(job_mesh, "POST", "/v1/audio/jobs", {"input": document})
+    assert status == 400 and named in refused["error"]["message"], refused
+    with grpc.insecure_channel(job_mesh.gateway_address) as channel, pytest.raises(grpc.RpcError) as caught:
+        jobs_pb2_grpc.LongFormSynthesisStub(channel).CreateJob(jobs_pb2.CreateJobRequest(text=document))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and named in caught.value.details()
+
+
 def test_create_is_idempotent_and_checked(job_mesh: Mesh) -> None:
     body = {"input": "A short note.", "response_format": "mp3"}
     first = http(job_mesh, "POST", "/v1/audio/jobs", body, {"Idempotency-Key": "retry-me"})

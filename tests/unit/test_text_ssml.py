@@ -69,6 +69,7 @@ def test_paragraphs_and_sentences_end_with_a_sentence_end() -> None:
         ('<speak><prosody rate="9000%">x</prosody></speak>', "out of range"),
         ('<speak><prosody rate="x-slow"><prosody rate="x-slow"><prosody rate="x-slow">x</prosody></prosody></prosody></speak>', "nested rates multiply"),
         ('<speak><phoneme ph="' + "h ə l ˈoʊ " * 50 + '">x</phoneme></speak>', "one word"),
+        ("<speak>" + "<s>" * 5_000 + "x" + "</s>" * 5_000 + "</speak>", "nest 32 deep at most"),
         ("<speak>unclosed", "well-formed"),
         ('<!DOCTYPE speak [<!ENTITY a "aaaa">]><speak>&a;</speak>', "DOCTYPE"),
     ],
