@@ -7,25 +7,35 @@ parser is a message class's `FromString` the decoder of `libs.wire.request_decod
 answers what it could not decode with INVALID_ARGUMENT and that decoder's reason (the field and
 byte, or that the bytes are not the message). Handlers with a decoder of their own (the gateway's)
 are left as they are.
+
+A call of a method that takes one request message can also end before that message is whole: its
+request stream closes with no message, or with the first bytes of one (a client or proxy that cut
+it short). gRPC's asyncio server then runs no handler and sends no status, so the call hangs until
+the client gives up. The interceptor serves every such method as one that takes a stream of
+requests and reads its first message itself: a call whose requests end before one is whole gets
+INVALID_ARGUMENT at once. On the wire nothing changes; a whole request is handled as before.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 import grpc
 from google.protobuf.message import Message
 
 from libs.wire.request_decoding import UndecodableRequest, request_decoder
 
+NO_WHOLE_REQUEST: Final = "the call's request ended before one whole request message arrived; send the request message complete"
+
 
 class RequestDecodingInterceptor(grpc.aio.ServerInterceptor):
-    """Swaps each handler's protobuf parser for one that never raises, and refuses what it could not parse."""
+    """Swaps each handler's protobuf parser for one that never raises, refuses what it could not
+    parse, and answers a call whose one request message never arrived whole."""
 
     def __init__(self) -> None:
-        self._handlers: dict[str, grpc.RpcMethodHandler | None] = {}
+        self._handlers: dict[str, grpc.RpcMethodHandler] = {}
 
     async def intercept_service(
         self,
@@ -37,8 +47,8 @@ class RequestDecodingInterceptor(grpc.aio.ServerInterceptor):
             return handler
         method = handler_call_details.method
         if method not in self._handlers:  # a method's handler is the same for every call
-            self._handlers[method] = _decoding(handler)
-        return self._handlers[method] or handler
+            self._handlers[method] = _whole_request(_decoding(handler) or handler)
+        return self._handlers[method]
 
 
 def _decoding(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler | None:
@@ -95,5 +105,41 @@ def _streamed(behaviour: Callable[..., Any]) -> Callable[..., Any]:
 
     async def response(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
         return await behaviour(_checked(requests, context), context)
+
+    return response
+
+
+
+def _whole_request(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """`handler`, where it takes one request message, as a handler of a request stream that answers
+    a stream ending before its first message is whole with INVALID_ARGUMENT."""
+    if handler.unary_unary is not None and _is_async(handler.unary_unary):
+        return handler._replace(request_streaming=True, unary_unary=None, stream_unary=_from_first(handler.unary_unary))
+    if handler.unary_stream is not None and _is_async(handler.unary_stream):
+        return handler._replace(request_streaming=True, unary_stream=None, stream_stream=_from_first(handler.unary_stream))
+    return handler
+
+
+def _is_async(behaviour: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(behaviour) or inspect.isasyncgenfunction(behaviour)
+
+
+async def _first(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+    async for request in requests:
+        return request
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, NO_WHOLE_REQUEST)
+
+
+def _from_first(behaviour: Callable[..., Any]) -> Callable[..., Any]:
+    if inspect.isasyncgenfunction(behaviour):
+
+        async def responses(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            async for response in behaviour(await _first(requests, context), context):
+                yield response
+
+        return responses
+
+    async def response(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+        return await behaviour(await _first(requests, context), context)
 
     return response
