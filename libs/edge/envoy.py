@@ -8,7 +8,10 @@ Browsers, mobile apps and HTTP tools all reach the service on one port:
 - `/v1/...` (the OpenAI-compatible API, long-form jobs under `/v1/audio/jobs` included, and the
   WebSocket doors, upgraded here) and `/` (the web page) go to the gateway's HTTP port.
 CORS answers the configured origins; TLS is terminated here when a certificate is given; access
-logs go to standard output; the admin interface listens on localhost only.
+logs go to standard output; the admin interface listens on localhost only. It is set up as an edge
+that faces the internet: clients have `request_headers_timeout_s` to send their headers, at most
+`max_connections` are held at once, buffers and HTTP/2 streams per connection are bounded, and
+header names with "_" are refused.
 
 `envoy_config(settings)` is the whole bootstrap as a dict; `python -m libs.edge.envoy --target k8s`
 writes the Kubernetes renderings (k8s/base/edge/envoy.yaml; the prod overlay's, with TLS on both
@@ -36,6 +39,13 @@ GRPC_SERVICE_PREFIXES: Final = (GRPC_SERVICE_PREFIX, LONG_FORM_SERVICE_PREFIX)
 HEALTH_PATH: Final = "/healthz"
 """Answered by the edge itself, for load balancers and Kubernetes probes."""
 STREAM_IDLE_TIMEOUT_S: Final = 300
+REQUEST_HEADERS_TIMEOUT_S: Final = 10.0
+"""A client that has not sent a request's headers in this time is closed: connections that trickle
+a header a minute (slowloris) would otherwise be held for ever."""
+MAX_DOWNSTREAM_CONNECTIONS: Final = 10_000
+BUFFER_LIMIT_BYTES: Final = 32 * 1024
+"""What the edge buffers per connection, each way, before it stops reading (flow control, not a refusal)."""
+HTTP2_MAX_CONCURRENT_STREAMS: Final = 100
 """A speech stream may go quiet while a long sentence is synthesised; five minutes bounds a dead one."""
 K8S_DIR: Final = Path(__file__).resolve().parents[2] / "k8s"
 K8S_RENDERING: Final = K8S_DIR / "base" / "edge" / "envoy.yaml"
@@ -64,6 +74,10 @@ class EdgeSettings:
     """Whether `gateway_host` is a DNS name to re-resolve (Kubernetes) rather than a fixed address."""
     upstream_tls_ca: str = ""
     """PEM CA that the gateway's gRPC certificate must come from (empty: plaintext to the gateway)."""
+    request_headers_timeout_s: float = REQUEST_HEADERS_TIMEOUT_S
+    """How long a client may take to send a request's headers before the edge closes its connection."""
+    max_connections: int = MAX_DOWNSTREAM_CONNECTIONS
+    """Client connections the edge holds at once; past it, new ones are closed as they arrive."""
 
 
 def edge_settings_for_k8s(prod: bool = False) -> EdgeSettings:
@@ -86,6 +100,17 @@ def envoy_config(settings: EdgeSettings) -> dict[str, Any]:
     """The Envoy bootstrap for `settings`."""
     return {
         "admin": {"address": _address("127.0.0.1", settings.admin_port)},
+        "overload_manager": {
+            "resource_monitors": [
+                {
+                    "name": "envoy.resource_monitors.global_downstream_max_connections",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig",
+                        "max_active_downstream_connections": settings.max_connections,
+                    },
+                }
+            ]
+        },
         "static_resources": {
             "listeners": [_listener(settings)],
             "clusters": [
@@ -105,6 +130,15 @@ def _listener(settings: EdgeSettings) -> dict[str, Any]:
         # the gateway reads for per-client limits when the edge is in --trusted-proxies.
         "use_remote_address": True,
         "stream_idle_timeout": f"{STREAM_IDLE_TIMEOUT_S}s",
+        # Hardened as an edge faces the internet: a deadline for the headers, names with "_" refused
+        # (a gateway could read "x_api_key" as "x-api-key"), and HTTP/2 streams and windows bounded.
+        "request_headers_timeout": f"{settings.request_headers_timeout_s:g}s",
+        "common_http_protocol_options": {"headers_with_underscores_action": "REJECT_REQUEST"},
+        "http2_protocol_options": {
+            "max_concurrent_streams": HTTP2_MAX_CONCURRENT_STREAMS,
+            "initial_stream_window_size": 64 * 1024,
+            "initial_connection_window_size": 1024 * 1024,
+        },
         "route_config": {"name": "edge", "virtual_hosts": [_virtual_host(settings)]},
         "http_filters": [
             {
@@ -142,7 +176,12 @@ def _listener(settings: EdgeSettings) -> dict[str, Any]:
                 },
             },
         }
-    return {"name": "edge", "address": _address("0.0.0.0", settings.port), "filter_chains": [chain]}
+    return {
+        "name": "edge",
+        "address": _address("0.0.0.0", settings.port),
+        "per_connection_buffer_limit_bytes": BUFFER_LIMIT_BYTES,
+        "filter_chains": [chain],
+    }
 
 
 def _virtual_host(settings: EdgeSettings) -> dict[str, Any]:
@@ -176,6 +215,7 @@ def _cluster(name: str, settings: EdgeSettings, port: int, http2: bool) -> dict[
     cluster: dict[str, Any] = {
         "name": name,
         "connect_timeout": "2s",
+        "per_connection_buffer_limit_bytes": BUFFER_LIMIT_BYTES,
         "type": "STRICT_DNS" if settings.resolve_by_dns else "STATIC",
         "load_assignment": {
             "cluster_name": name,

