@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import Any, Final
 
 import grpc
@@ -35,7 +36,10 @@ class RequestDecodingInterceptor(grpc.aio.ServerInterceptor):
     parse, and answers a call whose one request message never arrived whole."""
 
     def __init__(self) -> None:
-        self._handlers: dict[str, grpc.RpcMethodHandler] = {}
+        self._handlers: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+        """Per method, the handler last given and what it became. Inner interceptors may give a
+        handler of each call's own (the API-key check's: refusing, or charging the caller's key), so
+        what a handler became is reused only for that same handler, never for the method."""
 
     async def intercept_service(
         self,
@@ -46,9 +50,11 @@ class RequestDecodingInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:  # no such method: nothing to cache, however many names a caller tries
             return handler
         method = handler_call_details.method
-        if method not in self._handlers:  # a method's handler is the same for every call
-            self._handlers[method] = _whole_request(_decoding(handler) or handler)
-        return self._handlers[method]
+        given, guarded = self._handlers.get(method, (None, None))
+        if given is not handler or guarded is None:
+            guarded = _whole_request(_decoding(handler) or handler)
+            self._handlers[method] = (handler, guarded)
+        return guarded
 
 
 def _decoding(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler | None:
@@ -76,8 +82,9 @@ def _unary(behaviour: Callable[..., Any]) -> Callable[..., Any]:
 
         async def responses(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             await _refuse(request, context)
-            async for response in behaviour(request, context):
-                yield response
+            async with aclosing(behaviour(request, context)) as inner:
+                async for response in inner:
+                    yield response
 
         return responses
 
@@ -98,8 +105,9 @@ def _streamed(behaviour: Callable[..., Any]) -> Callable[..., Any]:
     if inspect.isasyncgenfunction(behaviour):
 
         async def responses(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            async for response in behaviour(_checked(requests, context), context):
-                yield response
+            async with aclosing(behaviour(_checked(requests, context), context)) as inner:
+                async for response in inner:
+                    yield response
 
         return responses
 
@@ -134,8 +142,10 @@ def _from_first(behaviour: Callable[..., Any]) -> Callable[..., Any]:
     if inspect.isasyncgenfunction(behaviour):
 
         async def responses(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            async for response in behaviour(await _first(requests, context), context):
-                yield response
+            request = await _first(requests, context)
+            async with aclosing(behaviour(request, context)) as inner:
+                async for response in inner:
+                    yield response
 
         return responses
 

@@ -133,3 +133,37 @@ async def test_a_request_that_never_arrives_whole_is_answered_not_left_hanging(p
     assert trailers is not None, "the call was left hanging"
     assert trailers.get("grpc-status") == str(grpc.StatusCode.INVALID_ARGUMENT.value[0])
     assert NO_WHOLE_REQUEST.split(";")[0] in trailers.get("grpc-message", "").replace("%20", " ")
+
+
+class _Doorman(grpc.aio.ServerInterceptor):
+    """An inner interceptor that gives each call a handler of its own, as the API-key check does."""
+
+    async def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
+        handler = await continuation(handler_call_details)
+        if ("x-let-in", "yes") in (handler_call_details.invocation_metadata or ()):
+            return handler
+
+        async def refuse(request, context):  # type: ignore[no-untyped-def]
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, "not let in")
+
+        return grpc.unary_unary_rpc_method_handler(refuse, request_deserializer=handler.request_deserializer)
+
+
+async def test_a_handler_an_inner_interceptor_gives_one_call_is_never_reused_for_another() -> None:
+    server = grpc.aio.server(interceptors=[RequestDecodingInterceptor(), _Doorman()])
+    acoustic_pb2_grpc.add_AcousticServicer_to_server(_Acoustic(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    outcomes = []
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            info = channel.unary_unary("/tts.acoustic.v1.Acoustic/GetModelInfo")
+            for let_in in (True, False, True, False):
+                try:
+                    await info(b"", metadata=(("x-let-in", "yes"),) if let_in else (), timeout=10)
+                    outcomes.append("answered")
+                except grpc.aio.AioRpcError as error:
+                    outcomes.append(error.code().name)
+    finally:
+        await server.stop(None)
+    assert outcomes == ["answered", "PERMISSION_DENIED", "answered", "PERMISSION_DENIED"]
