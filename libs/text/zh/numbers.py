@@ -8,8 +8,13 @@ reads them, in Chinese characters (cn2an turns the integers into words).
 - -5℃ / -5°C -> 零下五摄氏度; 3kg -> 三千克; 5km -> 五公里; 100m -> 一百米; 2L -> 两升.
 - 2个 -> 两个 (两 before a measure word); 2000 -> 两千 (a leading 2 of thousands, ten thousands).
 - 13812345678 (a mobile number), numbers with a leading 0 and runs of 8 or more digits are read
-  digit by digit, with 1 as 幺 (yao1) in a phone number, as people say them.
+  digit by digit, with 1 as 幺 (yao1) in a phone number, as people say them; so are mobile numbers
+  written in groups (138-0013-8000, 138 0013 8000) or after +86 (加八六), landlines with their area
+  code (010-12345678, (010) 1234 5678) and chains of three or more digit groups (978-7-111-5).
+- 2024-12-05, 2024/12/05, 2024.12.05 -> 二零二四年十二月五日.
 - 3-5 (between two numbers) -> 三到五.
+- 〇 (a zero written as a character, 二〇二四年) -> 零; 第2名 -> 第二名 (an ordinal is never 两);
+  ￥35元 -> 三十五元 (a currency written both before and after is said once).
 
 Each rule is a replacement of a stretch of the text (start, end, words), so the words keep their
 written form for word timestamps.
@@ -36,7 +41,11 @@ MAX_INTEGER_DIGITS: Final = 16
 """The longest integer cn2an reads as a number; a longer one is read digit by digit."""
 
 _RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
-    ("phone", re.compile(r"(?<![\d.])1[3-9]\d{9}(?![\d.])")),
+    ("date", re.compile(r"(?<![\d.\-/])(\d{4})([-/.])(\d{1,2})\2(\d{1,2})(?![\d.\-/])")),
+    ("phone", re.compile(r"(?<![\d.+])(?:(\+)?86[-\s]?)?1[3-9]\d(?:[-\s]?\d{4}){2}(?![\d.])")),
+    ("landline", re.compile(r"(?<![\d.])(?:\(0\d{2,3}\)\s?|0\d{2,3}[-\s])\d{3,4}[-\s]?\d{4}(?![\d.])")),
+    ("digit_chain", re.compile(r"(?<![\d.\-])\d+(?:-\d+){2,}(?![\d.\-])")),
+    ("zero", re.compile("〇")),
     ("year", re.compile(r"(?<![\d.])(\d{2}|\d{4})(?=年)")),
     ("time", re.compile(r"(?<![\d:])([01]?\d|2[0-4]):([0-5]\d)(?::([0-5]\d))?(?![\d:])")),
     ("temperature", re.compile(r"(-|−|零下)?(" + _NUMBER + r")\s?(?:℃|°C|°c|度C)")),
@@ -84,10 +93,19 @@ def _minutes(minutes: str) -> str:
     return ("零" if value < 10 else "") + integer_words(str(value)) + "分"
 
 
-def _read(kind: str, match: re.Match[str], following: str) -> str:
+def _read(kind: str, match: re.Match[str]) -> str:
     groups = match.groups()
-    if kind == "phone":
-        return digit_words(match.group(), one="幺")
+    following = match.string[match.end() : match.end() + 2]
+    if kind == "date":
+        year, _, month, day = groups
+        if not (1 <= int(month) <= 12 and 1 <= int(day) <= 31):
+            return digit_words(match.group())
+        return digit_words(year) + "年" + integer_words(str(int(month))) + "月" + integer_words(str(int(day))) + "日"
+    if kind in ("phone", "landline", "digit_chain"):
+        plus = "加" if match.group().lstrip().startswith("+") else ""
+        return plus + digit_words(match.group(), one="幺")
+    if kind == "zero":
+        return "零"
     if kind == "year":
         return digit_words(groups[0])
     if kind == "time":
@@ -104,7 +122,9 @@ def _read(kind: str, match: re.Match[str], following: str) -> str:
     if kind == "fraction":
         return number_words(groups[1]) + "分之" + number_words(groups[0])
     if kind == "money_before":
-        return _counted(number_words(groups[1]), "元") + CURRENCY_BEFORE[groups[0]]
+        currency = CURRENCY_BEFORE[groups[0]]
+        said_after = following.startswith(currency)  # ￥35元: the 元 that follows says it
+        return _counted(number_words(groups[1]), "元") + ("" if said_after else currency)
     if kind == "range":
         return number_words(groups[0]) + "到" + number_words(groups[1])
     if kind == "unit":
@@ -113,7 +133,9 @@ def _read(kind: str, match: re.Match[str], following: str) -> str:
     if kind == "digits":
         return digit_words(match.group())
     sign = "负" if groups[0] else ""
-    return sign + _counted(number_words(groups[1]), following)
+    words = number_words(groups[1])
+    ordinal = match.string[match.start() - 1 : match.start()] == "第"  # 第2名: 第二名, never 两
+    return sign + (words if ordinal else _counted(words, following))
 
 
 def _counted(words: str, following: str) -> str:
@@ -132,7 +154,7 @@ def number_replacements(text: str) -> list[tuple[int, int, str]]:
             start, end = match.span()
             if any(taken[start:end]):
                 continue
-            words = _read(kind, match, text[end : end + 1])
+            words = _read(kind, match)
             found.append((start, end, words))
             taken[start:end] = [True] * (end - start)
     return sorted(found)
