@@ -11,7 +11,8 @@ the mesh by changing its base URL (docs/api.md, "ElevenLabs input streaming").
 - Query: `output_format` (`pcm_8000` ... `pcm_48000`, `ulaw_8000`, `alaw_8000`, `mp3_<rate>_<kbps>`,
   `opus_48000_<kbps>`), `inactivity_timeout` (seconds); `model_id` and the rest are taken and ignored.
 - `voice_id`: one of our voices, or any other id (an ElevenLabs one), which speaks with the default voice.
-  `voice_settings.speed` is the speed; the other voice settings have no meaning here.
+  `voice_settings.speed` is the speed (settings that are not an object, or a speed that is not a
+  number, are refused); the other voice settings have no meaning here.
 - Alignment: every character of the text sent, with its start and duration in milliseconds on the
   context's audio (from the words' own times, libs.synthesis.transcript), on the first audio of the
   sentence it belongs to; `normalizedAlignment` is the same (the words are matched as written).
@@ -23,6 +24,7 @@ the mesh by changing its base URL (docs/api.md, "ElevenLabs input streaming").
 from __future__ import annotations
 
 import base64
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -178,11 +180,20 @@ class ElevenLabsDialect:
 
 
 def _speed_of(voice_settings: Any) -> float | None:
+    """The speed `voice_settings` asks for (None: none asked); HttpError for settings that are not an
+    object, or a speed that is not a number, as ElevenLabs refuses them (a speed sent as "1.2" would
+    otherwise be spoken at the normal speed without a word)."""
+    if voice_settings is None:
+        return None
     if not isinstance(voice_settings, dict):
-        return None
+        raise HttpError(grpc.StatusCode.INVALID_ARGUMENT, "voice_settings must be an object, e.g. {\"speed\": 1.1}",
+                        param="voice_settings", code="invalid_type")  # fmt: skip
     speed = voice_settings.get("speed")
-    if isinstance(speed, bool) or not isinstance(speed, int | float):
+    if speed is None:
         return None
+    if isinstance(speed, bool) or not isinstance(speed, int | float):
+        raise HttpError(grpc.StatusCode.INVALID_ARGUMENT, f"voice_settings.speed must be a number, not {echo(json.dumps(speed))}",
+                        param="voice_settings.speed", code="invalid_type")  # fmt: skip
     return float(speed)
 
 

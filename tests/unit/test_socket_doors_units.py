@@ -105,6 +105,22 @@ def test_an_elevenlabs_speech_body_names_what_is_wrong_with_its_text() -> None:
         assert error.value.param == "text" and error.value.code == code
 
 
+@pytest.mark.parametrize(
+    ("voice_settings", "param"),
+    [("fast", "voice_settings"), ([1.2], "voice_settings"), ({"speed": "1.2"}, "voice_settings.speed"), ({"speed": True}, "voice_settings.speed")],
+)
+def test_elevenlabs_voice_settings_that_are_not_an_object_or_a_speed_that_is_no_number_are_refused(voice_settings, param) -> None:  # type: ignore[no-untyped-def]
+    registry = default_registry()
+    assert speech_options(registry, "any-id", {}, {"text": "Hi.", "voice_settings": {"speed": 1.2, "stability": 0.5}})[1].speed == 1.2
+    assert speech_options(registry, "any-id", {}, {"text": "Hi.", "voice_settings": None})[1].speed == 1.0
+    with pytest.raises(HttpError) as refused:
+        speech_options(registry, "any-id", {}, {"text": "Hi.", "voice_settings": voice_settings})
+    with pytest.raises(HttpError) as refused_on_the_socket:
+        ElevenLabsDialect(multi=False).commands({"text": " ", "voice_settings": voice_settings})
+    assert refused.value.param == refused_on_the_socket.value.param == param
+    assert refused.value.code == "invalid_type"
+
+
 def test_elevenlabs_messages_read_as_commands_in_both_routes() -> None:
     single = ElevenLabsDialect(multi=False)
     assert single.commands({"text": " ", "voice_settings": {"speed": 1.1}}) == [Text("", " ", speed=1.1)]
