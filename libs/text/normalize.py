@@ -19,10 +19,15 @@ form that espeak-ng reads wrongly:
 - Unicode hyphens (U+2010, U+2011, U+2012) become "-": espeak-ng reads "x‑ray" as two words.
 - An em dash between two words without spaces ("word—word") gets spaces, so espeak-ng makes the
   same clause break (and pause) it makes for "word — word".
+- HTML character references ("&amp;", "&quot;", "&#39;", "&#x2014;"), as text copied from web pages
+  and web APIs carries them, become their characters (first, so the rules above apply to what they
+  become); espeak-ng reads "&amp;" as "and amp" and "&#39;" as "and number thirty-nine". Only the
+  complete form with its ";" is read, so "AT&T" and "R&D" stay as written.
 """
 
 from __future__ import annotations
 
+import html
 import re
 import unicodedata
 from typing import Final
@@ -53,6 +58,7 @@ _CHARACTER_MAP: Final = str.maketrans(
 _WHITESPACE_RUN: Final = re.compile(r"\s+")
 _UNSPACED_EM_DASH: Final = re.compile(r"(?<=\w)\u2014(?=\w)")
 _KEPT_CONTROLS: Final = frozenset("\n\t")
+_CHARACTER_REFERENCE: Final = re.compile(r"&(?:[A-Za-z][A-Za-z0-9]{1,31}|#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6});")
 
 
 def _is_removed(character: str) -> bool:
@@ -71,6 +77,8 @@ def _collapse_whitespace(match: re.Match[str]) -> str:
 
 def normalize_text(text: str) -> str:
     """Text in the form the phonemiser expects (see the module docstring for every rule)."""
+    if "&" in text:
+        text = _CHARACTER_REFERENCE.sub(lambda reference: html.unescape(reference.group()), text)
     text = unicodedata.normalize("NFC", text)
     for line_break, replacement in _LINE_BREAKS.items():
         text = text.replace(line_break, replacement)

@@ -81,6 +81,13 @@ def test_unspaced_em_dash_gets_the_clause_break_of_a_spaced_one():
     assert ";" in phonemize(normalize_text("Wait—what?"))[0]
 
 
+def test_html_character_references_become_their_characters_and_ampersands_in_words_stay():
+    assert normalize_text("Tom &amp; Jerry said &quot;it&#39;s &#x2014; fine&quot;.") == 'Tom & Jerry said "it\'s — fine".'
+    assert normalize_text("AT&T, R&D and &bogus; stay") == "AT&T, R&D and &bogus; stay"
+    assert normalize_text("a&nbsp;b&#0;c") == "a b\ufffdc"  # NBSP collapses to a space; a NUL reference is not a NUL
+    assert phonemize(normalize_text("It&#39;s")) == phonemize("It's")
+
+
 def test_line_and_paragraph_separators_become_newlines():
     assert normalize_text("One.\u2028Two.\u2029Three.") == "One.\nTwo.\n\nThree."
 

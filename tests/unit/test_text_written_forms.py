@@ -134,7 +134,7 @@ def test_written_forms_become_spoken_words(written: str, spoken: str) -> None:
         "MP3 players and COVIDs are words with digits inside.",
         "A line\nbroken in two.\n\nA new paragraph.",
         "As studies² show, a -> b.",  # a footnote's mark after a word; an arrow
-        "> A quoted line\nand <b>bold</b> markup.",
+        "> A quoted line\nand <Enter> is a key, not markup.",
     ],
 )
 def test_text_without_written_forms_is_unchanged(text: str) -> None:
@@ -158,6 +158,23 @@ def test_text_without_written_forms_is_unchanged(text: str) -> None:
     ],
 )
 def test_an_ellipsis_is_a_pause_not_nothing(written: str, spoken: str) -> None:
+    assert expand_written_forms(written) == spoken
+
+
+@pytest.mark.parametrize(
+    ("written", "spoken"),
+    [
+        ("This is **very** important.", "This is very important."),
+        ("I *really* mean it, ~~not~~ _truly_.", "I really mean it, not truly."),
+        ("# Getting started\n## Then\n* Buy milk\n+ Eggs", "Getting started\nThen\nBuy milk\nEggs"),
+        ("See [the docs](https://example.com/docs) for more.", "See the docs for more."),
+        ("> A quoted line\nand <b>bold</b> markup.", "> A quoted line\nand  bold  markup."),
+        ('<a href="https://x.org">link</a> and H<sub>2</sub>O', " link  and H two O"),
+        ("5 * 3 = 15 and x * y, 2*3.", "five times three = fifteen and x times y, two times three."),
+        ("We're #1 at #AI and snake_case_names and __init__.", "We're number one at #AI and snake_case_names and init."),
+    ],
+)
+def test_markdown_and_html_markup_is_not_read_aloud(written: str, spoken: str) -> None:
     assert expand_written_forms(written) == spoken
 
 

@@ -50,6 +50,18 @@ _VULGAR_FRACTIONS: Final = {
 _PER_WORDS: Final = "hour|hr|day|week|month|year|yr|night|person|head|unit|item|piece|page|word|minute|min|second|sec|mile|gallon|litre|liter"
 """Words that a "/" before them reads as "per" ("$5/hour", "3 pages/day")."""
 _SPACED_ONLY_UNITS: Final = frozenset({"A", "B"})
+_HTML_TAGS: Final = "|".join(
+    sorted(
+        (
+            "a", "abbr", "b", "big", "blockquote", "br", "cite", "code", "del", "div", "em", "h1", "h2", "h3", "h4", "h5",
+            "h6", "hr", "i", "img", "ins", "kbd", "li", "mark", "ol", "p", "pre", "q", "s", "small", "span", "strike",
+            "strong", "sub", "sup", "table", "td", "th", "tr", "tt", "u", "ul",
+        ),
+        key=len,
+        reverse=True,
+    )
+)  # fmt: skip
+"""HTML elements that mark up text; their tags are not read (a tag that names no such element, "<Enter>", is)."""
 """Units that name a measure only when a space parts them from the number: "12A" and "221B" are a seat
 and a flat, "5 A" and "512 B" amps and bytes."""
 _WORD_ABBREVIATIONS: Final = "|".join(
@@ -112,6 +124,11 @@ _PATTERN: Final = re.compile(
             r"(?P<comparison>(?=[<>])(?:(?<=[\w)%] )[<>](?= )|(?<![<>=-])[<>]\s?(?=[-\u2212]?[$€£]?\.?\d)))",
             r"(?P<caret_power>(?=\^)(?<=[\w)\]])\^(?P<caret_exponent>[-+\u2212]?\d{1,4}|[A-Za-z])(?!\w|\.\d))",
             r"(?P<ellipsis>(?=[ \t]?\.\.\.)(?<!\.)[ \t]?\.{3,}[ \t]*)",
+            r"(?P<times>(?=[ \t]?\*)(?:(?<=\d)|(?<=\b[A-Za-z]))[ \t]?\*[ \t]?(?=\d|[A-Za-z]\b))",
+            r"(?P<line_mark>(?=[ \t]*[#*+])(?:(?<=\n)|(?<![\s\S]))[ \t]*(?:#{1,6}|[*+])[ \t]+)",
+            r"(?P<emphasis>(?=[*_~])(?:(?<![\w*_~])(?:\*{1,3}|_{1,2}|~~)(?=[^\s*_~])|(?<=[^\s*_~])(?:\*{1,3}|_{1,2}|~~)(?![\w*_~])))",
+            r"(?P<link>(?=\[)\[(?P<link_text>[^\[\]\n]{1,200})\]\((?:https?://|www\.|/|#|mailto:)[^\s()]{0,300}\))",
+            r"(?P<tag>(?=<)</?(?:" + _HTML_TAGS + r")(?:\s[^<>\n]{0,200})?/?>)",
             r"(?P<superscript_power>(?=[\u207a\u207b" + _SUPERSCRIPT_DIGITS + r"])(?<=[\w)\]])(?P<superscript_exponent>[\u207a\u207b]?[" + _SUPERSCRIPT_DIGITS + r"]{1,4})(?![" + _SUPERSCRIPT_DIGITS + r"]))",
         ]
     )
@@ -135,6 +152,7 @@ _POWER_BASE: Final = re.compile(r"(?:\d|[)\]]|(?<![A-Za-z])[A-Za-z]{1,2})$")
 "mc²"). After a longer word it is a footnote's mark and stays as written."""
 _COMPARISON_WORDS: Final = {"<": "less than", ">": "greater than"}
 _CLOSING_MARKS: Final = frozenset("\"')]")
+
 _PAUSE_MARKS: Final = frozenset(".,;:?!")
 
 
@@ -565,6 +583,21 @@ def _hash_number(match: re.Match[str]) -> str:
     return "number "
 
 
+def _times(match: re.Match[str]) -> str:
+    return " times "
+
+
+def _markup(match: re.Match[str]) -> str:
+    """Markdown's emphasis, heading and bullet marks are not read (espeak-ng says "asterisk" and
+    "hash" for them, as LLM output writes them); an HTML tag is a word break."""
+    return " " if match.lastgroup == "tag" else ""
+
+
+def _link(match: re.Match[str]) -> str:
+    """A markdown link is read as its text, not its address."""
+    return match.group("link_text")
+
+
 def _ellipsis(match: re.Match[str]) -> str:
     """An ellipsis as the pause it is. espeak-ng reads "..." as nothing at all and runs the words on
     each side of it together ("wait... what" as one word): between words it is a comma's pause, before
@@ -620,4 +653,9 @@ _EXPANDERS: Final[dict[str, Callable[[re.Match[str]], str]]] = {
     "caret_power": _caret_power,
     "superscript_power": _superscript_power,
     "ellipsis": _ellipsis,
+    "times": _times,
+    "line_mark": _markup,
+    "emphasis": _markup,
+    "link": _link,
+    "tag": _markup,
 }
