@@ -120,6 +120,11 @@ def test_a_number_past_fifteen_digits_is_read_digit_by_digit() -> None:
         ("Ping 192.168.1.10 now.", "Ping one hundred ninety-two dot one hundred sixty-eight dot one dot ten now."),
         ("About 2/3rds left.", "About two thirds left."),
         ("Due 05-12-2024 or 25-12-2024.", "Due May twelfth, twenty twenty-four or December twenty-fifth, twenty twenty-four."),
+        ("2.5M users, 10M views, 1.2bn and 10k steps.", "two point five million users, ten million views, one point two billion and ten thousand steps."),
+        ("A 2.4GHz radio, 2.5x faster.", "A two point four gigahertz radio, two point five times faster."),
+        ("Lakers vs Celtics; VS Code stays.", "Lakers versus Celtics; VS Code stays."),
+        ("Order ID#4521 and #7.", "Order ID number four thousand five hundred twenty-one and number seven."),
+        ("A Ph.D. and a 5K run.", "A P H D and a 5K run."),
     ],
 )
 def test_written_forms_become_spoken_words(written: str, spoken: str) -> None:

@@ -187,7 +187,8 @@ TITLES: Final[dict[str, str]] = {
 }
 
 # Abbreviations with a full stop that a person expands; those marked True may end a sentence
-# (then the full stop stays after the words, so the sentence still ends there).
+# (then the full stop stays after the words, so the sentence still ends there). Those in
+# UNDOTTED_ABBREVIATIONS are expanded without their full stop too ("Lakers vs Celtics").
 ABBREVIATIONS: Final[dict[str, tuple[str, bool]]] = {
     "etc": ("et cetera", True),
     "vs": ("versus", False),
@@ -216,6 +217,7 @@ ABBREVIATIONS: Final[dict[str, tuple[str, bool]]] = {
     "intl": ("international", True),
     "Intl": ("International", True),
     "dept.": ("department", True),
+    "Ph.D": ("P H D", True),
     "e.g": ("for example", False),
     "i.e": ("that is", False),
     "a.k.a": ("also known as", False),
@@ -269,3 +271,5 @@ ROMAN_CARDINAL_CONTEXT: Final = frozenset(
 REGNAL_NAMES: Final = frozenset(
     ["Henry", "Edward", "George", "William", "Richard", "Charles", "James", "John", "Elizabeth", "Mary", "Anne", "Victoria", "Louis", "Philip", "Frederick", "Alexander", "Peter", "Ivan", "Nicholas", "Catherine", "Constantine", "Leo", "Pius", "Benedict", "Gregory", "Innocent", "Clement", "Boniface", "Urban", "Paul", "Francis", "Ferdinand", "Alfonso", "Carlos", "Juan", "Napoleon", "Ramesses", "Ramses", "Rameses", "Amenhotep", "Thutmose", "Ptolemy", "Cleopatra", "Darius", "Xerxes", "Otto", "Wilhelm", "Friedrich", "Karl", "Gustav", "Christian", "Harald", "Olaf", "Haakon", "Sancho", "Pedro", "Manuel", "Joseph", "Leopold", "Rudolf", "Sigismund", "Stephen", "Malcolm", "David", "Robert", "Kenneth", "Duncan", "Llywelyn", "Umberto", "Victor", "Emmanuel", "Felipe", "Juan", "Rama", "Hussein", "Abdullah", "Mohammed", "Selim", "Suleiman", "Mehmed", "Murad", "Bayezid", "Ahmed", "Mustafa", "Innocent", "Sixtus", "Julius", "Adrian", "Celestine", "Martin", "Eugene", "Nicholas", "Calixtus", "Alexios", "Basil", "Michael", "Romanos", "Andronikos", "Manuel", "Justinian", "Theodosius", "Valentinian", "Jr", "Sr"]
 )
+
+UNDOTTED_ABBREVIATIONS: Final = frozenset({"vs"})

@@ -26,6 +26,7 @@ from libs.text.normalizer.tables import (
     REGNAL_NAMES,
     ROMAN_CARDINAL_CONTEXT,
     TITLES,
+    UNDOTTED_ABBREVIATIONS,
     UNITS,
     WEEKDAY_ABBREVIATIONS,
 )
@@ -111,8 +112,9 @@ _PATTERN: Final = re.compile(
             r"(?:\s?(?P<measure_magnitude>thousand|million|billion))?\s?(?P<unit>" + _UNIT_NAMES + r")(?![\w/²³'\u2019]))",
             r"(?P<percent>(?<![\w.%])(?P<percent_sign>[-\u2212])?(?P<percent_amount>" + _NUMBER + r")\s?%)",
             r"(?P<range_dash>(?=\s?[-\u2013\u2014])(?:(?<=\d)|(?<=\d%)|(?<=\d[ap]m)|(?<=\d[AP]M)|(?<=\d [ap]m)|(?<=\d [AP]M)|(?<=\.m\.))\s?[-\u2013\u2014]\s?(?=[$€£]?\d))",
-            r"(?P<number>(?:(?<=^)|(?<=[\s(\[\"'~]))(?P<number_sign>[-\u2212])?(?P<signed_amount>" + _NUMBER + r")(?![\w])"
-            r"|(?<![\w.,])(?P<amount>" + _NUMBER + r"|\.\d{1,12})(?![\w]))",
+            r"(?P<magnitude>(?=\d)(?<![\w.,])(?P<mag_amount>\d{1,4}(?:\.\d{1,3})?)(?P<mag_suffix>M|bn|k)(?![\w]))",
+            r"(?P<number>(?:(?<=^)|(?<=[\s(\[\"'~]))(?P<number_sign>[-\u2212])?(?P<signed_amount>" + _NUMBER + r")(?![\w]|\.\d)"
+            r"|(?<![\w.,])(?P<amount>" + _NUMBER + r"|\.\d{1,12})(?![\w]|\.\d))",
             r"(?P<day_range>\b(?P<day_from>" + _WEEKDAY_NAMES + r")\.?\s?[-\u2013]\s?(?P<day_to>" + _WEEKDAY_NAMES + r")\b(?:\.(?=\s[a-z]))?)",
             r"(?P<roman>\b(?P<roman_numeral>[IVXLCDM]{1,12})\b)",
             r"(?P<abbreviation>(?<![\w.])(?P<abbreviation_word>" + _WORD_ABBREVIATIONS + r"|[A-Za-z](?:\.[A-Za-z]){1,3})(?P<abbreviation_dot>\.)?(?![\w]))",
@@ -151,6 +153,7 @@ _POWER_BASE: Final = re.compile(r"(?:\d|[)\]]|(?<![A-Za-z])[A-Za-z]{1,2})$")
 """What a superscript raises to a power: a number, a bracket, or a symbol of one or two letters ("x²",
 "mc²"). After a longer word it is a footnote's mark and stays as written."""
 _COMPARISON_WORDS: Final = {"<": "less than", ">": "greater than"}
+_MAGNITUDE_SUFFIXES: Final = {"M": "million", "bn": "billion", "k": "thousand"}
 _CLOSING_MARKS: Final = frozenset("\"')]")
 
 _PAUSE_MARKS: Final = frozenset(".,;:?!")
@@ -492,7 +495,7 @@ def _abbreviation(match: re.Match[str]) -> str:
         name = MONTH_ABBREVIATIONS.get(word) or WEEKDAY_ABBREVIATIONS[word]
         return name + "." if _ends_sentence(match) else name  # "Closed on Sat." keeps its full stop
     expansion = ABBREVIATIONS.get(word)
-    if expansion is not None and (dotted or "." in word):
+    if expansion is not None and (dotted or "." in word or word in UNDOTTED_ABBREVIATIONS):
         words, may_end_sentence = expansion
         if dotted and may_end_sentence and _ends_sentence(match):
             return words + "."
@@ -580,7 +583,13 @@ def _ampersand(match: re.Match[str]) -> str:
 
 
 def _hash_number(match: re.Match[str]) -> str:
-    return "number "
+    """"#5" is "number 5"; after a word ("ID#5") with a space before it too."""
+    return " number " if match.string[match.start() - 1 : match.start()].isalnum() else "number "
+
+
+def _magnitude(match: re.Match[str]) -> str:
+    """"10M users", "2.5M", "1.2bn", "10k steps": a number of millions, billions or thousands."""
+    return numbers.number(match.group("mag_amount")) + " " + _MAGNITUDE_SUFFIXES[match.group("mag_suffix")]
 
 
 def _times(match: re.Match[str]) -> str:
@@ -653,6 +662,7 @@ _EXPANDERS: Final[dict[str, Callable[[re.Match[str]], str]]] = {
     "caret_power": _caret_power,
     "superscript_power": _superscript_power,
     "ellipsis": _ellipsis,
+    "magnitude": _magnitude,
     "times": _times,
     "line_mark": _markup,
     "emphasis": _markup,
