@@ -26,6 +26,7 @@ from libs.settings.fields import setting
 from libs.wire.headers import (
     FAST_MODEL_VERSION_METADATA_KEY,
     GATEWAY_METADATA_KEY,
+    LISTENING_METADATA,
     MODEL_VERSION_METADATA_KEY,
     PUSHBACK_METADATA_KEY,
     STREAM_ACCEPTED_METADATA,
@@ -125,10 +126,13 @@ def refusal_reason(
     capacity_audio_s_per_s: float = 0.0,
     behind_s: float = 0.0,
     step_s: float = 0.0,
+    listening: bool = False,
 ) -> str | None:
     """Why a new stream must be refused given the worker's state, or None to admit it: `behind_s` is
     how late the most urgent waiting step is to start, `step_s` what one step takes now (0: not known,
-    and then lateness is not judged)."""
+    and then lateness is not judged). A stream whose listener already has audio of its utterance
+    (`listening`) is judged by the hard limits alone: the gateway admitted it, and refusing it here
+    would cut the listener off mid-utterance rather than keep work away."""
     if settings.max_streams and open_streams >= settings.max_streams:
         return f"{open_streams} streams open (limit {settings.max_streams})"
     if settings.max_queue_depth and queue_depth >= settings.max_queue_depth:
@@ -137,7 +141,7 @@ def refusal_reason(
         return f"process memory {rss_mb:.0f} MiB is above {settings.max_rss_mb} MiB"
     if settings.min_free_gpu_mb and free_gpu_mb is not None and free_gpu_mb < settings.min_free_gpu_mb:
         return f"free GPU memory {free_gpu_mb:.0f} MiB is below {settings.min_free_gpu_mb} MiB"
-    if open_streams == 0 or not settings.realtime_headroom:
+    if open_streams == 0 or not settings.realtime_headroom or listening:
         return None  # a worker serving no stream always takes one: there is nothing to protect
     if step_s > 0 and behind_s > step_s:
         return f"its most urgent step is {behind_s * 1000:.0f} ms late to start: the listeners it serves would run dry"
@@ -186,6 +190,7 @@ class Admission:
             capacity_audio_s_per_s=self.capacity_audio_s_per_s,
             behind_s=self.scheduler.behind_s() if self.scheduler is not None else 0.0,
             step_s=self.scheduler.step_lead_s() if self.scheduler is not None else 0.0,
+            listening=LISTENING_METADATA in tuple(context.invocation_metadata() or ()),
         )
         if reason is not None:
             _log.warning("refusing a new stream: %s", reason)

@@ -373,7 +373,9 @@ class VoiceServicer:
 
     async def GetLoad(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         shelf = await self._ready_shelf(context)
-        return with_voices(self._scheduler.load(self._admission.by_gateway, self._admission.settings.realtime_capacity), shelf)
+        load = with_voices(self._scheduler.load(self._admission.by_gateway, self._admission.settings.realtime_capacity), shelf)
+        load.stream_limit = self._admission.settings.max_streams
+        return load
 
 
 def stream_voice(context: grpc.aio.ServicerContext) -> str:

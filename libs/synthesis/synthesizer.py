@@ -30,7 +30,7 @@ from libs.synthesis.resume import resumed_sentences
 from libs.synthesis.text_side import TextSide
 from libs.text.frontend import Sentence
 from libs.text.ssml import looks_like_ssml
-from libs.upstream.metrics import SHED_CLIENT_LIMIT, SHED_GATEWAY_FULL, SHED_PREEMPTED, SHED_REALTIME
+from libs.upstream.metrics import SHED_CLIENT_LIMIT, SHED_GATEWAY_FULL, SHED_PREEMPTED, SHED_REALTIME, SHED_WORKERS_SATURATED
 from libs.upstream.pool import WorkerPool
 from libs.voice.inputs import SynthesisParams
 from libs.voice.tiers import AUTO, FAST, QUALITY
@@ -242,6 +242,16 @@ class Synthesizer:
             raise DownstreamError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"the gateway is serving its limit of {self._max_streams} streams; retry with backoff",
+                retry_after_s=self.admission.retry_after_s() if self.admission is not None else None,
+            )
+        slots = self._pool.stream_slots()
+        if slots is not None and self._open_streams + self._pool.other_gateways_streams() >= slots:
+            # The workers would refuse its streams, perhaps after its first audio: refused here, whole.
+            self._pool.metrics.shed(SHED_WORKERS_SATURATED)
+            raise DownstreamError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the workers take {slots} streams at once and all are taken; retry with backoff",
+                retry_after_s=self.admission.retry_after_s() if self.admission is not None else None,
             )
         limit = self.client_limit() if client else None
         held = self._client_streams.get(client, 0)
@@ -252,6 +262,7 @@ class Synthesizer:
                 f"this client already has {held} streams open here, its limit (at most {self._max_streams_per_client or 'any number'} "
                 "per client, and of what the workers take at once all but an eighth, kept for other clients); "
                 "finish or cancel one before starting another",
+                retry_after_s=self.admission.retry_after_s() if self.admission is not None else None,
             )
         asked = options.tier if options is not None else ""
         can_move = asked == AUTO and options is not None and FAST in options.voice.tiers

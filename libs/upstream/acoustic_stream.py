@@ -75,6 +75,8 @@ class ResumableAcousticStream(ResumableCall):
         # Only workers running the model the cache key was made with may answer.
         self._attempts_for(request.expected_model_version)
         self._sentence_index, self._next_frame = request.sentence_index, 0
+        # A first call for a later sentence: the ones before it came from the cache, to the listener.
+        self._under_way = self._under_way or request.sentence_index > 0
         while True:
             try:
                 if self._call is None:
@@ -113,7 +115,8 @@ class ResumableAcousticStream(ResumableCall):
                 await self._recover(error)
 
     def _start(self, endpoint: Endpoint, timeout_s: float | None) -> Any:
-        return self._pool.acoustic_stub(endpoint).SynthesizeMel(timeout=timeout_s, metadata=self._pool.stream_metadata(self._voice))
+        metadata = self._open_metadata(self._pool.stream_metadata(self._voice))
+        return self._pool.acoustic_stub(endpoint).SynthesizeMel(timeout=timeout_s, metadata=metadata)
 
     def _position(self) -> str:
         return f"in sentence {self._sentence_index} at frame {self._next_frame}"

@@ -301,15 +301,21 @@ class WorkerPool:
         return min(1.0, (acoustic_s + vocoder_s * max(shares)) / (acoustic_s + vocoder_s))
 
     def stream_slots(self) -> int | None:
-        """Streams the available workers take at once, as they said when they admitted a stream (the
-        smaller of the acoustic and the vocoder sums); None while a kind's workers set no limit or
-        have not said theirs."""
+        """Streams the available workers take at once, as they said when they admitted a stream or in
+        their load (the smaller of the acoustic and the vocoder sums); None while a kind's workers set
+        no limit or have not said theirs."""
         sums = []
         for kind in KINDS:
-            limits = [status.stream_limit for status in self._tables[kind].statuses() if status.available]
+            limits = [self._stream_limit(status) for status in self._tables[kind].statuses() if status.available]
             if limits and all(limit for limit in limits):
                 sums.append(sum(limit for limit in limits if limit))
         return min(sums) if sums else None
+
+    def _stream_limit(self, status: EndpointStatus) -> int | None:
+        if status.stream_limit is not None:
+            return status.stream_limit
+        known = self.loads.load(status.endpoint)
+        return known.load.stream_limit if known is not None and known.load.stream_limit else None
 
     def other_gateways_streams(self) -> int:
         """Streams other gateways hold on the available workers, as the workers last said (of whichever

@@ -22,12 +22,14 @@ import grpc
 
 from libs.routing.attempts import AttemptFailure, Attempts
 from libs.routing.endpoints import Endpoint
-from libs.routing.retry import RetryDecision
+from libs.routing.retry import RetryDecision, parse_pushback
 from libs.telemetry.tracing import attempt_span
 from libs.upstream.calls import CALL_ERRORS, CallReader, Deadline, accepted, failure_of
 from libs.upstream.metrics import SHED_RETRY_BUDGET, SHED_WORKERS_SATURATED
+from libs.upstream.playback import PlaybackClock
 from libs.upstream.pool import WorkerPool
 from libs.wire.errors import DownstreamError, NoWorkerError
+from libs.wire.headers import LISTENING_METADATA
 
 _log = logging.getLogger(__name__)
 
@@ -58,6 +60,11 @@ class ResumableCall(ABC):
         """Since when the worker owes an answer (None: it owes nothing, so its silence is fine)."""
         self._progressed = False
         """Whether the client has audio of this utterance: from then on a reopen is a resume."""
+        self._clock: PlaybackClock | None = None
+        """The listener's clock, where the stream has one (set by the kinds that take it)."""
+        self._under_way = False
+        """Whether earlier sentences of the utterance are on their way to the listener without this
+        stream (served from the cache before any call was opened)."""
         self._free_resume_spent = False
         """Whether this stream has had its one resume outside the retry budget (see `_recover`)."""
         self._cancelled = False
@@ -73,6 +80,13 @@ class ResumableCall(ABC):
     def _owed_on_open(self) -> float | None:
         """`_owed_since_s` for a call that has just been started."""
         return None
+
+    def _open_metadata(self, metadata: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+        """`metadata` for a new call, marked LISTENING_METADATA once the listener has audio of the
+        utterance, or has it coming: from its worker, or from the cache before any call was opened."""
+        clock = self._clock
+        listening = self._progressed or self._under_way or (clock is not None and clock.started)
+        return (*metadata, LISTENING_METADATA) if listening else metadata
 
     def cancel(self) -> None:
         """Cancel the call at once (client gone or utterance failed); the stream never reopens."""
@@ -190,9 +204,12 @@ class ResumableCall(ABC):
             budget_spent = decision is not None and decision.reason == "budget"
             self._pool.metrics.shed(SHED_RETRY_BUDGET if budget_spent else SHED_WORKERS_SATURATED)
             broke = f"; its stream broke on another ({failure.details})" if failure is not refused and failure is not None else ""
+            pushback = parse_pushback(refused.trailers)
             return DownstreamError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"every {self.kind} worker that could take this request is overloaded ({refused.details}){broke}; retry with backoff",
+                # The worker's pushback is the client's hint: a 429 then says Retry-After, a gRPC refusal its pushback.
+                retry_after_s=pushback.delay_s if pushback is not None else None,
             )
         if failure is None:
             return NoWorkerError(f"no {self.kind} worker is available right now; retry shortly")

@@ -222,7 +222,8 @@ class ResumableVocoderStream(ResumableCall):
         return current.frames_sent - self._start_of(current.index) // self._hop_length >= UNANSWERED_FRAMES_OWED
 
     def _start(self, endpoint: Endpoint, timeout_s: float | None) -> Any:
-        return self._pool.vocoder_stub(endpoint).Vocode(timeout=timeout_s, metadata=self._pool.stream_metadata(self._voice, self._speaker_id, self._tier))
+        metadata = self._open_metadata(self._pool.stream_metadata(self._voice, self._speaker_id, self._tier))
+        return self._pool.vocoder_stub(endpoint).Vocode(timeout=timeout_s, metadata=metadata)
 
     def _owed_on_open(self) -> float | None:
         return time.monotonic() if self._owes() else None

@@ -31,5 +31,10 @@ TIER_METADATA_KEY: Final = "tts-tier"
 """Header a gateway sends when it opens a vocoder stream: the tier of the voice it speaks in (none:
 quality; libs.voice.tiers). The gateway sends the same header to its clients: the tier a stream was
 spoken in."""
+LISTENING_METADATA: Final = ("tts-listening", "1")
+"""Header a gateway sends when it opens a worker stream for an utterance whose listener already has
+audio of it (a cached first sentence, or a stream moved to another worker). The gateway admitted the
+stream; a worker admits it past its real-time checks, because refusing it would cut the listener off
+mid-utterance, not keep work away (the hard limits still apply)."""
 PUSHBACK_METADATA_KEY: Final = "grpc-retry-pushback-ms"
 """Trailing metadata key a worker sets to say how long to wait (milliseconds) or, if negative, not to retry."""

@@ -305,6 +305,7 @@ async def test_every_worker_refusing_sheds_the_request_quickly(mesh: ToyMesh) ->
         with pytest.raises(DownstreamError) as raised:
             await _speak(pool)
         assert raised.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert raised.value.retry_after_s == pytest.approx(0.020)  # the workers' pushback, the client's hint
         assert time.monotonic() - started < 1.0
         assert [servicer.streams for servicer in refusing] == [1, 1]
         assert _metric(pool, "tts_gateway_shed_total", reason="workers_saturated") == 1

@@ -42,6 +42,12 @@ class _Pool:
     def stream_slots(self) -> int | None:
         return self.slots
 
+    def other_gateways_streams(self) -> int:
+        return self.others
+
+    others = 0
+    """Streams other gateways hold on the workers."""
+
     def fast_tier_cost(self) -> float:
         return self._fast_tier_cost
 
@@ -173,6 +179,22 @@ def test_a_client_leaves_an_eighth_of_what_the_workers_take_to_the_others() -> N
         synthesizer._take_slot("greedy", 1.0)
     other = synthesizer._take_slot("other", 1.0)  # the eighth kept back is there for everyone else
     for slot in (*greedy, other):
+        slot.release()
+
+
+def test_no_more_streams_are_admitted_than_the_workers_take_with_other_gateways_streams() -> None:
+    """Past what the workers take, a stream would be refused by them after the gateway admitted it,
+    perhaps after its first audio (a cached first sentence): it is refused here, whole, instead."""
+    pool = _Pool(slots=4)
+    pool.others = 1
+    synthesizer = _synthesizer(pool=pool)
+    held = [synthesizer._take_slot(f"client-{n}", 1.0) for n in range(3)]
+    with pytest.raises(DownstreamError, match="the workers take 4 streams at once") as refused:
+        synthesizer._take_slot("client-x", 1.0)
+    assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    held.pop().release()
+    synthesizer._take_slot("client-x", 1.0).release()
+    for slot in held:
         slot.release()
 
 

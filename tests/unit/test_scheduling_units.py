@@ -306,12 +306,24 @@ def test_a_player_stalls_only_when_its_buffer_runs_dry_before_the_end() -> None:
     assert playback_stalls([]) == (0.0, 0.0)
 
 
-def _reason(open_streams: int, capacity: float, headroom: float = 0.9, behind_s: float = 0.0, step_s: float = 0.0) -> str | None:
-    settings = AdmissionSettings(max_streams=0, max_queue_depth=0, realtime_headroom=headroom)
+def _reason(
+    open_streams: int, capacity: float, headroom: float = 0.9, behind_s: float = 0.0, step_s: float = 0.0, listening: bool = False,
+    max_streams: int = 0,
+) -> str | None:
+    settings = AdmissionSettings(max_streams=max_streams, max_queue_depth=0, realtime_headroom=headroom)
     return refusal_reason(
         settings, open_streams=open_streams, queue_depth=0, rss_mb=0.0, free_gpu_mb=None, capacity_audio_s_per_s=capacity,
-        behind_s=behind_s, step_s=step_s,
+        behind_s=behind_s, step_s=step_s, listening=listening,
     )  # fmt: skip
+
+
+def test_a_stream_whose_listener_already_hears_it_is_held_to_the_hard_limits_only() -> None:
+    assert _reason(5, 10.0, behind_s=0.3, step_s=0.05) is not None  # late: a new stream is refused
+    assert _reason(30, 10.0) is not None  # past the overcommit
+    assert _reason(5, 10.0, behind_s=0.3, step_s=0.05, listening=True) is None
+    assert _reason(30, 10.0, listening=True) is None
+    refused = _reason(30, 10.0, listening=True, max_streams=30)
+    assert refused is not None and "limit 30" in refused
 
 
 def test_a_worker_refuses_past_its_overcommit_of_the_real_time_capacity_or_when_it_is_late() -> None:

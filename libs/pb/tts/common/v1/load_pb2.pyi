@@ -23,7 +23,7 @@ class VocoderPacing(_message.Message):
     def __init__(self, lag_frames: _Optional[int] = ..., first_step_frames: _Optional[int] = ..., step_growth: _Optional[float] = ..., max_step_frames: _Optional[int] = ...) -> None: ...
 
 class WorkerLoad(_message.Message):
-    __slots__ = ("capacity_streams", "open_streams", "cpu_s_per_audio_s", "budget_cores", "step_lead_ms", "plan_fixed_ms", "plan_per_id_ms", "pacing", "queued_cpu_s", "first_step_ms", "open_streams_by_gateway", "voices", "loaded_voices", "fast_tier_cost", "piece_lead_ms")
+    __slots__ = ("capacity_streams", "open_streams", "cpu_s_per_audio_s", "budget_cores", "step_lead_ms", "plan_fixed_ms", "plan_per_id_ms", "pacing", "queued_cpu_s", "first_step_ms", "open_streams_by_gateway", "voices", "loaded_voices", "fast_tier_cost", "piece_lead_ms", "stream_limit")
     class OpenStreamsByGatewayEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +46,7 @@ class WorkerLoad(_message.Message):
     LOADED_VOICES_FIELD_NUMBER: _ClassVar[int]
     FAST_TIER_COST_FIELD_NUMBER: _ClassVar[int]
     PIECE_LEAD_MS_FIELD_NUMBER: _ClassVar[int]
+    STREAM_LIMIT_FIELD_NUMBER: _ClassVar[int]
     capacity_streams: float
     open_streams: int
     cpu_s_per_audio_s: float
@@ -61,4 +62,5 @@ class WorkerLoad(_message.Message):
     loaded_voices: _containers.RepeatedScalarFieldContainer[str]
     fast_tier_cost: float
     piece_lead_ms: float
-    def __init__(self, capacity_streams: _Optional[float] = ..., open_streams: _Optional[int] = ..., cpu_s_per_audio_s: _Optional[float] = ..., budget_cores: _Optional[float] = ..., step_lead_ms: _Optional[float] = ..., plan_fixed_ms: _Optional[float] = ..., plan_per_id_ms: _Optional[float] = ..., pacing: _Optional[_Union[VocoderPacing, _Mapping]] = ..., queued_cpu_s: _Optional[float] = ..., first_step_ms: _Optional[float] = ..., open_streams_by_gateway: _Optional[_Mapping[str, int]] = ..., voices: _Optional[_Iterable[str]] = ..., loaded_voices: _Optional[_Iterable[str]] = ..., fast_tier_cost: _Optional[float] = ..., piece_lead_ms: _Optional[float] = ...) -> None: ...
+    stream_limit: int
+    def __init__(self, capacity_streams: _Optional[float] = ..., open_streams: _Optional[int] = ..., cpu_s_per_audio_s: _Optional[float] = ..., budget_cores: _Optional[float] = ..., step_lead_ms: _Optional[float] = ..., plan_fixed_ms: _Optional[float] = ..., plan_per_id_ms: _Optional[float] = ..., pacing: _Optional[_Union[VocoderPacing, _Mapping]] = ..., queued_cpu_s: _Optional[float] = ..., first_step_ms: _Optional[float] = ..., open_streams_by_gateway: _Optional[_Mapping[str, int]] = ..., voices: _Optional[_Iterable[str]] = ..., loaded_voices: _Optional[_Iterable[str]] = ..., fast_tier_cost: _Optional[float] = ..., piece_lead_ms: _Optional[float] = ..., stream_limit: _Optional[int] = ...) -> None: ...
