@@ -18,11 +18,14 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from libs.synthesis.text_side import TextLimits
+from libs.text.errors import EmptyTextError, TextTooLongError
 from libs.text.frontend import Sentence
 from libs.text.frontends import front_end_name, frontend_for
+from libs.text.normalize import has_speakable_characters
 from libs.text.phonemizer_pool import FrontendSpec, PhonemizerPool
 from libs.text.reading import ReadingRules
 from libs.text.sentences import is_cut_short
+from libs.text.ssml import looks_like_ssml, parse_ssml
 from libs.voice.registry import Voice, VoiceRegistry
 from libs.wire.errors import InvalidRequestError
 
@@ -99,6 +102,19 @@ def language_espeak_voice(tag: str) -> tuple[str, str]:
     return found
 
 
+def _spoken_texts(text: str, max_text_chars: int) -> list[str]:
+    """The texts `text` is spoken as: itself, or an SSML document's segments with words in them (a
+    text that starts with <speak> is SSML here as where it is spoken; SsmlError names what is wrong)."""
+    if not looks_like_ssml(text):
+        return [text]
+    if len(text) > max_text_chars:
+        raise TextTooLongError(len(text), max_text_chars)
+    spoken = [segment.text for segment in parse_ssml(text) if has_speakable_characters(segment.text)]
+    if not spoken:
+        raise EmptyTextError("the SSML document has no words to speak")
+    return spoken
+
+
 class PhonemeReader:
     """Readings of texts through the gateway's text processes."""
 
@@ -127,11 +143,12 @@ class PhonemeReader:
             name, id_map = None, self._registry.default.phoneme_id_map()
         # Its own name in the text processes: a process keeps one front end per name.
         spec, frontend = self._front_end(f"reading:{name or tag}", id_map, espeak_voice)
-        chunks = await asyncio.to_thread(frontend.chunks, text)
         sentences: list[Sentence] = []
-        for index, chunk in enumerate(chunks):
-            continues = index < len(chunks) - 1 and is_cut_short(chunk)
-            sentences.extend(await self._pool.sentences(spec, chunk, continues))
+        for part in await asyncio.to_thread(_spoken_texts, text, self._max_text_chars):
+            chunks = await asyncio.to_thread(frontend.chunks, part)
+            for index, chunk in enumerate(chunks):
+                continues = index < len(chunks) - 1 and is_cut_short(chunk)
+                sentences.extend(await self._pool.sentences(spec, chunk, continues))
         return Reading(
             language=tag,
             espeak_voice=espeak_voice,

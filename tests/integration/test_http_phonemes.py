@@ -1,5 +1,6 @@
 """`POST /v1/audio/phonemes` on the HTTP door's route, with real text processes: a voice or a
-language alone, Mandarin pinyin, and OpenAI-shaped errors that name what is known."""
+language alone, Mandarin pinyin, SSML read as it is spoken (not its markup), and OpenAI-shaped errors
+that name what is known."""
 
 from __future__ import annotations
 
@@ -89,3 +90,15 @@ async def test_text_with_nothing_to_say_and_a_body_over_the_limit_are_refused(cl
     assert empty.status_code == 400
     large = await client.post(PHONEMES_PATH, json={"input": "好" * MAX_BODY_BYTES, "language": "zh"})
     assert large.status_code == 413
+
+
+async def test_ssml_is_read_as_it_is_spoken_not_as_its_markup(client: httpx.AsyncClient) -> None:
+    voice = default_registry().default.name
+    document = '<speak>Hello <break time="300ms"/> there. <say-as interpret-as="characters">tv</say-as> time.</speak>'
+    answer = await client.post(PHONEMES_PATH, json={"input": document, "voice": voice})
+    assert answer.status_code == 200
+    texts = [s["text"] for s in answer.json()["sentences"]]
+    assert " ".join(texts).split() == ["Hello", "there.", "T", "V", "time."]
+    assert not any("speak" in s["phonemes"] or "<" in s["text"] for s in answer.json()["sentences"])
+    refused = await client.post(PHONEMES_PATH, json={"input": "<speak><audio src='x'/></speak>", "voice": voice})
+    assert refused.status_code == 400 and "<audio>" in refused.json()["error"]["message"]
