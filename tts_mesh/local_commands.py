@@ -74,7 +74,7 @@ def _phonemes(args: argparse.Namespace) -> int:
 
 
 def _read_here(text: str, voice: str | None, language: str | None, voices_dir: Path | None) -> dict:
-    from libs.synthesis.phoneme_reading import Reading, SentenceReading, language_espeak_voice
+    from libs.synthesis.phoneme_reading import Reading, SentenceReading, language_espeak_voice, spoken_texts
     from libs.synthesis.text_side import TextLimits
     from libs.text.errors import TextError
     from libs.text.frontends import front_end_name, frontend_for
@@ -96,7 +96,7 @@ def _read_here(text: str, voice: str | None, language: str | None, voices_dir: P
             id_map, espeak_voice, max_phoneme_ids=limits.max_sentence_ids, max_word_chars=limits.max_word_chars,
             reading=ReadingRules(written_forms=limits.read_written_forms, heteronyms=limits.read_heteronyms),
         )  # fmt: skip
-        sentences = frontend.sentences(text)
+        sentences = [sentence for part in spoken_texts(text, frontend.max_text_chars) for sentence in frontend.sentences(part)]
     except (TextError, UnknownVoiceError, InvalidRequestError, ValueError) as error:
         return {"error": {"message": str(error), "type": "invalid_request_error", "param": None, "code": None}}
     reading = Reading(tag, espeak_voice, front_end_name(espeak_voice), name)

@@ -102,7 +102,7 @@ def language_espeak_voice(tag: str) -> tuple[str, str]:
     return found
 
 
-def _spoken_texts(text: str, max_text_chars: int) -> list[str]:
+def spoken_texts(text: str, max_text_chars: int) -> list[str]:
     """The texts `text` is spoken as: itself, or an SSML document's segments with words in them (a
     text that starts with <speak> is SSML here as where it is spoken; SsmlError names what is wrong)."""
     if not looks_like_ssml(text):
@@ -144,7 +144,7 @@ class PhonemeReader:
         # Its own name in the text processes: a process keeps one front end per name.
         spec, frontend = self._front_end(f"reading:{name or tag}", id_map, espeak_voice)
         sentences: list[Sentence] = []
-        for part in await asyncio.to_thread(_spoken_texts, text, self._max_text_chars):
+        for part in await asyncio.to_thread(spoken_texts, text, self._max_text_chars):
             chunks = await asyncio.to_thread(frontend.chunks, part)
             for index, chunk in enumerate(chunks):
                 continues = index < len(chunks) - 1 and is_cut_short(chunk)

@@ -26,6 +26,15 @@ def test_phonemes_as_json_answer_as_the_http_route_does(capsys: pytest.CaptureFi
     assert answer["sentences"][0]["phoneme_ids"][:2] == [1, 0]
 
 
+def test_ssml_is_read_here_as_it_is_spoken_not_as_its_markup(capsys: pytest.CaptureFixture[str]) -> None:
+    document = '<speak>Hello <break time="300ms"/> there. <sub alias="World Wide Web">WWW</sub>.</speak>'
+    assert main(["phonemes", document, "--voice", "en_US-joe-medium", "--json"]) == 0
+    texts = [sentence["text"] for sentence in json.loads(capsys.readouterr().out)["sentences"]]
+    assert " ".join(texts).split() == ["Hello", "there.", "World", "Wide", "Web."]
+    assert main(["phonemes", "<speak><audio src='x'/></speak>", "--voice", "en_US-joe-medium"]) == 1
+    assert "<audio>" in capsys.readouterr().err
+
+
 def test_an_unknown_language_fails_saying_which_are_known(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["phonemes", "hi", "--language", "tlh"]) == 1
     assert "known languages: en, en-US, en-GB, zh, zh-CN" in capsys.readouterr().err
