@@ -23,6 +23,7 @@ adds before espeak-ng on the path to first audio).
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -268,7 +269,8 @@ def first_sentence_ms(texts: Sequence[str], read: bool, rounds: int = 3) -> floa
 
 def report_lines(misses: list[str]) -> list[str]:
     """The report as markdown lines (the table, then the costs); what was read wrongly goes to `misses`."""
-    ours, piper = our_front_end(), piper_front_end()
+    # Each text is phonemised once per front end: the phoneme and the break scores read the same phonemes.
+    ours, piper = functools.cache(our_front_end()), functools.cache(piper_front_end())
     sets = (
         ("development", load_written_forms(WRITTEN_FORMS), load_heteronym_cases(HETERONYMS)),
         ("held out", load_written_forms(WRITTEN_FORMS_HELD_OUT), load_heteronym_cases(HETERONYMS_HELD_OUT)),

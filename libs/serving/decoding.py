@@ -6,7 +6,7 @@ client cannot tell from a crash. `RequestDecodingInterceptor` gives every method
 parser is a message class's `FromString` the decoder of `libs.wire.request_decoding` instead, and
 answers what it could not decode with INVALID_ARGUMENT and that decoder's reason (the field and
 byte, or that the bytes are not the message). Handlers with a decoder of their own (the gateway's)
-are left as they are.
+keep it, and answer what it could not decode themselves.
 
 A call of a method that takes one request message can also end before that message is whole: its
 request stream closes with no message, or with the first bytes of one (a client or proxy that cut
@@ -52,84 +52,43 @@ class RequestDecodingInterceptor(grpc.aio.ServerInterceptor):
         method = handler_call_details.method
         given, guarded = self._handlers.get(method, (None, None))
         if given is not handler or guarded is None:
-            guarded = _whole_request(_decoding(handler) or handler)
+            guarded = _guarded(handler)
             self._handlers[method] = (handler, guarded)
         return guarded
 
 
-def _decoding(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler | None:
-    """`handler` with the safe decoder, or None when it has no message-class parser to replace."""
+def _guarded(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """`handler` with the safe decoder where it has a message-class parser (what it cannot decode
+    refused), and, where it takes one request message, served as a request stream whose first
+    message it reads itself (a stream that ends before one is whole refused). Handlers that are not
+    asyncio functions are left as they are."""
+    behaviour = handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream
+    if not _is_async(behaviour):
+        return handler
     message_type = getattr(handler.request_deserializer, "__self__", None)
-    if not (isinstance(message_type, type) and issubclass(message_type, Message)):
-        return None
-    decode = request_decoder(message_type)
-    if handler.unary_unary is not None:
-        return handler._replace(request_deserializer=decode, unary_unary=_unary(handler.unary_unary))
-    if handler.unary_stream is not None:
-        return handler._replace(request_deserializer=decode, unary_stream=_unary(handler.unary_stream))
+    decodes = isinstance(message_type, type) and issubclass(message_type, Message)
+    if decodes:
+        handler = handler._replace(request_deserializer=request_decoder(message_type))
+    single = handler.unary_unary or handler.unary_stream
+    if single is not None:
+        take = _first_refused if decodes else _first
+        if handler.unary_unary is not None:
+            return handler._replace(request_streaming=True, unary_unary=None, stream_unary=_adapted(single, take))
+        return handler._replace(request_streaming=True, unary_stream=None, stream_stream=_adapted(single, take))
+    if not decodes:
+        return handler
     if handler.stream_unary is not None:
-        return handler._replace(request_deserializer=decode, stream_unary=_streamed(handler.stream_unary))
-    return handler._replace(request_deserializer=decode, stream_stream=_streamed(handler.stream_stream))
+        return handler._replace(stream_unary=_adapted(handler.stream_unary, _checked_stream))
+    return handler._replace(stream_stream=_adapted(handler.stream_stream, _checked_stream))
+
+
+def _is_async(behaviour: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(behaviour) or inspect.isasyncgenfunction(behaviour)
 
 
 async def _refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
     if isinstance(request, UndecodableRequest):
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
-
-
-def _unary(behaviour: Callable[..., Any]) -> Callable[..., Any]:
-    if inspect.isasyncgenfunction(behaviour):
-
-        async def responses(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            await _refuse(request, context)
-            async with aclosing(behaviour(request, context)) as inner:
-                async for response in inner:
-                    yield response
-
-        return responses
-
-    async def response(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await _refuse(request, context)
-        return await behaviour(request, context)
-
-    return response
-
-
-async def _checked(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-    async for request in requests:
-        await _refuse(request, context)
-        yield request
-
-
-def _streamed(behaviour: Callable[..., Any]) -> Callable[..., Any]:
-    if inspect.isasyncgenfunction(behaviour):
-
-        async def responses(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            async with aclosing(behaviour(_checked(requests, context), context)) as inner:
-                async for response in inner:
-                    yield response
-
-        return responses
-
-    async def response(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
-        return await behaviour(_checked(requests, context), context)
-
-    return response
-
-
-
-def _whole_request(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-    """`handler`, where it takes one request message, as a handler of a request stream that answers
-    a stream ending before its first message is whole with INVALID_ARGUMENT."""
-    if handler.unary_unary is not None and _is_async(handler.unary_unary):
-        return handler._replace(request_streaming=True, unary_unary=None, stream_unary=_from_first(handler.unary_unary))
-    if handler.unary_stream is not None and _is_async(handler.unary_stream):
-        return handler._replace(request_streaming=True, unary_stream=None, stream_stream=_from_first(handler.unary_stream))
-    return handler
-
-
-def _is_async(behaviour: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(behaviour) or inspect.isasyncgenfunction(behaviour)
 
 
 async def _first(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
@@ -138,18 +97,36 @@ async def _first(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, NO_WHOLE_REQUEST)
 
 
-def _from_first(behaviour: Callable[..., Any]) -> Callable[..., Any]:
+async def _first_refused(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+    request = await _first(requests, context)
+    await _refuse(request, context)
+    return request
+
+
+async def _checked(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+    async for request in requests:
+        await _refuse(request, context)
+        yield request
+
+
+async def _checked_stream(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+    """`requests` with what could not be decoded refused as it comes (an argument for `_adapted`)."""
+    return _checked(requests, context)
+
+
+def _adapted(behaviour: Callable[..., Any], argument: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+    """`behaviour` as a request-stream handler that passes it `await argument(requests, context)`;
+    an async generator's responses are closed in the call's own task however the call ends."""
     if inspect.isasyncgenfunction(behaviour):
 
         async def responses(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            request = await _first(requests, context)
-            async with aclosing(behaviour(request, context)) as inner:
+            async with aclosing(behaviour(await argument(requests, context), context)) as inner:
                 async for response in inner:
                     yield response
 
         return responses
 
     async def response(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
-        return await behaviour(await _first(requests, context), context)
+        return await behaviour(await argument(requests, context), context)
 
     return response

@@ -18,14 +18,13 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from libs.synthesis.text_side import TextLimits
-from libs.text.errors import EmptyTextError, TextTooLongError
+from libs.text.errors import TextTooLongError
 from libs.text.frontend import Sentence
 from libs.text.frontends import front_end_name, frontend_for
-from libs.text.normalize import has_speakable_characters
 from libs.text.phonemizer_pool import FrontendSpec, PhonemizerPool
 from libs.text.reading import ReadingRules
 from libs.text.sentences import is_cut_short
-from libs.text.ssml import looks_like_ssml, parse_ssml
+from libs.text.ssml import looks_like_ssml, parse_ssml, spoken_segments
 from libs.voice.registry import Voice, VoiceRegistry
 from libs.wire.errors import InvalidRequestError
 
@@ -109,10 +108,7 @@ def spoken_texts(text: str, max_text_chars: int) -> list[str]:
         return [text]
     if len(text) > max_text_chars:
         raise TextTooLongError(len(text), max_text_chars)
-    spoken = [segment.text for segment in parse_ssml(text) if has_speakable_characters(segment.text)]
-    if not spoken:
-        raise EmptyTextError("the SSML document has no words to speak")
-    return spoken
+    return [segment.text for segment in spoken_segments(parse_ssml(text))]
 
 
 class PhonemeReader:

@@ -227,6 +227,13 @@ class Synthesizer:
             limit = share if limit is None else min(limit, share)
         return limit
 
+    def _shed(self, reason: str, message: str) -> DownstreamError:
+        """A refusal for room (RESOURCE_EXHAUSTED), counted as shed for `reason`, with admission's
+        hint of when to retry where admission is on."""
+        self._pool.metrics.shed(reason)
+        retry_after_s = self.admission.retry_after_s() if self.admission is not None else None
+        return DownstreamError(grpc.StatusCode.RESOURCE_EXHAUSTED, message, retry_after_s=retry_after_s)
+
     def _take_slot(self, client: str, expected_audio_s: float, options: SynthesisOptions | None = None, characters: int = 0) -> _Slot:
         """Count one stream of `client` until its slot is released (or dropped), or shed it with
         RESOURCE_EXHAUSTED when the gateway is full, the client holds its limit of streams, or the
@@ -238,31 +245,19 @@ class Synthesizer:
         listeners back within the auto share (`_degrade`): the mesh degrades before it is full, where
         listeners would run dry first."""
         if self._open_streams >= self._max_streams:
-            self._pool.metrics.shed(SHED_GATEWAY_FULL)
-            raise DownstreamError(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"the gateway is serving its limit of {self._max_streams} streams; retry with backoff",
-                retry_after_s=self.admission.retry_after_s() if self.admission is not None else None,
-            )
+            raise self._shed(SHED_GATEWAY_FULL, f"the gateway is serving its limit of {self._max_streams} streams; retry with backoff")
         slots = self._pool.stream_slots()
         if slots is not None and self._open_streams + self._pool.other_gateways_streams() >= slots:
             # The workers would refuse its streams, perhaps after its first audio: refused here, whole.
-            self._pool.metrics.shed(SHED_WORKERS_SATURATED)
-            raise DownstreamError(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"the workers take {slots} streams at once and all are taken; retry with backoff",
-                retry_after_s=self.admission.retry_after_s() if self.admission is not None else None,
-            )
+            raise self._shed(SHED_WORKERS_SATURATED, f"the workers take {slots} streams at once and all are taken; retry with backoff")
         limit = self.client_limit() if client else None
         held = self._client_streams.get(client, 0)
         if limit is not None and held >= limit:
-            self._pool.metrics.shed(SHED_CLIENT_LIMIT)
-            raise DownstreamError(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
+            raise self._shed(
+                SHED_CLIENT_LIMIT,
                 f"this client already has {held} streams open here, its limit (at most {self._max_streams_per_client or 'any number'} "
                 "per client, and of what the workers take at once all but an eighth, kept for other clients); "
                 "finish or cancel one before starting another",
-                retry_after_s=self.admission.retry_after_s() if self.admission is not None else None,
             )
         asked = options.tier if options is not None else ""
         can_move = asked == AUTO and options is not None and FAST in options.voice.tiers
@@ -281,8 +276,7 @@ class Synthesizer:
             if refusal is not None:
                 refusal = self._take_place(client, listener, refusal)
             if refusal is not None:
-                self._pool.metrics.shed(SHED_REALTIME)
-                raise DownstreamError(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal, retry_after_s=self.admission.retry_after_s())
+                raise self._shed(SHED_REALTIME, refusal)
             self.admission.add(listener)
         self._open_streams += 1
         self._client_streams[client] = held + 1

@@ -46,7 +46,7 @@ from libs.text.normalize import has_speakable_characters
 from libs.text.phonemizer_pool import FrontendSpec, PhonemizerPool
 from libs.text.reading import ReadingRules
 from libs.text.sentences import DEFAULT_MAX_CHUNK_CHARS, IncrementalSentenceSplitter, is_cut_short
-from libs.text.ssml import MAX_BREAK_MS, SsmlSegment, looks_like_ssml, parse_ssml
+from libs.text.ssml import MAX_BREAK_MS, SsmlSegment, looks_like_ssml, parse_ssml, spoken_segments
 from libs.voice.registry import Voice
 from libs.wire.errors import InvalidRequestError
 from libs.wire.limits import MAX_PHONEME_IDS
@@ -257,10 +257,7 @@ class TextSide:
         if not looks_like_ssml(document):  # the request's flag said SSML: the root may be left out
             document = f"<speak>{document}</speak>"
         segments = await self._in_text_thread(parse_ssml, document)
-        spoken = [segment for segment in segments if has_speakable_characters(segment.text)]
-        if not spoken:
-            raise EmptyTextError("the SSML document has no words to speak")
-        first = await self.sentences(voice, spoken[0].text, lexicon, first_max_ids, eager_opening)
+        first = await self.sentences(voice, spoken_segments(segments)[0].text, lexicon, first_max_ids, eager_opening)
         return self._ssml_sentences(voice, segments, first, lexicon)
 
     async def _ssml_sentences(

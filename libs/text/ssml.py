@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ElementTree
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from libs.text.errors import TextError
+from libs.text.errors import EmptyTextError, TextError
+from libs.text.normalize import has_speakable_characters
 from libs.text.normalizer import numbers
 from libs.text.normalizer.written_forms import expand_written_forms
 from libs.text.pronounce import MAX_INLINE_BLOCK_CHARS
@@ -106,6 +108,14 @@ def parse_ssml(document: str) -> list[SsmlSegment]:
     builder = _Builder()
     builder.element(root, rate=1.0, depth=1)
     return builder.finish()
+
+
+def spoken_segments(segments: Sequence[SsmlSegment]) -> list[SsmlSegment]:
+    """The segments with words to speak (EmptyTextError when there are none)."""
+    spoken = [segment for segment in segments if has_speakable_characters(segment.text)]
+    if not spoken:
+        raise EmptyTextError("the SSML document has no words to speak")
+    return spoken
 
 
 def _name(element: ElementTree.Element) -> str:

@@ -102,7 +102,7 @@ def _read(kind: str, match: re.Match[str]) -> str:
             return digit_words(match.group())
         return digit_words(year) + "年" + integer_words(str(int(month))) + "月" + integer_words(str(int(day))) + "日"
     if kind in ("phone", "landline", "digit_chain"):
-        plus = "加" if match.group().lstrip().startswith("+") else ""
+        plus = "加" if match.group().startswith("+") else ""
         return plus + digit_words(match.group(), one="幺")
     if kind == "zero":
         return "零"
