@@ -38,7 +38,7 @@ from libs.settings.fields import setting
 from libs.synthesis.in_flight import SentencesInFlight
 from libs.telemetry import tracing
 from libs.text.errors import EmptyTextError, TextTooLongError
-from libs.text.frontend import DEFAULT_MAX_PHONEME_IDS, NO_WORDS, Sentence
+from libs.text.frontend import DEFAULT_MAX_PHONEME_IDS, Sentence, no_words
 from libs.text.frontends import Frontend, frontend_for
 from libs.text.lexicon import DEFAULT_LEXICON_CHECK_S, LexiconFile
 from libs.text.long_words import DEFAULT_MAX_WORD_CHARS
@@ -424,7 +424,7 @@ class TextSide:
                 spoken += 1
                 yield sentence
         if not spoken:
-            raise EmptyTextError(NO_WORDS)
+            raise no_words(" ".join(chunks))
 
     async def _streamed_chunk_sentences(
         self, voice: Voice, chunk: str, continues: bool, lexicon: Lexicon | None = None, first_max_ids: int | None = None

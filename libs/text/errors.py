@@ -15,6 +15,23 @@ class EmptyTextError(TextError):
         super().__init__(f"{message} ({detail})" if detail else message)
 
 
+class UnreadScriptError(EmptyTextError):
+    """Every word of the text is in a script the voice's language cannot read (libs.text.scripts)."""
+
+    def __init__(self, scripts: list[str]) -> None:
+        self.scripts = scripts
+        names = ", ".join(scripts)
+        TextError.__init__(
+            self,
+            f"text has no words this voice reads: its language does not read letters of the {names} "
+            f"script{'s' if len(scripts) > 1 else ''}. Send the text to a voice of its language "
+            "(GET /v1/audio/voices lists them), or write it in the voice's language",
+        )
+
+    def __reduce__(self) -> tuple[type[UnreadScriptError], tuple[list[str]]]:
+        return (UnreadScriptError, (self.scripts,))  # from a text process, whole
+
+
 class TextTooLongError(TextError):
     """The text is longer than the per-request limit."""
 

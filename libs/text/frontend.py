@@ -25,8 +25,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
-from libs.text.errors import EmptyTextError, InvalidTextError, TextError, TextTooLongError
-from libs.text.espeak import DEFAULT_ESPEAK_VOICE
+from libs.text.errors import EmptyTextError, InvalidTextError, TextError, TextTooLongError, UnreadScriptError
+from libs.text.espeak import DEFAULT_ESPEAK_VOICE, espeak_engine
 from libs.text.long_sentences import (
     EAGER_PART_OPENING_AFTER,
     PART_OPENING_AFTER,
@@ -45,6 +45,7 @@ from libs.text.phoneme_ids import load_espeak_voice, load_phoneme_id_map, phonem
 from libs.text.phonemize import PhonemizedSentence, phonemize_sentences
 from libs.text.pronounce import PronunciationPlan, check_inline_phonemes, placeholder_count
 from libs.text.reading import PIPER_READING, ReadingRules, expand, finish_sentence, prepare
+from libs.text.scripts import UnreadWords, foreign_scripts
 from libs.text.sentences import DEFAULT_MAX_CHUNK_CHARS, is_cut_short, split_sentences
 from libs.text.words import WordSpan, word_spans
 
@@ -87,6 +88,13 @@ def _sentence_start(chunk: str, espeak_start: int) -> int:
 
 
 NO_WORDS: Final = "espeak-ng found no words in it"
+
+
+def no_words(text: str) -> EmptyTextError:
+    """The error for `text` in which espeak-ng found nothing to say, naming the scripts of its
+    letters that were passed over (libs.text.scripts) when it has any."""
+    scripts = foreign_scripts(text)
+    return UnreadScriptError(scripts) if scripts else EmptyTextError(NO_WORDS)
 LOAD_TEXT: Final = "Ready."
 """What `load` reads: any short text loads espeak-ng and the voice's dictionary."""
 """Why a text that is not empty still has nothing to say."""
@@ -162,6 +170,7 @@ class TextFrontend:
         self.reading = reading
         self._budget = IdBudget(self.phoneme_id_map, max_phoneme_ids) if max_phoneme_ids is not None else None
         self._words_alone = functools.lru_cache(maxsize=WORDS_REMEMBERED)(lambda word: tuple(self._phonemes_alone(word)))
+        self._unread = UnreadWords(functools.lru_cache(maxsize=WORDS_REMEMBERED)(self._espeak_reading)) if reading.written_forms else None
 
     @classmethod
     def from_voice_config(cls, config_path: Path | str, max_text_chars: int = DEFAULT_MAX_TEXT_CHARS) -> TextFrontend:
@@ -180,7 +189,7 @@ class TextFrontend:
             for sentence in self.chunk_sentences(chunk, continues=index < len(chunks) - 1 and is_cut_short(chunk))
         ]
         if not sentences:
-            raise EmptyTextError(NO_WORDS)
+            raise no_words(text)
         return sentences
 
     def load(self) -> None:
@@ -227,7 +236,7 @@ class TextFrontend:
         that starts alone on the mesh), a first sentence whose rest can be a part of it opens from
         EAGER_PART_OPENING_AFTER times the opening instead of PART_OPENING_AFTER.
         """
-        plan = prepare(chunk, self.reading, lexicon)
+        plan = prepare(chunk, self.reading, lexicon, self._unread)
         chunk = plan.text
         spoken = [
             sentence
@@ -322,18 +331,25 @@ class TextFrontend:
 
     def _sentence(self, text: str, phonemes: Sequence[str], written: str | None = None) -> Sentence:
         """A sentence spoken as `text` (its written forms as words); its word spans are of the words
-        as `written` ("$3.50" spans the ids of "three dollars fifty")."""
+        as `written` ("$3.50" spans the ids of "three dollars fifty"; a word passed over, none)."""
+        written = text if written is None else written
+        if self._unread is not None:
+            written = self._unread.blanked(written)
         return Sentence(
             text=text,
             phonemes=tuple(phonemes),
             phoneme_ids=tuple(phonemes_to_ids(phonemes, self.phoneme_id_map)),
-            words=word_spans(text if written is None else written, phonemes, self.phoneme_id_map, self._word_alone),
+            words=word_spans(written, phonemes, self.phoneme_id_map, self._word_alone),
         )
 
     def _word_alone(self, word: str) -> list[str]:
         """What espeak-ng says for one written word on its own, read as the front end reads it
         ("$3.50" is "three dollars fifty"); remembered, as the same words come back."""
         return list(self._words_alone(expand(word, self.reading)))
+
+    def _espeak_reading(self, text: str) -> str:
+        """espeak-ng's phonemes for `text` on its own as it writes them (language flags kept)."""
+        return " ".join(clause.phonemes for clause in espeak_engine().clauses(text, self.espeak_voice, self.max_word_chars))
 
     def _phonemes_alone(self, text: str) -> list[str]:
         """The phonemes of a part of a sentence, phonemised on its own."""

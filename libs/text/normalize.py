@@ -5,6 +5,11 @@ either leaves espeak-ng's phonemes unchanged (checked in tests/unit/test_text_no
 form that espeak-ng reads wrongly:
 
 - Unicode NFC. espeak-ng reads a decomposed "café" (e + U+0301) as "kˈeɪf"; composed it is "kæfˈeɪ".
+- Letters and digits written in another form of their alphabet become the plain ones: fullwidth
+  ("ＴＯＫＹＯ ２０２０", as East Asian text writes Latin), halfwidth, and the mathematical styles that
+  social media uses for bold and italic ("𝐁𝐨𝐥𝐝", "𝘐𝘵𝘢𝘭𝘪𝘤", "ℂ"). espeak-ng reads each of those by its
+  code point ("letter f f three four"). Only letters and digits: fullwidth punctuation stays, for
+  the Mandarin front end splits sentences at it.
 - Control and invisible format characters are removed (zero-width spaces and joiners, bidi marks,
   soft hyphens, BOM, lone surrogates). espeak-ng treats a zero-width space as a word break, which
   splits words the reader sees as one; a NUL would end the C string early.
@@ -27,6 +32,7 @@ form that espeak-ng reads wrongly:
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 import unicodedata
@@ -61,6 +67,17 @@ _KEPT_CONTROLS: Final = frozenset("\n\t")
 _CHARACTER_REFERENCE: Final = re.compile(r"&(?:[A-Za-z][A-Za-z0-9]{1,31}|#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6});")
 
 
+_LETTER_FORMS: Final = ("<wide>", "<narrow>", "<font>")
+"""Unicode's decomposition tags of a letter or digit drawn in another form (NFKC gives the plain one)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _plain_form(character: str) -> str:
+    if unicodedata.decomposition(character).startswith(_LETTER_FORMS) and unicodedata.category(character)[0] in "LN":
+        return unicodedata.normalize("NFKC", character)
+    return character
+
+
 def _is_removed(character: str) -> bool:
     category = unicodedata.category(character)
     if category == "Cc":
@@ -80,6 +97,8 @@ def normalize_text(text: str) -> str:
     if "&" in text:
         text = _CHARACTER_REFERENCE.sub(lambda reference: html.unescape(reference.group()), text)
     text = unicodedata.normalize("NFC", text)
+    if not text.isascii():
+        text = "".join(character if character.isascii() else _plain_form(character) for character in text)
     for line_break, replacement in _LINE_BREAKS.items():
         text = text.replace(line_break, replacement)
     text = "".join(character for character in text if not _is_removed(character))

@@ -25,6 +25,7 @@ from libs.text.pronounce import (
     split_inline,
     substitute_phonemes,
 )
+from libs.text.scripts import UnreadWords
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,9 @@ class ReadingRules:
     """What the front end does to text before espeak-ng reads it."""
 
     written_forms: bool = False
-    """Say numbers, money, dates, units, abbreviations, ... as words (libs.text.normalizer)."""
+    """Read the text as a person does: say numbers, money, dates, units, abbreviations, ... as words
+    (libs.text.normalizer), and pass over words in scripts the voice can only name letter by letter
+    (libs.text.scripts)."""
     heteronyms: bool = False
     """Choose the reading of heteronyms from their context (libs.text.heteronyms)."""
     lexicon: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -43,28 +46,38 @@ PIPER_READING = ReadingRules()
 """Text read exactly as piper-tts reads it (inline phonemes still apply)."""
 
 
-def expand(text: str, rules: ReadingRules) -> str:
-    """`text` with its written forms as words (inline phoneme blocks left as they are)."""
-    return _expanded(text, rules)[0]
+def expand(text: str, rules: ReadingRules, unread: UnreadWords | None = None) -> str:
+    """`text` with its written forms as words (inline phoneme blocks left as they are), and the
+    words `unread` finds passed over."""
+    return _expanded(text, rules, unread)[0]
 
 
-def _expanded(text: str, rules: ReadingRules) -> tuple[str, list[Edit]]:
+def _expanded(text: str, rules: ReadingRules, unread: UnreadWords | None = None) -> tuple[str, list[Edit]]:
     if not rules.written_forms:
         return text, []
     replacements: list[tuple[int, int, str]] = []
     position = 0
     for part, is_block in split_inline(text):
         if not is_block:
-            replacements += [(start + position, end + position, words) for start, end, words in written_form_replacements(part)]
+            passed = unread.spans(part) if unread is not None else []
+            replacements += [(start + position, end + position, " ") for start, end in passed]
+            replacements += [
+                (start + position, end + position, words)
+                for start, end, words in written_form_replacements(part)
+                if not any(start < passed_end and passed_start < end for passed_start, passed_end in passed)
+            ]
         position += len(part)
-    return edits_of_replacements(text, replacements)
+    return edits_of_replacements(text, sorted(replacements))
 
 
-def prepare(text: str, rules: ReadingRules, lexicon: Mapping[str, tuple[str, ...]] | None = None) -> PronunciationPlan:
-    """The plan for one chunk: its written forms expanded, then every word whose phonemes are
-    chosen here (inline blocks, `lexicon` (a request's, over `rules.lexicon`), heteronyms) replaced
-    by the placeholder. `PronunciationPlan.written` maps a stretch of the plan back to `text`."""
-    expanded, edits = _expanded(text, rules)
+def prepare(
+    text: str, rules: ReadingRules, lexicon: Mapping[str, tuple[str, ...]] | None = None, unread: UnreadWords | None = None
+) -> PronunciationPlan:
+    """The plan for one chunk: its written forms expanded (and the words `unread` finds passed
+    over), then every word whose phonemes are chosen here (inline blocks, `lexicon` (a request's,
+    over `rules.lexicon`), heteronyms) replaced by the placeholder. `PronunciationPlan.written` maps
+    a stretch of the plan back to `text`."""
+    expanded, edits = _expanded(text, rules, unread)
     merged = dict(rules.lexicon)
     if lexicon:
         merged.update(lexicon)

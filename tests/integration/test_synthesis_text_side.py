@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from libs.synthesis.text_side import TextLimits, TextSide
-from libs.text.errors import EmptyTextError
+from libs.text.errors import EmptyTextError, UnreadScriptError
 from libs.text.phonemizer_pool import PhonemizerPool
 from libs.voice.registry import default_registry
 
@@ -115,3 +115,19 @@ async def test_on_sentence_hears_each_sentence_as_it_is_handed_out_whole_streame
 async def _pieces(*pieces: str) -> AsyncIterator[str]:
     for piece in pieces:
         yield piece
+
+
+async def test_a_text_only_in_a_script_the_voice_cannot_read_is_refused_naming_it(pool: PhonemizerPool) -> None:
+    """The English voice names every ideograph ("Chinese letter") and spells Russian; the text
+    processes pass those words over, and a text of nothing else says which scripts it is in."""
+    text_side = TextSide(ThreadPoolExecutor(1), 5000, TextLimits(), pool)
+    voice = default_registry().default
+    try:
+        sentences = await text_side.sentences(voice, "你好。Привет, мир!")
+        with pytest.raises(UnreadScriptError, match=r"CJK, Cyrillic scripts.*voice of its language") as refused:
+            [sentence async for sentence in sentences]
+        assert isinstance(refused.value, EmptyTextError)  # INVALID_ARGUMENT, as any text with nothing to say
+        mixed = [sentence async for sentence in await text_side.sentences(voice, "Say 你好 to her.")]
+        assert [sentence.text for sentence in mixed] == ["Say   to her."]
+    finally:
+        await text_side.close()

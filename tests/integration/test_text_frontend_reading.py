@@ -127,3 +127,30 @@ async def test_a_streamed_ssml_document_is_refused_with_what_to_do(pool: Phonemi
 
     with pytest.raises(InvalidRequestError, match="send an SSML document whole"):
         [sentence async for sentence in text_side.incremental_sentences(default_registry().default, pieces())]
+
+
+def test_words_the_voice_only_names_letter_by_letter_are_passed_over(frontend: TextFrontend) -> None:
+    """espeak-ng reads an ideograph as "Chinese letter", Thai as "Thai letter e28", Arabic by
+    letter names and Russian spelled; a person reading the text aloud passes them over."""
+    for foreign in ("你好", "こんにちは", "สวัสดี", "مرحبا", "Привет", "καλημέρα", "ꀀꀁ"):
+        (sentence,) = frontend.sentences(f"Say {foreign} to her.")
+        assert "".join(sentence.phonemes) == _phonemes("Say to her."), foreign
+        assert [word.text for word in sentence.words] == ["Say", "to", "her"], foreign
+
+
+def test_scripts_the_voice_reads_and_lone_named_letters_are_kept(frontend: TextFrontend) -> None:
+    """espeak-ng switches to Hindi and Korean and reads them as words; a lone Greek letter or the
+    micro sign is read by its name, as a symbol in a formula is."""
+    for kept in ("नमस्ते friend", "안녕 friend", "The angle α is 2π.", "It took 5 µs, Δt."):
+        (sentence,) = frontend.sentences(kept)
+        assert "".join(sentence.phonemes) == _phonemes(sentence.text), kept
+    (greek,) = frontend.sentences("The angle α is small.")
+    assert "ˈælfə" in "".join(greek.phonemes)
+
+
+def test_piper_reading_still_names_the_letters() -> None:
+    """Reading as Piper reads (reading off) keeps its phonemes, names and all."""
+    voice = default_registry().default
+    piper = TextFrontend(voice.phoneme_id_map(), voice.espeak_voice)
+    (sentence,) = piper.sentences("Say 你好 to her.")
+    assert "".join(sentence.phonemes) == _phonemes("Say 你好 to her.")

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from libs.synthesis.text_side import TextLimits, TextSide
-from libs.text.errors import EmptyTextError
+from libs.text.errors import EmptyTextError, UnreadScriptError
 from libs.text.frontend import Sentence
 from libs.text.phonemizer_pool import PhonemizerPool
 from libs.text.sentences import IncrementalSentenceSplitter, split_sentences
@@ -122,11 +122,19 @@ def test_any_text_gives_sentences_within_the_caps_without_crashing_espeak_ng(har
 
 @pytest.mark.parametrize(
     "text",
-    ["s'" * 2500, "😀 مرحبا 你好 привет ש Hello " * 190, "and so on " * 500, "你好" * 2500, " " * 4990 + "a B"],
+    ["s'" * 2500, "😀 مرحبا 你好 привет ש Hello " * 190, "and so on " * 500, " " * 4990 + "a B"],
 )
 def test_the_known_attacks_give_sentences_within_the_caps(harness: _Harness, text: str) -> None:
     sentences = harness.whole(text)
     assert sentences and _within_caps(sentences)
+    assert harness.pool.replaced == 0
+
+
+def test_a_long_text_in_a_script_the_voice_cannot_read_is_refused_by_name(harness: _Harness) -> None:
+    """5,000 ideographs (which espeak-ng would read as 5,000 "Chinese letter"s) are passed over,
+    and the text is refused naming their script, with no text process lost on the way."""
+    with pytest.raises(UnreadScriptError, match="CJK script"):
+        harness.whole("你好" * 2500)
     assert harness.pool.replaced == 0
 
 

@@ -88,6 +88,21 @@ def test_html_character_references_become_their_characters_and_ampersands_in_wor
     assert phonemize(normalize_text("It&#39;s")) == phonemize("It's")
 
 
+def test_letters_in_other_forms_of_their_alphabet_become_the_plain_letters():
+    """espeak-ng reads a fullwidth or a mathematical bold letter by its code point ("letter f f
+    three four"); as plain letters they are the word they spell."""
+    assert normalize_text("ＴＯＫＹＯ ２０２０") == "TOKYO 2020"
+    assert normalize_text("𝐁𝐨𝐥𝐝 𝘐𝘵𝘢𝘭𝘪𝘤 ℂ") == "Bold Italic C"
+    assert phonemize(normalize_text("𝐇𝐞𝐥𝐥𝐨")) == phonemize("Hello")
+
+
+def test_fullwidth_punctuation_and_other_compatibility_forms_stay():
+    """The Mandarin front end splits sentences at fullwidth punctuation; fractions, superscripts and
+    ligatures are written forms of their own (libs.text.normalizer reads "x²" as "x squared")."""
+    assert normalize_text("你好，世界！") == "你好，世界！"
+    assert normalize_text("½ x² ﬁ ™") == "½ x² ﬁ ™"
+
+
 def test_line_and_paragraph_separators_become_newlines():
     assert normalize_text("One.\u2028Two.\u2029Three.") == "One.\nTwo.\n\nThree."
 
