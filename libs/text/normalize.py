@@ -18,6 +18,13 @@ form that espeak-ng reads wrongly:
   a full stop it ends the sentence even before a lower-case word), or one space. Whitespace at the
   ends is kept in the same collapsed form, because a blank line after the last sentence changes its
   terminator in Piper ("Hello.\\n\\n" ends without the "." phoneme).
+- Emoji are read by espeak-ng's own names for them ("red heart", "thumbs up"), which the forms
+  around an emoji break: a presentation selector (U+FE0F, as phones send "❤️") makes espeak-ng say
+  only "red", a skin tone (U+1F3FB-U+1F3FF) "thumbs medium", and two emoji side by side run
+  together as one word ("thumbsthumbs"). Variation selectors and skin tones are removed, emoji side
+  by side get a space, and a zero-width joiner between two emoji is kept: espeak-ng names the whole
+  sequence ("woman technologist", "rainbow flag"). The two regional indicators of a flag stay
+  together ("🇺🇸" is "United States").
 - Typographic quotes become ASCII quotes and "…" becomes "..." (same phonemes; one form for the
   sentence splitter). The modifier-letter apostrophe (U+02BC, "donʼt") becomes "'"; espeak-ng would
   spell it out letter by letter.
@@ -67,6 +74,44 @@ _KEPT_CONTROLS: Final = frozenset("\n\t")
 _CHARACTER_REFERENCE: Final = re.compile(r"&(?:[A-Za-z][A-Za-z0-9]{1,31}|#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6});")
 
 
+_ZWJ: Final = "\u200d"
+
+
+def _is_presentation(character: str) -> bool:
+    """A variation selector or an emoji skin tone: how a character is drawn, nothing to say."""
+    code = ord(character)
+    return 0xFE00 <= code <= 0xFE0F or 0xE0100 <= code <= 0xE01EF or 0x1F3FB <= code <= 0x1F3FF
+
+
+def _is_emoji(character: str) -> bool:
+    return unicodedata.category(character) == "So"
+
+
+def _is_regional_indicator(character: str) -> bool:
+    return 0x1F1E6 <= ord(character) <= 0x1F1FF
+
+
+def _kept_characters(text: str) -> str:
+    """`text` without the characters that are removed, and with its emoji in the forms espeak-ng
+    names (the module docstring's rules)."""
+    if text.isascii():
+        return "".join(character for character in text if not _is_removed(character))
+    kept = [character for character in text if character == _ZWJ or not (_is_removed(character) or _is_presentation(character))]
+    out: list[str] = []
+    indicators = 0  # regional indicators just before: a flag is a pair of them
+    for index, character in enumerate(kept):
+        if character == _ZWJ:
+            if out and _is_emoji(out[-1]) and index + 1 < len(kept) and _is_emoji(kept[index + 1]):
+                out.append(character)
+            continue
+        if out and _is_emoji(character) and _is_emoji(out[-1]) and out[-1] != _ZWJ:
+            if not (_is_regional_indicator(character) and indicators % 2 == 1):
+                out.append(" ")
+        indicators = indicators + 1 if _is_regional_indicator(character) else 0
+        out.append(character)
+    return "".join(out)
+
+
 _LETTER_FORMS: Final = ("<wide>", "<narrow>", "<font>")
 """Unicode's decomposition tags of a letter or digit drawn in another form (NFKC gives the plain one)."""
 
@@ -101,7 +146,7 @@ def normalize_text(text: str) -> str:
         text = "".join(character if character.isascii() else _plain_form(character) for character in text)
     for line_break, replacement in _LINE_BREAKS.items():
         text = text.replace(line_break, replacement)
-    text = "".join(character for character in text if not _is_removed(character))
+    text = _kept_characters(text)
     text = text.translate(_CHARACTER_MAP)
     text = _UNSPACED_EM_DASH.sub(" \u2014 ", text)
     # str.isspace covers every Unicode space separator (NBSP, thin space, ideographic space, ...).

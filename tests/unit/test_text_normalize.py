@@ -96,6 +96,18 @@ def test_letters_in_other_forms_of_their_alphabet_become_the_plain_letters():
     assert phonemize(normalize_text("𝐇𝐞𝐥𝐥𝐨")) == phonemize("Hello")
 
 
+def test_emoji_are_read_by_their_whole_names():
+    """A presentation selector made espeak-ng say "red" for "❤️", a skin tone "thumbs medium", and
+    emoji side by side ran together as one word; joined sequences and flags keep their names."""
+    assert phonemize(normalize_text("❤\ufe0f")) == phonemize("❤") == phonemize("red heart")
+    assert phonemize(normalize_text("👍🏽")) == phonemize("thumbs up")
+    assert normalize_text("👍👍") == "👍 👍"
+    assert phonemize(normalize_text("👩\u200d💻")) == phonemize("woman technologist")  # the joiner is kept
+    assert phonemize(normalize_text("🏳\ufe0f\u200d🌈")) == phonemize("rainbow flag")
+    assert normalize_text("🇺🇸🇬🇧🇫🇷") == "🇺🇸 🇬🇧 🇫🇷"  # a flag is a pair of regional indicators
+    assert normalize_text("a\u200db") == "ab"  # a joiner anywhere else is removed as before
+
+
 def test_fullwidth_punctuation_and_other_compatibility_forms_stay():
     """The Mandarin front end splits sentences at fullwidth punctuation; fractions, superscripts and
     ligatures are written forms of their own (libs.text.normalizer reads "x²" as "x squared")."""

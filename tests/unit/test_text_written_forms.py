@@ -125,6 +125,8 @@ def test_a_number_past_fifteen_digits_is_read_digit_by_digit() -> None:
         ("Lakers vs Celtics; VS Code stays.", "Lakers versus Celtics; VS Code stays."),
         ("Order ID#4521 and #7.", "Order ID number four thousand five hundred twenty-one and number seven."),
         ("A Ph.D. and a 5K run.", "A P H D and a 5K run."),
+        ("Follow #MeToo, #BlackLivesMatter and #NBAFinals.", "Follow hashtag Me Too, hashtag Black Lives Matter and hashtag NBA Finals."),
+        ("Tagged #throwback_thursday; C# and #7 stay as they were.", "Tagged hashtag throwback thursday; C# and number seven stay as they were."),
     ],
 )
 def test_written_forms_become_spoken_words(written: str, spoken: str) -> None:
@@ -176,7 +178,7 @@ def test_an_ellipsis_is_a_pause_not_nothing(written: str, spoken: str) -> None:
         ("> A quoted line\nand <b>bold</b> markup.", "> A quoted line\nand  bold  markup."),
         ('<a href="https://x.org">link</a> and H<sub>2</sub>O', " link  and H two O"),
         ("5 * 3 = 15 and x * y, 2*3.", "five times three = fifteen and x times y, two times three."),
-        ("We're #1 at #AI and snake_case_names and __init__.", "We're number one at #AI and snake_case_names and init."),
+        ("We're #1 at #AI and snake_case_names and __init__.", "We're number one at hashtag AI and snake_case_names and init."),
     ],
 )
 def test_markdown_and_html_markup_is_not_read_aloud(written: str, spoken: str) -> None:

@@ -120,6 +120,7 @@ _PATTERN: Final = re.compile(
             r"(?P<abbreviation>(?<![\w.])(?P<abbreviation_word>" + _WORD_ABBREVIATIONS + r"|[A-Za-z](?:\.[A-Za-z]){1,3})(?P<abbreviation_dot>\.)?(?![\w]))",
             r"(?P<ampersand>(?<=\s)&(?=\s))",
             r"(?P<hash_number>#(?=\d))",
+            r"(?P<hashtag>(?<![\w#&/])#(?P<hashtag_word>[A-Za-z][A-Za-z0-9_]{0,60})\b)",
             r"(?P<per>(?=/)(?<=[\w%])/(?=(?:" + _PER_WORDS + r")s?\b))",
             r"(?P<with>(?=[Ww]/)(?<![\w/])[Ww]/(?P<with_out>[Oo])?(?=\s))",
             r"(?P<approximately>(?<![\w~])~\s?(?=[-\u2212]?[$€£]?\d))",
@@ -587,6 +588,16 @@ def _hash_number(match: re.Match[str]) -> str:
     return " number " if match.string[match.start() - 1 : match.start()].isalnum() else "number "
 
 
+_HASHTAG_WORD_BREAK: Final = re.compile(r"(?<=[a-z])(?=[A-Z0-9])|(?<=[A-Z])(?=[A-Z][a-z])|(?<=[0-9])(?=[A-Za-z])|_")
+
+
+def _hashtag(match: re.Match[str]) -> str:
+    """"#BlackLivesMatter" is "hashtag Black Lives Matter", as people read a hashtag aloud (espeak-ng
+    says "hash" and runs the words together): its words are where the capitals, digits and
+    underscores are."""
+    return "hashtag " + " ".join(word for word in _HASHTAG_WORD_BREAK.split(match.group("hashtag_word")) if word)
+
+
 def _magnitude(match: re.Match[str]) -> str:
     """"10M users", "2.5M", "1.2bn", "10k steps": a number of millions, billions or thousands."""
     return numbers.number(match.group("mag_amount")) + " " + _MAGNITUDE_SUFFIXES[match.group("mag_suffix")]
@@ -655,6 +666,7 @@ _EXPANDERS: Final[dict[str, Callable[[re.Match[str]], str]]] = {
     "abbreviation": _abbreviation,
     "ampersand": _ampersand,
     "hash_number": _hash_number,
+    "hashtag": _hashtag,
     "per": _per,
     "with": _with,
     "approximately": _approximately,
