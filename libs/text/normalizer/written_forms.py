@@ -96,6 +96,7 @@ _PATTERN: Final = re.compile(
             r"(?:\s?(?P<cm_magnitude>" + _MAGNITUDE_NAMES + r")\b)?)",
             r"(?P<money_code>(?<![\w.])(?P<mc_amount>" + _NUMBER + r")(?:\s?(?P<mc_magnitude>" + _MAGNITUDE_NAMES + r"))?"
             r"\s(?P<mc_code>" + _CURRENCY_CODES + r")\b)",
+            r"(?P<dialled>(?<=\b(?:[Dd]ial|DIAL) )\d{1,15}(?![\w.,-]\d)|(?<=\b(?:[Cc]all|CALL|[Tt]ext|TEXT|[Rr]ing) )(?:[2-9]11|999|112|000|988)\b(?![.,]\d))",
             r"(?P<intl_phone>(?=\+\d)(?<![\w+])\+(?P<country_code>\d{1,3})(?:[ .-](?:\(\d{1,5}\)|\d{1,5})){2,6}(?![\w]|[.-]\d))",
             r"(?P<digit_chain>(?=\d{1,6}-\d)(?<![\w.-])\d{1,6}(?:-\d{1,6}){2,6}(?![\w-]|\.\d))",
             r"(?P<height>(?=\d{1,2}['\u2032])(?<![\w.'])(?P<feet>\d{1,2})['\u2032]\s?(?P<inches>\d{1,2})(?:\"|\u2033|'')(?!\w))",
@@ -120,6 +121,7 @@ _PATTERN: Final = re.compile(
             r"(?P<abbreviation>(?<![\w.])(?P<abbreviation_word>" + _WORD_ABBREVIATIONS + r"|[A-Za-z](?:\.[A-Za-z]){1,3})(?P<abbreviation_dot>\.)?(?![\w]))",
             r"(?P<ampersand>(?<=\s)&(?=\s))",
             r"(?P<hash_number>#(?=\d))",
+            r"(?P<stop_before_comma>(?<=[A-Za-z])\.(?=[,;:]))",
             r"(?P<hashtag>(?<![\w#&/])#(?P<hashtag_word>[A-Za-z][A-Za-z0-9_]{0,60})\b)",
             r"(?P<per>(?=/)(?<=[\w%])/(?=(?:" + _PER_WORDS + r")s?\b))",
             r"(?P<with>(?=[Ww]/)(?<![\w/])[Ww]/(?P<with_out>[Oo])?(?=\s))",
@@ -147,7 +149,9 @@ _RATIO_CUES: Final = frozenset(["a", "an", "ratio", "odds", "scale", "mix", "mix
 _FRACTION_NAMES: Final = {2: ("half", "halves"), 4: ("quarter", "quarters")}
 _PREVIOUS_WORD: Final = re.compile(r"([A-Za-z]+)\W{0,3}$")
 _NEXT_WORD: Final = re.compile(r"\W{0,2}([A-Za-z]+)")
-_SENTENCE_GOES_ON: Final = re.compile(r"\s+[a-z0-9]")
+_SENTENCE_GOES_ON: Final = re.compile(r"\s+[a-z0-9]|[,;:)\]]")
+"""After an abbreviation's full stop: a lower-case word or a number, or punctuation within a sentence
+("Baker St., London": the comma is the pause, and a full stop kept before it would end the sentence)."""
 _YEAR_RANGE_START: Final = re.compile(r"(?:^|\D)(?:1\d|20)\d{2}\s?[-\u2013\u2014]\s?$")
 _SUPERSCRIPT_TO_ASCII: Final = str.maketrans("\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207a\u207b", "0123456789+-")
 _POWER_BASE: Final = re.compile(r"(?:\d|[)\]]|(?<![A-Za-z])[A-Za-z]{1,2})$")
@@ -192,7 +196,8 @@ def _next_word(match: re.Match[str]) -> str:
 
 
 def _ends_sentence(match: re.Match[str]) -> bool:
-    """True when the full stop that ends `match` also ends a sentence (end of text, or no lower-case word next)."""
+    """True when the full stop that ends `match` also ends a sentence (end of text, or neither a lower-case
+    word nor punctuation within a sentence next)."""
     return not _SENTENCE_GOES_ON.match(match.string, match.end(), match.end() + 4)
 
 
@@ -591,6 +596,18 @@ def _hash_number(match: re.Match[str]) -> str:
 _HASHTAG_WORD_BREAK: Final = re.compile(r"(?<=[a-z])(?=[A-Z0-9])|(?<=[A-Z])(?=[A-Z][a-z])|(?<=[0-9])(?=[A-Za-z])|_")
 
 
+def _dialled(match: re.Match[str]) -> str:
+    """What is dialled is said digit by digit ("dial 100"), and so is a service number called or
+    texted ("call 911" is "nine one one", "ring 999" "nine nine nine")."""
+    return numbers.digit_by_digit(match.group())
+
+
+def _stop_before_comma(match: re.Match[str]) -> str:
+    """The full stop of an abbreviation before a comma ("3 lbs., 2 oz."): the comma is the pause, and
+    espeak-ng, reading ".," as a full stop, drops it."""
+    return ""
+
+
 def _hashtag(match: re.Match[str]) -> str:
     """"#BlackLivesMatter" is "hashtag Black Lives Matter", as people read a hashtag aloud (espeak-ng
     says "hash" and runs the words together): its words are where the capitals, digits and
@@ -667,6 +684,8 @@ _EXPANDERS: Final[dict[str, Callable[[re.Match[str]], str]]] = {
     "ampersand": _ampersand,
     "hash_number": _hash_number,
     "hashtag": _hashtag,
+    "stop_before_comma": _stop_before_comma,
+    "dialled": _dialled,
     "per": _per,
     "with": _with,
     "approximately": _approximately,
