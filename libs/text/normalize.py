@@ -104,9 +104,9 @@ def _kept_characters(text: str) -> str:
             if out and _is_emoji(out[-1]) and index + 1 < len(kept) and _is_emoji(kept[index + 1]):
                 out.append(character)
             continue
-        if out and _is_emoji(character) and _is_emoji(out[-1]) and out[-1] != _ZWJ:
-            if not (_is_regional_indicator(character) and indicators % 2 == 1):
-                out.append(" ")
+        pairs_a_flag = _is_regional_indicator(character) and indicators % 2 == 1
+        if out and _is_emoji(character) and _is_emoji(out[-1]) and not pairs_a_flag:
+            out.append(" ")
         indicators = indicators + 1 if _is_regional_indicator(character) else 0
         out.append(character)
     return "".join(out)

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from bench.text_zh import GOLD_PATH, HELDOUT_PATH, POLYPHONES, load_gold, run
+from libs.text.errors import UnreadScriptError
 from libs.text.frontend import TextFrontend
 from libs.text.frontends import frontend_for, is_mandarin
 from libs.text.phonemize import phonemize_sentences
@@ -125,3 +126,16 @@ def test_polyphone_accuracy_is_at_least_95_percent_on_the_gold_and_held_out_sets
     for path in (GOLD_PATH, HELDOUT_PATH):
         ours = run(load_gold(path))["ours"]
         assert ours.polyphones_right / ours.polyphones >= 0.95, path.name
+
+
+def test_words_of_a_script_espeak_ng_spells_are_passed_over_and_a_text_of_nothing_else_is_refused(
+    mandarin: MandarinFrontend,
+) -> None:
+    """espeak-ng's cmn voice reads a Russian word letter by letter, each with the script's name; Korean
+    it switches to and reads, and Latin words are English."""
+    (sentence,) = mandarin.sentences("这是русский текст和한국어，还有iPhone。")
+    written = [word.text for word in sentence.words]
+    assert "русский" not in written and "текст" not in written
+    assert "한국어" in written and "iPhone" in written
+    with pytest.raises(UnreadScriptError, match="Cyrillic script"):
+        mandarin.sentences("русский текст")

@@ -20,14 +20,15 @@ break and a sentence end is the end of the sentence.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
-from libs.text.errors import EmptyTextError
-from libs.text.frontend import DEFAULT_MAX_TEXT_CHARS, NO_WORDS, Sentence
+from libs.text.espeak import espeak_engine
+from libs.text.frontend import DEFAULT_MAX_TEXT_CHARS, WORDS_REMEMBERED, Sentence, no_words
 from libs.text.long_sentences import IdBudget, needs_opening
 from libs.text.long_words import DEFAULT_MAX_WORD_CHARS
 from libs.text.normalize import check_not_empty, check_text_length, normalize_text
@@ -35,6 +36,7 @@ from libs.text.phoneme_ids import PAD, phonemes_to_ids
 from libs.text.phonemize import phonemize_sentences
 from libs.text.pronounce import block_phonemes, check_inline_phonemes, split_inline
 from libs.text.reading import PIPER_READING, ReadingRules
+from libs.text.scripts import UnreadWords, is_foreign_letter
 from libs.text.sentences import DEFAULT_MAX_CHUNK_CHARS
 from libs.text.words import WordSpan
 from libs.text.zh.numbers import number_replacements
@@ -98,12 +100,14 @@ class MandarinFrontend:
         self.max_word_chars = max_word_chars
         self.reading = reading
         self._budget = IdBudget(self.phoneme_id_map, max_phoneme_ids) if max_phoneme_ids is not None else None
+        self._unread = UnreadWords(functools.lru_cache(maxsize=WORDS_REMEMBERED)(self._espeak_reading)) if reading.written_forms else None
+        """Words of other scripts espeak-ng would name letter by letter, passed over (libs.text.scripts)."""
 
     def sentences(self, text: str) -> list[Sentence]:
         """The sentences of `text`, in order (TextTooLongError, EmptyTextError as TextFrontend)."""
         sentences = [sentence for chunk in self.chunks(text) for sentence in self.chunk_sentences(chunk)]
         if not sentences:
-            raise EmptyTextError(NO_WORDS)
+            raise no_words(text)
         return sentences
 
     def load(self) -> None:
@@ -192,6 +196,10 @@ class MandarinFrontend:
                     )
             elif kind == "other":
                 for latin, gap in re.findall(r"(\S+)(\s*)", text):
+                    if self._unread is not None and any(map(is_foreign_letter, latin)) and self._unread.is_unread(latin):
+                        if words:  # passed over: what was written after it goes on the word before
+                            words[-1] = replace(words[-1], trailing=words[-1].trailing + gap)
+                        continue
                     entry = lexicon.get(latin.lower())
                     phonemes = tuple(entry) if entry else self._espeak_word(latin)
                     words.append(SpokenWord(latin, latin, phonemes, (latin,), trailing=gap, citation=(latin,)))
@@ -208,6 +216,10 @@ class MandarinFrontend:
             pinyin = tuple(syllable for word in own for syllable in word.pinyin)
             citation = tuple(syllable for word in own for syllable in word.citation)
             words[first:] = [SpokenWord(written, spoken, tuple(joined), pinyin, own[-1].clause_end, own[-1].trailing, citation)]
+
+    def _espeak_reading(self, text: str) -> str:
+        """espeak-ng's phonemes for `text` on its own as it writes them (language flags kept)."""
+        return " ".join(clause.phonemes for clause in espeak_engine().clauses(text, self.espeak_voice, self.max_word_chars))
 
     def _espeak_word(self, text: str) -> tuple[str, ...]:
         """espeak-ng's cmn reading of a word of another script (its English voice for Latin letters)."""

@@ -10,7 +10,8 @@ reads them, in Chinese characters (cn2an turns the integers into words).
 - 13812345678 (a mobile number), numbers with a leading 0 and runs of 8 or more digits are read
   digit by digit, with 1 as 幺 (yao1) in a phone number, as people say them; so are mobile numbers
   written in groups (138-0013-8000, 138 0013 8000) or after +86 (加八六), landlines with their area
-  code (010-12345678, (010) 1234 5678) and chains of three or more digit groups (978-7-111-5).
+  code (010-12345678, (010) 1234 5678) and chains of three or more digit groups (978-7-111-5), and
+  a number dialled (拨打110 -> 拨打幺幺零, 呼叫120 -> 呼叫幺二零).
 - 2024-12-05, 2024/12/05, 2024.12.05 -> 二零二四年十二月五日.
 - 3-5 (between two numbers) -> 三到五.
 - 〇 (a zero written as a character, 二〇二四年) -> 零; 第2名 -> 第二名 (an ordinal is never 两);
@@ -45,6 +46,7 @@ _RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("phone", re.compile(r"(?<![\d.+])(?:(\+)?86[-\s]?)?1[3-9]\d(?:[-\s]?\d{4}){2}(?![\d.])")),
     ("landline", re.compile(r"(?<![\d.])(?:\(0\d{2,3}\)\s?|0\d{2,3}[-\s])\d{3,4}[-\s]?\d{4}(?![\d.])")),
     ("digit_chain", re.compile(r"(?<![\d.\-])\d+(?:-\d+){2,}(?![\d.\-])")),
+    ("dialled", re.compile(r"(?:(?<=拨打|拨通|呼叫|致电|热线)|(?<=拨))\s?\d{3,15}(?![\d.])")),
     ("zero", re.compile("〇")),
     ("year", re.compile(r"(?<![\d.])(\d{2}|\d{4})(?=年)")),
     ("time", re.compile(r"(?<![\d:])([01]?\d|2[0-4]):([0-5]\d)(?::([0-5]\d))?(?![\d:])")),
@@ -101,7 +103,7 @@ def _read(kind: str, match: re.Match[str]) -> str:
         if not (1 <= int(month) <= 12 and 1 <= int(day) <= 31):
             return digit_words(match.group())
         return digit_words(year) + "年" + integer_words(str(int(month))) + "月" + integer_words(str(int(day))) + "日"
-    if kind in ("phone", "landline", "digit_chain"):
+    if kind in ("phone", "landline", "digit_chain", "dialled"):
         plus = "加" if match.group().startswith("+") else ""
         return plus + digit_words(match.group(), one="幺")
     if kind == "zero":
