@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from libs.serving.clients import ClientIdentity
 from libs.serving.http_limits import ClientRequestLimit
@@ -39,6 +40,54 @@ class HttpSettings:
     web_dir: str = setting(
         "", env="TTS_WEB_DIR", doc="folder of the web page served at / (empty: web/dist of this checkout, when it exists; none: no page)"
     )
+
+
+HEADER_TIMEOUT_S = 10.0
+"""How long a connection may take to send a request's headers, from when it opens or its last
+response ended (the edge in front allows as long: libs.edge.envoy)."""
+
+
+class _HeadersInTime(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with a deadline on request headers. uvicorn has none: a client that
+    opens a connection and sends nothing, or a header a byte at a time, held it (and its memory) for
+    good. The deadline runs from the connection's start and from each response's end (a keep-alive
+    connection's next request) until a request's headers are whole; then the connection is closed."""
+
+    header_timeout_s: float = HEADER_TIMEOUT_S
+    _header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._await_headers()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._await_headers()
+
+    def handle_events(self) -> None:
+        cycle = self.cycle
+        super().handle_events()
+        if self.cycle is not cycle or self.transport.get_protocol() is not self:  # a request began, or a WebSocket took over
+            self._headers_came()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._headers_came()
+        super().connection_lost(exc)
+
+    def _await_headers(self) -> None:
+        self._headers_came()
+        if not self.transport.is_closing():
+            self._header_timer = self.loop.call_later(self.header_timeout_s, self._too_slow)
+
+    def _headers_came(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _too_slow(self) -> None:
+        self._header_timer = None
+        if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
+            self.transport.close()
 
 
 DEFAULT_SOCKET_CONTEXTS = 8
@@ -114,15 +163,19 @@ class HttpListener:
         tls: HttpTls | None = None,
         clients: ClientIdentity | None = None,
         max_message_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        header_timeout_s: float = HEADER_TIMEOUT_S,
     ) -> None:
         """At most `max_requests_per_client` requests of one client address at once (0: no limit;
         libs.serving.http_limits; an open WebSocket counts as one); HTTPS only when `tls` is given;
-        a WebSocket message over `max_message_bytes` closes its socket (1009)."""
+        a WebSocket message over `max_message_bytes` closes its socket (1009); a connection that has
+        not sent a request's headers `header_timeout_s` after it opened or its last response ended is
+        closed."""
         host = host.strip("[]") or "::"
         self._host = host
         app = ClientRequestLimit(app, max_requests_per_client, clients)  # names the client even without a limit
         config = uvicorn.Config(
             app, host=host, port=port, lifespan="off", log_level="warning", access_log=False,
+            http=type("HeadersInTime", (_HeadersInTime,), {"header_timeout_s": header_timeout_s}),
             # The client address stays the peer's: which proxies may name another is the gateway's
             # --trusted-proxies (libs.serving.clients), not uvicorn's own default list.
             proxy_headers=False, **(tls.uvicorn_options() if tls else {}),

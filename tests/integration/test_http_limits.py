@@ -168,3 +168,45 @@ async def test_one_client_past_its_limit_of_open_sockets_is_refused_429_in_the_h
             await socket.close()
     finally:
         await listener.stop()
+
+
+async def _closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
+    """Whether the server closed the connection within `seconds` (it sent EOF)."""
+    try:
+        return await asyncio.wait_for(reader.read(), seconds) is not None
+    except TimeoutError:
+        return False
+
+
+async def test_a_connection_that_does_not_send_its_headers_in_time_is_closed() -> None:
+    """uvicorn has no deadline on request headers: a connection that sent nothing, or half a header,
+    was held for good. One that is slow in its headers is closed; a slow response is not cut, and a
+    keep-alive connection gets the deadline again for its next request."""
+    release = asyncio.Event()
+    port = free_port()
+    listener = HttpListener(_held_app(release), "127.0.0.1", port, header_timeout_s=0.5)
+    await listener.start()
+    try:
+        silent_reader, silent = await asyncio.open_connection("127.0.0.1", port)
+        half_reader, half = await asyncio.open_connection("127.0.0.1", port)
+        half.write(b"POST /v1/audio/speech HTTP/1.1\r\nHost: door\r\n")  # and never the blank line
+        await half.drain()
+        assert await _closed_within(silent_reader, 3.0) and await _closed_within(half_reader, 3.0)
+        async with httpx.AsyncClient(timeout=10) as client:
+            held = asyncio.create_task(client.post(f"http://127.0.0.1:{port}/v1/audio/speech", json={}))
+            await asyncio.sleep(1.2)  # the response takes longer than the header deadline
+            assert not held.done()
+            release.set()
+            response = await held
+        assert response.status_code == 200 and response.text == "audio"
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/audio/speech HTTP/1.1\r\nHost: door\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        assert (await reader.readuntil(b"audio")).startswith(b"HTTP/1.1 200")
+        writer.write(b"POST /v1/audio/speech HTTP/1.1\r\n")  # the next request, half sent
+        await writer.drain()
+        assert await _closed_within(reader, 3.0)
+        for stream in (silent, half, writer):
+            stream.close()
+    finally:
+        await listener.stop()
