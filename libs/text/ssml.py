@@ -3,7 +3,12 @@ say-as readings already in words), pauses, marks and rate changes.
 
 Supported: <speak> (the root), <p>, <s>, <break time="500ms"|strength="...">, <prosody rate=...>,
 <phoneme alphabet="ipa" ph="...">, <sub alias="...">, <say-as interpret-as="characters|spell-out|
-cardinal|number|ordinal|digits|date|time|telephone">, <mark name="...">. Any other element, or an
+cardinal|number|ordinal|digits|date|time|telephone">, <mark name="...">. Three more are read as
+their content, as SSML asks of a processor that cannot render them, so that documents written for
+other engines speak: <emphasis level="..."> (the voice has no emphasis of its own), <lang
+xml:lang="..."> (read in the voice's language; words in a script it cannot read are passed over),
+and <audio src="..."> (its text inside, the spoken alternative; the service fetches nothing, so an
+<audio> without such text is an error, and its <desc> is not read). Any other element, or an
 attribute these do not take, is an SsmlError (INVALID_ARGUMENT) naming it. A document with a DTD
 or entity declarations is refused before it is parsed, so no entity can expand.
 """
@@ -41,7 +46,14 @@ _ELEMENT_ATTRIBUTES: Final[dict[str, frozenset[str]]] = {
     "sub": frozenset({"alias"}),
     "say-as": frozenset({"interpret-as", "format", "detail"}),
     "mark": frozenset({"name"}),
+    "emphasis": frozenset({"level"}),
+    "lang": frozenset({"{http://www.w3.org/XML/1998/namespace}lang"}),
+    "audio": frozenset({"src"}),
+    "desc": frozenset({"{http://www.w3.org/XML/1998/namespace}lang"}),
 }
+_READ_AS_CONTENT: Final = frozenset({"emphasis", "lang", "audio"})
+"""Elements spoken as the text inside them (the module docstring)."""
+_EMPHASIS_LEVELS: Final = frozenset({"strong", "moderate", "none", "reduced"})
 _SAY_AS: Final = frozenset({"characters", "spell-out", "cardinal", "number", "ordinal", "digits", "date", "time", "telephone"})
 _TIME: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s)\s*$")
 _DECLARATIONS: Final = re.compile(r"<!(?:DOCTYPE|ENTITY)", re.IGNORECASE)
@@ -189,6 +201,14 @@ class _Builder:
         elif name == "say-as":
             self._children_must_be_empty(element, name)
             self.text(say_as(element.get("interpret-as", ""), element.text or ""), rate)
+        elif name == "desc":
+            return  # what an <audio> clip holds, for a reader of the document: not spoken
+        elif name in _READ_AS_CONTENT:
+            _check_read_as_content(element, name)
+            self.text(element.text, rate)
+            for child in element:
+                self.element(child, rate, depth + 1)
+                self.text(child.tail, rate)
         else:
             if name in ("p", "s") and self.current.text.strip():
                 self._end_sentence(paragraph=name == "p")
@@ -217,6 +237,21 @@ class _Builder:
         for segment in self.segments:  # the spaces put around replaced elements, tidied
             segment.text = _SPACE_BEFORE_PUNCTUATION.sub(r"\1", _SPACE_RUN.sub(" ", segment.text))
         return [segment for segment in self.segments if segment.text.strip() or segment.events]
+
+
+def _check_read_as_content(element: ElementTree.Element, name: str) -> None:
+    """What an element read as its content must carry to be read that way."""
+    if name == "emphasis" and element.get("level", "moderate") not in _EMPHASIS_LEVELS:
+        raise SsmlError(f"SSML <emphasis level={element.get('level')!r}> is not a level; use {', '.join(sorted(_EMPHASIS_LEVELS))}")
+    if name == "lang" and not element.get("{http://www.w3.org/XML/1998/namespace}lang"):
+        raise SsmlError("SSML <lang> needs xml:lang")
+    if name == "audio":
+        spoken = (element.text or "") + "".join((child.tail or "") + ("" if _name(child) == "desc" else "x") for child in element)
+        if not has_speakable_characters(spoken):
+            raise SsmlError(
+                "SSML <audio> is not played: the service fetches nothing. Put the words to say in its place inside "
+                "the element (<audio src=\"...\">a door bell</audio>), or leave it out"
+            )
 
 
 def _break_ms(element: ElementTree.Element) -> int:

@@ -83,9 +83,9 @@ def test_an_ssml_request_is_cached_per_sentence_and_repeats_sample_for_sample(me
 @pytest.mark.parametrize(
     ("text", "named"),
     [
-        ('<speak>Hi <audio src="x.wav"/> there.</speak>', "<audio>"),
+        ('<speak>Hi <audio src="x.wav"/> there.</speak>', "<audio> is not played"),
         ('<speak><prosody pitch="high">Hi.</prosody></speak>', "'pitch'"),
-        ('<speak><emphasis>Hi.</emphasis></speak>', "<emphasis>"),
+        ('<speak><voice name="x">Hi.</voice></speak>', "<voice>"),
         ("<speak>Hi <break time='1 hour'/></speak>", "1 hour"),
         ("<speak>Say [[ g ˈoʊ ]].</speak>", "'g'"),
         ("<speak>" + '<prosody rate="slow">' * 20 + "Hi." + "</prosody>" * 20 + "</speak>", "nested rates multiply"),

@@ -59,7 +59,10 @@ def test_paragraphs_and_sentences_end_with_a_sentence_end() -> None:
 @pytest.mark.parametrize(
     ("document", "named"),
     [
-        ('<speak><audio src="x.wav"/></speak>', "<audio>"),
+        ('<speak><audio src="x.wav"/></speak>', "fetches nothing"),
+        ('<speak><audio src="x.wav"><desc>a bell</desc></audio></speak>', "fetches nothing"),
+        ('<speak><emphasis level="loud">x</emphasis></speak>', "'loud'"),
+        ("<speak><lang>x</lang></speak>", "xml:lang"),
         ('<speak><prosody pitch="high">x</prosody></speak>', "'pitch'"),
         ("<voice>x</voice>", "<voice>"),
         ('<speak><say-as interpret-as="currency">$5</say-as></speak>', "'currency'"),
@@ -106,3 +109,13 @@ def test_a_document_with_a_declaration_is_read_as_ssml() -> None:
     assert segment.text.strip() == "Hello there."
     with pytest.raises(SsmlError, match="DOCTYPE"):
         parse_ssml('<?xml version="1.0"?><!DOCTYPE speak [<!ENTITY x "y">]><speak>&x;</speak>')
+
+
+def test_emphasis_lang_and_audio_are_read_as_their_content() -> None:
+    """SSML written for other engines speaks: what the voice cannot render is read as the text inside
+    it, and an <audio> clip (never fetched) as its spoken alternative, without its <desc>."""
+    (segment,) = parse_ssml(
+        '<speak>It is <emphasis level="strong">very</emphasis> big. <audio src="https://x/bell.mp3"><desc>a bell</desc>'
+        'Ding dong.</audio> <lang xml:lang="fr-FR">Bonjour</lang>, friend.</speak>'
+    )
+    assert segment.text == "It is very big. Ding dong. Bonjour, friend."
