@@ -7,9 +7,11 @@ form that espeak-ng reads wrongly:
 - Unicode NFC. espeak-ng reads a decomposed "café" (e + U+0301) as "kˈeɪf"; composed it is "kæfˈeɪ".
 - Letters and digits written in another form of their alphabet become the plain ones: fullwidth
   ("ＴＯＫＹＯ ２０２０", as East Asian text writes Latin), halfwidth, and the mathematical styles that
-  social media uses for bold and italic ("𝐁𝐨𝐥𝐝", "𝘐𝘵𝘢𝘭𝘪𝘤", "ℂ"). espeak-ng reads each of those by its
-  code point ("letter f f three four"). Only letters and digits: fullwidth punctuation stays, for
-  the Mandarin front end splits sentences at it.
+  social media uses for bold and italic ("𝐁𝐨𝐥𝐝", "𝘐𝘵𝘢𝘭𝘪𝘤", "ℂ"), and letters, digits and units in
+  a circle or a square ("Ⓗⓔⓛⓛⓞ", "🅷🅴🅻🅻🅾", "①", "㎏"). espeak-ng reads each of those by its code point
+  ("letter f f three four"). Only letters, digits and enclosed forms: fullwidth punctuation stays,
+  for the Mandarin front end splits sentences at it; superscripts and small capitals stay, for
+  they are IPA in inline phonemes ("pʰ", "ɪ").
 - Control and invisible format characters are removed (zero-width spaces and joiners, bidi marks,
   soft hyphens, BOM, lone surrogates). espeak-ng treats a zero-width space as a word break, which
   splits words the reader sees as one; a NUL would end the C string early.
@@ -116,10 +118,24 @@ _LETTER_FORMS: Final = ("<wide>", "<narrow>", "<font>")
 """Unicode's decomposition tags of a letter or digit drawn in another form (NFKC gives the plain one)."""
 
 
+_ENCLOSED_FORMS: Final = ("<circle>", "<square>")
+"""Unicode's decomposition tags of a letter, digit or short word drawn in a circle or a square."""
+_ENCLOSED_LATIN_LETTER: Final = re.compile(r"LATIN (CAPITAL|SMALL) LETTER ([A-Z])$")
+"""The name's end of an enclosed Latin letter with no decomposition ("NEGATIVE SQUARED LATIN CAPITAL LETTER H")."""
+
+
 @functools.lru_cache(maxsize=4096)
 def _plain_form(character: str) -> str:
-    if unicodedata.decomposition(character).startswith(_LETTER_FORMS) and unicodedata.category(character)[0] in "LN":
+    decomposition = unicodedata.decomposition(character)
+    category = unicodedata.category(character)
+    if decomposition.startswith(_LETTER_FORMS) and category[0] in "LN":
         return unicodedata.normalize("NFKC", character)
+    if decomposition.startswith(_ENCLOSED_FORMS) and category in ("So", "No"):
+        return unicodedata.normalize("NFKC", character)
+    if category == "So":
+        enclosed = _ENCLOSED_LATIN_LETTER.search(unicodedata.name(character, ""))
+        if enclosed is not None:
+            return enclosed.group(2) if enclosed.group(1) == "CAPITAL" else enclosed.group(2).lower()
     return character
 
 

@@ -94,6 +94,11 @@ def test_letters_in_other_forms_of_their_alphabet_become_the_plain_letters():
     assert normalize_text("ＴＯＫＹＯ ２０２０") == "TOKYO 2020"
     assert normalize_text("𝐁𝐨𝐥𝐝 𝘐𝘵𝘢𝘭𝘪𝘤 ℂ") == "Bold Italic C"
     assert phonemize(normalize_text("𝐇𝐞𝐥𝐥𝐨")) == phonemize("Hello")
+    assert normalize_text("Ⓗⓔⓛⓛⓞ 🅷🅸 ① 5㎏") == "Hello HI 1 5kg"  # in a circle or a square
+
+
+def test_superscripts_and_small_capitals_stay_for_they_are_ipa():
+    assert normalize_text("[[ pʰ ɪ ʀ ]]") == "[[ pʰ ɪ ʀ ]]"
 
 
 def test_emoji_are_read_by_their_whole_names():
