@@ -5,6 +5,11 @@ either leaves espeak-ng's phonemes unchanged (checked in tests/unit/test_text_no
 form that espeak-ng reads wrongly:
 
 - Unicode NFC. espeak-ng reads a decomposed "café" (e + U+0301) as "kˈeɪf"; composed it is "kæfˈeɪ".
+- Combining marks left on a plain letter after NFC are removed outside inline phoneme blocks: no
+  letter of a language takes them there (every accented Latin letter composes), and they are what
+  strikethrough ("s̶t̶r̶i̶k̶e̶"), underline and "Zalgo" text are drawn with; espeak-ng read "strike" in
+  strikethrough as "strikeh" and "under" underlined with a trilled r. Marks on other letters (Yoruba's
+  "ẹ́", Hindi's vowel signs) and inside `[[ ]]` (IPA's "n̩") stay.
 - Letters and digits written in another form of their alphabet become the plain ones: fullwidth
   ("ＴＯＫＹＯ ２０２０", as East Asian text writes Latin), halfwidth, and the mathematical styles that
   social media uses for bold and italic ("𝐁𝐨𝐥𝐝", "𝘐𝘵𝘢𝘭𝘪𝘤", "ℂ"), and letters, digits and units in
@@ -48,6 +53,7 @@ import unicodedata
 from typing import Final
 
 from libs.text.errors import EmptyTextError, InvalidTextError, TextTooLongError
+from libs.text.pronounce import split_inline
 
 _LINE_BREAKS: Final = {"\r\n": "\n", "\r": "\n", "\x85": "\n", "\u2028": "\n", "\u2029": "\n\n"}
 _CHARACTER_MAP: Final = str.maketrans(
@@ -118,6 +124,8 @@ _LETTER_FORMS: Final = ("<wide>", "<narrow>", "<font>")
 """Unicode's decomposition tags of a letter or digit drawn in another form (NFKC gives the plain one)."""
 
 
+_MARK_ON_PLAIN_LETTER: Final = re.compile(r"(?<=[A-Za-z])[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]+")
+"""Combining marks (the Unicode blocks of them) right after a plain ASCII letter."""
 _ENCLOSED_FORMS: Final = ("<circle>", "<square>")
 """Unicode's decomposition tags of a letter, digit or short word drawn in a circle or a square."""
 _ENCLOSED_LATIN_LETTER: Final = re.compile(r"LATIN (CAPITAL|SMALL) LETTER ([A-Z])$")
@@ -160,6 +168,8 @@ def normalize_text(text: str) -> str:
     text = unicodedata.normalize("NFC", text)
     if not text.isascii():
         text = "".join(character if character.isascii() else _plain_form(character) for character in text)
+        if _MARK_ON_PLAIN_LETTER.search(text):
+            text = "".join(part if is_block else _MARK_ON_PLAIN_LETTER.sub("", part) for part, is_block in split_inline(text))
     for line_break, replacement in _LINE_BREAKS.items():
         text = text.replace(line_break, replacement)
     text = _kept_characters(text)

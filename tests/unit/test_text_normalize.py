@@ -97,6 +97,15 @@ def test_letters_in_other_forms_of_their_alphabet_become_the_plain_letters():
     assert normalize_text("Ⓗⓔⓛⓛⓞ 🅷🅸 ① 5㎏") == "Hello HI 1 5kg"  # in a circle or a square
 
 
+def test_marks_drawn_over_plain_letters_are_removed_but_not_a_languages_or_ipas():
+    """Strikethrough, underline and "Zalgo" text are combining marks on plain letters; espeak-ng read
+    them as other letters ("strike" with a final vowel). Marks that are a language's or IPA's stay."""
+    assert normalize_text("s\u0336t\u0336r\u0336i\u0336k\u0336e\u0336 u\u0332p") == "strike up"
+    assert phonemize(normalize_text("H\u0337\u0322\u031be\u0336l\u0335l\u0338o\u0334")) == phonemize("Hello")
+    assert normalize_text("e\u0301") == "\u00e9"  # composed first: an accent of a language
+    assert normalize_text("\u1eb9\u0301 [[ n\u0329 ]]") == "\u1eb9\u0301 [[ n\u0329 ]]"
+
+
 def test_superscripts_and_small_capitals_stay_for_they_are_ipa():
     assert normalize_text("[[ pʰ ɪ ʀ ]]") == "[[ pʰ ɪ ʀ ]]"
 
