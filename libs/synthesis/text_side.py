@@ -37,7 +37,7 @@ from cachetools import LRUCache, TTLCache
 from libs.settings.fields import setting
 from libs.synthesis.in_flight import SentencesInFlight
 from libs.telemetry import tracing
-from libs.text.errors import EmptyTextError, TextTooLongError
+from libs.text.errors import EmptyTextError, TextTooLongError, UnreadScriptError
 from libs.text.frontend import DEFAULT_MAX_PHONEME_IDS, Sentence, no_words
 from libs.text.frontends import Frontend, frontend_for
 from libs.text.lexicon import DEFAULT_LEXICON_CHECK_S, LexiconFile
@@ -45,6 +45,7 @@ from libs.text.long_words import DEFAULT_MAX_WORD_CHARS
 from libs.text.normalize import has_speakable_characters
 from libs.text.phonemizer_pool import FrontendSpec, PhonemizerPool
 from libs.text.reading import ReadingRules
+from libs.text.scripts import foreign_scripts
 from libs.text.sentences import DEFAULT_MAX_CHUNK_CHARS, IncrementalSentenceSplitter, is_cut_short
 from libs.text.ssml import MAX_BREAK_MS, SsmlSegment, looks_like_ssml, parse_ssml, spoken_segments
 from libs.voice.registry import Voice
@@ -324,6 +325,7 @@ class TextSide:
         reader = _PieceReader(pieces)
         loop = asyncio.get_running_loop()
         handed = 0  # sentences handed out so far
+        unread_scripts: dict[str, None] = {}  # scripts of letters in chunks that gave no sentence, in order
         try:
             while True:
                 asked_s = loop.time()
@@ -337,7 +339,8 @@ class TextSide:
                         chunk = splitter.cut_pending()  # None: one word so far, which may go on
                         clocks.holding(chunk is not None and bool(splitter.pending_text.strip()), loop.time(), True)
                         if chunk is not None:
-                            for sentence in await self._streamed_chunk_sentences(voice, chunk, is_cut_short(chunk), lexicon, opening.pop() if opening else None):
+                            first = opening.pop() if opening else None
+                            for sentence in await self._streamed_chunk_sentences(voice, chunk, is_cut_short(chunk), lexicon, first, unread_scripts):
                                 handed += 1
                                 yield sentence
                     elif clocks.idle:
@@ -347,7 +350,7 @@ class TextSide:
                 if piece is None:
                     break
                 if isinstance(piece, TextFlush):  # speak what is held now, and say when it is handed out
-                    flushed = await self._flushed_sentences(voice, splitter.flush(), lexicon, opening)
+                    flushed = await self._flushed_sentences(voice, splitter.flush(), lexicon, opening, unread_scripts)
                     clocks.holding(False, loop.time(), True)
                     piece.reached(handed + len(flushed))
                     for sentence in flushed:
@@ -366,22 +369,28 @@ class TextSide:
                 clocks.holding(bool(splitter.pending_text.strip()), loop.time(), bool(chunks))
                 for chunk in chunks:
                     first = opening.pop() if opening else None
-                    for sentence in await self._streamed_chunk_sentences(voice, chunk, is_cut_short(chunk), lexicon, first):
+                    for sentence in await self._streamed_chunk_sentences(voice, chunk, is_cut_short(chunk), lexicon, first, unread_scripts):
                         handed += 1
                         yield sentence
-            for sentence in await self._flushed_sentences(voice, splitter.flush(), lexicon, opening):
+            for sentence in await self._flushed_sentences(voice, splitter.flush(), lexicon, opening, unread_scripts):
+                handed += 1
                 yield sentence
+            if not handed and unread_scripts:  # the whole stream was in scripts the voice cannot read
+                raise UnreadScriptError(list(unread_scripts))
         finally:
             reader.close()
 
-    async def _flushed_sentences(self, voice: Voice, chunks: list[str], lexicon: Lexicon | None, opening: list[int | None]) -> list[Sentence]:
+    async def _flushed_sentences(
+        self, voice: Voice, chunks: list[str], lexicon: Lexicon | None, opening: list[int | None], unread: dict[str, None] | None = None
+    ) -> list[Sentence]:
         """The sentences of the chunks a streamed text's splitter gives when it is flushed (`opening`:
-        the first sentence's opening budget while no sentence has been made, then empty)."""
+        the first sentence's opening budget while no sentence has been made, then empty; `unread`
+        gets the scripts of the letters of chunks that gave none)."""
         sentences: list[Sentence] = []
         for index, chunk in enumerate(chunks):
             continues = index < len(chunks) - 1 and is_cut_short(chunk)
             first = opening.pop() if opening else None
-            sentences.extend(await self._streamed_chunk_sentences(voice, chunk, continues, lexicon, first))
+            sentences.extend(await self._streamed_chunk_sentences(voice, chunk, continues, lexicon, first, unread))
         return sentences
 
     def _chunks(self, voice: Voice, text: str) -> list[str]:
@@ -427,11 +436,18 @@ class TextSide:
             raise no_words(" ".join(chunks))
 
     async def _streamed_chunk_sentences(
-        self, voice: Voice, chunk: str, continues: bool, lexicon: Lexicon | None = None, first_max_ids: int | None = None
+        self,
+        voice: Voice,
+        chunk: str,
+        continues: bool,
+        lexicon: Lexicon | None = None,
+        first_max_ids: int | None = None,
+        unread: dict[str, None] | None = None,
     ) -> list[Sentence]:
         """A streamed chunk's sentences; a chunk with nothing to say (spaces, punctuation) has none.
         With `continues` the text goes on after the chunk (see `TextFrontend.chunk_sentences`); with
-        `first_max_ids`, its first sentence's opening is cut to that many ids (the stream's first)."""
+        `first_max_ids`, its first sentence's opening is cut to that many ids (the stream's first).
+        `unread` gets the scripts of the letters of a chunk that has none (libs.text.scripts)."""
         try:
             parts = await self._in_text_thread(self._chunks, voice, chunk)
         except EmptyTextError:
@@ -441,6 +457,8 @@ class TextSide:
             last = index == len(parts) - 1
             opening = first_max_ids if not sentences else None
             sentences.extend(await self._phonemise(voice, part, continues if last else is_cut_short(part), lexicon, opening))
+        if not sentences and unread is not None:
+            unread.update(dict.fromkeys(foreign_scripts(chunk)))
         return sentences
 
     async def _in_text_thread(self, function: Callable[..., _Result], *args: object) -> _Result:

@@ -131,3 +131,19 @@ async def test_a_text_only_in_a_script_the_voice_cannot_read_is_refused_naming_i
         assert [sentence.text for sentence in mixed] == ["Say   to her."]
     finally:
         await text_side.close()
+
+
+async def test_a_streamed_text_only_in_a_script_the_voice_cannot_read_ends_refused_naming_it(pool: PhonemizerPool) -> None:
+    """A whole text of such words is refused before any audio; a streamed one can only know at its
+    end, and says so then, where it would otherwise end with no audio and no word why. A stream
+    with any word the voice reads, or of punctuation only, ends as before."""
+    text_side = TextSide(ThreadPoolExecutor(1), 5000, TextLimits(), pool)
+    voice = default_registry().default
+    try:
+        with pytest.raises(UnreadScriptError, match="CJK script"):
+            [sentence async for sentence in text_side.incremental_sentences(voice, _pieces("你好，", "世界。"))]
+        mixed = [s.text async for s in text_side.incremental_sentences(voice, _pieces("你好。 ", "Hello there."))]
+        assert mixed == ["Hello there."]
+        assert [s async for s in text_side.incremental_sentences(voice, _pieces("...", " !"))] == []
+    finally:
+        await text_side.close()
