@@ -83,6 +83,13 @@ class LoadWatcher:
         endpoints = list(self._endpoints())
         await asyncio.gather(*(self._poll(endpoint) for endpoint in endpoints))
 
+    async def ensure(self, endpoints: Iterable[Endpoint]) -> None:
+        """Ask those of `endpoints` whose load is not known fresh now, all at the same time (each
+        within LOAD_TIMEOUT_S): for a decision that must not be made blind, as right after a start."""
+        unknown = [endpoint for endpoint in endpoints if self.load(endpoint) is None]
+        if unknown:
+            await asyncio.gather(*(self._poll(endpoint) for endpoint in unknown))
+
     async def _run(self) -> None:
         while True:
             await self.poll_once()

@@ -490,7 +490,11 @@ class WorkerPool:
             for status in self._tables["acoustic"].statuses()
             if status.available and status.endpoint in self._info_fresh and self._serves(status.endpoint, voice)
         ]
-        # Those holding it already (a load takes seconds), then the local zone, then the least busy.
+        # Those holding it already (a load takes seconds), then the local zone, then the least busy;
+        # what each holds is asked first where it is not known yet (just after a start), or the
+        # local zone would load a voice that another zone already holds.
+        vocoders = [status.endpoint for status in self._tables["vocoder"].statuses() if status.available]
+        await self.loads.ensure([*candidates, *vocoders])  # the vocoders' too: the stream picks one next
         candidates.sort(key=lambda endpoint: (not self._holds(endpoint, voice), endpoint.zone != self.local_zone, self._open_streams(endpoint)))
         for endpoint in candidates:
             try:

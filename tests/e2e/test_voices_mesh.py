@@ -128,6 +128,10 @@ def test_a_speaker_is_chosen_by_name_or_id_and_a_16_khz_voice_is_served_end_to_e
     for rate_hz in (24_000, 48_000):  # OpenAI's pcm rate, and a rate three times the voice's
         resampled, rate = _say(address, text, voice=TRIO.name, speaker="bob", sample_rate_hz=rate_hz)
         assert rate == rate_hz and abs(resampled.size * 16_000 / rate_hz - by_name.size) <= 48
+    # zone-b preloads every voice: the gateway, just started, asked what each zone holds before it
+    # asked one to load the voice, so its own zone did not load it (it did when the loads were not known yet)
+    for kind in ("acoustic", "vocoder"):
+        assert TRIO.name not in _loaded(mesh, kind, "zone-a"), f"the {kind} worker of zone-a loaded a voice zone-b holds"
     with pytest.raises(grpc.RpcError) as refused:
         _say(address, text, voice=TRIO.name, speaker="dave")
     assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
