@@ -73,6 +73,8 @@ _CHARACTER_MAP: Final = str.maketrans(
         "\u2011": "-",  # non-breaking hyphen
         "\u2012": "-",  # figure dash
         "\u2026": "...",  # horizontal ellipsis
+        "\u2103": "\u00b0C",  # degree Celsius, as one character: "°C", which the written forms read
+        "\u2109": "\u00b0F",  # degree Fahrenheit
     }
 )
 # Whitespace runs: the newline count decides what the run becomes.
@@ -140,6 +142,8 @@ def _plain_form(character: str) -> str:
         return unicodedata.normalize("NFKC", character)
     if decomposition.startswith(_ENCLOSED_FORMS) and category in ("So", "No"):
         return unicodedata.normalize("NFKC", character)
+    if category == "Nl" and unicodedata.name(character, "").startswith("ROMAN NUMERAL"):
+        return unicodedata.normalize("NFKC", character)  # "Ⅻ" is "XII", which the written forms read
     if category == "So":
         enclosed = _ENCLOSED_LATIN_LETTER.search(unicodedata.name(character, ""))
         if enclosed is not None:

@@ -95,6 +95,7 @@ def test_letters_in_other_forms_of_their_alphabet_become_the_plain_letters():
     assert normalize_text("𝐁𝐨𝐥𝐝 𝘐𝘵𝘢𝘭𝘪𝘤 ℂ") == "Bold Italic C"
     assert phonemize(normalize_text("𝐇𝐞𝐥𝐥𝐨")) == phonemize("Hello")
     assert normalize_text("Ⓗⓔⓛⓛⓞ 🅷🅸 ① 5㎏") == "Hello HI 1 5kg"  # in a circle or a square
+    assert normalize_text("25℃ or 77℉, Chapter Ⅳ") == "25°C or 77°F, Chapter IV"  # one character each
 
 
 def test_marks_drawn_over_plain_letters_are_removed_but_not_a_languages_or_ipas():

@@ -128,6 +128,7 @@ def test_a_number_past_fifteen_digits_is_read_digit_by_digit() -> None:
         ("Follow #MeToo, #BlackLivesMatter and #NBAFinals.", "Follow hashtag Me Too, hashtag Black Lives Matter and hashtag NBA Finals."),
         ("Tagged #throwback_thursday; C# and #7 stay as they were.", "Tagged hashtag throwback thursday; C# and number seven stay as they were."),
         ("Dial 911 or call 999; text 988.", "Dial nine one one or call nine nine nine; text nine eight eight."),
+        ("Area 3 ft³ and 10 cm², for ₿2.", "Area three cubic feet and ten square centimeters, for two bitcoin."),
         ("Call 100 people, then dial 100.", "Call one hundred people, then dial one zero zero."),
         ("Smith, Jr., lives at 221B Baker St., London.", "Smith, Junior, lives at 221B Baker Street, London."),
         ("It weighs 3 lbs., not 2 oz.; etc., and so on.", "It weighs three pounds, not two ounces; et cetera, and so on."),

@@ -87,7 +87,15 @@ UNITS: Final[dict[str, tuple[str, str]]] = {
     "km²": ("square kilometer", "square kilometers"),
     "m²": ("square meter", "square meters"),
     "m³": ("cubic meter", "cubic meters"),
+    "cm²": ("square centimeter", "square centimeters"),
+    "mm²": ("square millimeter", "square millimeters"),
+    "ft²": ("square foot", "square feet"),
+    "in²": ("square inch", "square inches"),
+    "mi²": ("square mile", "square miles"),
     "cm³": ("cubic centimeter", "cubic centimeters"),
+    "mm³": ("cubic millimeter", "cubic millimeters"),
+    "ft³": ("cubic foot", "cubic feet"),
+    "in³": ("cubic inch", "cubic inches"),
     "px": ("pixel", "pixels"),
     "dB": ("decibel", "decibels"),
     "x": ("times", "times"),
@@ -114,6 +122,7 @@ CURRENCIES: Final[dict[str, tuple[str, str, str, str]]] = {
     "KRW": ("won", "won", "jeon", "jeon"),
     "₽": ("ruble", "rubles", "kopek", "kopeks"),
     "BTC": ("bitcoin", "bitcoin", "satoshi", "satoshis"),
+    "₿": ("bitcoin", "bitcoin", "satoshi", "satoshis"),
 }
 
 MAGNITUDES: Final[dict[str, str]] = {
