@@ -13,8 +13,8 @@ where it does, so those places still give separate sentences but never separate 
 Cut points:
 - after ".", "?" or "!" (a run such as "?!" or "!!" counts as one) that directly follows a letter,
   digit, closing quote or bracket, then any closing quotes or brackets, then whitespace, when the
-  next character is not a lower-case letter, the clause so far has a letter or digit, and the word before a "." is not an abbreviation ("Dr.", "e.g.") or an
-  initial ("J."). Two or more dots ("...") are an ellipsis, not a sentence end.
+  next character is not a lower-case letter, the clause so far has a letter or digit, and the word before a "." is not an abbreviation ("Dr.", "e.g."), an
+  initial ("J.") or a list item's number at the start of its line ("1. Mix"). Two or more dots ("...") are an ellipsis, not a sentence end.
 - at a blank line (paragraph), when the clause so far has a letter or digit.
 - at `max_chunk_chars`, when a chunk has no cut that early, whatever follows (a long run of spaces,
   quotes or "!" included): at the best break in the stretch (`best_break`: clause punctuation,
@@ -78,13 +78,24 @@ def _word_before(text: str, index: int, floor: int) -> str:
 
 
 def _is_abbreviation(text: str, dot_index: int, floor: int) -> bool:
-    """True when the "." at `dot_index` most likely ends an abbreviation or an initial."""
+    """True when the "." at `dot_index` most likely ends an abbreviation, an initial, or the number of
+    an item of a numbered list (at the start of its line: the front end reads "1. Mix" as "one, Mix",
+    libs.text.normalizer.lines)."""
     word = _word_before(text, dot_index, floor).lstrip("\"'([{`\u00ab\u201c\u2018")
     if "." in word:  # "e.g", "U.S", "a.m": dotted abbreviations
         return True
     if len(word) == 1 and word.isalpha():  # an initial: "J. R. R. Tolkien"
         return True
+    if 1 <= len(word) <= 3 and word.isdigit() and _starts_line(text, dot_index - len(word), floor):
+        return True
     return word.lower() in _ABBREVIATIONS
+
+
+def _starts_line(text: str, index: int, floor: int) -> bool:
+    """Whether only spaces or tabs stand between the start of its line (or of the text) and `index`."""
+    while index > floor and text[index - 1] in " \t":
+        index -= 1
+    return index == 0 or text[index - 1] == "\n"
 
 
 def best_break(text: str, low: int, high: int, target: int | None = None, floor: int | None = None) -> int | None:

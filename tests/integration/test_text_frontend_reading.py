@@ -154,3 +154,10 @@ def test_piper_reading_still_names_the_letters() -> None:
     piper = TextFrontend(voice.phoneme_id_map(), voice.espeak_voice)
     (sentence,) = piper.sentences("Say 你好 to her.")
     assert "".join(sentence.phonemes) == _phonemes("Say 你好 to her.")
+
+
+def test_a_numbered_list_is_read_item_by_item_with_its_numbers(frontend: TextFrontend) -> None:
+    """"1. Mix" was a sentence "one." and a sentence "Mix", and items without full stops ran together."""
+    sentences = frontend.sentences("Steps:\n1. Mix the flour\n2. Bake it\n\nThen eat.")
+    assert [sentence.text.strip() for sentence in sentences] == ["Steps:\none, Mix the flour.", "two, Bake it", "Then eat."]
+    assert [word.text for word in sentences[0].words] == ["Steps", "1", "Mix", "the", "flour"]

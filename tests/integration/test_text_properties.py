@@ -141,7 +141,13 @@ def test_a_long_text_in_a_script_the_voice_cannot_read_is_refused_by_name(harnes
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=TEXTS, cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=20))
 def test_a_streamed_text_cut_anywhere_gives_the_sentences_of_the_whole(harness: _Harness, text: str, cuts: list[int]) -> None:
-    streamed = harness.streamed(_pieces_of(text, cuts))
+    try:
+        streamed = harness.streamed(_pieces_of(text, cuts))
+    except UnreadScriptError as error:  # only words in scripts the voice cannot read: said at its end
+        with pytest.raises(UnreadScriptError) as whole:
+            harness.streamed([text])
+        assert whole.value.scripts == error.scripts
+        return
     assert streamed == harness.streamed([text])
     assert _within_caps(streamed)
     assert harness.pool.replaced == 0

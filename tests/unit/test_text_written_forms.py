@@ -178,7 +178,7 @@ def test_an_ellipsis_is_a_pause_not_nothing(written: str, spoken: str) -> None:
     [
         ("This is **very** important.", "This is very important."),
         ("I *really* mean it, ~~not~~ _truly_.", "I really mean it, not truly."),
-        ("# Getting started\n## Then\n* Buy milk\n+ Eggs", "Getting started\nThen\nBuy milk\nEggs"),
+        ("# Getting started\n## Then\n* Buy milk\n+ Eggs", "Getting started.\nThen.\nBuy milk.\nEggs"),
         ("See [the docs](https://example.com/docs) for more.", "See the docs for more."),
         ("> A quoted line\nand <b>bold</b> markup.", "> A quoted line\nand  bold  markup."),
         ('<a href="https://x.org">link</a> and H<sub>2</sub>O', " link  and H two O"),
@@ -187,6 +187,23 @@ def test_an_ellipsis_is_a_pause_not_nothing(written: str, spoken: str) -> None:
     ],
 )
 def test_markdown_and_html_markup_is_not_read_aloud(written: str, spoken: str) -> None:
+    assert expand_written_forms(written) == spoken
+
+
+@pytest.mark.parametrize(
+    ("written", "spoken"),
+    [
+        ("Steps:\n1. Mix the flour\n2) Bake it\n- Serve warm\n\u2022 Enjoy", "Steps:\none, Mix the flour.\ntwo, Bake it.\nServe warm.\nEnjoy"),
+        ("| Name | Age |\n|------|:---:|\n| Bob | 42 |", "Name, Age.\n\nBob, forty-two."),
+        ("```python\nprint(1)\n```\nDone.", "\nprint(one)\n\nDone."),
+        ("- an item whose text\n  wraps onto a line\n- the next", "an item whose text\n  wraps onto a line.\nthe next"),
+        ("> A quote goes on\nas prose does", "> A quote goes on\nas prose does"),
+    ],
+)
+def test_lists_tables_and_headings_are_read_item_by_item(written: str, spoken: str) -> None:
+    """LLM output writes lists, tables and headings a line each without full stops: espeak-ng ran
+    them into one sentence and read a table as one string of words. The last item needs none: the
+    text, or a blank line, ends its sentence."""
     assert expand_written_forms(written) == spoken
 
 

@@ -16,6 +16,7 @@ from typing import Final
 
 from libs.text.normalizer import numbers
 from libs.text.normalizer.addresses import email, phone, url
+from libs.text.normalizer.lines import line_replacements
 from libs.text.normalizer.tables import (
     ABBREVIATIONS,
     BEFORE_NUMBER,
@@ -166,17 +167,26 @@ _PAUSE_MARKS: Final = frozenset(".,;:?!")
 
 def expand_written_forms(text: str) -> str:
     """`text` with every written form the rules know replaced by the words a person says."""
-    return _PATTERN.sub(_expand, text)
+    pieces, position = [], 0
+    for start, end, words in written_form_replacements(text):
+        pieces += [text[position:start], words]
+        position = end
+    return "".join(pieces) + text[position:]
 
 
 def written_form_replacements(text: str) -> list[tuple[int, int, str]]:
-    """Each written form of `text` the rules change: (start, end, the words said), in order."""
+    """Each written form of `text` the rules change: (start, end, the words said), in order; the line
+    rules of lists, tables and headings (libs.text.normalizer.lines) among them."""
+    lines = line_replacements(text)
     replacements = []
     for match in _PATTERN.finditer(text):
+        start, end = match.span()
+        if lines and any(start < line_end and line_start < end for line_start, line_end, _ in lines if line_end > line_start):
+            continue  # a table row's pipe or a list's marker: the line rules say it
         spoken = _expand(match)
         if spoken != match.group():
-            replacements.append((match.start(), match.end(), spoken))
-    return replacements
+            replacements.append((start, end, spoken))
+    return sorted(replacements + lines, key=lambda replacement: (replacement[0], replacement[1])) if lines else replacements
 
 
 def _expand(match: re.Match[str]) -> str:
