@@ -77,35 +77,40 @@ def _word_before(text: str, index: int, floor: int) -> str:
     return text[start:index]
 
 
-def _is_abbreviation(text: str, dot_index: int, floor: int) -> bool:
+def _is_abbreviation(text: str, dot_index: int, floor: int, floor_starts_line: bool = False) -> bool:
     """True when the "." at `dot_index` most likely ends an abbreviation, an initial, or the number of
     an item of a numbered list (at the start of its line: the front end reads "1. Mix" as "one, Mix",
-    libs.text.normalizer.lines)."""
+    libs.text.normalizer.lines). Only `text[floor:]` is read; `floor_starts_line` says whether a line
+    starts at `floor`."""
     word = _word_before(text, dot_index, floor).lstrip("\"'([{`\u00ab\u201c\u2018")
     if "." in word:  # "e.g", "U.S", "a.m": dotted abbreviations
         return True
     if len(word) == 1 and word.isalpha():  # an initial: "J. R. R. Tolkien"
         return True
-    if 1 <= len(word) <= 3 and word.isdigit() and _starts_line(text, dot_index - len(word), floor):
+    if 1 <= len(word) <= 3 and word.isdigit() and _starts_line(text, dot_index - len(word), floor, floor_starts_line):
         return True
     return word.lower() in _ABBREVIATIONS
 
 
-def _starts_line(text: str, index: int, floor: int) -> bool:
-    """Whether only spaces or tabs stand between the start of its line (or of the text) and `index`."""
+def _starts_line(text: str, index: int, floor: int, floor_starts_line: bool) -> bool:
+    """Whether only spaces or tabs stand between the start of its line and `index` (reading no further
+    back than `floor`, where a line starts when `floor_starts_line`)."""
     while index > floor and text[index - 1] in " \t":
         index -= 1
-    return index == 0 or text[index - 1] == "\n"
+    return text[index - 1] == "\n" if index > floor else floor_starts_line
 
 
-def best_break(text: str, low: int, high: int, target: int | None = None, floor: int | None = None) -> int | None:
+def best_break(
+    text: str, low: int, high: int, target: int | None = None, floor: int | None = None, floor_starts_line: bool = False
+) -> int | None:
     """The best place in [low, high] to cut `text` when it has no sentence end there, or None.
 
     A cut always falls just after whitespace, so no word is split: best after clause punctuation
     (", ; :", a dash, an unconfirmed sentence end, not an abbreviation's "."), then just before a
     conjunction ("and", "but", "because", "which", ...), then at any space; among cuts of the best
     kind, the one nearest `target` (default `high`). Only `text[floor:high]` is read (`floor`
-    defaults to `low`), so the answer does not depend on text that has not arrived yet.
+    defaults to `low`), so the answer does not depend on text that has not arrived yet;
+    `floor_starts_line` says whether a line starts at `floor`.
     """
     floor = low if floor is None else floor
     target = high if target is None else target
@@ -120,7 +125,7 @@ def best_break(text: str, low: int, high: int, target: int | None = None, floor:
                 cut = match.end()
             if cut < low or cut <= floor:
                 continue
-            if kind is _CLAUSE_BREAKS and text[match.start()] == "." and _is_abbreviation(text, match.start(), floor):
+            if kind is _CLAUSE_BREAKS and text[match.start()] == "." and _is_abbreviation(text, match.start(), floor, floor_starts_line):
                 continue
             if chosen is None or abs(cut - target) < abs(chosen - target):
                 chosen = cut
@@ -142,19 +147,21 @@ def is_cut_short(chunk: str) -> bool:
 @dataclass
 class _Scan:
     """How far the scan of the chunk that starts at `start` has got: it resumes at `index` with
-    `has_alnum` (whether the clause so far has a letter or digit) when more text arrives."""
+    `has_alnum` (whether the clause so far has a letter or digit) when more text arrives.
+    `line_start`: whether a line starts where the chunk does (the text's start, or after a line break)."""
 
     start: int
     index: int
     has_alnum: bool = False
+    line_start: bool = True
 
 
-def _limit_cut(text: str, start: int, limit: int) -> int:
+def _limit_cut(text: str, start: int, limit: int, line_start: bool) -> int:
     """Where a chunk that reaches `limit` without a sentence end is cut: its best break, preferably
     in its second half, else at the limit (a single long word)."""
     middle = start + (limit - start) // 2
     for low in (middle, start + 1):
-        cut = best_break(text, low, limit, floor=start)
+        cut = best_break(text, low, limit, floor=start, floor_starts_line=line_start)
         if cut is not None:
             return cut
     return limit
@@ -216,7 +223,7 @@ def _next_cut(text: str, scan: _Scan, final: bool, max_chunk_chars: int) -> int 
                 and dots < 2
                 and space_end > closers_end
                 and not text[space_end].islower()
-                and not (text[index] == "." and _is_abbreviation(text, index, start))
+                and not (text[index] == "." and _is_abbreviation(text, index, start, scan.line_start))
             )
             if is_end:
                 return space_end
@@ -226,7 +233,7 @@ def _next_cut(text: str, scan: _Scan, final: bool, max_chunk_chars: int) -> int 
             continue
         index += 1
     if index >= limit:
-        return _limit_cut(text, start, limit)
+        return _limit_cut(text, start, limit, scan.line_start)
     if final:
         return length
     scan.index, scan.has_alnum = index, has_alnum
@@ -238,7 +245,7 @@ def split_sentences(text: str, max_chunk_chars: int = DEFAULT_MAX_CHUNK_CHARS) -
     chunks: list[str] = []
     start = 0
     while start < len(text):
-        end = _next_cut(text, _Scan(start, start), final=True, max_chunk_chars=max_chunk_chars)
+        end = _next_cut(text, _Scan(start, start, line_start=start == 0 or text[start - 1] == "\n"), final=True, max_chunk_chars=max_chunk_chars)
         assert end is not None and end > start
         chunks.append(text[start:end])
         start = end
@@ -279,13 +286,13 @@ class IncrementalSentenceSplitter:
         length = len(self._pending)
         cut = None
         for low in (length // 2, 1):
-            cut = best_break(self._pending, low, length, floor=0)
+            cut = best_break(self._pending, low, length, floor=0, floor_starts_line=self._scan.line_start)
             if cut is not None:
                 break
         if cut is None:
             return None
         chunk = self._pending[:cut]
-        self._pending, self._scan = self._pending[cut:], _Scan(0, 0)
+        self._pending, self._scan = self._pending[cut:], _Scan(0, 0, line_start=chunk.endswith("\n"))
         return chunk
 
     @property
@@ -301,9 +308,9 @@ class IncrementalSentenceSplitter:
             if end is None:
                 break
             chunks.append(text[self._scan.start : end])
-            self._scan = _Scan(end, end)
+            self._scan = _Scan(end, end, line_start=text[end - 1] == "\n")
         if self._scan.start:  # keep only what is pending, and the scan's place in it
             shift = self._scan.start
             self._pending = text[shift:]
-            self._scan = _Scan(0, self._scan.index - shift, self._scan.has_alnum)
+            self._scan = _Scan(0, self._scan.index - shift, self._scan.has_alnum, self._scan.line_start)
         return chunks

@@ -162,3 +162,15 @@ def test_streamed_chunks_give_the_same_sentences_as_the_whole_text(frontend):
     tokens = PARAGRAPH.replace(" ", " \x00").split("\x00")
     streamed = [sentence for chunk in split_incrementally(tokens) for sentence in frontend.sentences(chunk)]
     assert streamed == frontend.sentences(PARAGRAPH)
+
+
+def test_a_list_number_at_the_start_of_a_line_is_not_a_sentence_end_whatever_the_pieces() -> None:
+    """"1. Mix" is read "one, Mix": no cut after a line's list number, in the whole text or in any
+    pieces of it; after a sentence on the same line "3." is an ordinary sentence end."""
+    text = "Steps:\n1. Mix it.\n2. Bake it. 3. Eat it.\n\n4. Rest.\n"
+    whole = split_sentences(text)
+    assert whole == ["Steps:\n1. Mix it.\n", "2. Bake it. ", "3. ", "Eat it.\n\n", "4. Rest.\n"]
+    for cut in range(1, len(text)):
+        splitter = IncrementalSentenceSplitter()
+        pieces = splitter.feed(text[:cut]) + splitter.feed(text[cut:]) + splitter.flush()
+        assert pieces == whole, cut
