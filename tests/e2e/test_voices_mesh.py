@@ -12,6 +12,7 @@ loads the voice, with audio unchanged.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from libs.pb.tts.acoustic.v1 import acoustic_pb2_grpc
 from libs.pb.tts.common.v1 import load_pb2
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
 from libs.pb.tts.vocoder.v1 import vocoder_pb2_grpc
+from libs.upstream.loads import LOAD_POLL_S
 from libs.voice.assets import default_voice_assets
 from libs.voice.registry import DEFAULT_VOICE_NAME
 from tests.support.faults.scenarios import LONG_TEXT, unique
@@ -88,6 +90,7 @@ def mesh(voices_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     ).start()
     try:
         zones.start_gateway("gateway", env=folder)
+        time.sleep(2 * LOAD_POLL_S)  # routing by voice reads what each worker holds from their loads
         yield zones
     finally:
         zones.stop()
