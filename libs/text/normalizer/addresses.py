@@ -53,5 +53,7 @@ def url(match: re.Match[str]) -> str:
 
 
 def phone(match: re.Match[str]) -> str:
-    groups = re.findall(r"\d+", match.group("phone"))
-    return ", ".join(numbers.digit_by_digit(group) for group in groups)
+    """Digit groups said digit by digit; a "+" before the country code is "plus" ("+1 555 ...")."""
+    written = match.group("phone")
+    groups = re.findall(r"\d+", written)
+    return ("plus " if written.startswith("+") else "") + ", ".join(numbers.digit_by_digit(group) for group in groups)

@@ -118,6 +118,7 @@ _PATTERN: Final = re.compile(
             r"(?P<number>(?:(?<=^)|(?<=[\s(\[\"'~]))(?P<number_sign>[-\u2212])?(?P<signed_amount>" + _NUMBER + r")(?![\w]|\.\d)"
             r"|(?<![\w.,])(?P<amount>" + _NUMBER + r"|\.\d{1,12})(?![\w]|\.\d))",
             r"(?P<day_range>\b(?P<day_from>" + _WEEKDAY_NAMES + r")\.?\s?[-\u2013]\s?(?P<day_to>" + _WEEKDAY_NAMES + r")\b(?:\.(?=\s[a-z]))?)",
+            r"(?P<sharp>(?<![\w#])(?P<sharp_note>[A-G])#(?![\w#]))",
             r"(?P<roman>\b(?P<roman_numeral>[IVXLCDM]{1,12})\b)",
             r"(?P<abbreviation>(?<![\w.])(?P<abbreviation_word>" + _WORD_ABBREVIATIONS + r"|[A-Za-z](?:\.[A-Za-z]){1,3})(?P<abbreviation_dot>\.)?(?![\w]))",
             r"(?P<ampersand>(?<=\s)&(?=\s))",
@@ -612,6 +613,11 @@ def _dialled(match: re.Match[str]) -> str:
     return numbers.digit_by_digit(match.group())
 
 
+def _sharp(match: re.Match[str]) -> str:
+    """"C#" and "F#" are "C sharp" and "F sharp", the languages and the notes (espeak-ng says "hash")."""
+    return match.group("sharp_note") + " sharp"
+
+
 def _stop_before_comma(match: re.Match[str]) -> str:
     """The full stop of an abbreviation before a comma ("3 lbs., 2 oz."): the comma is the pause, and
     espeak-ng, reading ".," as a full stop, drops it."""
@@ -695,6 +701,7 @@ _EXPANDERS: Final[dict[str, Callable[[re.Match[str]], str]]] = {
     "hash_number": _hash_number,
     "hashtag": _hashtag,
     "stop_before_comma": _stop_before_comma,
+    "sharp": _sharp,
     "dialled": _dialled,
     "per": _per,
     "with": _with,
