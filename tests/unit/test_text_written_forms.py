@@ -130,6 +130,8 @@ def test_a_number_past_fifteen_digits_is_read_digit_by_digit() -> None:
         ("Dial 911 or call 999; text 988.", "Dial nine one one or call nine nine nine; text nine eight eight."),
         ("Area 3 ft³ and 10 cm², for ₿2.", "Area three cubic feet and ten square centimeters, for two bitcoin."),
         ("Call +1 555 123 4567; code in C# or F#.", "Call plus one, five five five, one two three, four five six seven; code in C sharp or F sharp."),
+        ("It lost -$5, from $5-$10, at 3pm EST.", "It lost minus five dollars, from five dollars to ten dollars, at three PM EST."),
+        ("It ends at 5pm. At 9am John left.", "It ends at five p.m. At nine AM John left."),
         ("Call 100 people, then dial 100.", "Call one hundred people, then dial one zero zero."),
         ("Smith, Jr., lives at 221B Baker St., London.", "Smith, Junior, lives at 221B Baker Street, London."),
         ("It weighs 3 lbs., not 2 oz.; etc., and so on.", "It weighs three pounds, not two ounces; et cetera, and so on."),

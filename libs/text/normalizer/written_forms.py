@@ -91,7 +91,7 @@ _PATTERN: Final = re.compile(
             r"(?P<day_month>\b(?P<dm_day>\d{1,2})(?:st|nd|rd|th)?\s(?:of\s)?(?P<dm_month>" + _MONTH_NAMES + r")(?![\w])(?:,?\s(?P<dm_year>\d{4})\b)?)",
             r"(?P<time>\b(?P<hour>\d{1,2}):(?P<minute>\d{2})(?::(?P<second>\d{2}))?(?!\d)(?:\s?(?P<ampm>[AaPp]\.?[Mm]\.?(?![\w])))?)",
             r"(?P<clock>\b(?P<clock_hour>\d{1,2})\s?(?P<clock_ampm>[ap]\.m\.|[AP]M\b|[ap]m\b))",
-            r"(?P<money>(?<![\w$])(?P<money_symbol>" + _CURRENCY_SYMBOLS + r")\s?(?P<money_amount>" + _NUMBER + r")"
+            r"(?P<money>(?<![\w$])(?:(?<![\w.-])(?P<money_sign>[-\u2212])(?=" + _CURRENCY_SYMBOLS + r"))?(?P<money_symbol>" + _CURRENCY_SYMBOLS + r")\s?(?P<money_amount>" + _NUMBER + r")"
             r"(?:\s?(?P<money_magnitude>" + _MAGNITUDE_NAMES + r")\b)?)",
             r"(?P<coded_money>\b(?P<cm_code>" + _CURRENCY_CODES + r")\s?(?P<cm_amount>" + _NUMBER + r")"
             r"(?:\s?(?P<cm_magnitude>" + _MAGNITUDE_NAMES + r")\b)?)",
@@ -151,6 +151,7 @@ _RATIO_CUES: Final = frozenset(["a", "an", "ratio", "odds", "scale", "mix", "mix
 _FRACTION_NAMES: Final = {2: ("half", "halves"), 4: ("quarter", "quarters")}
 _PREVIOUS_WORD: Final = re.compile(r"([A-Za-z]+)\W{0,3}$")
 _NEXT_WORD: Final = re.compile(r"\W{0,2}([A-Za-z]+)")
+_NEXT_IS_CAPITALISED: Final = re.compile(r"[ \t]+[A-Z]")
 _SENTENCE_GOES_ON: Final = re.compile(r"\s+[a-z0-9]|[,;:)\]]")
 """After an abbreviation's full stop: a lower-case word or a number, or punctuation within a sentence
 ("Baker St., London": the comma is the pause, and a full stop kept before it would end the sentence)."""
@@ -289,8 +290,12 @@ def _clock_words(hour: int, minute: int) -> str:
 
 def _am_pm(match: re.Match[str], written: str) -> str:
     """"a.m." or "p.m." as espeak-ng reads them well; the last full stop is left out when one
-    follows the match ("9am." must not become "a.m..")."""
-    words = "a.m." if written.lower().startswith("a") else "p.m."
+    follows the match ("9am." must not become "a.m.."). Before a capitalised word ("3pm EST", "9am
+    John left") it is "AM" or "PM", said the same: espeak-ng ends a sentence at "p.m. E"."""
+    morning = written.lower().startswith("a")
+    if _NEXT_IS_CAPITALISED.match(match.string, match.end()):
+        return "AM" if morning else "PM"
+    words = "a.m." if morning else "p.m."
     return words[:-1] if match.string[match.end() : match.end() + 1] == "." else words
 
 
@@ -332,7 +337,9 @@ def _money_words(symbol: str, amount: str, magnitude: str | None) -> str:
 
 
 def _money(match: re.Match[str]) -> str:
-    return _money_words(match.group("money_symbol"), match.group("money_amount"), match.group("money_magnitude"))
+    """"$5" is "five dollars"; "-$5" (a loss, a refund) "minus five dollars"."""
+    words = _money_words(match.group("money_symbol"), match.group("money_amount"), match.group("money_magnitude"))
+    return "minus " + words if match.group("money_sign") else words
 
 
 def _coded_money(match: re.Match[str]) -> str:
