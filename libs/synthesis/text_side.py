@@ -110,7 +110,7 @@ class TextLimits:
     )  # fmt: skip
     read_written_forms: bool = setting(
         True, env="TTS_READ_WRITTEN_FORMS",
-        doc="say numbers, money, dates, times, units, abbreviations, ... as a person does before espeak-ng reads the text (false: as Piper reads them)",
+        doc="read the text as a person does before espeak-ng reads it: numbers, money, dates, times, units, abbreviations, ... as words, lists and tables item by item, words in scripts the voice can only spell passed over (false: as Piper reads it)",
     )  # fmt: skip
     read_heteronyms: bool = setting(
         True, env="TTS_READ_HETERONYMS",
