@@ -46,7 +46,6 @@ form that espeak-ng reads wrongly:
 
 from __future__ import annotations
 
-import functools
 import html
 import re
 import unicodedata
@@ -101,17 +100,14 @@ def _is_regional_indicator(character: str) -> bool:
     return 0x1F1E6 <= ord(character) <= 0x1F1FF
 
 
-def _kept_characters(text: str) -> str:
-    """`text` without the characters that are removed, and with its emoji in the forms espeak-ng
-    names (the module docstring's rules)."""
-    if text.isascii():
-        return "".join(character for character in text if not _is_removed(character))
-    kept = [character for character in text if character == _ZWJ or not (_is_removed(character) or _is_presentation(character))]
+def _emoji_read_whole(text: str) -> str:
+    """`text` with a space between emoji side by side (a flag's two regional indicators kept together)
+    and a zero-width joiner kept only between two emoji (the module docstring's rules)."""
     out: list[str] = []
     indicators = 0  # regional indicators just before: a flag is a pair of them
-    for index, character in enumerate(kept):
+    for index, character in enumerate(text):
         if character == _ZWJ:
-            if out and _is_emoji(out[-1]) and index + 1 < len(kept) and _is_emoji(kept[index + 1]):
+            if out and _is_emoji(out[-1]) and index + 1 < len(text) and _is_emoji(text[index + 1]):
                 out.append(character)
             continue
         pairs_a_flag = _is_regional_indicator(character) and indicators % 2 == 1
@@ -120,6 +116,42 @@ def _kept_characters(text: str) -> str:
         indicators = indicators + 1 if _is_regional_indicator(character) else 0
         out.append(character)
     return "".join(out)
+
+
+class _Forms(dict[int, "str | None"]):
+    """`str.translate`'s table of what each character becomes, filled the first time a character is
+    seen (one pass in C over every text after that): removed (None: controls but line breaks and tabs,
+    invisible format characters, presentation selectors and skin tones), mapped (`_CHARACTER_MAP`),
+    its plain form (`_plain_form`), or itself. A zero-width joiner is kept for `_emoji_read_whole`."""
+
+    def __missing__(self, code: int) -> str | None:
+        character = chr(code)
+        if code in _CHARACTER_MAP:
+            form = _CHARACTER_MAP[code]
+        elif character != _ZWJ and (_is_removed(character) or _is_presentation(character)):
+            form = None
+        else:
+            form = _plain_form(character)
+        if len(self) < _MAX_FORMS_KEPT:
+            self[code] = form
+        return form
+
+
+class _EmojiKinds(dict[int, str]):
+    """`str.translate`'s table that writes each emoji as "e" and anything else as "." (filled as `_Forms`)."""
+
+    def __missing__(self, code: int) -> str:
+        kind = "e" if _is_emoji(chr(code)) else "."
+        if len(self) < _MAX_FORMS_KEPT:
+            self[code] = kind
+        return kind
+
+
+_MAX_FORMS_KEPT: Final = 65_536
+"""Characters whose form each table remembers at most (a text of every code point cannot grow them
+past this)."""
+_FORMS: Final = _Forms()
+_EMOJI_KINDS: Final = _EmojiKinds()
 
 
 _LETTER_FORMS: Final = ("<wide>", "<narrow>", "<font>")
@@ -134,7 +166,6 @@ _ENCLOSED_LATIN_LETTER: Final = re.compile(r"LATIN (CAPITAL|SMALL) LETTER ([A-Z]
 """The name's end of an enclosed Latin letter with no decomposition ("NEGATIVE SQUARED LATIN CAPITAL LETTER H")."""
 
 
-@functools.lru_cache(maxsize=4096)
 def _plain_form(character: str) -> str:
     decomposition = unicodedata.decomposition(character)
     category = unicodedata.category(character)
@@ -170,14 +201,14 @@ def normalize_text(text: str) -> str:
     if "&" in text:
         text = _CHARACTER_REFERENCE.sub(lambda reference: html.unescape(reference.group()), text)
     text = unicodedata.normalize("NFC", text)
-    if not text.isascii():
-        text = "".join(character if character.isascii() else _plain_form(character) for character in text)
-        if _MARK_ON_PLAIN_LETTER.search(text):
-            text = "".join(part if is_block else _MARK_ON_PLAIN_LETTER.sub("", part) for part, is_block in split_inline(text))
     for line_break, replacement in _LINE_BREAKS.items():
         text = text.replace(line_break, replacement)
-    text = _kept_characters(text)
-    text = text.translate(_CHARACTER_MAP)
+    text = text.translate(_FORMS)
+    if not text.isascii():
+        if _MARK_ON_PLAIN_LETTER.search(text):
+            text = "".join(part if is_block else _MARK_ON_PLAIN_LETTER.sub("", part) for part, is_block in split_inline(text))
+        if _ZWJ in text or "ee" in text.translate(_EMOJI_KINDS):
+            text = _emoji_read_whole(text)
     text = _UNSPACED_EM_DASH.sub(" \u2014 ", text)
     # str.isspace covers every Unicode space separator (NBSP, thin space, ideographic space, ...).
     return _WHITESPACE_RUN.sub(_collapse_whitespace, text)
