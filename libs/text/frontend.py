@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Final
 
 from libs.text.errors import EmptyTextError, InvalidTextError, TextError, TextTooLongError, UnreadScriptError
-from libs.text.espeak import DEFAULT_ESPEAK_VOICE, espeak_engine
+from libs.text.espeak import DEFAULT_ESPEAK_VOICE
 from libs.text.long_sentences import (
     EAGER_PART_OPENING_AFTER,
     PART_OPENING_AFTER,
@@ -88,6 +88,9 @@ def _sentence_start(chunk: str, espeak_start: int) -> int:
 
 
 NO_WORDS: Final = "espeak-ng found no words in it"
+"""Why a text that is not empty still has nothing to say."""
+LOAD_TEXT: Final = "Ready."
+"""What `load` reads: any short text loads espeak-ng and the voice's dictionary."""
 
 
 def no_words(text: str) -> EmptyTextError:
@@ -95,9 +98,6 @@ def no_words(text: str) -> EmptyTextError:
     letters that were passed over (libs.text.scripts) when it has any."""
     scripts = foreign_scripts(text)
     return UnreadScriptError(scripts) if scripts else EmptyTextError(NO_WORDS)
-LOAD_TEXT: Final = "Ready."
-"""What `load` reads: any short text loads espeak-ng and the voice's dictionary."""
-"""Why a text that is not empty still has nothing to say."""
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ class TextFrontend:
         self.reading = reading
         self._budget = IdBudget(self.phoneme_id_map, max_phoneme_ids) if max_phoneme_ids is not None else None
         self._words_alone = functools.lru_cache(maxsize=WORDS_REMEMBERED)(lambda word: tuple(self._phonemes_alone(word)))
-        self._unread = UnreadWords(functools.lru_cache(maxsize=WORDS_REMEMBERED)(self._espeak_reading)) if reading.written_forms else None
+        self._unread = UnreadWords.of_voice(espeak_voice, max_word_chars) if reading.written_forms else None
 
     @classmethod
     def from_voice_config(cls, config_path: Path | str, max_text_chars: int = DEFAULT_MAX_TEXT_CHARS) -> TextFrontend:
@@ -346,10 +346,6 @@ class TextFrontend:
         """What espeak-ng says for one written word on its own, read as the front end reads it
         ("$3.50" is "three dollars fifty"); remembered, as the same words come back."""
         return list(self._words_alone(expand(word, self.reading)))
-
-    def _espeak_reading(self, text: str) -> str:
-        """espeak-ng's phonemes for `text` on its own as it writes them (language flags kept)."""
-        return " ".join(clause.phonemes for clause in espeak_engine().clauses(text, self.espeak_voice, self.max_word_chars))
 
     def _phonemes_alone(self, text: str) -> list[str]:
         """The phonemes of a part of a sentence, phonemised on its own."""

@@ -38,6 +38,12 @@ class EditMap:
         return edit.old_end
 
 
+def overlaps_any(start: int, end: int, taken: list[tuple[int, int, str]]) -> bool:
+    """Whether [start, end) overlaps a stretch of characters one of the replacements `taken` (start,
+    end, new text) replaces (an insertion, which replaces none, overlaps nothing)."""
+    return any(taken_start < taken_end and start < taken_end and taken_start < end for taken_start, taken_end, _ in taken)
+
+
 def edits_of_replacements(old: str, replacements: list[tuple[int, int, str]]) -> tuple[str, list[Edit]]:
     """`old` with each (start, end, new text) replacement made (in order, not overlapping), and the edits."""
     pieces: list[str] = []

@@ -17,11 +17,16 @@ its name (α "alpha", µ "micro", Δ "delta").
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Callable, Iterator
 from typing import Final
 
+from libs.text.espeak import espeak_engine
+
+RUNS_REMEMBERED: Final = 4096
+"""Runs whose espeak-ng reading a voice's `UnreadWords.of_voice` remembers."""
 LETTER_WORD: Final = "letter"
 """The word espeak-ng says before a letter it names (in an English voice)."""
 MAX_RUN_CHARS: Final = 32
@@ -81,6 +86,17 @@ class UnreadWords:
         so it should remember. Nothing is read until the first text with a run."""
         self._read_alone = read_alone
         self._letter: str | None = None
+
+    @classmethod
+    def of_voice(cls, espeak_voice: str, max_word_chars: int) -> UnreadWords:
+        """For the text processes' espeak-ng in `espeak_voice`, each run read once (its long words
+        broken at `max_word_chars`, as the front end breaks them)."""
+
+        @functools.lru_cache(maxsize=RUNS_REMEMBERED)
+        def read_alone(text: str) -> str:
+            return " ".join(clause.phonemes for clause in espeak_engine().clauses(text, espeak_voice, max_word_chars))
+
+        return cls(read_alone)
 
     def is_unread(self, run: str) -> bool:
         """Whether espeak-ng names or spells the letters of `run` instead of reading it."""

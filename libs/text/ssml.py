@@ -246,8 +246,9 @@ def _check_read_as_content(element: ElementTree.Element, name: str) -> None:
     if name == "lang" and not element.get("{http://www.w3.org/XML/1998/namespace}lang"):
         raise SsmlError("SSML <lang> needs xml:lang")
     if name == "audio":
-        spoken = (element.text or "") + "".join((child.tail or "") + ("" if _name(child) == "desc" else "x") for child in element)
-        if not has_speakable_characters(spoken):
+        spoken = (element.text or "") + "".join(child.tail or "" for child in element)
+        inside = [child for child in element if _name(child) != "desc"]  # a <say-as>, a <sub>: words of their own
+        if not inside and not has_speakable_characters(spoken):
             raise SsmlError(
                 "SSML <audio> is not played: the service fetches nothing. Put the words to say in its place inside "
                 "the element (<audio src=\"...\">a door bell</audio>), or leave it out"

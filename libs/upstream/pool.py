@@ -495,10 +495,13 @@ class WorkerPool:
         # local zone would load a voice that another zone already holds.
         vocoders = [status.endpoint for status in self._tables["vocoder"].statuses() if status.available]
         await self.loads.ensure([*candidates, *vocoders])  # the vocoders' too: the stream picks one next
-        candidates.sort(key=lambda endpoint: (not self._holds(endpoint, voice), endpoint.zone != self.local_zone, self._open_streams(endpoint)))
-        unknown = [str(endpoint) for endpoint in candidates if self.loads.load(endpoint) is None]
-        holders = [str(endpoint) for endpoint in candidates if self._holds(endpoint, voice)]
-        _log.info("voice %s: asking %s (holding it: %s; load not known: %s)", voice, [str(e) for e in candidates], holders or "none", unknown or "none")
+        holds = {endpoint: self._holds(endpoint, voice) for endpoint in candidates}
+        candidates.sort(key=lambda endpoint: (not holds[endpoint], endpoint.zone != self.local_zone, self._open_streams(endpoint)))
+        _log.info(
+            "voice %s: asking %s (holding it: %s; load not known: %s)", voice, [str(endpoint) for endpoint in candidates],
+            [str(endpoint) for endpoint in candidates if holds[endpoint]] or "none",
+            [str(endpoint) for endpoint in candidates if self.loads.load(endpoint) is None] or "none",
+        )  # fmt: skip
         for endpoint in candidates:
             try:
                 info = await self.acoustic_stub(endpoint).GetModelInfo(

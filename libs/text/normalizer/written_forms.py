@@ -31,6 +31,7 @@ from libs.text.normalizer.tables import (
     UNITS,
     WEEKDAY_ABBREVIATIONS,
 )
+from libs.text.offsets import overlaps_any
 
 MAX_EXPANSION: Final = 12
 """Most characters of words one written character can become (a 15-digit number is the worst case)."""
@@ -183,7 +184,7 @@ def written_form_replacements(text: str) -> list[tuple[int, int, str]]:
     replacements = []
     for match in _PATTERN.finditer(text):
         start, end = match.span()
-        if lines and any(start < line_end and line_start < end for line_start, line_end, _ in lines if line_end > line_start):
+        if lines and overlaps_any(start, end, lines):
             continue  # a table row's pipe or a list's marker: the line rules say it
         spoken = _expand(match)
         if spoken != match.group():

@@ -20,15 +20,13 @@ break and a sentence end is the end of the sentence.
 
 from __future__ import annotations
 
-import functools
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
-from libs.text.espeak import espeak_engine
-from libs.text.frontend import DEFAULT_MAX_TEXT_CHARS, WORDS_REMEMBERED, Sentence, no_words
+from libs.text.frontend import DEFAULT_MAX_TEXT_CHARS, Sentence, no_words
 from libs.text.long_sentences import IdBudget, needs_opening
 from libs.text.long_words import DEFAULT_MAX_WORD_CHARS
 from libs.text.normalize import check_not_empty, check_text_length, normalize_text
@@ -100,7 +98,7 @@ class MandarinFrontend:
         self.max_word_chars = max_word_chars
         self.reading = reading
         self._budget = IdBudget(self.phoneme_id_map, max_phoneme_ids) if max_phoneme_ids is not None else None
-        self._unread = UnreadWords(functools.lru_cache(maxsize=WORDS_REMEMBERED)(self._espeak_reading)) if reading.written_forms else None
+        self._unread = UnreadWords.of_voice(espeak_voice, max_word_chars) if reading.written_forms else None
         """Words of other scripts espeak-ng would name letter by letter, passed over (libs.text.scripts)."""
 
     def sentences(self, text: str) -> list[Sentence]:
@@ -216,10 +214,6 @@ class MandarinFrontend:
             pinyin = tuple(syllable for word in own for syllable in word.pinyin)
             citation = tuple(syllable for word in own for syllable in word.citation)
             words[first:] = [SpokenWord(written, spoken, tuple(joined), pinyin, own[-1].clause_end, own[-1].trailing, citation)]
-
-    def _espeak_reading(self, text: str) -> str:
-        """espeak-ng's phonemes for `text` on its own as it writes them (language flags kept)."""
-        return " ".join(clause.phonemes for clause in espeak_engine().clauses(text, self.espeak_voice, self.max_word_chars))
 
     def _espeak_word(self, text: str) -> tuple[str, ...]:
         """espeak-ng's cmn reading of a word of another script (its English voice for Latin letters)."""
