@@ -38,10 +38,19 @@ class EditMap:
         return edit.old_end
 
 
-def overlaps_any(start: int, end: int, taken: list[tuple[int, int, str]]) -> bool:
-    """Whether [start, end) overlaps a stretch of characters one of the replacements `taken` (start,
-    end, new text) replaces (an insertion, which replaces none, overlaps nothing)."""
-    return any(taken_start < taken_end and start < taken_end and taken_start < end for taken_start, taken_end, _ in taken)
+class Taken:
+    """The characters of a text that some replacements (start, end, new text) already replace, so
+    that others can give way to them (an insertion, which replaces none, takes nothing). Each test
+    is a search in C over the stretch tested: linear in the text however many there are."""
+
+    def __init__(self, length: int, replacements: list[tuple[int, int, str]]) -> None:
+        self._marks = bytearray(length)
+        for start, end, _ in replacements:
+            self._marks[start:end] = b"\x01" * (end - start)
+
+    def overlaps(self, start: int, end: int) -> bool:
+        """Whether any character of [start, end) is taken."""
+        return self._marks.find(1, start, end) >= 0
 
 
 def edits_of_replacements(old: str, replacements: list[tuple[int, int, str]]) -> tuple[str, list[Edit]]:

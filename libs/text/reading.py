@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from libs.text.heteronyms import heteronym_readings
 from libs.text.normalizer import written_form_replacements
-from libs.text.offsets import Edit, edits_of_replacements, overlaps_any
+from libs.text.offsets import Edit, Taken, edits_of_replacements
 from libs.text.pronounce import (
     PronunciationPlan,
     phoneme_symbols,
@@ -60,7 +60,8 @@ def _expanded(text: str, rules: ReadingRules, unread: UnreadWords | None = None)
     for part, is_block in split_inline(text):
         if not is_block:
             passed = [(start, end, " ") for start, end in unread.spans(part)] if unread is not None else []
-            spoken = [replacement for replacement in written_form_replacements(part) if not overlaps_any(replacement[0], replacement[1], passed)]
+            taken = Taken(len(part), passed)
+            spoken = [replacement for replacement in written_form_replacements(part) if not taken.overlaps(replacement[0], replacement[1])]
             replacements += [(start + position, end + position, words) for start, end, words in passed + spoken]
         position += len(part)
     return edits_of_replacements(text, sorted(replacements))

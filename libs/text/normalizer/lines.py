@@ -26,15 +26,13 @@ from typing import Final
 _FENCE: Final = re.compile(r"[ \t]*(?:```|~~~)[\w+.#-]*[ \t]*")
 _TABLE_RULE: Final = re.compile(r"[ \t]*\|?(?:[ \t]*:?-{1,}:?[ \t]*\|)+(?:[ \t]*:?-{1,}:?[ \t]*)?")
 _TABLE_ROW: Final = re.compile(r"[ \t]*\|.*\|[ \t]*")
-_ITEM: Final = re.compile(r"(?P<indent>[ \t]*)(?:(?P<bullet>[-\u2022\u25e6\u2023])|(?P<marker>[*+]|#{1,6}|>)|(?P<number>\d{1,3})(?P<number_mark>[.)]))[ \t]+(?=\S)")
+_ITEM: Final = re.compile(r"[ \t]*(?:(?P<bullet>[-\u2022\u25e6\u2023])|(?P<marker>[*+]|#{1,6}|>)|(?P<number>\d{1,3})(?P<number_mark>[.)]))[ \t]+(?=\S)")
 _ENDS_SPOKEN: Final = re.compile(r"[.!?:;,][\"')\]]*[ \t]*$")
 _TRAILING_SPACE: Final = re.compile(r"[ \t]*$")
 
 
 def line_replacements(text: str) -> list[tuple[int, int, str]]:
     """Each change the line rules make to `text`: (start, end, the words said), in order."""
-    if "\n" not in text and not text.lstrip().startswith(("-", "*", "+", "#", ">", "|", "`", "~", "\u2022")) and not text[:1].isdigit():
-        return []
     replacements: list[tuple[int, int, str]] = []
     item_end: tuple[int, str] | None = None  # the last line of the list item open now: (its start, its text)
 
@@ -71,8 +69,9 @@ def line_replacements(text: str) -> list[tuple[int, int, str]]:
         elif item.group("number"):
             replacements.append((line_start + item.start("number_mark"), line_start + item.end("number_mark"), ","))
         marker = item.group("marker") or ""
-        if marker.startswith("#"):  # a heading is one line
-            if start < len(text) and text[start:].split("\n", 1)[0].strip():
+        if marker.startswith("#"):  # a heading is one line: a full stop when a line follows it
+            following_end = text.find("\n", start)
+            if text[start : following_end if following_end >= 0 else len(text)].strip():
                 replacements.extend(_full_stop(line_start, body))
         elif marker != ">":  # a quote is prose, whose lines wrap and end as prose does
             item_end = (line_start, body)

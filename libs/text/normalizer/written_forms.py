@@ -31,7 +31,7 @@ from libs.text.normalizer.tables import (
     UNITS,
     WEEKDAY_ABBREVIATIONS,
 )
-from libs.text.offsets import overlaps_any
+from libs.text.offsets import Taken
 
 MAX_EXPANSION: Final = 12
 """Most characters of words one written character can become (a 15-digit number is the worst case)."""
@@ -181,10 +181,11 @@ def written_form_replacements(text: str) -> list[tuple[int, int, str]]:
     """Each written form of `text` the rules change: (start, end, the words said), in order; the line
     rules of lists, tables and headings (libs.text.normalizer.lines) among them."""
     lines = line_replacements(text)
+    taken = Taken(len(text), lines) if lines else None
     replacements = []
     for match in _PATTERN.finditer(text):
         start, end = match.span()
-        if lines and overlaps_any(start, end, lines):
+        if taken is not None and taken.overlaps(start, end):
             continue  # a table row's pipe or a list's marker: the line rules say it
         spoken = _expand(match)
         if spoken != match.group():
