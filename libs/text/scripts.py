@@ -132,6 +132,8 @@ class UnreadWords:
 
     def blanked(self, text: str) -> str:
         """`text` with every run that is passed over made spaces (so that no word is shown for it)."""
+        pieces, position = [], 0
         for start, end in self.spans(text):
-            text = text[:start] + " " * (end - start) + text[end:]
-        return text
+            pieces += [text[position:start], " " * (end - start)]
+            position = end
+        return "".join(pieces) + text[position:]
