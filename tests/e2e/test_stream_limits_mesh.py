@@ -7,14 +7,13 @@ idle, as a hostile client would."""
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
 
 import grpc
 import pytest
 
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
-from tests.support.client import synthesize
+from tests.support.client import synthesize, when_room
 from tests.support.gateway_process import extra_gateway
 from tests.support.mesh import Mesh
 
@@ -37,18 +36,6 @@ def _connection(address: str) -> grpc.Channel:
     return grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
 
 
-def _admitted_within(gateway: str, text: str, seconds: float):  # type: ignore[no-untyped-def]
-    """`text` synthesised, asked again while the gateway refuses it for room, for at most `seconds`."""
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            return synthesize(gateway, text)
-        except grpc.RpcError as error:
-            if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
-
-
 def _held_stream(channel: grpc.Channel) -> grpc.Future:
     """A stream that has started (one message read) and is then left unread."""
     call = tts_pb2_grpc.TextToSpeechStub(channel).Synthesize(LONG_REQUEST, timeout=300)
@@ -68,7 +55,7 @@ def test_one_client_address_holds_at_most_its_share_of_streams(gateway: str) -> 
         held[0].cancel()
         # A stream ended is a stream the client may start again, once the gateway has heard of the
         # cancel (it travels as an RST_STREAM; a request right after it may still find three open).
-        assert _admitted_within(gateway, "One more, now that there is room.", 10.0).duration_s > 0.5
+        assert when_room(lambda: synthesize(gateway, "One more, now that there is room.")).duration_s > 0.5
         for call in held[1:]:
             call.cancel()
 

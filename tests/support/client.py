@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import grpc
 import numpy as np
 
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -54,3 +57,17 @@ def synthesize(address: str, text: str, timeout_s: float = 120.0, **fields: obje
         stub = tts_pb2_grpc.TextToSpeechStub(channel)
         started = time.monotonic()
         return collect(stub.Synthesize(tts_pb2.SynthesizeRequest(text=text, **fields), timeout=timeout_s), started)
+
+
+def when_room(call: Callable[[], _T], within_s: float = 10.0) -> _T:
+    """`call()`, made again while the gateway refuses it for room (RESOURCE_EXHAUSTED), for at most
+    `within_s`: a stream cancelled a moment ago frees its place only once the gateway has heard of
+    the cancel (an RST_STREAM on its way), so a call right after it may still find the place taken."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return call()
+        except grpc.RpcError as error:
+            if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
