@@ -306,4 +306,4 @@ class MelCache:
     def _fail(self, outcome: str, operation: str, error: BaseException) -> None:
         self._breaker.record_failure()
         self._on_outcome(outcome)
-        _log.warning("redis %s failed, continuing without the cache: %s", operation, error or type(error).__name__)
+        _log.warning("redis %s failed, continuing without the cache: %s", operation, str(error) or type(error).__name__)

@@ -14,6 +14,10 @@ from libs.cache.settings import CacheSettings
 from libs.devmesh.embedded_redis import EmbeddedRedis
 from libs.voice.inputs import SynthesisInputs
 
+# What these tests store and read back, not how fast the cache gives up: a loaded machine can take
+# longer than the production timeout to open the first connection, which would read as an error.
+UNHURRIED_MS = 2000
+
 RATE = 22050
 
 
@@ -75,7 +79,7 @@ def test_collector_keeps_a_short_sentence_whole_and_drops_a_mixed_one() -> None:
 
 async def test_a_hit_brings_its_head_in_the_same_lookup(redis_server: EmbeddedRedis) -> None:
     outcomes: list[str] = []
-    cache = MelCache.from_settings(CacheSettings(redis_url=redis_server.url, ttl_s=300, timeout_ms=200, audio_head_ms=200), on_outcome=outcomes.append)
+    cache = MelCache.from_settings(CacheSettings(redis_url=redis_server.url, ttl_s=300, timeout_ms=UNHURRIED_MS, audio_head_ms=200), on_outcome=outcomes.append)
     key = _key()
     mel = np.linspace(-8, 1, 80 * 12, dtype=np.float32).reshape(80, 12)
     assert await cache.put_head(key, _head())  # a head alone is no hit: the mel is what is cached
@@ -91,7 +95,7 @@ async def test_a_hit_brings_its_head_in_the_same_lookup(redis_server: EmbeddedRe
 
 async def test_a_corrupt_head_still_leaves_the_mel_hit(redis_server: EmbeddedRedis) -> None:
     outcomes: list[str] = []
-    cache = MelCache.from_settings(CacheSettings(redis_url=redis_server.url, ttl_s=300, timeout_ms=200, audio_head_ms=200), on_outcome=outcomes.append)
+    cache = MelCache.from_settings(CacheSettings(redis_url=redis_server.url, ttl_s=300, timeout_ms=UNHURRIED_MS, audio_head_ms=200), on_outcome=outcomes.append)
     key = _key()
     await cache.put(key, np.zeros((80, 4), dtype=np.float32))
     redis.Redis.from_url(redis_server.url).set(head_key(key), b"THED-not-really")
@@ -102,7 +106,7 @@ async def test_a_corrupt_head_still_leaves_the_mel_hit(redis_server: EmbeddedRed
 
 
 async def test_heads_off_reads_and_writes_mel_only(redis_server: EmbeddedRedis) -> None:
-    cache = MelCache.from_settings(CacheSettings(redis_url=redis_server.url, ttl_s=300, timeout_ms=200, audio_head_ms=0))
+    cache = MelCache.from_settings(CacheSettings(redis_url=redis_server.url, ttl_s=300, timeout_ms=UNHURRIED_MS, audio_head_ms=0))
     key = _key()
     await cache.put(key, np.zeros((80, 4), dtype=np.float32))
     assert not await cache.put_head(key, _head())
