@@ -80,7 +80,7 @@ def run(log_dir: Path) -> list[ScenarioResult]:
             scenarios.blackhole_worker(mesh, "gateway", "vocoder", attempt_timeout_s),
             scenarios.overloaded_worker(mesh, "gateway"),
         ]
-        mesh.start_gateway("gateway-one-acoustic", acoustic=[mesh.spec("acoustic", "zone-a")], redis_url="")
+        mesh.start_gateway("gateway-one-acoustic", acoustic=[mesh.spec("acoustic", "zone-a")], redis_url="", env=scenarios.SHED_AT_ONCE_ENV)
         results.append(scenarios.saturated_mesh_sheds(mesh, "gateway-one-acoustic"))
         mesh.stop_gateway("gateway-one-acoustic")
         results.append(scenarios.invalid_argument_not_retried(mesh, mesh.model_info())[0])

@@ -50,6 +50,11 @@ DEFAULT_AUTO_QUALITY_SHARE: Final = 0.3
 the quality tier runs dry well before the capacity the workers report (`make bench-load`'s tier burst: 4
 to 7 of 8 stalled at it); auto streams, which ask for no gap and no refusal before the best audio, move
 early. At 0.5 that burst at 1.5x the capacity still left 1 or 2 of 13 listeners a gap; at 0.3 none."""
+DEFAULT_ROOM_WAIT_MS: Final = 2000
+"""A whole text that finds the mesh full waits this long for room before it is refused (libs.synthesis.room).
+Random arrivals at 0.8 of the capacity are above it for moments that a stream ending or the listeners'
+buffers growing end within a second or two; past that the mesh is overloaded, not unlucky, and the
+caller is better told to retry elsewhere."""
 MIN_OUTPUT_SAMPLE_RATE_HZ: Final = 8000
 MAX_OUTPUT_SAMPLE_RATE_HZ: Final = 48000
 MIN_FRAME_MS: Final = 10
@@ -86,6 +91,12 @@ class RequestLimits:
         doc="share of the mesh's real-time capacity the listeners may need: a new stream that would make one run dry "
         "is refused with RESOURCE_EXHAUSTED and a retry hint, and under contention a client over an equal share is "
         "refused first (0: no real-time admission)",
+    )  # fmt: skip
+    room_wait_ms: int = setting(
+        DEFAULT_ROOM_WAIT_MS, env="TTS_ROOM_WAIT_MS", unit="ms", minimum=0, maximum=60_000,
+        doc="how long a whole text that finds the mesh full (by real-time admission, or all the workers' streams taken) "
+        "waits for room, oldest first, before it is refused; never more than half of what its deadline leaves (0: "
+        "refused at once)",
     )  # fmt: skip
     active_client_s: float = setting(
         DEFAULT_ACTIVE_CLIENT_S, env="TTS_ACTIVE_CLIENT_S", unit="s", minimum=0,

@@ -27,6 +27,7 @@ from libs.synthesis.options import SynthesisOptions
 from libs.synthesis.output import AudioChunk, AudioOutput
 from libs.synthesis.pipeline import UtterancePipeline
 from libs.synthesis.resume import resumed_sentences
+from libs.synthesis.room import NoRoom, RoomQueue, Waited
 from libs.synthesis.text_side import TextSide
 from libs.text.frontend import Sentence
 from libs.text.ssml import looks_like_ssml
@@ -69,6 +70,7 @@ class Synthesizer:
         capacity: SharedCapacity | None = None,
         opening_max_ids: int = 0,
         auto_quality_share: float = 1.0,
+        room_wait_s: float = 0.0,
     ) -> None:
         """At most `max_streams` streams at once, and of one named client (a caller that names none,
         "", has no limit of its own) at most `max_streams_per_client` (0: no limit); a listener only
@@ -76,7 +78,8 @@ class Synthesizer:
         the audio this gateway passes on, for the CPU ledger it shares with co-located workers. A first
         sentence of more than `opening_max_ids` phoneme ids (0: any) starts with its opening as a
         sentence of its own (`opening_ids`). Streams asking for the tier auto speak quality while the
-        listeners fit in `auto_quality_share` of what admission takes, the fast tier past it (`_take_slot`)."""
+        listeners fit in `auto_quality_share` of what admission takes, the fast tier past it (`_take_slot`).
+        A whole text refused for room waits up to `room_wait_s` for it (libs.synthesis.room; 0: refused at once)."""
         self._pool = pool
         self._cache = cache
         self.text_side = text_side
@@ -90,6 +93,7 @@ class Synthesizer:
         self._client_streams: dict[str, int] = {}  # only clients with a stream open: bounded by the streams
         self._movable: dict[int, tuple[Listener, _TierChoice]] = {}  # open streams that asked auto and speak quality
         self._flights: SingleFlight[CachedMel] = SingleFlight()
+        self._room: RoomQueue[_Slot] = RoomQueue(room_wait_s, max_streams, on_waited=self._waited)
 
     async def synthesize(
         self, text: str, options: SynthesisOptions, timeout_s: float | None, client: str = ""
@@ -98,7 +102,7 @@ class Synthesizer:
         `client` (who the caller is, for its stream limit) has no room; the returned iterator yields
         chunks as they are produced."""
         expected_s = self.admission.expected_audio_s(len(text), options.voice.name) if self.admission is not None else 0.0
-        slot = self._take_slot(client, expected_s, options, len(text))  # before the text costs anything
+        slot = await self._admitted(client, expected_s, options, len(text), timeout_s)  # before the text costs anything
         try:
             opening = self.opening_ids()
             if options.resume is None and opening is not None and options.eager_opening != self._starts_alone():
@@ -234,10 +238,31 @@ class Synthesizer:
         retry_after_s = self.admission.retry_after_s() if self.admission is not None else None
         return DownstreamError(grpc.StatusCode.RESOURCE_EXHAUSTED, message, retry_after_s=retry_after_s)
 
-    def _take_slot(self, client: str, expected_audio_s: float, options: SynthesisOptions | None = None, characters: int = 0) -> _Slot:
+    async def _admitted(self, client: str, expected_audio_s: float, options: SynthesisOptions, characters: int, timeout_s: float | None) -> _Slot:
+        """`_take_slot`, waiting for room where the mesh has none now (libs.synthesis.room); refused as
+        `_take_slot` refuses once the wait is over."""
+        try:
+            return await self._room.take(
+                lambda: self._take_slot(client, expected_audio_s, options, characters, waits=True), client, timeout_s, lambda slot: slot.release()
+            )
+        except NoRoom as refusal:
+            raise self._shed(refusal.reason, str(refusal)) from None
+
+    @property
+    def waiting_for_room(self) -> int:
+        """Streams waiting for room now."""
+        return self._room.waiting
+
+    def _waited(self, waited: Waited) -> None:
+        self._pool.metrics.waited_for_room(waited.admitted, waited.seconds)
+
+    def _take_slot(
+        self, client: str, expected_audio_s: float, options: SynthesisOptions | None = None, characters: int = 0, waits: bool = False
+    ) -> _Slot:
         """Count one stream of `client` until its slot is released (or dropped), or shed it with
         RESOURCE_EXHAUSTED when the gateway is full, the client holds its limit of streams, or the
-        mesh cannot keep one more listener playing (`admission`). The slot's tier is the one the
+        mesh cannot keep one more listener playing (`admission`); where it `waits`, those two refusals for
+        room are `NoRoom` instead (counted once the wait is over). The slot's tier is the one the
         stream starts in: the one asked for, or for auto quality while the listeners with it fit in
         the auto share of what admission takes (alone: while it fits at all), else the fast tier.
         Where even that is refused, streams playing in auto move to the fast tier from their next
@@ -249,7 +274,10 @@ class Synthesizer:
         slots = self._pool.stream_slots()
         if slots is not None and self._open_streams + self._pool.other_gateways_streams() >= slots:
             # The workers would refuse its streams, perhaps after its first audio: refused here, whole.
-            raise self._shed(SHED_WORKERS_SATURATED, f"the workers take {slots} streams at once and all are taken; retry with backoff")
+            message = f"the workers take {slots} streams at once and all are taken; retry with backoff"
+            if waits:
+                raise NoRoom(SHED_WORKERS_SATURATED, message)
+            raise self._shed(SHED_WORKERS_SATURATED, message)
         limit = self.client_limit() if client else None
         held = self._client_streams.get(client, 0)
         if limit is not None and held >= limit:
@@ -276,6 +304,8 @@ class Synthesizer:
             if refusal is not None:
                 refusal = self._take_place(client, listener, refusal)
             if refusal is not None:
+                if waits:
+                    raise NoRoom(SHED_REALTIME, refusal)
                 raise self._shed(SHED_REALTIME, refusal)
             self.admission.add(listener)
         self._open_streams += 1
@@ -369,6 +399,7 @@ class Synthesizer:
             self._client_streams[client] = left
         if self.admission is not None:
             self.admission.remove(listener, state["finished"])
+        self._room.room_freed()
 
 
 class SpokenAudio(AsyncGenerator[AudioChunk, None]):

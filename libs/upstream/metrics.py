@@ -87,6 +87,19 @@ class RoutingMetrics:
             "for a new stream that would otherwise have been refused.",
             registry=self.registry,
         )
+        self.room_wait_seconds = Histogram(
+            "tts_gateway_room_wait_seconds",
+            "Time a client stream that found the mesh full waited for room, by outcome: admitted, or refused "
+            "(its wait ran out, or its caller went away).",
+            ["outcome"],
+            buckets=START_DELAY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.streams_waiting_for_room = Gauge(
+            "tts_gateway_streams_waiting_for_room",
+            "Client streams waiting for room on a full mesh now (streams).",
+            registry=self.registry,
+        )
         self.retry_budget_tokens = Gauge(
             "tts_gateway_retry_budget_tokens",
             "Retries the gateway's retry budget would allow right now (tokens).",
@@ -139,6 +152,10 @@ class RoutingMetrics:
     def moved_to_fast(self, streams: int) -> None:
         """`streams` playing auto streams move to the fast tier from their next sentence."""
         self.moved_to_fast_total.inc(streams)
+
+    def waited_for_room(self, admitted: bool, seconds: float) -> None:
+        """A client stream refused for room waited `seconds` for it, and was `admitted` or not."""
+        self.room_wait_seconds.labels(outcome="admitted" if admitted else "refused").observe(seconds)
 
     def shed(self, reason: str) -> None:
         """A client stream was refused for `reason` (one of the SHED_* words)."""

@@ -91,7 +91,9 @@ async def serve(settings: GatewaySettings) -> None:
         pool=pool, cache=cache, text_side=text_side, max_streams=settings.limits.max_streams,
         max_streams_per_client=settings.limits.max_streams_per_client, admission=admission, capacity=capacity,
         opening_max_ids=settings.limits.opening_max_ids, auto_quality_share=settings.limits.auto_quality_share,
+        room_wait_s=settings.limits.room_wait_ms / 1000,
     )  # fmt: skip
+    pool.metrics.streams_waiting_for_room.set_function(lambda: synthesizer.waiting_for_room)
     clients = ClientIdentity(settings.clients.trusted_proxies)  # per-client limits see through the edge
     servicer = TextToSpeechServicer(registry=registry, synthesizer=synthesizer, metrics=metrics, clients=clients)
     add_to_server(servicer, runtime.server)

@@ -63,6 +63,10 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
         # arrived is spoken after 2 s, and a slow machine may take longer to reach the next step.
         "TTS_SENTENCE_WAIT_S": "600",
         "TTS_STREAM_IDLE_TIMEOUT_S": "600",
+        # Refused at once, not after a wait for room: while one waits, the held streams' buffers grow
+        # with the audio sent into their transport windows, and make room (the wait has its own tests,
+        # tests/e2e/test_realtime_admission_mesh.py).
+        "TTS_ROOM_WAIT_MS": "0",
     }
     mesh = Mesh(log_dir=Path(tmp_path_factory.mktemp("share")), env=env).start()
     try:

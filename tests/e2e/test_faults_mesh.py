@@ -81,7 +81,7 @@ def test_refusing_worker_is_bypassed_without_a_client_error(zones: ZoneMesh) -> 
 
 
 def test_saturated_mesh_sheds_with_resource_exhausted_quickly(zones: ZoneMesh) -> None:
-    zones.start_gateway("gateway-one-acoustic", acoustic=[zones.spec("acoustic", "zone-a")], redis_url="")
+    zones.start_gateway("gateway-one-acoustic", acoustic=[zones.spec("acoustic", "zone-a")], redis_url="", env=scenarios.SHED_AT_ONCE_ENV)
     try:
         result = scenarios.saturated_mesh_sheds(zones, "gateway-one-acoustic")
         shed = zones.gateway_metrics("gateway-one-acoustic")

@@ -1,13 +1,17 @@
 """Admission by real-time capacity in real processes: with workers that can serve two listeners in real
-time, the gateway sheds a third while the two hold no audio, with RESOURCE_EXHAUSTED and a retry hint,
-the streams already admitted play on, and the workers and the gateway export capacity, demand and load.
+time, the gateway sheds a third while the two hold no audio, with RESOURCE_EXHAUSTED and a retry hint
+once it has waited for room in vain, the streams already admitted play on, and the workers and the
+gateway export capacity, demand and load. A third that finds room while it waits (a listener leaves)
+is admitted instead.
 Streams that asked for the tier `auto` make room instead: one playing moves to the fast tier from its
 next sentence, and the newcomer is admitted."""
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -26,6 +30,8 @@ CPU is the same in both), while three in the fast tier fit as long as one costs 
 quality one. At exactly 2 that was 0.67, which the fast tier's cost, measured by the workers while the
 suite loads the machine, once exceeded."""
 WORDS = ("amber", "brave", "calm", "dusty")
+ROOM_WAIT_S = 8
+"""How long a stream waits for room here: long enough for the test to see it waiting on a loaded machine."""
 
 
 def _long_request(stream: int) -> tts_pb2.SynthesizeRequest:
@@ -41,7 +47,8 @@ def small_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     # capacity overstates it and they do run dry, which is the stall feedback's business, not this rule's.
     # The workers' own backstop is off for the same reason: it refuses by how late their steps run.
     env = {"TTS_REALTIME_CAPACITY": str(PINNED_CAPACITY), "TTS_REALTIME_HEADROOM": "0", "TTS_ADMISSION_HEADROOM": "1.0",
-           "TTS_REALTIME_MIN_SHARE": "1", "TTS_AUTO_QUALITY_SHARE": "1"}  # auto keeps quality until a stream would be refused
+           "TTS_REALTIME_MIN_SHARE": "1", "TTS_AUTO_QUALITY_SHARE": "1",
+           "TTS_ROOM_WAIT_MS": str(ROOM_WAIT_S * 1000), "TTS_ACTIVE_CLIENT_S": "0"}  # a client that leaves leaves its share  # auto keeps quality until a stream would be refused
     mesh = Mesh(log_dir=Path(tmp_path_factory.mktemp("realtime")), env=env).start()
     try:
         yield mesh
@@ -73,13 +80,16 @@ def test_a_stream_past_the_real_time_capacity_is_shed_with_a_retry_hint_and_admi
         # The held listeners read nothing: their buffers run out, and a third would need a third audio
         # second per second of a mesh that makes two.
         refused = tts_pb2_grpc.TextToSpeechStub(channels[-1]).Synthesize(_long_request(CAPACITY), timeout=60)
+        asked = time.monotonic()
         with pytest.raises(grpc.RpcError) as caught:
             next(refused)
+        assert time.monotonic() - asked >= ROOM_WAIT_S, "refused only once its wait for room ran out"
         assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "retry when one ends" in caught.value.details()
         pushback = dict(caught.value.trailing_metadata() or ())
         assert int(pushback["grpc-retry-pushback-ms"]) >= 200
         assert small_mesh.metric("gateway", 'tts_gateway_shed_total{reason="realtime"}') >= 1
+        assert small_mesh.metric("gateway", 'tts_gateway_room_wait_seconds_count{outcome="refused"}') >= 1
         # The admitted streams were not touched: each reads on.
         for call in held:
             assert next(call).audio
@@ -87,6 +97,28 @@ def test_a_stream_past_the_real_time_capacity_is_shed_with_a_retry_hint_and_admi
         # A stream ended is real-time capacity free again.
         assert synthesize(gateway, "One more, now that there is room.").duration_s > 0.5
         for call in held[1:]:
+            call.cancel()
+
+
+def test_a_stream_that_finds_the_mesh_full_waits_and_plays_once_a_listener_leaves(small_mesh: Mesh) -> None:
+    small_mesh.wait_idle()
+    admitted_before = small_mesh.metric("gateway", 'tts_gateway_room_wait_seconds_count{outcome="admitted"}')
+    with contextlib.ExitStack() as stack:
+        channels = [
+            stack.enter_context(grpc.insecure_channel(small_mesh.gateway_address, options=[("grpc.use_local_subchannel_pool", 1)]))
+            for _ in range(3)
+        ]  # fmt: skip
+        held = [_held_stream(channel, stream) for stream, channel in enumerate(channels[:CAPACITY])]
+        third = tts_pb2_grpc.TextToSpeechStub(channels[-1]).Synthesize(_long_request(CAPACITY), timeout=60)
+        first_audio = stack.enter_context(ThreadPoolExecutor(1)).submit(next, third)
+        deadline = time.monotonic() + ROOM_WAIT_S
+        while small_mesh.metric("gateway", "tts_gateway_streams_waiting_for_room") < 1:
+            assert time.monotonic() < deadline and not first_audio.done(), "the third stream never waited for room"
+            time.sleep(0.02)
+        held[0].cancel()  # a listener leaves: the one waiting takes its room
+        assert first_audio.result(timeout=60).audio
+        assert small_mesh.metric("gateway", 'tts_gateway_room_wait_seconds_count{outcome="admitted"}') == admitted_before + 1
+        for call in (held[1], third):
             call.cancel()
 
 

@@ -352,3 +352,65 @@ def test_a_resumed_stream_never_gives_its_place() -> None:
     assert all(slot.listener.refuse_late is None for slot in held)
     with pytest.raises(DownstreamError):
         synthesizer._take_slot("small", 10.0, _asking(QUALITY))
+
+
+def _waiting_synthesizer(room_wait_s: float, per_client: int = 0, slots: int | None = None) -> tuple[Synthesizer, _Pool, list[bool]]:
+    """A synthesizer whose mesh keeps two listeners playing, where a whole text waits `room_wait_s` for room."""
+    pool, waited, shed = _Pool(slots), [], []
+    pool.metrics.waited_for_room = lambda admitted, seconds: waited.append(admitted)
+    pool.metrics.shed = shed.append
+    pool.shed = shed  # type: ignore[attr-defined]
+    synthesizer = Synthesizer(
+        pool=pool, cache=None, text_side=None, max_streams=8, max_streams_per_client=per_client,  # type: ignore[arg-type]
+        # A client counts for its share only while it holds a stream: the one that ends leaves its room to the waiting.
+        admission=RealtimeAdmission(lambda: 2.0, lambda: 0, headroom=1.0, active_client_s=0), room_wait_s=room_wait_s,
+    )  # fmt: skip
+    return synthesizer, pool, waited
+
+
+async def _until_waiting(synthesizer: Synthesizer, streams: int) -> None:
+    for _ in range(5000):
+        if synthesizer.waiting_for_room == streams:
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError(f"{streams} streams never waited for room")
+
+
+async def test_a_whole_text_that_finds_the_mesh_full_waits_for_a_stream_to_end_and_is_admitted() -> None:
+    synthesizer, pool, waited = _waiting_synthesizer(room_wait_s=60)
+    held = [synthesizer._take_slot(client, 10.0, _asking(QUALITY)) for client in "ab"]  # two listeners holding nothing fill 2.0
+    waiting = asyncio.create_task(synthesizer._admitted("c", 10.0, _asking(QUALITY), 100, None))
+    await _until_waiting(synthesizer, 1)
+    held[0].release()
+    slot = await waiting
+    assert slot.listener.client == "c" and synthesizer.waiting_for_room == 0
+    assert waited == [True] and pool.shed == []  # type: ignore[attr-defined]
+    for each in (held[1], slot):
+        each.release()
+
+
+async def test_a_whole_text_still_without_room_when_its_wait_ends_is_refused_once_with_pushback() -> None:
+    synthesizer, pool, waited = _waiting_synthesizer(room_wait_s=0.05)
+    held = [synthesizer._take_slot(client, 10.0, _asking(QUALITY)) for client in "ab"]
+    with pytest.raises(DownstreamError, match="keep playing") as refused:
+        await synthesizer._admitted("c", 10.0, _asking(QUALITY), 100, None)
+    assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and refused.value.retry_after_s
+    assert waited == [False] and pool.shed == [SHED_REALTIME]  # type: ignore[attr-defined]
+    assert synthesizer._open_streams == 2
+    for slot in held:
+        slot.release()
+
+
+async def test_the_workers_stream_slots_are_waited_for_and_a_client_limit_is_not() -> None:
+    synthesizer, _, waited = _waiting_synthesizer(room_wait_s=60, per_client=1, slots=2)
+    first = synthesizer._take_slot("a", 1.0, _asking(QUALITY))
+    with pytest.raises(DownstreamError, match="already has 1 streams open"):  # a stream of another client ending would not lift it
+        await synthesizer._admitted("a", 1.0, _asking(QUALITY), 10, None)
+    second = synthesizer._take_slot("b", 1.0, _asking(QUALITY))
+    waiting = asyncio.create_task(synthesizer._admitted("c", 1.0, _asking(QUALITY), 10, None))
+    await _until_waiting(synthesizer, 1)
+    second.release()
+    third = await waiting
+    assert waited == [True]
+    for slot in (first, third):
+        slot.release()

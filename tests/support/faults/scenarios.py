@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 import grpc
 import numpy as np
@@ -236,8 +237,15 @@ def overloaded_worker(mesh: ZoneMesh, gateway: str) -> ScenarioResult:
     return result
 
 
+SHED_AT_ONCE_ENV: Final = {"TTS_ROOM_WAIT_MS": "0"}
+"""The environment of `saturated_mesh_sheds`'s gateway: a request that finds the workers full is refused
+at once instead of waiting for room, so how fast the refusal comes is the shedding's own speed (the
+wait for room has its own tests)."""
+
+
 def saturated_mesh_sheds(mesh: ZoneMesh, gateway: str) -> ScenarioResult:
-    """A gateway whose only acoustic worker is full sheds the next request with RESOURCE_EXHAUSTED, fast."""
+    """A gateway (started with SHED_AT_ONCE_ENV) whose only acoustic worker is full sheds the next
+    request with RESOURCE_EXHAUSTED, fast."""
     address = mesh.gateways[gateway].address
     result = ScenarioResult("saturated mesh sheds")
     holding = threading.Event()
