@@ -32,6 +32,7 @@ from libs.wire.headers import STREAM_ACCEPTED_METADATA
 from tests.support.client import synthesize
 from tests.support.faults.zone_mesh import ZoneMesh, wait_for
 from tests.support.mesh import Mesh
+from tests.support.servers import sync_server
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -117,7 +118,7 @@ class HungWorker:
 
     def start(self) -> str:
         """Serve on a free loopback port; returns "127.0.0.1:port"."""
-        server = grpc.server(ThreadPoolExecutor(max_workers=8))
+        server = sync_server(ThreadPoolExecutor(max_workers=8))
         health_servicer = health.HealthServicer()
         health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -30,6 +30,7 @@ from tests.support.client import synthesize
 from tests.support.faults.zone_mesh import wait_for
 from tests.support.mesh import REPO_ROOT, Mesh
 from tests.support.ports import free_port
+from tests.support.servers import sync_server
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 
@@ -106,7 +107,7 @@ def test_the_gateway_refuses_a_worker_from_another_ca_or_named_otherwise(mesh: M
 
 
 def _serve_health(credentials: grpc.ServerCredentials) -> tuple[grpc.Server, str]:
-    server = grpc.server(ThreadPoolExecutor(max_workers=4))
+    server = sync_server(ThreadPoolExecutor(max_workers=4))
     servicer = health.HealthServicer()
     servicer.set("", SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)

@@ -22,6 +22,7 @@ from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
 from libs.telemetry import tracing
 from tests.support.client import collect
 from tests.support.mesh import Mesh
+from tests.support.servers import sync_server
 
 SERVER = trace_pb2.Span.SPAN_KIND_SERVER
 CLIENT = trace_pb2.Span.SPAN_KIND_CLIENT
@@ -87,7 +88,7 @@ class Collector(trace_service_pb2_grpc.TraceServiceServicer):
 def traced_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Mesh, Collector]]:
     """The mesh with every service exporting all spans to a collector stub, quickly."""
     collector = Collector()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    server = sync_server(futures.ThreadPoolExecutor(max_workers=4))
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(collector, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()

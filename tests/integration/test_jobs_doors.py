@@ -26,6 +26,7 @@ from libs.serving.http_errors import openai_shaped_app
 from libs.voice.registry import default_registry
 from services.gateway.jobs_http import JOBS_PATH, JobsHttpApi
 from services.gateway.jobs_servicer import LongFormSynthesisServicer, add_to_server
+from tests.support.servers import aio_server
 
 MAX_TEXT_CHARS = 10_000
 SPEC = JobSpec(voice="en_US-joe-medium", speed=1.0, encoding=tts_pb2.LINEAR_PCM, sample_rate_hz=22050, speaker_id=0)
@@ -46,7 +47,7 @@ async def doors(redis_server: EmbeddedRedis) -> AsyncIterator[Doors]:
     registry, metrics = default_registry(), JobMetrics(CollectorRegistry())
     api = JobsHttpApi(store, registry, metrics, MAX_TEXT_CHARS)
     app = openai_shaped_app(api.routes())
-    server = grpc.aio.server()
+    server = aio_server()
     add_to_server(LongFormSynthesisServicer(store=store, registry=registry, metrics=metrics, max_text_chars=MAX_TEXT_CHARS), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()

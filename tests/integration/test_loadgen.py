@@ -21,6 +21,7 @@ from bench.measure import RequestResult, percentile, summarize
 from bench.report import Row, render_markdown
 from bench.texts import LONG, PARAGRAPH, split_sentences, unique_variants
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
+from tests.support.servers import aio_server
 
 SAMPLE_RATE_HZ = 16_000
 # Scheduling on a busy 2-core machine can add delay, never remove it: bounds are tight below, loose above.
@@ -80,7 +81,7 @@ class StandInTextToSpeech(tts_pb2_grpc.TextToSpeechServicer):
 
 @pytest.fixture
 async def stand_in():
-    server = grpc.aio.server()
+    server = aio_server()
     servicer = StandInTextToSpeech()
     tts_pb2_grpc.add_TextToSpeechServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")

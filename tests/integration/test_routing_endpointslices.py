@@ -25,6 +25,7 @@ from libs.upstream.pool import WorkerPool
 from libs.upstream.settings import UpstreamSettings
 from tests.support.fake_kube_api import FakeApiServer, RunningApiServer, free_port_on
 from tests.support.faults.toy_mesh import wait_until
+from tests.support.servers import aio_server
 
 NAMESPACE = "tts"
 TARGET = parse_endpoint("zone-a=acoustic:50052", "acoustic")
@@ -77,7 +78,7 @@ async def api_server() -> AsyncIterator[tuple[FakeApiServer, str]]:
 
 
 async def _health_server(ip: str, port: int) -> grpc.aio.Server:
-    server = grpc.aio.server()
+    server = aio_server()
     servicer = health.aio.HealthServicer()
     await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)

@@ -15,6 +15,7 @@ from libs.routing.endpoints import Endpoint
 from libs.routing.health import HealthTable, Serving
 from libs.routing.watcher import HealthWatcher, WatchConfig
 from tests.support.faults.proxy import FaultProxy
+from tests.support.servers import aio_server
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -37,7 +38,7 @@ class HealthServer:
 
 @pytest.fixture
 async def health_server() -> AsyncIterator[HealthServer]:
-    server = grpc.aio.server()
+    server = aio_server()
     servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
@@ -152,7 +153,7 @@ async def test_stopping_the_watcher_leaves_the_channel_usable(health_server: Hea
 
 
 async def test_watcher_marks_endpoint_unknown_when_nothing_listens() -> None:
-    server = grpc.aio.server()
+    server = aio_server()
     port = server.add_insecure_port("127.0.0.1:0")  # bound, then released: nothing listens there
     await server.stop(grace=None)
     watched = Watched(f"127.0.0.1:{port}")
@@ -170,7 +171,7 @@ async def test_watcher_marks_endpoint_unknown_when_nothing_listens() -> None:
 
 
 async def test_watcher_keeps_a_server_without_health_service_unroutable() -> None:
-    server = grpc.aio.server()  # no services at all: every call is UNIMPLEMENTED
+    server = aio_server()  # no services at all: every call is UNIMPLEMENTED
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     watched = Watched(f"127.0.0.1:{port}")

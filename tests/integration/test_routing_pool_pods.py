@@ -16,6 +16,7 @@ from libs.telemetry.metrics import GatewayMetrics
 from libs.upstream.pool import WorkerPool
 from libs.upstream.settings import UpstreamSettings
 from tests.support.faults.toy_mesh import wait_until
+from tests.support.servers import aio_server
 
 
 def _free_port(host: str) -> int:
@@ -25,7 +26,7 @@ def _free_port(host: str) -> int:
 
 
 async def _health_server(address: str, credentials: grpc.ServerCredentials | None = None) -> grpc.aio.Server:
-    server = grpc.aio.server()
+    server = aio_server()
     servicer = health.aio.HealthServicer()
     await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)

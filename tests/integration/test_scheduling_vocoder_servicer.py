@@ -16,6 +16,7 @@ from libs.telemetry.metrics import VocoderMetrics
 from libs.wire.mel_slices import cut_whole_mel, to_message
 from services.vocoder.servicer import VocoderServicer
 from tests.support.faults.toy_mesh import HOP_LENGTH, N_MELS, SAMPLE_RATE_HZ, toy_scheduling, toy_vocoder_engine
+from tests.support.servers import aio_server
 
 BUFFERED_STREAMS = 4
 BUFFERED_FRAMES = 1500  # 13 steps each: they are still running when the new stream arrives
@@ -36,7 +37,7 @@ async def _run(by_deadline: bool) -> tuple[int, dict[str, bytes]]:
     """Buffered streams run; a new one arrives. Returns how many buffered answers came while the new
     stream was served (from its request to its last answer), and every stream's samples."""
     executor = DeadlineExecutor(1, by_deadline=by_deadline)
-    server = grpc.aio.server()
+    server = aio_server()
     metrics = VocoderMetrics()
     servicer = VocoderServicer(metrics, *toy_scheduling("vocoder", executor, metrics))
     servicer.install(VoiceShelf.holding(toy_vocoder_engine()))

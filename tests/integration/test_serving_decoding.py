@@ -19,6 +19,7 @@ import pytest
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
 from libs.pb.tts.common.v1 import mel_pb2
 from libs.serving.decoding import NO_WHOLE_REQUEST, RequestDecodingInterceptor
+from tests.support.servers import aio_server
 
 BAD_UTF8_VOICE = b"\x22\x02\xc3\x28"  # field 4 (voice), two bytes that are not UTF-8
 CORRUPT = b"\x1a\xff\xff\xff\x0f"  # a length that runs far past the message
@@ -37,7 +38,7 @@ class _Acoustic(acoustic_pb2_grpc.AcousticServicer):
 
 @pytest.fixture()
 async def address() -> AsyncIterator[str]:
-    server = grpc.aio.server(interceptors=[RequestDecodingInterceptor()])
+    server = aio_server(interceptors=[RequestDecodingInterceptor()])
     acoustic_pb2_grpc.add_AcousticServicer_to_server(_Acoustic(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
@@ -121,7 +122,7 @@ def _raw_call(address: str, path: str, body: bytes, wait_s: float = 10.0) -> dic
 async def test_a_request_that_never_arrives_whole_is_answered_not_left_hanging(path: str, body: bytes) -> None:
     from grpc_health.v1 import health, health_pb2_grpc
 
-    server = grpc.aio.server(interceptors=[RequestDecodingInterceptor()])
+    server = aio_server(interceptors=[RequestDecodingInterceptor()])
     acoustic_pb2_grpc.add_AcousticServicer_to_server(_Acoustic(), server)
     health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
     port = server.add_insecure_port("127.0.0.1:0")
@@ -150,7 +151,7 @@ class _Doorman(grpc.aio.ServerInterceptor):
 
 
 async def test_a_handler_an_inner_interceptor_gives_one_call_is_never_reused_for_another() -> None:
-    server = grpc.aio.server(interceptors=[RequestDecodingInterceptor(), _Doorman()])
+    server = aio_server(interceptors=[RequestDecodingInterceptor(), _Doorman()])
     acoustic_pb2_grpc.add_AcousticServicer_to_server(_Acoustic(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()

@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from libs.telemetry import tracing
+from tests.support.servers import aio_server, sync_server
 
 ALWAYS = {"OTEL_TRACES_SAMPLER": "always_on"}
 FOLLOW_PARENT_ELSE_DROP = {"OTEL_TRACES_SAMPLER": "parentbased_always_off"}
@@ -37,7 +38,7 @@ def _provider(name: str, exporter: InMemorySpanExporter, environ: dict[str, str]
 
 
 async def _start(provider, handlers: dict[str, grpc.RpcMethodHandler]) -> tuple[grpc.aio.Server, int]:
-    server = grpc.aio.server(interceptors=[tracing.server_interceptor(provider)])
+    server = aio_server(interceptors=[tracing.server_interceptor(provider)])
     server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("test.Chain", handlers)])
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
@@ -314,7 +315,7 @@ class _Collector(trace_service_pb2_grpc.TraceServiceServicer):
 
 def test_otlp_endpoint_sends_spans_to_the_collector_with_the_service_name() -> None:
     collector = _Collector()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server = sync_server(futures.ThreadPoolExecutor(max_workers=2))
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(collector, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
@@ -382,7 +383,7 @@ async def test_health_checks_make_no_spans() -> None:
 
     exporter = InMemorySpanExporter()
     provider = _provider("worker", exporter)
-    server = grpc.aio.server(interceptors=[tracing.server_interceptor(provider)])
+    server = aio_server(interceptors=[tracing.server_interceptor(provider)])
     servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     await servicer.set("", health_pb2.HealthCheckResponse.SERVING)

@@ -14,13 +14,14 @@ from libs.telemetry.metrics import VocoderMetrics
 from libs.wire.mel_slices import cut_whole_mel, to_message
 from services.vocoder.servicer import VocoderServicer
 from tests.support.faults.toy_mesh import HOP_LENGTH, N_MELS, SAMPLE_RATE_HZ, toy_scheduling, toy_vocoder_engine
+from tests.support.servers import aio_server
 
 FRAMES = 200
 
 
 async def _vocode(requests: list[vocoder_pb2.VocodeRequest]) -> list[vocoder_pb2.VocodeResponse]:
     executor = ThreadPoolExecutor(1)
-    server = grpc.aio.server()
+    server = aio_server()
     metrics = VocoderMetrics()
     servicer = VocoderServicer(metrics, *toy_scheduling("vocoder", executor, metrics))
     servicer.install(VoiceShelf.holding(toy_vocoder_engine()))

@@ -13,6 +13,7 @@ import pytest
 
 from libs.serving.admission import Admission, AdmissionSettings
 from libs.wire.headers import LISTENING_METADATA
+from tests.support.servers import aio_server
 
 METHOD = "/test.Worker/Stream"
 
@@ -26,7 +27,7 @@ async def _serve(admission: Admission) -> tuple[grpc.aio.Server, str]:
     handler = grpc.method_handlers_generic_handler(
         "test.Worker", {"Stream": grpc.stream_stream_rpc_method_handler(stream)}
     )
-    server = grpc.aio.server()
+    server = aio_server()
     server.add_generic_rpc_handlers((handler,))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()

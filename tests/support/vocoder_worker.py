@@ -19,6 +19,7 @@ from libs.telemetry.metrics import VocoderMetrics
 from libs.voice.calibration import vocoder_steps
 from libs.voice.engine import VocoderEngine
 from services.vocoder.servicer import VocoderServicer
+from tests.support.servers import aio_server
 
 
 @dataclass
@@ -42,7 +43,7 @@ async def vocoder_worker(engine: VocoderEngine, executor: Executor) -> AsyncIter
     admission = Admission(AdmissionSettings(), scheduler=scheduler)
     servicer = VocoderServicer(metrics, scheduler, admission)
     servicer.install(VoiceShelf.holding(engine))
-    server = grpc.aio.server()
+    server = aio_server()
     vocoder_pb2_grpc.add_VocoderServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()

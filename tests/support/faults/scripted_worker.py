@@ -19,6 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from libs.pb.tts.acoustic.v1 import acoustic_pb2, acoustic_pb2_grpc
 from libs.pb.tts.vocoder.v1 import vocoder_pb2_grpc
 from libs.wire.headers import STREAM_ACCEPTED_METADATA
+from tests.support.servers import sync_server
 
 
 class _Scripted:
@@ -88,7 +89,7 @@ class ScriptedVocoder(_Scripted, vocoder_pb2_grpc.VocoderServicer):
 
 def _serve(add_servicer: Any) -> tuple[grpc.Server, str]:
     """A threaded gRPC server on a free loopback port with grpc.health.v1 SERVING and one servicer."""
-    server = grpc.server(ThreadPoolExecutor(max_workers=8))
+    server = sync_server(ThreadPoolExecutor(max_workers=8))
     health_servicer = health.HealthServicer()
     health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -38,6 +38,7 @@ from libs.voice.engine import MelVocoder, VocoderEngine
 from services.acoustic.servicer import AcousticServicer
 from services.vocoder.servicer import VocoderServicer
 from tests.support.faults.proxy import FaultProxy
+from tests.support.servers import aio_server
 
 VOICE = "en_US-joe-medium"
 FRAMES_PER_PHONEME = 6
@@ -163,7 +164,7 @@ class ToyMesh:
         vocoder_engine = toy_vocoder_engine()
         for zone in zones:
             for kind in ("acoustic", "vocoder"):
-                server = grpc.aio.server()
+                server = aio_server()
                 health_servicer = health.aio.HealthServicer()
                 health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
                 if kind == "acoustic":

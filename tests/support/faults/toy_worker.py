@@ -18,7 +18,6 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
@@ -30,6 +29,7 @@ from services.acoustic.servicer import AcousticServicer
 from services.settings import load_worker_settings
 from services.vocoder.servicer import VocoderServicer
 from tests.support.faults.toy_mesh import VOICE, ToyAcousticEngine, toy_scheduling, toy_vocoder_engine
+from tests.support.servers import aio_server
 
 
 async def serve(kind: str, host: str, port: int, metrics_port: int, chunk_delay_s: float, grace_s: float) -> None:
@@ -37,7 +37,7 @@ async def serve(kind: str, host: str, port: int, metrics_port: int, chunk_delay_
     # Admission as a real worker's: from the environment (TTS_REALTIME_HEADROOM=0 switches real-time
     # admission off, as tests about anything else want on any machine), then the defaults.
     admission = load_worker_settings(kind, argv=[]).admission
-    server = grpc.aio.server()
+    server = aio_server()
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if kind == "acoustic":
