@@ -62,6 +62,24 @@ DEFAULT_SHARES: Final = (0.5, 0.8, 1.2)
 DEFAULT_DURATION_S: Final = 40.0
 QUICK_DURATION_S: Final = 20.0
 PREEMPTED_SERIES: Final = 'tts_gateway_shed_total{reason="preempted"}'
+WAITED_SERIES: Final = {
+    outcome: f'tts_gateway_room_wait_seconds_count{{outcome="{outcome}"}}' for outcome in ("admitted", "refused")
+}
+"""The streams that waited for room (libs.synthesis.room), by how their wait ended."""
+
+
+def room_waits(mesh: BenchMesh) -> dict[str, float]:
+    """How many streams have waited for room at the gateway so far, by how their wait ended."""
+    samples = mesh.metrics("gateway")
+    return {outcome: samples.get(series, 0.0) for outcome, series in WAITED_SERIES.items()}
+
+
+def waited_note(before: dict[str, float], after: dict[str, float]) -> str:
+    """What the waits for room between two readings came to, for a row's note ("" when none waited)."""
+    admitted, refused = (round(after[outcome] - before[outcome]) for outcome in ("admitted", "refused"))
+    if not admitted and not refused:
+        return ""
+    return f"; {admitted + refused} waited for room, {admitted} of them admitted"
 """Streams of a client over its share that gave their place to another client's (libs.synthesis.admission)."""
 LONE_RUNS: Final = 3
 BURST_STEP: Final = 1.15
@@ -258,11 +276,11 @@ class QuotaRun:
             facts[f"capacity_poisson_{share:g}"] = capacity
             rate = share * capacity / mean_audio_s
             arrivals = poisson_arrivals(rate, self.duration_s, seed=round(share * 1000))
+            waits = room_waits(mesh)
             outcome = Outcome.of(asyncio.run(open_loop(target, self.texts.take(len(arrivals)), arrivals)))
             facts[f"poisson_{share:g}"] = len(arrivals)
-            rows.append(
-                (f"Poisson at {share:g} x capacity", outcome, f"{rate:.2f} streams/s for {self.duration_s:g} s; capacity {capacity:.1f}")
-            )
+            note = f"{rate:.2f} streams/s for {self.duration_s:g} s; capacity {capacity:.1f}" + waited_note(waits, room_waits(mesh))
+            rows.append((f"Poisson at {share:g} x capacity", outcome, note))
         # One client alone, up to the capacity: refused nothing. Alone means no other client asked
         # within the time admission keeps an active client's share (the Poisson runs' client did).
         time.sleep(DEFAULT_ACTIVE_CLIENT_S + 0.5)
@@ -275,12 +293,13 @@ class QuotaRun:
         capacity = reported_capacity(mesh)
         hog, small = max(2, math.ceil(capacity)), 2
         arrivals = [0.0] * hog + [0.5] * small
-        gave_before = mesh.metrics("gateway").get(PREEMPTED_SERIES, 0.0)
+        gave_before, waits = mesh.metrics("gateway").get(PREEMPTED_SERIES, 0.0), room_waits(mesh)
         results = asyncio.run(
             open_loop(target, self.texts.take(hog + small), arrivals, clients=lambda index: "10.0.0.1" if index < hog else "10.0.0.2")
         )
         gave = round(mesh.metrics("gateway").get(PREEMPTED_SERIES, 0.0) - gave_before)
-        rows.append((f"hog of {hog} streams", Outcome.of(results[:hog]), f"of those refused, {gave} gave their place before any audio"))
+        note = f"of those refused, {gave} gave their place before any audio" + waited_note(waits, room_waits(mesh))
+        rows.append((f"hog of {hog} streams", Outcome.of(results[:hog]), note))
         rows.append((f"then a small client of {small}", Outcome.of(results[hog:]), "x-forwarded-for another client"))
         return rows, facts
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from bench.measure import OK, RequestResult
-from bench.realtime import Outcome, one_after_another
+from bench.realtime import Outcome, one_after_another, waited_note
 
 RUN_S = 0.05
 
@@ -24,3 +24,9 @@ def test_streams_one_after_another_are_timed_on_one_clock() -> None:
     # 3 audio seconds over at least 3 x RUN_S; each timed from zero it would read as over one RUN_S (60 per s).
     assert outcome.audio_s_per_s <= 3.0 / (3 * RUN_S) + 1e-9
     assert outcome.served == 3 and outcome.stalled == 0
+
+
+def test_a_row_notes_the_waits_for_room_between_two_readings_and_nothing_when_none_waited() -> None:
+    before = {"admitted": 3.0, "refused": 1.0}
+    assert waited_note(before, {"admitted": 8.0, "refused": 3.0}) == "; 7 waited for room, 5 of them admitted"
+    assert waited_note(before, dict(before)) == ""
