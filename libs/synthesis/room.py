@@ -8,7 +8,9 @@ So a stream refused for room waits, up to `wait_s` and never past half of what i
 whenever a stream ends, and every `poll_s` while any waits, the waiting ones are tried again, the
 oldest first, and each that now passes is admitted. One still waiting at its end is refused as it
 would have been at once, with the admission's pushback. A newcomer that arrives while others wait
-is tried only after them, so it cannot take the room they wait for.
+is tried only after them, so it cannot take the room they wait for; a client's own streams are tried
+in the order they came, so a round of tries costs one try per waiting client, however many streams
+one of them floods the queue with.
 
 Only a refusal for room waits (`NoRoom`: the admission test, the workers' stream slots); limits that
 a stream ending does not lift for this caller (the gateway's streams, a client's own limit) refuse
@@ -90,14 +92,17 @@ class RoomQueue(Generic[_T]):
         not wait at all). `deadline_s` is what the caller's deadline leaves (None: none); `release`
         gives back a place taken for a caller that went away meanwhile. Any other error of `attempt`
         is raised as it comes."""
-        self.pump()  # those already waiting are tried first
-        try:
-            return attempt()
-        except NoRoom as refusal:
-            wait_s = self._wait_for(client, deadline_s)
-            if wait_s <= 0:
-                raise
-            waiter = _Waiter(attempt, client, refusal)
+        refused = self.pump()  # those already waiting are tried first
+        wait_s = self._wait_for(client, deadline_s)
+        if client in refused and wait_s > 0:  # its own older streams wait for room: it comes after them
+            waiter = _Waiter(attempt, client, NoRoom(refused[client].reason, str(refused[client])))
+        else:
+            try:
+                return attempt()
+            except NoRoom as refusal:
+                if wait_s <= 0:
+                    raise
+                waiter = _Waiter(attempt, client, refusal)
         self._loop = asyncio.get_running_loop()
         self._waiting.append(waiter)
         self._poll()
@@ -139,21 +144,26 @@ class RoomQueue(Generic[_T]):
         if self._waiting and self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self.pump)
 
-    def pump(self) -> None:
-        """Try every waiting stream, the oldest first: each that passes is admitted."""
+    def pump(self) -> dict[str, NoRoom]:
+        """Try the waiting streams, the oldest first: each that passes is admitted. A client's streams
+        are taken in the order they came, so once one of a client's is refused its later ones are not
+        tried (a flood of one client's streams costs one try per round, not one each). The refusals,
+        by client."""
+        refused: dict[str, NoRoom] = {}
         for waiter in list(self._waiting):
-            if waiter.future.done():
+            if waiter.future.done() or waiter.client in refused:
                 continue
             try:
                 result = waiter.attempt()
             except NoRoom as refusal:
-                waiter.refusal = refusal
+                waiter.refusal = refused[waiter.client] = refusal
                 continue
             except Exception as error:  # a limit it now meets (the gateway's, its client's): refused as it comes
                 waiter.future.set_exception(error)
             else:
                 waiter.future.set_result(result)
             self._waiting.remove(waiter)
+        return refused
 
     def _poll(self) -> None:
         if self._poller is None or self._poller.done():

@@ -21,9 +21,11 @@ class Mesh:
         self.free = free
         self.taken: list[str] = []
         self.released: list[str] = []
+        self.tried: list[str] = []
 
     def attempt(self, name: str) -> Callable[[], str]:
         def take() -> str:
+            self.tried.append(name)
             if self.free <= 0:
                 raise NoRoom("realtime", f"no room for {name}")
             self.free -= 1
@@ -181,3 +183,29 @@ async def test_another_refusal_on_a_later_try_reaches_its_caller() -> None:
     with pytest.raises(ValueError, match="own limit"):
         await task
     assert queue.waiting == 0
+
+
+async def test_a_client_s_streams_are_tried_in_the_order_they_came_one_try_per_client_a_round() -> None:
+    mesh = Mesh()
+    queue = _queue()
+    waiting = [
+        asyncio.create_task(queue.take(mesh.attempt(name), client, None, mesh.released.append))
+        for name, client in (("hog-1", "hog"), ("hog-2", "hog"), ("other-1", "other"))
+    ]
+    await _until(lambda: queue.waiting == 3)
+    # A newcomer of the hog's comes after the hog's own waiting streams: it is not tried at all.
+    newcomer = asyncio.create_task(queue.take(mesh.attempt("hog-3"), "hog", None, mesh.released.append))
+    await _until(lambda: queue.waiting == 4)
+    assert mesh.tried.count("hog-3") == 0
+    mesh.tried.clear()
+    queue.pump()
+    assert mesh.tried == ["hog-1", "other-1"], "the hog's later streams wait for its first"
+    mesh.free = 2
+    queue.pump()
+    assert await waiting[0] == "hog-1" and mesh.taken == ["hog-1", "hog-2"]
+    assert await waiting[1] == "hog-2"
+    mesh.free = 1
+    queue.pump()
+    assert await waiting[2] == "other-1"
+    newcomer.cancel()
+    await asyncio.gather(newcomer, return_exceptions=True)
