@@ -62,25 +62,11 @@ DEFAULT_SHARES: Final = (0.5, 0.8, 1.2)
 DEFAULT_DURATION_S: Final = 40.0
 QUICK_DURATION_S: Final = 20.0
 PREEMPTED_SERIES: Final = 'tts_gateway_shed_total{reason="preempted"}'
+"""Streams of a client over its share that gave their place to another client's (libs.synthesis.admission)."""
 WAITED_SERIES: Final = {
     outcome: f'tts_gateway_room_wait_seconds_count{{outcome="{outcome}"}}' for outcome in ("admitted", "refused")
 }
 """The streams that waited for room (libs.synthesis.room), by how their wait ended."""
-
-
-def room_waits(mesh: BenchMesh) -> dict[str, float]:
-    """How many streams have waited for room at the gateway so far, by how their wait ended."""
-    samples = mesh.metrics("gateway")
-    return {outcome: samples.get(series, 0.0) for outcome, series in WAITED_SERIES.items()}
-
-
-def waited_note(before: dict[str, float], after: dict[str, float]) -> str:
-    """What the waits for room between two readings came to, for a row's note ("" when none waited)."""
-    admitted, refused = (round(after[outcome] - before[outcome]) for outcome in ("admitted", "refused"))
-    if not admitted and not refused:
-        return ""
-    return f"; {admitted + refused} waited for room, {admitted} of them admitted"
-"""Streams of a client over its share that gave their place to another client's (libs.synthesis.admission)."""
 LONE_RUNS: Final = 3
 BURST_STEP: Final = 1.15
 """Each burst of the search is this many times the last (at least one stream more)."""
@@ -208,6 +194,20 @@ def reported_capacity(mesh: BenchMesh, wait_s: float = 30.0) -> float:
         if capacity > 0 or time.monotonic() > deadline:
             return capacity
         time.sleep(0.5)
+
+
+def room_waits(mesh: BenchMesh) -> dict[str, float]:
+    """How many streams have waited for room at the gateway so far, by how their wait ended."""
+    samples = mesh.metrics("gateway")
+    return {outcome: samples.get(series, 0.0) for outcome, series in WAITED_SERIES.items()}
+
+
+def waited_note(before: dict[str, float], after: dict[str, float]) -> str:
+    """What the waits for room between two readings came to, for a row's note ("" when none waited)."""
+    admitted, refused = (round(after[outcome] - before[outcome]) for outcome in ("admitted", "refused"))
+    if not admitted and not refused:
+        return ""
+    return f"; {admitted + refused} waited for room, {admitted} of them admitted"
 
 
 @dataclass

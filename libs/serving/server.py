@@ -25,7 +25,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from libs.serving.decoding import RequestDecodingInterceptor
-from libs.serving.tls import probe_server, server_credentials
+from libs.serving.tls import OWN_PORT_OPTION, probe_server, server_credentials
 from libs.settings.fields import setting
 from libs.settings.files import SettingFileError, SettingTargetError
 from libs.telemetry.process import register_process_metrics
@@ -129,9 +129,7 @@ def server_options(settings: ServerSettings) -> list[tuple[str, int]]:
         ("grpc.max_receive_message_length", settings.max_receive_message_bytes),
         ("grpc.max_send_message_length", MAX_RESPONSE_BYTES),
         ("grpc.max_concurrent_streams", settings.max_concurrent_streams),
-        # gRPC sets SO_REUSEPORT by default: a second worker started on a taken port would bind
-        # anyway and silently take half of the connections. Without it the bind fails.
-        ("grpc.so_reuseport", 0),
+        OWN_PORT_OPTION,
         # Rotate connections now and then so new replicas behind a load balancer get traffic: new
         # calls move to a new connection, while the calls in flight on the old one keep going.
         ("grpc.max_connection_age_ms", MAX_CONNECTION_AGE_MS),

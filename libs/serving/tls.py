@@ -30,6 +30,10 @@ from libs.settings.files import SettingFileError
 
 _log = logging.getLogger(__name__)
 
+OWN_PORT_OPTION: Final = ("grpc.so_reuseport", 0)
+"""A gRPC server argument: a taken port fails to bind instead of being shared. gRPC sets SO_REUSEPORT by
+default, and a second server on a taken port (a second worker started by mistake, or two that asked
+for port 0 at once) would bind anyway and silently take part of the connections."""
 RELOAD_CHECK_S: Final = 1.0
 """Least time between two looks at a server's certificate files for changes."""
 
@@ -161,7 +165,7 @@ def channel_credentials(ca: PemFile, cert: PemFile | None = None, key: PemFile |
 
 async def probe_server(health_servicer: health.aio.HealthServicer, host: str, port: int) -> grpc.aio.Server:
     """Start a plaintext server with only `health_servicer` on it (for probes that cannot speak TLS)."""
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])  # a taken port fails, not shares
+    server = grpc.aio.server(options=[OWN_PORT_OPTION])
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     try:
         bound = server.add_insecure_port(f"{host}:{port}")

@@ -53,8 +53,9 @@ early. At 0.5 that burst at 1.5x the capacity still left 1 or 2 of 13 listeners 
 DEFAULT_ROOM_WAIT_MS: Final = 2000
 """A whole text that finds the mesh full waits this long for room before it is refused (libs.synthesis.room).
 Random arrivals at 0.8 of the capacity are above it for moments that a stream ending or the listeners'
-buffers growing end within a second or two; past that the mesh is overloaded, not unlucky, and the
-caller is better told to retry elsewhere."""
+buffers growing may end: on one core at 1.2 of the capacity, 5 of the 12 streams that waited 2 s were
+admitted, none of the listeners ran dry (docs/performance.md, 2026-12-05, night). A longer wait mostly
+holds callers of a mesh that is overloaded, not unlucky, who are better told to retry elsewhere."""
 MIN_OUTPUT_SAMPLE_RATE_HZ: Final = 8000
 MAX_OUTPUT_SAMPLE_RATE_HZ: Final = 48000
 MIN_FRAME_MS: Final = 10

@@ -1,9 +1,10 @@
 """New listeners that find the mesh full wait a moment for room, oldest first, before they are refused.
 
 Streams arriving at random come in clumps: at 0.8 of a capacity of a dozen listeners, more than a
-dozen are open about a fifth of the time, and a newcomer then fails the admission test although room
-comes back within a second or two (a stream ends, the listeners' buffers grow and the test with them).
-Refused at once, it is an error its caller must retry, and a browser or an OpenAI client does not.
+dozen are open about a sixth of the time (a Poisson count of mean 9.6 is over 12 with probability
+0.17), and a newcomer then fails the admission test although room may come back soon after (a
+stream ends, the listeners' buffers grow and the test with them). Refused at once, it is an error
+its caller must retry, and a browser or an OpenAI client does not.
 So a stream refused for room waits, up to `wait_s` and never past half of what its deadline leaves:
 whenever a stream ends, and every `poll_s` while any waits, the waiting ones are tried again, the
 oldest first, and each that now passes is admitted. One still waiting at its end is refused as it
@@ -51,14 +52,6 @@ class _Waiter(Generic[_T]):
     future: asyncio.Future[_T] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
-@dataclass(frozen=True)
-class Waited:
-    """How a wait for room ended."""
-
-    admitted: bool
-    seconds: float
-
-
 class RoomQueue(Generic[_T]):
     """The streams of one gateway waiting for room, in the order they came (module docstring)."""
 
@@ -67,11 +60,11 @@ class RoomQueue(Generic[_T]):
         wait_s: float,
         max_waiting: int,
         poll_s: float = POLL_S,
-        on_waited: Callable[[Waited], None] | None = None,
+        on_waited: Callable[[bool, float], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """Streams wait at most `wait_s` (0: never), `max_waiting` of them at once; `on_waited` hears
-        how each wait ended."""
+        """Streams wait at most `wait_s` (0: never), `max_waiting` of them at once; `on_waited(admitted,
+        seconds)` hears how each wait ended and how long it took."""
         self.wait_s = wait_s
         self._max_waiting = max_waiting
         self._poll_s = poll_s
@@ -126,7 +119,7 @@ class RoomQueue(Generic[_T]):
             elif not waiter.future.done():
                 waiter.future.cancel()
             if self._on_waited is not None:
-                self._on_waited(Waited(taken, self._clock() - started))
+                self._on_waited(taken, self._clock() - started)
 
     def _wait_for(self, client: str, deadline_s: float | None) -> float:
         """How long a newcomer of `client` refused for room may wait (0: not at all)."""

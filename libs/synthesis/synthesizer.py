@@ -27,7 +27,7 @@ from libs.synthesis.options import SynthesisOptions
 from libs.synthesis.output import AudioChunk, AudioOutput
 from libs.synthesis.pipeline import UtterancePipeline
 from libs.synthesis.resume import resumed_sentences
-from libs.synthesis.room import NoRoom, RoomQueue, Waited
+from libs.synthesis.room import NoRoom, RoomQueue
 from libs.synthesis.text_side import TextSide
 from libs.text.frontend import Sentence
 from libs.text.ssml import looks_like_ssml
@@ -93,7 +93,7 @@ class Synthesizer:
         self._client_streams: dict[str, int] = {}  # only clients with a stream open: bounded by the streams
         self._movable: dict[int, tuple[Listener, _TierChoice]] = {}  # open streams that asked auto and speak quality
         self._flights: SingleFlight[CachedMel] = SingleFlight()
-        self._room: RoomQueue[_Slot] = RoomQueue(room_wait_s, max_streams, on_waited=self._waited)
+        self._room: RoomQueue[_Slot] = RoomQueue(room_wait_s, max_streams, on_waited=pool.metrics.waited_for_room)
 
     async def synthesize(
         self, text: str, options: SynthesisOptions, timeout_s: float | None, client: str = ""
@@ -239,11 +239,10 @@ class Synthesizer:
         return DownstreamError(grpc.StatusCode.RESOURCE_EXHAUSTED, message, retry_after_s=retry_after_s)
 
     async def _admitted(self, client: str, expected_audio_s: float, options: SynthesisOptions, characters: int, timeout_s: float | None) -> _Slot:
-        """`_take_slot`, waiting for room where the mesh has none now (libs.synthesis.room); refused as
-        `_take_slot` refuses once the wait is over."""
+        """`_take_slot`, waiting for room where the mesh has none now (libs.synthesis.room)."""
         try:
             return await self._room.take(
-                lambda: self._take_slot(client, expected_audio_s, options, characters, waits=True), client, timeout_s, lambda slot: slot.release()
+                lambda: self._try_slot(client, expected_audio_s, options, characters), client, timeout_s, lambda slot: slot.release()
             )
         except NoRoom as refusal:
             raise self._shed(refusal.reason, str(refusal)) from None
@@ -253,18 +252,21 @@ class Synthesizer:
         """Streams waiting for room now."""
         return self._room.waiting
 
-    def _waited(self, waited: Waited) -> None:
-        self._pool.metrics.waited_for_room(waited.admitted, waited.seconds)
+    def _take_slot(self, client: str, expected_audio_s: float, options: SynthesisOptions | None = None, characters: int = 0) -> _Slot:
+        """`_try_slot`, its refusal for room shed at once."""
+        try:
+            return self._try_slot(client, expected_audio_s, options, characters)
+        except NoRoom as refusal:
+            raise self._shed(refusal.reason, str(refusal)) from None
 
-    def _take_slot(
-        self, client: str, expected_audio_s: float, options: SynthesisOptions | None = None, characters: int = 0, waits: bool = False
-    ) -> _Slot:
+    def _try_slot(self, client: str, expected_audio_s: float, options: SynthesisOptions | None = None, characters: int = 0) -> _Slot:
         """Count one stream of `client` until its slot is released (or dropped), or shed it with
-        RESOURCE_EXHAUSTED when the gateway is full, the client holds its limit of streams, or the
-        mesh cannot keep one more listener playing (`admission`); where it `waits`, those two refusals for
-        room are `NoRoom` instead (counted once the wait is over). The slot's tier is the one the
-        stream starts in: the one asked for, or for auto quality while the listeners with it fit in
-        the auto share of what admission takes (alone: while it fits at all), else the fast tier.
+        RESOURCE_EXHAUSTED when the gateway is full or the client holds its limit of streams; `NoRoom`
+        (not yet counted as shed) when the workers' stream slots are all taken or the mesh cannot keep
+        one more listener playing (`admission`), room that a stream ending may bring back. The slot's
+        tier is the one the stream starts in: the one asked for, or for auto quality while the
+        listeners with it fit in the auto share of what admission takes (alone: while it fits at all),
+        else the fast tier.
         Where even that is refused, streams playing in auto move to the fast tier from their next
         sentence, as many as make room (`_make_room`); and once admitted, as many more as bring the
         listeners back within the auto share (`_degrade`): the mesh degrades before it is full, where
@@ -274,10 +276,7 @@ class Synthesizer:
         slots = self._pool.stream_slots()
         if slots is not None and self._open_streams + self._pool.other_gateways_streams() >= slots:
             # The workers would refuse its streams, perhaps after its first audio: refused here, whole.
-            message = f"the workers take {slots} streams at once and all are taken; retry with backoff"
-            if waits:
-                raise NoRoom(SHED_WORKERS_SATURATED, message)
-            raise self._shed(SHED_WORKERS_SATURATED, message)
+            raise NoRoom(SHED_WORKERS_SATURATED, f"the workers take {slots} streams at once and all are taken; retry with backoff")
         limit = self.client_limit() if client else None
         held = self._client_streams.get(client, 0)
         if limit is not None and held >= limit:
@@ -304,9 +303,7 @@ class Synthesizer:
             if refusal is not None:
                 refusal = self._take_place(client, listener, refusal)
             if refusal is not None:
-                if waits:
-                    raise NoRoom(SHED_REALTIME, refusal)
-                raise self._shed(SHED_REALTIME, refusal)
+                raise NoRoom(SHED_REALTIME, refusal)
             self.admission.add(listener)
         self._open_streams += 1
         self._client_streams[client] = held + 1

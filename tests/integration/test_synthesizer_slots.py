@@ -33,9 +33,12 @@ class _Pool:
     def __init__(self, slots: int | None = None, fast_tier_cost: float = 1.0) -> None:
         self.spoken: list[tuple[str, str]] = []
         self.moved: list[int] = []
+        self.shed: list[str] = []
+        self.waited: list[bool] = []
         self.metrics = SimpleNamespace(
-            shed=lambda reason: None, spoken_in=lambda tier, asked: self.spoken.append((tier, asked)), moved_to_fast=self.moved.append
-        )
+            shed=self.shed.append, spoken_in=lambda tier, asked: self.spoken.append((tier, asked)), moved_to_fast=self.moved.append,
+            waited_for_room=lambda admitted, seconds: self.waited.append(admitted),
+        )  # fmt: skip
         self.slots = slots
         self._fast_tier_cost = fast_tier_cost
 
@@ -354,18 +357,15 @@ def test_a_resumed_stream_never_gives_its_place() -> None:
         synthesizer._take_slot("small", 10.0, _asking(QUALITY))
 
 
-def _waiting_synthesizer(room_wait_s: float, per_client: int = 0, slots: int | None = None) -> tuple[Synthesizer, _Pool, list[bool]]:
+def _waiting_synthesizer(room_wait_s: float, per_client: int = 0, slots: int | None = None) -> tuple[Synthesizer, _Pool]:
     """A synthesizer whose mesh keeps two listeners playing, where a whole text waits `room_wait_s` for room."""
-    pool, waited, shed = _Pool(slots), [], []
-    pool.metrics.waited_for_room = lambda admitted, seconds: waited.append(admitted)
-    pool.metrics.shed = shed.append
-    pool.shed = shed  # type: ignore[attr-defined]
+    pool = _Pool(slots)
     synthesizer = Synthesizer(
         pool=pool, cache=None, text_side=None, max_streams=8, max_streams_per_client=per_client,  # type: ignore[arg-type]
         # A client counts for its share only while it holds a stream: the one that ends leaves its room to the waiting.
         admission=RealtimeAdmission(lambda: 2.0, lambda: 0, headroom=1.0, active_client_s=0), room_wait_s=room_wait_s,
     )  # fmt: skip
-    return synthesizer, pool, waited
+    return synthesizer, pool
 
 
 async def _until_waiting(synthesizer: Synthesizer, streams: int) -> None:
@@ -377,32 +377,32 @@ async def _until_waiting(synthesizer: Synthesizer, streams: int) -> None:
 
 
 async def test_a_whole_text_that_finds_the_mesh_full_waits_for_a_stream_to_end_and_is_admitted() -> None:
-    synthesizer, pool, waited = _waiting_synthesizer(room_wait_s=60)
+    synthesizer, pool = _waiting_synthesizer(room_wait_s=60)
     held = [synthesizer._take_slot(client, 10.0, _asking(QUALITY)) for client in "ab"]  # two listeners holding nothing fill 2.0
     waiting = asyncio.create_task(synthesizer._admitted("c", 10.0, _asking(QUALITY), 100, None))
     await _until_waiting(synthesizer, 1)
     held[0].release()
     slot = await waiting
     assert slot.listener.client == "c" and synthesizer.waiting_for_room == 0
-    assert waited == [True] and pool.shed == []  # type: ignore[attr-defined]
+    assert pool.waited == [True] and pool.shed == []
     for each in (held[1], slot):
         each.release()
 
 
 async def test_a_whole_text_still_without_room_when_its_wait_ends_is_refused_once_with_pushback() -> None:
-    synthesizer, pool, waited = _waiting_synthesizer(room_wait_s=0.05)
+    synthesizer, pool = _waiting_synthesizer(room_wait_s=0.05)
     held = [synthesizer._take_slot(client, 10.0, _asking(QUALITY)) for client in "ab"]
     with pytest.raises(DownstreamError, match="keep playing") as refused:
         await synthesizer._admitted("c", 10.0, _asking(QUALITY), 100, None)
     assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and refused.value.retry_after_s
-    assert waited == [False] and pool.shed == [SHED_REALTIME]  # type: ignore[attr-defined]
+    assert pool.waited == [False] and pool.shed == [SHED_REALTIME]
     assert synthesizer._open_streams == 2
     for slot in held:
         slot.release()
 
 
 async def test_the_workers_stream_slots_are_waited_for_and_a_client_limit_is_not() -> None:
-    synthesizer, _, waited = _waiting_synthesizer(room_wait_s=60, per_client=1, slots=2)
+    synthesizer, pool = _waiting_synthesizer(room_wait_s=60, per_client=1, slots=2)
     first = synthesizer._take_slot("a", 1.0, _asking(QUALITY))
     with pytest.raises(DownstreamError, match="already has 1 streams open"):  # a stream of another client ending would not lift it
         await synthesizer._admitted("a", 1.0, _asking(QUALITY), 10, None)
@@ -411,6 +411,6 @@ async def test_the_workers_stream_slots_are_waited_for_and_a_client_limit_is_not
     await _until_waiting(synthesizer, 1)
     second.release()
     third = await waiting
-    assert waited == [True]
+    assert pool.waited == [True]
     for slot in (first, third):
         slot.release()

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from libs.synthesis.room import NoRoom, RoomQueue, Waited
+from libs.synthesis.room import NoRoom, RoomQueue
 
 LONG_S = 30.0
 """A wait or poll interval no test reaches: what these tests show happens because room came."""
@@ -35,8 +35,12 @@ class Mesh:
         return take
 
 
-def _queue(waited: list[Waited] | None = None, wait_s: float = LONG_S, poll_s: float = LONG_S, max_waiting: int = 8) -> RoomQueue[str]:
-    return RoomQueue(wait_s, max_waiting, poll_s=poll_s, on_waited=None if waited is None else waited.append)
+def _queue(
+    waited: list[tuple[bool, float]] | None = None, wait_s: float = LONG_S, poll_s: float = LONG_S, max_waiting: int = 8
+) -> RoomQueue[str]:
+    """A queue whose waits, (admitted, seconds) each, go to `waited`."""
+    on_waited = None if waited is None else lambda admitted, seconds: waited.append((admitted, seconds))
+    return RoomQueue(wait_s, max_waiting, poll_s=poll_s, on_waited=on_waited)
 
 
 async def _until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
@@ -64,7 +68,7 @@ async def test_a_stream_refused_for_room_is_admitted_when_a_stream_ends() -> Non
     queue.room_freed()
     assert await task == "a"
     assert queue.waiting == 0
-    assert len(waited) == 1 and waited[0].admitted
+    assert len(waited) == 1 and waited[0][0]
 
 
 async def test_the_waiting_are_tried_again_while_no_stream_ends() -> None:
@@ -105,7 +109,7 @@ async def test_a_stream_still_without_room_when_its_wait_runs_out_is_refused_wit
         await queue.take(mesh.attempt("a"), "x", None, mesh.released.append)
     assert caught.value.reason == "realtime"
     assert queue.waiting == 0 and mesh.taken == []
-    assert len(waited) == 1 and not waited[0].admitted and waited[0].seconds >= 0.05
+    assert len(waited) == 1 and not waited[0][0] and waited[0][1] >= 0.05
 
 
 async def test_no_wait_at_all_refuses_at_once() -> None:
@@ -120,7 +124,7 @@ async def test_a_deadline_leaves_half_of_itself_for_the_audio() -> None:
     queue = _queue(waited, poll_s=0.01)
     with pytest.raises(NoRoom):
         await queue.take(mesh.attempt("a"), "x", 0.1, mesh.released.append)
-    assert len(waited) == 1 and 0.05 <= waited[0].seconds < LONG_S
+    assert len(waited) == 1 and 0.05 <= waited[0][1] < LONG_S
 
 
 async def test_a_place_taken_for_a_caller_that_went_away_is_given_back() -> None:
