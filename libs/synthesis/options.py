@@ -95,8 +95,8 @@ class RequestLimits:
     )  # fmt: skip
     room_wait_ms: int = setting(
         DEFAULT_ROOM_WAIT_MS, env="TTS_ROOM_WAIT_MS", unit="ms", minimum=0, maximum=60_000,
-        doc="how long a whole text that finds the mesh full (by real-time admission, or all the workers' streams taken) "
-        "waits for room, oldest first, before it is refused; never more than half of what its deadline leaves (0: "
+        doc="how long a stream (a whole text, or one streamed in pieces) that finds the mesh full (by real-time admission, "
+        "or all the workers' streams taken) waits for room, oldest first, before it is refused; never more than half of what its deadline leaves (0: "
         "refused at once)",
     )  # fmt: skip
     active_client_s: float = setting(

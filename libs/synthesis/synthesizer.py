@@ -79,7 +79,8 @@ class Synthesizer:
         sentence of more than `opening_max_ids` phoneme ids (0: any) starts with its opening as a
         sentence of its own (`opening_ids`). Streams asking for the tier auto speak quality while the
         listeners fit in `auto_quality_share` of what admission takes, the fast tier past it (`_take_slot`).
-        A whole text refused for room waits up to `room_wait_s` for it (libs.synthesis.room; 0: refused at once)."""
+        A stream refused for room (a whole text, or one streamed in pieces) waits up to `room_wait_s`
+        for it (libs.synthesis.room; 0: refused at once)."""
         self._pool = pool
         self._cache = cache
         self.text_side = text_side
@@ -117,12 +118,13 @@ class Synthesizer:
             raise
         return self._spoken(sentences, options, timeout_s, slot)
 
-    def synthesize_incremental(
+    async def synthesize_incremental(
         self, pieces: AsyncIterator[str], options: SynthesisOptions, timeout_s: float | None, client: str = ""
     ) -> SpokenAudio:
         """The audio of text that arrives in `pieces` (joined as sent): each sentence is spoken as
-        soon as it is complete, the rest when the pieces end. Raises at once when there is no room."""
-        slot = self._take_slot(client, STREAMED_TEXT_AUDIO_S, options)
+        soon as it is complete, the rest when the pieces end. Waits for room as a whole text does (its
+        pieces wait unread meanwhile), and raises when none comes."""
+        slot = await self._admitted(client, STREAMED_TEXT_AUDIO_S, options, 0, timeout_s)
         in_flight = SentencesInFlight()
         sentences = self.text_side.incremental_sentences(options.voice, _counted(pieces, slot), options.lexicon, self.opening_ids(), in_flight)
         return self._spoken(sentences, options, timeout_s, slot, in_flight)

@@ -71,7 +71,7 @@ class TextToSpeechServicer:
                 raise InvalidRequestError("the first StreamingSynthesizeRequest must carry `config`")
             options = self._options(first.config)
             call.voice(options.voice.name)
-            spoken = self._synthesizer.synthesize_incremental(
+            spoken = await self._synthesizer.synthesize_incremental(
                 _text_pieces(request_iterator), options, context.time_remaining(), client_of(context, self._clients)
             )
             async for response in _responses(spoken, context, call):

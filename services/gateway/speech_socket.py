@@ -36,7 +36,7 @@ from libs.serving.memory import RELEASER
 from libs.synthesis.options import SynthesisOptions
 from libs.synthesis.output import AudioChunk
 from libs.synthesis.pacing import as_asked
-from libs.synthesis.synthesizer import SpokenAudio, Synthesizer
+from libs.synthesis.synthesizer import Synthesizer
 from libs.synthesis.text_side import TextFlush
 from libs.synthesis.transcript import Heard, Transcript, ms
 from libs.telemetry.metrics import GatewayMetrics
@@ -229,17 +229,9 @@ class SpeechSocket:
             return None
         context = SpeechContext(command.context_id, options)
         ssml = looks_like_ssml(command.text)
-        try:
-            if ssml:
-                context.text_closed = True  # an SSML document is whole: it is the context's text
-                chunks: SpokenAudio | None = None
-            else:
-                chunks = self._synthesizer.synthesize_incremental(context.pieces(), options, None, self._client)  # takes the client's place now
-        except Exception as error:
-            self._context_error(command.context_id, error)
-            return None
+        context.text_closed = ssml  # an SSML document is whole: it is the context's text
         self._contexts[command.context_id] = context
-        context.task = asyncio.create_task(self._speak(context, chunks, command.text if ssml else None))
+        context.task = asyncio.create_task(self._speak(context, command.text if ssml else None))
         if ssml:
             context.transcript.add_text(command.text)
             return None  # its text is in; nothing more to feed
@@ -264,14 +256,17 @@ class SpeechSocket:
             context._flush_points.popleft()
             self._writer.event(context.context_id, self._dialect.flushed(context.context_id))
 
-    async def _speak(self, context: SpeechContext, chunks: SpokenAudio | None, document: str | None) -> None:
+    async def _speak(self, context: SpeechContext, document: str | None) -> None:
+        """Speak the context: its whole `document` (SSML), else its text as it arrives. Either waits for
+        room where the mesh has none now (its text queues meanwhile), and a refusal is the context's error."""
         meter = RequestMeter(self._metrics, self._method)
         meter.voice(context.options.voice.name)
         code = "CANCELLED"
         try:
-            if chunks is None:
-                assert document is not None
+            if document is not None:
                 chunks = await self._synthesizer.synthesize(document, context.options, None, self._client)
+            else:
+                chunks = await self._synthesizer.synthesize_incremental(context.pieces(), context.options, None, self._client)
             context.options = chunks.options  # with the tier it is spoken in: its resume tokens name it
             async with aclosing(as_asked(chunks, context.options)) as paced:  # type: ignore[type-var]
                 async for chunk in paced:

@@ -331,7 +331,7 @@ class _Session:
         try:
             options = options_for(self._door._registry, voice)
             meter.voice(options.voice.name)
-            chunks = self._door._synthesizer.synthesize_incremental(self._queued(pieces), options, None, self._client)
+            chunks = await self._door._synthesizer.synthesize_incremental(self._queued(pieces), options, None, self._client)
             async with aclosing(chunks):
                 async for chunk in chunks:
                     if chunk.sentence is not None:

@@ -2,7 +2,7 @@
 time, the gateway sheds a third while the two hold no audio, with RESOURCE_EXHAUSTED and a retry hint
 once it has waited for room in vain, the streams already admitted play on, and the workers and the
 gateway export capacity, demand and load. A third that finds room while it waits (a listener leaves)
-is admitted instead.
+is admitted instead, a whole text or one streamed in pieces alike.
 Streams that asked for the tier `auto` make room instead: one playing moves to the fast tier from its
 next sentence, and the newcomer is admitted."""
 
@@ -173,3 +173,31 @@ def test_auto_streams_playing_move_to_the_fast_tier_at_a_sentence_boundary_to_ma
         resumed = b"".join(response.audio for response in resumed_call)
         assert dict(resumed_call.initial_metadata())[TIER_METADATA_KEY] == "fast"
     assert len(rest) > 0 and resumed == rest
+
+
+def test_a_text_streamed_in_pieces_waits_for_room_too_and_plays_once_a_listener_leaves(small_mesh: Mesh) -> None:
+    small_mesh.wait_idle()
+    admitted_before = small_mesh.metric("gateway", 'tts_gateway_room_wait_seconds_count{outcome="admitted"}')
+
+    def pieces() -> Iterator[tts_pb2.StreamingSynthesizeRequest]:
+        yield tts_pb2.StreamingSynthesizeRequest(config=tts_pb2.StreamingSynthesizeConfig(encoding=tts_pb2.FLOAT_PCM))
+        for piece in ("The dusty stream arrives in pieces, ", "one after the other, ", "and ends here."):
+            yield tts_pb2.StreamingSynthesizeRequest(text=piece)
+
+    with contextlib.ExitStack() as stack:
+        channels = [
+            stack.enter_context(grpc.insecure_channel(small_mesh.gateway_address, options=[("grpc.use_local_subchannel_pool", 1)]))
+            for _ in range(3)
+        ]  # fmt: skip
+        held = [_held_stream(channel, stream) for stream, channel in enumerate(channels[:CAPACITY])]
+        streamed = tts_pb2_grpc.TextToSpeechStub(channels[-1]).StreamingSynthesize(pieces(), timeout=60)
+        first_audio = stack.enter_context(ThreadPoolExecutor(1)).submit(next, streamed)
+        deadline = time.monotonic() + ROOM_WAIT_S
+        while small_mesh.metric("gateway", "tts_gateway_streams_waiting_for_room") < 1:
+            assert time.monotonic() < deadline and not first_audio.done(), "the streamed text never waited for room"
+            time.sleep(0.02)
+        held[0].cancel()  # a listener leaves: the streamed text takes its room
+        assert first_audio.result(timeout=60).audio
+        assert sum(len(response.audio) for response in streamed) > 0  # and it plays to its end
+        assert small_mesh.metric("gateway", 'tts_gateway_room_wait_seconds_count{outcome="admitted"}') == admitted_before + 1
+        held[1].cancel()

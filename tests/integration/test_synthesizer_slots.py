@@ -66,7 +66,7 @@ def _synthesizer(
 
 
 def _asking(tier: str, tiers: tuple[str, ...] = (QUALITY, FAST)) -> SynthesisOptions:
-    return SimpleNamespace(tier=tier, voice=SimpleNamespace(name="v", tiers=tiers), resume=None)  # type: ignore[return-value]
+    return SimpleNamespace(tier=tier, voice=SimpleNamespace(name="v", tiers=tiers), resume=None, lexicon=None)  # type: ignore[return-value]
 
 
 def test_auto_moves_a_new_stream_to_the_fast_tier_only_when_quality_would_be_refused() -> None:
@@ -358,7 +358,7 @@ def test_a_resumed_stream_never_gives_its_place() -> None:
 
 
 def _waiting_synthesizer(room_wait_s: float, per_client: int = 0, slots: int | None = None) -> tuple[Synthesizer, _Pool]:
-    """A synthesizer whose mesh keeps two listeners playing, where a whole text waits `room_wait_s` for room."""
+    """A synthesizer whose mesh keeps two listeners playing, where a stream waits `room_wait_s` for room."""
     pool = _Pool(slots)
     synthesizer = Synthesizer(
         pool=pool, cache=None, text_side=None, max_streams=8, max_streams_per_client=per_client,  # type: ignore[arg-type]
@@ -413,4 +413,44 @@ async def test_the_workers_stream_slots_are_waited_for_and_a_client_limit_is_not
     third = await waiting
     assert pool.waited == [True]
     for slot in (first, third):
+        slot.release()
+
+
+class _PiecesTextSide:
+    """Stands in for the text side of a streamed text: the test looks only at when its slot is taken."""
+
+    def incremental_sentences(self, voice: Any, pieces: Any, lexicon: Any, opening: Any, in_flight: Any) -> AsyncIterator[Any]:
+        async def none() -> AsyncIterator[Any]:
+            async for _ in pieces:
+                pass
+            return
+            yield
+
+        return none()
+
+
+async def test_a_text_streamed_in_pieces_waits_for_room_as_a_whole_text_does() -> None:
+    synthesizer, pool = _waiting_synthesizer(room_wait_s=60)
+    synthesizer.text_side = _PiecesTextSide()  # type: ignore[assignment]
+    held = [synthesizer._take_slot(client, 10.0, _asking(QUALITY)) for client in "ab"]
+
+    async def pieces() -> AsyncIterator[str]:
+        yield "Hello there."
+
+    waiting = asyncio.create_task(synthesizer.synthesize_incremental(pieces(), _asking(QUALITY), None, "c"))
+    await _until_waiting(synthesizer, 1)
+    held[0].release()
+    spoken = await waiting
+    assert synthesizer.waiting_for_room == 0 and pool.waited == [True] and pool.shed == []
+    assert synthesizer._open_streams == 2
+    await spoken.aclose()
+    held[1].release()
+    # Without room until its wait ends it is refused, once, with pushback.
+    synthesizer, pool = _waiting_synthesizer(room_wait_s=0.05)
+    held = [synthesizer._take_slot(client, 10.0, _asking(QUALITY)) for client in "ab"]
+    with pytest.raises(DownstreamError, match="keep playing") as refused:
+        await synthesizer.synthesize_incremental(pieces(), _asking(QUALITY), None, "c")
+    assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and refused.value.retry_after_s
+    assert pool.waited == [False] and pool.shed == [SHED_REALTIME]
+    for slot in held:
         slot.release()
