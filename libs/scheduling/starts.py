@@ -5,8 +5,9 @@ the vocoder's first step). Each worker's background lane makes audio ahead of ne
 rest leaves, and holds while its own first audios wait; but it cannot see the other worker's. At nice
 10 a background step still takes about a quarter of a core from a first-audio step at nice 5, and it
 runs to its end once started: in Poisson arrivals at 0.8 of the capacity on one core, the slowest
-first audios had 60-77 ms of the other worker's background steps inside their wait
-(docs/performance.md). So each process writes how many first-audio steps it has queued or running
+first audios had up to 77 ms of background steps' CPU inside their waits, some of it begun after the
+listener asked, in the other worker or beside the first audio's own running step (docs/performance.md,
+2026-12-06). So each process writes how many first-audio steps it has queued or running
 to a small file beside its ledger entry (libs.scheduling.ledger), mapped into memory, and reads the
 others' the same way: a background lane holds while the first audios under way in the whole budget
 take all its cores.
