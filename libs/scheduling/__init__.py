@@ -4,7 +4,6 @@
   stretches them;
 - `calibration`: the cost model measured at start-up, on all the cores at once;
 - `budget`, `ledger`, `capacity`: the CPU a worker may use, who shares it, and the streams it holds;
-- `starts`: the first audios under way in every process on the budget, which audio made ahead waits for;
 - `stream`: one stream's deadlines, and the vocoder's pacing that the acoustic worker's follow;
 - `executor`: the inference threads, taking the step that must start first;
 - `runner`, `scheduler`: a worker's steps queued with their estimate and timed into the model.

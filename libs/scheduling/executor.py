@@ -19,8 +19,7 @@ deadlines, only of nice values, which it weighs across processes alike:
 - first-audio threads, at FIRST_AUDIO_NICE, take first audios: a listener about to run dry in the
   other worker outranks them;
 - background threads, at BACKGROUND_NICE, take only steps still in time at that priority, and none
-  while first audios wait, nor while the first audios under way in every process that shares the
-  cores (libs.scheduling.starts) take all of them: audio made ahead of need uses what the rest leaves.
+  while first audios wait: audio made ahead of need uses what the rest leaves.
 
 Without first-audio threads the urgent threads take first audios too, by the rule above.
 
@@ -44,7 +43,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from libs.scheduling.costs import BACKGROUND_LANE, FIRST_AUDIO_LANE, NO_ESTIMATE, URGENT_LANE, StepEstimate
-from libs.scheduling.starts import StartSignal
 
 BACKGROUND_NICE: Final = 10
 """The OS nice value of background threads (libs.scheduling.costs.BACKGROUND_SLOWDOWN is what it costs them)."""
@@ -59,9 +57,6 @@ will make after what it is making now. On a small CPU quota this is most of a lo
 starting stream's first audio is held until the vocoder's second step is done, and the acoustic
 worker's next chunks (due, as the listener has been waiting) had taken half the quota from it."""
 URGENT, FIRST_AUDIO, BACKGROUND = URGENT_LANE, FIRST_AUDIO_LANE, BACKGROUND_LANE
-HELD_POLL_S: Final = 0.005
-"""How often a background thread held by another process's first audios looks again (it cannot be woken
-from there): a first audio takes tens of milliseconds."""
 MAX_IDLE_WAIT_S: Final = 60.0
 """The longest an urgent thread sleeps before looking at the queue again (a wait may not exceed what the OS takes)."""
 
@@ -76,7 +71,6 @@ class _Call:
     fn: Callable[..., Any] = field(compare=False)
     args: tuple[Any, ...] = field(compare=False)
     kwargs: dict[str, Any] = field(compare=False)
-    first_audio: bool = field(compare=False, default=False)
 
     @property
     def background_start_by_s(self) -> float:
@@ -134,9 +128,6 @@ class DeadlineExecutor(Executor):
         """The OS nice value of each lane's threads."""
         self._playing: list[_Call] = []
         self._first: list[_Call] = []
-        self._first_running = 0
-        self._starts: StartSignal | None = None
-        self._cores = float(threads + urgent_threads + self.first_audio_threads)
         self._order = itertools.count()
         self._condition = threading.Condition()
         self._shut_down = False
@@ -152,13 +143,6 @@ class DeadlineExecutor(Executor):
         ]
         for worker in self._workers:
             worker.start()
-
-    def share_starts(self, board: StartSignal, cores: float) -> None:
-        """Tell `board` of this executor's first audios, and hold the background lane while the first
-        audios under way on it take all `cores` (the budget's)."""
-        with self._condition:
-            self._starts, self._cores = board, cores
-            self._first_changed()
 
     @property
     def queue_depth(self) -> int:
@@ -202,14 +186,12 @@ class DeadlineExecutor(Executor):
         # First audios are all overdue: they go by when their listener asked (one stream's first audio
         # through before the next's), not by latest start, which would run every plan before any chunk.
         start_by_s = (deadline_s if rank_s is None or math.isnan(rank_s) else rank_s) if first_audio else deadline_s - estimate.lead_s
-        call = _Call(start_by_s, next(self._order), deadline_s, estimate, future, fn, args, kwargs, first_audio)
+        call = _Call(start_by_s, next(self._order), deadline_s, estimate, future, fn, args, kwargs)
         with self._condition:
             if self._shut_down:
                 raise RuntimeError("cannot schedule new calls after shutdown")
             heapq.heappush(self._first if first_audio else self._playing, call)
             self._queued_cpu_s += estimate.cpu_s
-            if first_audio:
-                self._first_changed()
             # With lanes, the thread woken must be of the call's lane: wake them all (they are few).
             self._condition.notify_all() if self._lanes else self._condition.notify()
         return future
@@ -223,7 +205,6 @@ class DeadlineExecutor(Executor):
                         call.future.cancel()
                     heap.clear()
                 self._queued_cpu_s = 0.0
-                self._first_changed()
             self._condition.notify_all()
         if wait:
             for worker in self._workers:
@@ -233,29 +214,7 @@ class DeadlineExecutor(Executor):
     def _pop(self, heap: list[_Call]) -> _Call:
         call = heapq.heappop(heap)
         self._queued_cpu_s = max(0.0, self._queued_cpu_s - call.estimate.cpu_s)
-        if heap is self._first:
-            self._first_running += 1  # until it has run (`_done`): still under way
         return call
-
-    def _done(self, call: _Call) -> None:
-        """`call` has run (or was cancelled before it could): a first audio's end may free the background lane."""
-        if not call.first_audio:
-            return
-        with self._condition:
-            self._first_running -= 1
-            self._first_changed()
-            if self._lanes:
-                self._condition.notify_all()
-
-    def _first_changed(self) -> None:
-        """Tell the board how many first audios are under way here. Called with the lock held."""
-        if self._starts is not None:
-            self._starts.under_way(len(self._first) + self._first_running)
-
-    def _background_held(self) -> bool:
-        """Whether the first audios under way in every process on the board (this one's included) take
-        all the cores. Called with the lock held."""
-        return self._starts is not None and self._starts.under_way_all() >= self._cores
 
     def _take(self, lane: str) -> tuple[_Call | None, float | None]:
         """(the call a thread of `lane` runs next, or None; how long to wait before looking again, or
@@ -274,8 +233,6 @@ class DeadlineExecutor(Executor):
             # Not while first audios wait: even at nice 10 the lane takes a share of the cores (and of
             # their caches) from them, for audio nobody needs yet.
             if playing and not first and playing[0].background_start_by_s > now:
-                if self._background_held():  # looks again soon: another process cannot wake it
-                    return None, HELD_POLL_S
                 return self._pop(playing), None
             return None, None  # an urgent thread takes it; woken by the next submit
         if first and not self._first_lane and not (playing and playing[0].start_by_s <= now + first[0].estimate.wall_s):
@@ -315,7 +272,6 @@ class DeadlineExecutor(Executor):
                 if self._lanes and self._playing:
                     self._condition.notify_all()  # the new top may be for the other lane
             if not call.future.set_running_or_notify_cancel():
-                self._done(call)
                 continue  # its caller stopped waiting before it started
             started_s, started_cpu_s = time.perf_counter(), time.thread_time()
             error: BaseException | None = None
@@ -325,7 +281,6 @@ class DeadlineExecutor(Executor):
                 error = raised
             # Counted before the caller hears of it, so whatever the caller does next comes after.
             self.completed += 1
-            self._done(call)
             if self.on_run is not None:
                 self.on_run(normal_priority, time.perf_counter() - started_s, time.thread_time() - started_cpu_s)
             if error is not None:

@@ -51,13 +51,8 @@ class CpuLedger:
     ) -> None:
         self.kind = kind
         self.pid = os.getpid() if pid is None else pid
-        self._alive = alive or process_alive
+        self._alive = alive or _process_alive
         self._folder = _folder(directory, group_id)
-
-    @property
-    def folder(self) -> Path | None:
-        """The budget's folder (None: the ledger has none it can write)."""
-        return self._folder
 
     @property
     def available(self) -> bool:
@@ -131,7 +126,7 @@ def _folder(directory: Path | None, group_id: str) -> Path | None:
     return None
 
 
-def process_alive(pid: int) -> bool:
+def _process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

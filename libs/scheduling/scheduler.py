@@ -14,7 +14,6 @@ from libs.scheduling.capacity import SharedCapacity
 from libs.scheduling.costs import FIRST_AUDIO_LANE, CostModel
 from libs.scheduling.executor import DeadlineExecutor
 from libs.scheduling.runner import StepRunner
-from libs.scheduling.starts import StartBoard
 from libs.scheduling.stream import VocoderPacing
 from libs.telemetry.metrics import WorkerMetrics
 from libs.voice.calibration import STAGE_CHUNK, STAGE_PLAN, CalibrationStep
@@ -52,10 +51,6 @@ class Scheduler:
         less than the longest step (a vocoder that runs a needy listener's steps a part at a time:
         `VocoderEngine.widest_part_frames`); 0: the longest step."""
         self._starting: set[object] = set()
-        self.starts = StartBoard.of(self.capacity.ledger)
-        """Where this worker and the others on its budget say when first audios are under way."""
-        if isinstance(executor, DeadlineExecutor):
-            executor.share_starts(self.starts, self.capacity.budget.cores)
 
     def stream_starting(self, stream: object, starting: bool) -> None:
         """Whether `stream`'s listener is still in its first seconds of audio (see `steps_in_parts`);
@@ -144,6 +139,5 @@ class Scheduler:
         return load
 
     def close(self) -> None:
-        """Leave the ledger and the start board (at shutdown)."""
-        self.starts.close()
+        """Leave the ledger (at shutdown)."""
         self.capacity.close()
