@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -100,7 +100,23 @@ def test_a_stream_past_the_real_time_capacity_is_shed_with_a_retry_hint_and_admi
             call.cancel()
 
 
-def test_a_stream_that_finds_the_mesh_full_waits_and_plays_once_a_listener_leaves(small_mesh: Mesh) -> None:
+def _whole_text(channel: grpc.Channel) -> grpc.Future:
+    return tts_pb2_grpc.TextToSpeechStub(channel).Synthesize(_long_request(CAPACITY), timeout=60)
+
+
+def _text_in_pieces(channel: grpc.Channel) -> grpc.Future:
+    def pieces() -> Iterator[tts_pb2.StreamingSynthesizeRequest]:
+        yield tts_pb2.StreamingSynthesizeRequest(config=tts_pb2.StreamingSynthesizeConfig(encoding=tts_pb2.FLOAT_PCM))
+        for piece in ("The dusty stream arrives in pieces, ", "one after the other, ", "and ends here."):
+            yield tts_pb2.StreamingSynthesizeRequest(text=piece)
+
+    return tts_pb2_grpc.TextToSpeechStub(channel).StreamingSynthesize(pieces(), timeout=60)
+
+
+@pytest.mark.parametrize("call", [_whole_text, _text_in_pieces], ids=["whole text", "text in pieces"])
+def test_a_stream_that_finds_the_mesh_full_waits_and_plays_once_a_listener_leaves(
+    small_mesh: Mesh, call: Callable[[grpc.Channel], grpc.Future]
+) -> None:
     small_mesh.wait_idle()
     admitted_before = small_mesh.metric("gateway", 'tts_gateway_room_wait_seconds_count{outcome="admitted"}')
     with contextlib.ExitStack() as stack:
@@ -109,7 +125,7 @@ def test_a_stream_that_finds_the_mesh_full_waits_and_plays_once_a_listener_leave
             for _ in range(3)
         ]  # fmt: skip
         held = [_held_stream(channel, stream) for stream, channel in enumerate(channels[:CAPACITY])]
-        third = tts_pb2_grpc.TextToSpeechStub(channels[-1]).Synthesize(_long_request(CAPACITY), timeout=60)
+        third = call(channels[-1])
         first_audio = stack.enter_context(ThreadPoolExecutor(1)).submit(next, third)
         deadline = time.monotonic() + ROOM_WAIT_S
         while small_mesh.metric("gateway", "tts_gateway_streams_waiting_for_room") < 1:
@@ -118,8 +134,8 @@ def test_a_stream_that_finds_the_mesh_full_waits_and_plays_once_a_listener_leave
         held[0].cancel()  # a listener leaves: the one waiting takes its room
         assert first_audio.result(timeout=60).audio
         assert small_mesh.metric("gateway", 'tts_gateway_room_wait_seconds_count{outcome="admitted"}') == admitted_before + 1
-        for call in (held[1], third):
-            call.cancel()
+        for each in (held[1], third):
+            each.cancel()
 
 
 def _auto_request(stream: int, **fields: object) -> tts_pb2.SynthesizeRequest:
@@ -174,30 +190,3 @@ def test_auto_streams_playing_move_to_the_fast_tier_at_a_sentence_boundary_to_ma
         assert dict(resumed_call.initial_metadata())[TIER_METADATA_KEY] == "fast"
     assert len(rest) > 0 and resumed == rest
 
-
-def test_a_text_streamed_in_pieces_waits_for_room_too_and_plays_once_a_listener_leaves(small_mesh: Mesh) -> None:
-    small_mesh.wait_idle()
-    admitted_before = small_mesh.metric("gateway", 'tts_gateway_room_wait_seconds_count{outcome="admitted"}')
-
-    def pieces() -> Iterator[tts_pb2.StreamingSynthesizeRequest]:
-        yield tts_pb2.StreamingSynthesizeRequest(config=tts_pb2.StreamingSynthesizeConfig(encoding=tts_pb2.FLOAT_PCM))
-        for piece in ("The dusty stream arrives in pieces, ", "one after the other, ", "and ends here."):
-            yield tts_pb2.StreamingSynthesizeRequest(text=piece)
-
-    with contextlib.ExitStack() as stack:
-        channels = [
-            stack.enter_context(grpc.insecure_channel(small_mesh.gateway_address, options=[("grpc.use_local_subchannel_pool", 1)]))
-            for _ in range(3)
-        ]  # fmt: skip
-        held = [_held_stream(channel, stream) for stream, channel in enumerate(channels[:CAPACITY])]
-        streamed = tts_pb2_grpc.TextToSpeechStub(channels[-1]).StreamingSynthesize(pieces(), timeout=60)
-        first_audio = stack.enter_context(ThreadPoolExecutor(1)).submit(next, streamed)
-        deadline = time.monotonic() + ROOM_WAIT_S
-        while small_mesh.metric("gateway", "tts_gateway_streams_waiting_for_room") < 1:
-            assert time.monotonic() < deadline and not first_audio.done(), "the streamed text never waited for room"
-            time.sleep(0.02)
-        held[0].cancel()  # a listener leaves: the streamed text takes its room
-        assert first_audio.result(timeout=60).audio
-        assert sum(len(response.audio) for response in streamed) > 0  # and it plays to its end
-        assert small_mesh.metric("gateway", 'tts_gateway_room_wait_seconds_count{outcome="admitted"}') == admitted_before + 1
-        held[1].cancel()
