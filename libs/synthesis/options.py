@@ -51,7 +51,8 @@ the quality tier runs dry well before the capacity the workers report (`make ben
 to 7 of 8 stalled at it); auto streams, which ask for no gap and no refusal before the best audio, move
 early. At 0.5 that burst at 1.5x the capacity still left 1 or 2 of 13 listeners a gap; at 0.3 none."""
 DEFAULT_ROOM_WAIT_MS: Final = 2000
-"""A whole text that finds the mesh full waits this long for room before it is refused (libs.synthesis.room).
+"""A stream that finds the mesh full (a whole text, or one streamed in pieces) waits this long for room
+before it is refused (libs.synthesis.room).
 Random arrivals at 0.8 of the capacity are above it for moments that a stream ending or the listeners'
 buffers growing may end: on one core at 1.2 of the capacity, 5 of the 12 streams that waited 2 s were
 admitted, none of the listeners ran dry (docs/performance.md, 2026-12-05, night). A longer wait mostly
@@ -95,9 +96,9 @@ class RequestLimits:
     )  # fmt: skip
     room_wait_ms: int = setting(
         DEFAULT_ROOM_WAIT_MS, env="TTS_ROOM_WAIT_MS", unit="ms", minimum=0, maximum=60_000,
-        doc="how long a stream (a whole text, or one streamed in pieces) that finds the mesh full (by real-time admission, "
-        "or all the workers' streams taken) waits for room, oldest first, before it is refused; never more than half of what its deadline leaves (0: "
-        "refused at once)",
+        doc="how long a stream (a whole text, or one streamed in pieces) that finds the mesh full (by real-time "
+        "admission, or all the workers' streams taken) waits for room, oldest first, before it is refused; never more "
+        "than half of what its deadline leaves (0: refused at once)",
     )  # fmt: skip
     active_client_s: float = setting(
         DEFAULT_ACTIVE_CLIENT_S, env="TTS_ACTIVE_CLIENT_S", unit="s", minimum=0,
