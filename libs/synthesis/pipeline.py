@@ -263,7 +263,7 @@ class UtterancePipeline:
             held.append(await output.get())
             held_s += _audio_s(held[-1])
         first_s = loop.time()
-        cushion_s = self._pool.piece_wait_s(alone=self._listener is not None and self._listener.alone())
+        cushion_s = self._pool.piece_wait_s(alone=self._alone())
         getter: asyncio.Task[Any] | None = None
         while (
             held_s < cushion_s
@@ -287,6 +287,10 @@ class UtterancePipeline:
             yield item
         while True:
             yield await output.get()
+
+    def _alone(self) -> bool:
+        """Whether the listener is alone on the workers now (no other stream of any gateway's)."""
+        return self._listener is not None and self._listener.alone()
 
     def _audio_ahead_s(self, sentence_index: int) -> float:
         """How much audio the listener should hold before sentence `sentence_index` starts: the floor,
@@ -480,6 +484,7 @@ class UtterancePipeline:
         first_piece_s: float | None = None  # when the utterance's first piece came, while its start is timed
         after_first_s = 0.0  # the audio of the pieces since the first
         latest_s = 0.0  # how long after the first piece a later one came, at most, less the audio between
+        alone = False  # whether the listener has been alone on the workers since its first piece
         loop = asyncio.get_running_loop()
         pieces = 0  # vocoder steps: the parts of a step the worker sent one by one are one piece
         reading_s: float | None = None  # when the reader went on after a piece of the sentence it reads
@@ -494,11 +499,13 @@ class UtterancePipeline:
             if first_piece_s is not None:  # read as it came, whatever the client does
                 latest_s = max(latest_s, loop.time() - first_piece_s - after_first_s)
                 after_first_s += len(piece.samples) / piece.sample_rate_hz
+                alone = alone and self._alone()
                 if pieces == STARTED_PIECES or piece.is_last:
-                    self._pool.start_gaps.observe(latest_s)
+                    self._pool.start_gaps.observe(latest_s, alone)
                     first_piece_s = None
             elif sentence == -1 and not piece.is_last:
                 first_piece_s = loop.time()
+                alone = self._alone()
             if piece.sentence_index != sentence:  # a sentence's first piece
                 sentence = piece.sentence_index
                 collector = None

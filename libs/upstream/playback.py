@@ -108,21 +108,32 @@ class StartGaps:
     came, less the audio of the pieces between. That is the wait a first piece must outlast, measured
     where it happens (queueing behind other streams' steps included, which no step's estimate holds).
     The second piece alone was not enough: where the CPU barely outpaces one listener (a quarter of a
-    core) the third step, twice the second, came later than the first two pieces' audio lasted."""
+    core) the third step, twice the second, came later than the first two pieces' audio lasted.
+
+    The starts of listeners alone on the workers are also kept apart: a lone listener's next pieces
+    queue behind no other stream's steps, and the gaps of a burst an hour ago, which the shared history
+    holds for its next 32 starts, held a lone listener's first audio back by half a second on a
+    quarter of a core (docs/performance.md)."""
 
     def __init__(self, kept: int = START_GAPS_KEPT) -> None:
         self._gaps: deque[float] = deque(maxlen=kept)
+        self._alone_gaps: deque[float] = deque(maxlen=kept)
 
-    def observe(self, gap_s: float) -> None:
-        """A listener's first piece had to last `gap_s` (see the class docstring)."""
+    def observe(self, gap_s: float, alone: bool = False) -> None:
+        """A listener's first piece had to last `gap_s` (see the class docstring); `alone`: the listener
+        was alone on the workers from its first piece to the last one timed."""
         if gap_s >= 0:
             self._gaps.append(gap_s)
+            if alone:
+                self._alone_gaps.append(gap_s)
 
-    def high_s(self) -> float:
-        """The START_GAP_QUANTILE quantile of the recent gaps (0: none seen)."""
-        if not self._gaps:
+    def high_s(self, alone: bool = False) -> float:
+        """The START_GAP_QUANTILE quantile of the recent gaps (0: none seen); for a listener `alone` on
+        the workers, of the recent lone starts' gaps, where there have been any."""
+        gaps = self._alone_gaps if alone and self._alone_gaps else self._gaps
+        if not gaps:
             return 0.0
-        ordered = sorted(self._gaps)
+        ordered = sorted(gaps)
         return ordered[min(len(ordered) - 1, int(START_GAP_QUANTILE * len(ordered)))]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,7 +28,7 @@ class _Pool:
         self.metrics = RoutingMetrics()
 
     def piece_wait_s(self, alone: bool = False) -> float:
-        return max(self.lead_s, self.start_gaps.high_s())
+        return max(self.lead_s, self.start_gaps.high_s(alone))
 
 
 def _held_s(pipeline: UtterancePipeline) -> tuple[float, float]:
@@ -160,6 +161,52 @@ def test_start_gaps_keep_a_high_quantile_of_the_recent_ones() -> None:
     assert gaps.high_s() == 0.99
     gaps.observe(-1.0)  # a clock that went back says nothing
     assert gaps.high_s() == 0.99
+
+
+def test_lone_starts_gaps_are_kept_apart_from_those_of_starts_beside_others() -> None:
+    gaps = StartGaps()
+    for gap_s in (6.0, 6.0, 6.0):  # a burst's second pieces queued behind other streams' steps
+        gaps.observe(gap_s)
+    assert gaps.high_s(alone=True) == 6.0  # no lone start seen yet: the only history there is
+    gaps.observe(0.2, alone=True)
+    assert gaps.high_s(alone=True) == 0.2
+    assert gaps.high_s() == 6.0  # a listener beside others still goes by every start
+
+
+def _lone_listener() -> Listener:
+    admission = RealtimeAdmission(lambda: 4.0, lambda: 0, 1.0)  # faster than real time: no start buffer
+    listener = Listener("a", 8.0)
+    admission.add(listener)
+    assert listener.alone() and listener.start_buffer_s() == 0.0
+    return listener
+
+
+async def test_a_lone_listener_is_not_held_by_the_gaps_of_a_burst_before_it() -> None:
+    gaps = StartGaps()
+    for gap_s in (6.0, 6.0, 6.0):
+        gaps.observe(gap_s)
+    gaps.observe(0.1, alone=True)  # alone, the next piece has come 0.1 s after the first
+    output: asyncio.Queue[Any] = asyncio.Queue()
+    received: list[Any] = []
+    reader = asyncio.create_task(_received(_pipeline(0.05, gaps, _lone_listener()), output, received))
+    first = _piece(0.128)  # outlasts the lone starts' wait, not the burst's
+    output.put_nowait(first)
+    await _until_received(received, 1, 1)
+    assert received == [first]
+    output.put_nowait(_DONE)
+    await reader
+
+
+async def test_a_start_is_timed_as_lone_only_while_its_listener_is_alone() -> None:
+    arrivals = [(0.0, 0.4, False), (0.0, 0.1, False), (0.4, 1.5, False), (0.5, 1.5, True)]
+    lone = StartGaps()
+    await _read_with_arrivals(_pipeline(0.0, lone, _lone_listener()), arrivals)
+    assert len(lone._alone_gaps) == 1 and lone.high_s(alone=True) >= 0.3
+    beside = StartGaps()
+    listener = _lone_listener()
+    listener.is_alone = itertools.chain([True], itertools.repeat(False)).__next__  # another stream came after the first piece
+    await _read_with_arrivals(_pipeline(0.0, beside, listener), arrivals)
+    assert len(beside._gaps) == 1 and not beside._alone_gaps
 
 
 async def test_an_error_or_the_end_is_never_held() -> None:
