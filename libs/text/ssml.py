@@ -30,6 +30,14 @@ from libs.text.pronounce import MAX_INLINE_BLOCK_CHARS
 SSML_NAMESPACE: Final = "http://www.w3.org/2001/10/synthesis"
 MAX_BREAK_MS: Final = 10_000
 """Longest pause one <break> may ask for (SSML engines commonly cap it at 10 s)."""
+MIN_PAUSE_BUDGET_MS: Final = 300_000
+"""The pauses any document may add up to, whatever its length (five minutes: what the 5,000
+characters a stream takes would last read aloud)."""
+PAUSE_BUDGET_MS_PER_CHAR: Final = 60
+"""Beyond MIN_PAUSE_BUDGET_MS, a document's pauses may add up to about what its characters would take
+to read aloud (some 60 ms each). A <break> costs the service its silence (encoding, sending, a stream
+held open) for the few characters that ask for it: 250 breaks of 10 s in 5,000 characters made 41
+minutes of audio, eight times what the same characters read as words make."""
 BREAK_STRENGTH_MS: Final = {"none": 0, "x-weak": 100, "weak": 200, "medium": 400, "strong": 700, "x-strong": 1000}
 RATE_WORDS: Final = {"x-slow": 0.5, "slow": 0.75, "medium": 1.0, "default": 1.0, "fast": 1.25, "x-fast": 1.5}
 MAX_DEPTH: Final = 32
@@ -119,7 +127,20 @@ def parse_ssml(document: str) -> list[SsmlSegment]:
         raise SsmlError(f"the SSML root element must be <speak>, not <{_name(root)}>")
     builder = _Builder()
     builder.element(root, rate=1.0, depth=1)
-    return builder.finish()
+    segments = builder.finish()
+    paused_ms = sum(segment.pause_and_marks()[0] for segment in segments)
+    budget_ms = pause_budget_ms(len(document))
+    if paused_ms > budget_ms:
+        raise SsmlError(
+            f"the SSML document's breaks add up to {paused_ms / 1000:g} s; a document of {len(document)} characters "
+            f"may pause {budget_ms / 1000:g} s in all: use fewer or shorter breaks"
+        )
+    return segments
+
+
+def pause_budget_ms(document_chars: int) -> int:
+    """The most the pauses of a document of `document_chars` characters may add up to (ms)."""
+    return max(MIN_PAUSE_BUDGET_MS, PAUSE_BUDGET_MS_PER_CHAR * document_chars)
 
 
 def spoken_segments(segments: Sequence[SsmlSegment]) -> list[SsmlSegment]:

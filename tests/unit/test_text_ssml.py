@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from libs.text.ssml import MAX_BREAK_MS, SsmlError, looks_like_ssml, parse_ssml
+from libs.text.ssml import MAX_BREAK_MS, MIN_PAUSE_BUDGET_MS, SsmlError, looks_like_ssml, parse_ssml, pause_budget_ms
 
 
 def test_breaks_and_marks_follow_their_text_in_order() -> None:
@@ -24,6 +24,19 @@ def test_breaks_and_marks_follow_their_text_in_order() -> None:
 def test_breaks_add_up_to_the_longest_pause() -> None:
     (segment,) = parse_ssml('<speak>Wait<break time="6s"/><break time="6s"/></speak>')
     assert segment.pause_and_marks() == (MAX_BREAK_MS, [])
+
+
+def test_a_documents_breaks_may_add_up_to_what_its_characters_would_take_to_read() -> None:
+    # 249 breaks of 10 s between single letters: 41 minutes of silence from 4,995 characters
+    flood = "<speak>" + 'a<break time="10s"/>' * 249 + "</speak>"
+    with pytest.raises(SsmlError, match=r"breaks add up to 2490 s; a document of 4995 characters may pause 300 s"):
+        parse_ssml(flood)
+    assert pause_budget_ms(len(flood)) == MIN_PAUSE_BUDGET_MS
+    # a guided breath with its pauses, well within: thirty pauses of 10 s
+    assert len(parse_ssml("<speak>" + 'Breathe in.<break time="10s"/>' * 30 + "</speak>")) == 30
+    # a long-form job's document may pause in proportion to its length
+    long_document = "<speak>" + ("A sentence of some length goes here, then a pause." + '<break time="1s"/>') * 2_000 + "</speak>"
+    assert len(long_document) * 60 > MIN_PAUSE_BUDGET_MS and len(parse_ssml(long_document)) == 2_000
 
 
 def test_phoneme_sub_and_say_as_become_text_the_front_end_reads() -> None:
