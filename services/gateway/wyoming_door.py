@@ -219,6 +219,11 @@ class WyomingDoor:
                 await writer.wait_closed()
 
 
+class _ClientGone(ConnectionError):
+    """The client closed its connection while an event was written to it: a stream cut short by its
+    listener, not a fault of the service (not logged as one)."""
+
+
 class _Session:
     """One connection's events."""
 
@@ -319,6 +324,8 @@ class _Session:
                 await self._write(self._start(options))
             await self._write(AudioStop().event())
             code = "OK"
+        except _ClientGone:
+            pass  # nobody to tell, and no fault of the service (CANCELLED)
         except Exception as error:
             code = await self._error(error)
         finally:
@@ -342,6 +349,8 @@ class _Session:
             code = "OK"
         except asyncio.CancelledError:
             raise
+        except _ClientGone:
+            pass  # nobody to tell (CANCELLED)
         except Exception as error:
             code = await self._error(error)  # the stop still gets its synthesize-stopped
         finally:
@@ -370,5 +379,8 @@ class _Session:
         return code.name
 
     async def _write(self, event: Event) -> None:
-        await async_write_event(event, self._writer)
+        try:
+            await async_write_event(event, self._writer)
+        except ConnectionError as error:
+            raise _ClientGone(str(error)) from error
 

@@ -34,11 +34,17 @@ STREAMED = ["The front door ", "is locked. ", "Good ", "night."]
 
 
 @pytest.fixture(scope="module")
-def wyoming_port(mesh: Mesh, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+def wyoming_gateway(mesh: Mesh, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
+    """A gateway with the door: its Wyoming port and its log."""
     port = free_port()
     log = Path(tmp_path_factory.mktemp("wyoming")) / "gateway.log"
     with extra_gateway(mesh, log, ["--wyoming-port", str(port), "--max-streams-per-client", "2", "--http-port", "0"]):
-        yield port
+        yield port, log
+
+
+@pytest.fixture(scope="module")
+def wyoming_port(wyoming_gateway: tuple[int, Path]) -> int:
+    return wyoming_gateway[0]
 
 
 async def _until(client: AsyncTcpClient, kind: str) -> list[Event]:
@@ -107,6 +113,27 @@ def test_streamed_text_is_spoken_sentence_by_sentence_before_the_stream_stops(me
     with grpc.insecure_channel(mesh.gateway_address) as channel:
         reference = b"".join(r.audio for r in tts_pb2_grpc.TextToSpeechStub(channel).StreamingSynthesize(requests(), timeout=120))
     assert b"".join(AudioChunk.from_event(e).audio for e in events if AudioChunk.is_type(e.type)) == reference
+
+
+def test_a_client_that_hangs_up_mid_stream_is_no_internal_error_and_the_door_serves_on(wyoming_gateway: tuple[int, Path]) -> None:
+    port, log = wyoming_gateway
+
+    async def hang_up() -> None:
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(SynthesizeStart(voice=SynthesizeVoice(language="en_US")).event())
+            await client.write_event(SynthesizeChunk(text=" ".join([TEXT] * 4)).event())
+            await client.write_event(SynthesizeStop().event())
+            await _until(client, "audio-chunk")  # then gone, with the rest unread: the door's next write fails
+
+    asyncio.run(hang_up())
+
+    async def next_client() -> list[Event]:
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(Synthesize(text=TEXT).event())
+            return await _until(client, "audio-stop")
+
+    assert any(AudioChunk.is_type(event.type) for event in asyncio.run(next_client()))
+    assert "internal error" not in log.read_text(encoding="utf-8")
 
 
 def test_a_client_past_its_connection_limit_and_an_oversized_event_get_errors_with_grpc_codes(wyoming_port: int) -> None:
