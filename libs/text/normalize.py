@@ -17,9 +17,11 @@ form that espeak-ng reads wrongly:
   ("letter f f three four"). Only letters, digits and enclosed forms: fullwidth punctuation stays,
   for the Mandarin front end splits sentences at it; superscripts and small capitals stay, for
   they are IPA in inline phonemes ("pʰ", "ɪ").
-- Control and invisible format characters are removed (zero-width spaces and joiners, bidi marks,
-  soft hyphens, BOM, lone surrogates). espeak-ng treats a zero-width space as a word break, which
-  splits words the reader sees as one; a NUL would end the C string early.
+- Invisible format characters are removed (zero-width spaces and joiners, bidi marks, soft hyphens,
+  BOM, lone surrogates). espeak-ng treats a zero-width space as a word break, which splits words the
+  reader sees as one. Control characters (a NUL, a bell, an escape) become a space: nothing shows
+  them inside a word, and "hello\x00world" is two words run together by a program, not one (a NUL
+  would also end the C string early).
 - Line breaks become "\\n" and every other kind of space a plain space; a run of whitespace keeps
   only what espeak-ng reacts to: a blank line (paragraph: a sentence end), a single line break (after
   a full stop it ends the sentence even before a lower-case word), or one space. Whitespace at the
@@ -120,14 +122,16 @@ def _emoji_read_whole(text: str) -> str:
 
 class _Forms(dict[int, "str | None"]):
     """`str.translate`'s table of what each character becomes, filled the first time a character is
-    seen (one pass in C over every text after that): removed (None: controls but line breaks and tabs,
-    invisible format characters, presentation selectors and skin tones), mapped (`_CHARACTER_MAP`),
+    seen (one pass in C over every text after that): a space (controls but line breaks and tabs),
+    removed (None: invisible format characters, presentation selectors and skin tones), mapped (`_CHARACTER_MAP`),
     its plain form (`_plain_form`), or itself. A zero-width joiner is kept for `_emoji_read_whole`."""
 
     def __missing__(self, code: int) -> str | None:
         character = chr(code)
         if code in _CHARACTER_MAP:
             form = _CHARACTER_MAP[code]
+        elif unicodedata.category(character) == "Cc" and character not in _KEPT_CONTROLS:
+            form = " "
         elif character != _ZWJ and (_is_removed(character) or _is_presentation(character)):
             form = None
         else:
@@ -183,10 +187,7 @@ def _plain_form(character: str) -> str:
 
 
 def _is_removed(character: str) -> bool:
-    category = unicodedata.category(character)
-    if category == "Cc":
-        return character not in _KEPT_CONTROLS
-    return category in ("Cf", "Cs")
+    return unicodedata.category(character) in ("Cf", "Cs")
 
 
 def _collapse_whitespace(match: re.Match[str]) -> str:

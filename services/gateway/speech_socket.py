@@ -205,6 +205,10 @@ class SpeechSocket:
             elif context is None:
                 self._writer.event(command.context_id, self._dialect.flushed(command.context_id))
         elif isinstance(command, Close):
+            if command.context_id is not None and command.context_id not in self._contexts:
+                # Nothing of it is open (never, or it is done): it is done, as a flush or a cancel of it is answered.
+                self._writer.event(command.context_id, self._dialect.done(command.context_id, 0.0))
+                return
             targets = list(self._contexts.values()) if command.context_id is None else [self._contexts.get(command.context_id)]
             for context in targets:
                 if context is not None and not context.text_closed:

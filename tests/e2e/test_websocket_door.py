@@ -204,6 +204,20 @@ def test_a_message_over_the_limit_closes_the_socket_as_too_big(mesh: Mesh) -> No
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
 
 
+def test_flush_close_and_cancel_of_a_context_never_opened_are_each_answered(mesh: Mesh) -> None:
+    with connect(ws_url(mesh)) as socket:
+        start(socket, audio="base64")
+        answers = []
+        for kind in ("flush", "close", "cancel"):
+            socket.send(json.dumps({"type": kind, "context_id": "nope"}))
+            answers.append(json.loads(socket.recv(timeout=10)))
+        socket.send(json.dumps({"type": "text", "context_id": "a", "text": "Still here.", "flush": True}))
+        socket.send(json.dumps({"type": "close", "context_id": "a"}))
+        spoken = list(events(socket, "done", "a"))
+    assert [(answer["type"], answer["context_id"]) for answer in answers] == [("flushed", "nope"), ("done", "nope"), ("cancelled", "nope")]
+    assert any(event["type"] == "audio" for event in spoken)
+
+
 def test_closing_every_context_closes_the_socket_once_they_are_spoken(mesh: Mesh) -> None:
     with connect(ws_url(mesh)) as socket:
         start(socket, audio="base64")

@@ -59,9 +59,10 @@ def test_decomposed_accents_are_composed_so_espeak_reads_the_word():
     assert phonemize(decomposed) != phonemize("café")  # the reason for NFC
 
 
-def test_zero_width_and_control_characters_are_removed():
+def test_zero_width_characters_are_removed_and_controls_part_words():
     text = "\ufeffzero\u200bwidth\u200d \u202ebidi\u202c\x00 bell\x07 ok\udcff."
     assert normalize_text(text) == "zerowidth bidi bell ok."
+    assert normalize_text("hello\x00world\x1bagain") == "hello world again"  # two words a program ran together
 
 
 def test_unicode_hyphens_become_ascii_so_the_word_stays_one_word():
