@@ -16,7 +16,9 @@ from libs.jobs.store import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED, Idemp
 from libs.pb.tts.v1 import jobs_pb2
 from libs.serving.status import grpc_status_for
 from libs.synthesis.options import resolve_options
-from libs.text.ssml import SsmlError, looks_like_ssml, parse_ssml
+from libs.text.errors import EmptyTextError
+from libs.text.normalize import check_not_empty
+from libs.text.ssml import SsmlError, looks_like_ssml, parse_ssml, spoken_segments
 from libs.voice.registry import VoiceRegistry
 from libs.wire.errors import InvalidRequestError
 
@@ -59,18 +61,20 @@ GRPC_PAGE_NAMES: Final = PageNames()
 
 
 def check_job_text(text: str, max_chars: int) -> None:
-    """InvalidRequestError for a text no job can take: empty, too long, or SSML (a text that starts
-    with <speak>, as for a stream) outside the subset. Whether espeak-ng finds words in it shows
-    when it runs."""
+    """InvalidRequestError for a text no job can take: empty, only spaces and punctuation, too long, or
+    SSML (a text that starts with <speak>, as for a stream) outside the subset or without words.
+    Whether espeak-ng finds words in what is left (a script the voice cannot read) shows when it runs."""
     if not text.strip():
         raise InvalidRequestError("the text is empty; send the text to speak", field="text")
     if len(text) > max_chars:
         raise InvalidRequestError(f"the text is {len(text)} characters long; a job takes at most {max_chars}", field="text")
-    if looks_like_ssml(text):
-        try:
-            parse_ssml(text)
-        except SsmlError as error:
-            raise InvalidRequestError(str(error), field="text") from None
+    try:
+        if looks_like_ssml(text):
+            spoken_segments(parse_ssml(text))
+        else:
+            check_not_empty(text)  # only punctuation: refused now, as a stream refuses it, not failed later
+    except (SsmlError, EmptyTextError) as error:
+        raise InvalidRequestError(str(error), field="text") from None
 
 
 def check_idempotency_key(key: str) -> None:

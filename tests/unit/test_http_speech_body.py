@@ -178,6 +178,14 @@ def test_a_job_text_too_long_names_input() -> None:
     assert (refused.status, refused.param) == (400, "input") and "at most 10" in refused.message
 
 
+@pytest.mark.parametrize("text", ["!!! ... ???", "<speak><break time=\"1s\"/>...</speak>"])
+def test_a_job_text_without_words_is_refused_at_once_naming_input(text: str) -> None:
+    with pytest.raises(Exception) as raised:
+        check_job_text(text, 1_000)
+    refused = http_error_for(raised.value, PARAMS)
+    assert (refused.status, refused.param) == (400, "input") and "text is empty" in refused.message
+
+
 def test_an_error_about_no_one_field_has_no_param_and_a_server_fault_hides_its_details() -> None:
     refused = http_error_for(KeyError("secret internals"), PARAMS)
     assert (refused.status, refused.type, refused.param, refused.code) == (500, "server_error", None, "internal")
