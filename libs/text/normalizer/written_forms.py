@@ -37,6 +37,10 @@ MAX_EXPANSION: Final = 12
 """Most characters of words one written character can become (a 15-digit number is the worst case)."""
 
 _NUMBER: Final = r"(?:\d{1,3}(?:,\d{3}){1,5}(?:\.\d{1,12})?|\d{1,40}(?:\.\d{1,12})?)"
+_HEX_GROUP: Final = r"[0-9A-Fa-f]{1,4}"
+"""One group of an IPv6 address."""
+_HEX_LETTERS: Final = {"a": "eigh", "b": "B", "c": "C", "d": "D", "e": "E", "f": "F"}
+"""A hexadecimal digit's letter as its name is said ("A" alone would be read as the article)."""
 _UNIT_NAMES: Final = "|".join(re.escape(unit) for unit in sorted(UNITS, key=len, reverse=True))
 _CURRENCY_SYMBOLS: Final = "|".join(re.escape(s) for s in sorted((c for c in CURRENCIES if not c.isalpha()), key=len, reverse=True))
 _CURRENCY_CODES: Final = "|".join(code for code in CURRENCIES if code.isalpha())
@@ -84,6 +88,8 @@ _PATTERN: Final = re.compile(
         [
             r"(?P<email>(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._+-]{0,63}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){1,6})",
             r"(?P<url>\b(?:https?://|www\.)[^\s<>\"]{1,300}?)(?=[.,;:!?)\]]*(?:\s|$))",
+            r"(?P<ipv6>(?=[0-9A-Fa-f]{0,4}:[0-9A-Fa-f:]*[0-9A-Fa-f])(?<![\w:.])(?:(?:" + _HEX_GROUP + r":){7}" + _HEX_GROUP
+            + r"|(?:" + _HEX_GROUP + r"(?::" + _HEX_GROUP + r"){0,6})?::(?:" + _HEX_GROUP + r"(?::" + _HEX_GROUP + r"){0,6})?)(?![\w:]))",
             r"(?P<phone>(?<![\w+])(?:\+?1[-. ])?(?:\(\d{3}\)\s?|\d{3}[-. ])\d{3}[-. ]\d{4}(?!\d)|(?<![\w-])\d{3}-\d{4}(?![\d-]))",
             r"(?P<dash_date>(?=\d{1,2}-\d{1,2}-\d{4})\b(?P<dd_first>\d{1,2})-(?P<dd_second>\d{1,2})-(?P<dd_year>\d{4})(?![\w-]))",
             r"(?P<us_date>\b(?P<us_month>\d{1,2})/(?P<us_day>\d{1,2})/(?P<us_year>\d{4}|\d{2})\b)",
@@ -427,6 +433,23 @@ def _version(match: re.Match[str]) -> str:
     return " point ".join(numbers.cardinal(part) for part in parts)
 
 
+def _ipv6(match: re.Match[str]) -> str:
+    """An IPv6 address group by group, each character said: "2001:db8::1" -> "two zero zero one colon
+    D B eight double colon one". What is no address (more than eight groups, no digit) is left as it is."""
+    address = match.group()
+    halves = address.split("::")
+    groups = [group for half in halves for group in half.split(":") if group]
+    if len(halves) > 2 or len(groups) > (7 if len(halves) == 2 else 8) or not any(c.isdecimal() for c in address):
+        return address  # not an address; nor is "cafe::bead", a name in code
+
+    def said(half: str) -> str:
+        return " colon ".join(
+            " ".join(numbers.cardinal(c) if c.isdecimal() else _HEX_LETTERS[c.lower()] for c in group) for group in half.split(":") if group
+        )
+
+    return " double colon ".join(said(half) for half in halves).strip()
+
+
 def _measure(match: re.Match[str]) -> str:
     amount = match.group("measure_amount")
     if match.group("unit") in _SPACED_ONLY_UNITS and not match.group().endswith(" " + match.group("unit")):
@@ -678,6 +701,7 @@ def _ellipsis(match: re.Match[str]) -> str:
 _EXPANDERS: Final[dict[str, Callable[[re.Match[str]], str]]] = {
     "email": email,
     "url": url,
+    "ipv6": _ipv6,
     "phone": phone,
     "dash_date": _dash_date,
     "us_date": _us_date,
