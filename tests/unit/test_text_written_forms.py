@@ -117,6 +117,7 @@ def test_a_number_past_fifteen_digits_is_read_digit_by_digit() -> None:
         ("Coffee w/ milk, tea w/o sugar.", "Coffee with milk, tea without sugar."),
         ("Open 10 AM - 2 PM.", "Open ten a.m. to two p.m."),
         ("It's 1.000.000 euros.", "It's one million euros."),
+        ("Up to 10^999999 and 2^-30.", "Up to ten to the power of nine hundred ninety-nine thousand nine hundred ninety-nine and two to the power of minus thirty."),
         ("Ping 192.168.1.10 now.", "Ping one hundred ninety-two dot one hundred sixty-eight dot one dot ten now."),
         ("Ping 2001:0db8:0:0:8a2e:370:7334:1 now.",
          "Ping two zero zero one colon zero D B eight colon zero colon zero colon eight eigh two E colon three seven zero colon seven three three four colon one now."),
