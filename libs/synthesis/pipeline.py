@@ -484,7 +484,7 @@ class UtterancePipeline:
         first_piece_s: float | None = None  # when the utterance's first piece came, while its start is timed
         after_first_s = 0.0  # the audio of the pieces since the first
         latest_s = 0.0  # how long after the first piece a later one came, at most, less the audio between
-        alone = False  # whether the listener has been alone on the workers since its first piece
+        alone = False  # whether the listener was alone on the workers at its first piece
         loop = asyncio.get_running_loop()
         pieces = 0  # vocoder steps: the parts of a step the worker sent one by one are one piece
         reading_s: float | None = None  # when the reader went on after a piece of the sentence it reads
@@ -499,7 +499,6 @@ class UtterancePipeline:
             if first_piece_s is not None:  # read as it came, whatever the client does
                 latest_s = max(latest_s, loop.time() - first_piece_s - after_first_s)
                 after_first_s += len(piece.samples) / piece.sample_rate_hz
-                alone = alone and self._alone()
                 if pieces == STARTED_PIECES or piece.is_last:
                     self._pool.start_gaps.observe(latest_s, alone)
                     first_piece_s = None

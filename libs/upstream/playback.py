@@ -110,10 +110,12 @@ class StartGaps:
     The second piece alone was not enough: where the CPU barely outpaces one listener (a quarter of a
     core) the third step, twice the second, came later than the first two pieces' audio lasted.
 
-    The starts of listeners alone on the workers are also kept apart: a lone listener's next pieces
-    queue behind no other stream's steps, and the gaps of a burst an hour ago, which the shared history
-    holds for its next 32 starts, held a lone listener's first audio back by half a second on a
-    quarter of a core (docs/performance.md)."""
+    The starts of listeners that were alone on the workers at their first piece are also kept apart,
+    for a listener alone at its own: the gaps of a burst an hour ago, which the shared history holds
+    for its next 32 starts, held a lone listener's first audio back by half a second on a quarter of a
+    core (docs/performance.md). They keep the starts that others joined after the first piece, as a
+    listener alone now may be joined too: kept only while alone to the end, the lone history's short
+    gaps let a stream that began alone start with too little to outlast the arrivals of a burst."""
 
     def __init__(self, kept: int = START_GAPS_KEPT) -> None:
         self._gaps: deque[float] = deque(maxlen=kept)
@@ -121,7 +123,7 @@ class StartGaps:
 
     def observe(self, gap_s: float, alone: bool = False) -> None:
         """A listener's first piece had to last `gap_s` (see the class docstring); `alone`: the listener
-        was alone on the workers from its first piece to the last one timed."""
+        was alone on the workers at its first piece."""
         if gap_s >= 0:
             self._gaps.append(gap_s)
             if alone:

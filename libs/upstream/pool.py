@@ -346,7 +346,7 @@ class WorkerPool:
         queueing behind other streams' steps included), whichever is longer. Audio a listener holds
         below this is no cushion: it may run out before the next piece comes. A listener `alone` on
         the workers waits on no other stream's step, only on its own next part (`piece_lead_s`), and
-        its history is that of lone starts; with others a part may queue behind another stream's
+        its history is that of starts that began alone; with others a part may queue behind another stream's
         whole step."""
         return max(self.piece_lead_s() if alone else self.step_lead_s(None, "vocoder"), self.start_gaps.high_s(alone))
 

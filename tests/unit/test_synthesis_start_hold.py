@@ -197,14 +197,16 @@ async def test_a_lone_listener_is_not_held_by_the_gaps_of_a_burst_before_it() ->
     await reader
 
 
-async def test_a_start_is_timed_as_lone_only_while_its_listener_is_alone() -> None:
+async def test_a_start_is_timed_as_lone_when_its_listener_was_alone_at_its_first_piece() -> None:
     arrivals = [(0.0, 0.4, False), (0.0, 0.1, False), (0.4, 1.5, False), (0.5, 1.5, True)]
-    lone = StartGaps()
-    await _read_with_arrivals(_pipeline(0.0, lone, _lone_listener()), arrivals)
-    assert len(lone._alone_gaps) == 1 and lone.high_s(alone=True) >= 0.3
-    beside = StartGaps()
+    joined = StartGaps()
     listener = _lone_listener()
     listener.is_alone = itertools.chain([True], itertools.repeat(False)).__next__  # another stream came after the first piece
+    await _read_with_arrivals(_pipeline(0.0, joined, listener), arrivals)
+    assert len(joined._alone_gaps) == 1 and joined.high_s(alone=True) >= 0.3  # a lone listener now may be joined too
+    beside = StartGaps()
+    listener = _lone_listener()
+    listener.is_alone = itertools.chain([False], itertools.repeat(True)).__next__  # the other stream had left
     await _read_with_arrivals(_pipeline(0.0, beside, listener), arrivals)
     assert len(beside._gaps) == 1 and not beside._alone_gaps
 
