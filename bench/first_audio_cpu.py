@@ -10,7 +10,10 @@ threads urgent_N, first_N and background_N for the OS too).
 Under a quota every thread of the mesh draws on the same budget, so CPU spent before the first audio on
 work the first audio does not need is the listener's wait.
 
-    python -m bench.first_audio_cpu [--quota 0.25] [--streams 6]
+    python -m bench.first_audio_cpu [--quota 0.25] [--streams 6] [--after-burst 2]
+
+With `--after-burst N` a burst of N streams plays to its end before the lone ones, as on a service
+that has been busy: what the gateway learned from the burst's starts is then in what it knows.
 """
 
 from __future__ import annotations
@@ -101,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.first_audio_cpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quota", type=float, default=0.25, help="the mesh's CPU quota, in cores (of the one pinned)")
     parser.add_argument("--streams", type=int, default=6, help="lone cold streams, one after another")
+    parser.add_argument("--after-burst", type=int, default=0, metavar="N", help="a burst of N streams before the lone ones")
     args = parser.parse_args(argv)
     cores = pin_cores(1)
     print(machine_header(cores))
@@ -114,6 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if mesh.redis is not None and mesh.redis.pid is not None:
                 quota.add(mesh.redis.pid)
             burst(mesh.gateway_address, texts.take(1))  # warm: first calls of every kind
+            if args.after_burst:
+                burst(mesh.gateway_address, texts.take(args.after_burst))
             pids = {name: pid for name, pid in mesh.pids().items() if name in SERVICES}
             lanes = inference_lanes(pids)
             sampler = Sampler(pids)
@@ -133,7 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not rows:
         return 1
     keys = sorted({key for _, spent in rows for key in spent}, key=lambda key: (key.split(" ")[0], " " in key, key))
-    print(f"\nCPU quota {args.quota:g} of a core: {len(rows)} lone cold streams, first audio "
+    after = f" after a burst of {args.after_burst}" if args.after_burst else ""
+    print(f"\nCPU quota {args.quota:g} of a core: {len(rows)} lone cold streams{after}, first audio "
           f"{', '.join(f'{ttfa * 1000:.0f}' for ttfa, _ in rows)} ms (median {statistics.median(t for t, _ in rows) * 1000:.0f})\n")
     print("| CPU before the first audio | median ms | of all |\n|---|---:|---:|")
     total = statistics.median(sum(spent[service] for service in SERVICES if service in spent) for _, spent in rows)
