@@ -82,6 +82,8 @@ _CHARACTER_MAP: Final = str.maketrans(
 _WHITESPACE_RUN: Final = re.compile(r"\s+")
 _UNSPACED_EM_DASH: Final = re.compile(r"(?<=\w)\u2014(?=\w)")
 _KEPT_CONTROLS: Final = frozenset("\n\t")
+_REMOVED_CATEGORIES: Final = frozenset({"Cf", "Cs"})
+"""Invisible format characters and lone surrogates."""
 _CHARACTER_REFERENCE: Final = re.compile(r"&(?:[A-Za-z][A-Za-z0-9]{1,31}|#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6});")
 
 
@@ -128,11 +130,12 @@ class _Forms(dict[int, "str | None"]):
 
     def __missing__(self, code: int) -> str | None:
         character = chr(code)
+        category = unicodedata.category(character)
         if code in _CHARACTER_MAP:
             form = _CHARACTER_MAP[code]
-        elif unicodedata.category(character) == "Cc" and character not in _KEPT_CONTROLS:
+        elif category == "Cc" and character not in _KEPT_CONTROLS:
             form = " "
-        elif character != _ZWJ and (_is_removed(character) or _is_presentation(character)):
+        elif character != _ZWJ and (category in _REMOVED_CATEGORIES or _is_presentation(character)):
             form = None
         else:
             form = _plain_form(character)
@@ -184,10 +187,6 @@ def _plain_form(character: str) -> str:
         if enclosed is not None:
             return enclosed.group(2) if enclosed.group(1) == "CAPITAL" else enclosed.group(2).lower()
     return character
-
-
-def _is_removed(character: str) -> bool:
-    return unicodedata.category(character) in ("Cf", "Cs")
 
 
 def _collapse_whitespace(match: re.Match[str]) -> str:

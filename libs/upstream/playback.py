@@ -99,7 +99,29 @@ class PlaybackClock:
 START_GAPS_KEPT: Final = 32
 """Listeners' starts whose gap between the first and the second piece `StartGaps` keeps."""
 START_GAP_QUANTILE: Final = 0.9
-"""The share of recent gaps that `StartGaps.high_s` is at least."""
+"""The share of recent gaps that `RecentGaps.high_s` is at least."""
+
+
+class RecentGaps:
+    """The last `kept` waits seen, and a high quantile of them."""
+
+    def __init__(self, kept: int) -> None:
+        self._gaps: deque[float] = deque(maxlen=kept)
+
+    def __len__(self) -> int:
+        return len(self._gaps)
+
+    def observe(self, gap_s: float) -> None:
+        """A wait of `gap_s` (a clock that went back, a negative one, says nothing)."""
+        if gap_s >= 0:
+            self._gaps.append(gap_s)
+
+    def high_s(self) -> float:
+        """The START_GAP_QUANTILE quantile of the recent waits (0: none seen)."""
+        if not self._gaps:
+            return 0.0
+        ordered = sorted(self._gaps)
+        return ordered[min(len(ordered) - 1, int(START_GAP_QUANTILE * len(ordered)))]
 
 
 class StartGaps:
@@ -118,32 +140,27 @@ class StartGaps:
     gaps let a stream that began alone start with too little to outlast the arrivals of a burst."""
 
     def __init__(self, kept: int = START_GAPS_KEPT) -> None:
-        self._gaps: deque[float] = deque(maxlen=kept)
-        self._alone_gaps: deque[float] = deque(maxlen=kept)
+        self._gaps = RecentGaps(kept)
+        self._alone_gaps = RecentGaps(kept)
 
     def observe(self, gap_s: float, alone: bool = False) -> None:
         """A listener's first piece had to last `gap_s` (see the class docstring); `alone`: the listener
         was alone on the workers at its first piece."""
-        if gap_s >= 0:
-            self._gaps.append(gap_s)
-            if alone:
-                self._alone_gaps.append(gap_s)
+        self._gaps.observe(gap_s)
+        if alone:
+            self._alone_gaps.observe(gap_s)
 
     def high_s(self, alone: bool = False) -> float:
         """The START_GAP_QUANTILE quantile of the recent gaps (0: none seen); for a listener `alone` on
         the workers, of the recent lone starts' gaps, where there have been any."""
-        gaps = self._alone_gaps if alone and self._alone_gaps else self._gaps
-        if not gaps:
-            return 0.0
-        ordered = sorted(gaps)
-        return ordered[min(len(ordered) - 1, int(START_GAP_QUANTILE * len(ordered)))]
+        return (self._alone_gaps if alone and self._alone_gaps else self._gaps).high_s()
 
 
 PIECE_GAPS_KEPT: Final = 256
 """Waits between pieces of playing listeners that `PieceGaps` keeps (several per listener and second)."""
 
 
-class PieceGaps(StartGaps):
+class PieceGaps(RecentGaps):
     """How long playing listeners have waited for their next piece of a sentence, lately, on this mesh:
     from when the last piece came (or, where the client was slow to take it, from when the reading
     could go on) to when the next came. A listener gets its audio a piece at a time, each up to a

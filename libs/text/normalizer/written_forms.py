@@ -437,10 +437,10 @@ def _ipv6(match: re.Match[str]) -> str:
     """An IPv6 address group by group, each character said: "2001:db8::1" -> "two zero zero one colon
     D B eight double colon one". What is no address (more than eight groups, no digit) is left as it is."""
     address = match.group()
-    halves = address.split("::")
-    groups = [group for half in halves for group in half.split(":") if group]
-    if len(halves) > 2 or len(groups) > (7 if len(halves) == 2 else 8) or not any(c.isdecimal() for c in address):
-        return address  # not an address; nor is "cafe::bead", a name in code
+    halves = address.split("::")  # the pattern allows one "::" at most, and eight groups without one
+    groups = sum(1 for group in address.replace("::", ":").split(":") if group)
+    if (len(halves) == 2 and groups > 7) or not any(c.isdecimal() for c in address):
+        return address  # eight groups and a "::" is no address; nor is "cafe::bead", a name in code
 
     def said(half: str) -> str:
         return " colon ".join(
