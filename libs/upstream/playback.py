@@ -133,9 +133,9 @@ class StartGaps:
     core) the third step, twice the second, came later than the first two pieces' audio lasted.
 
     The starts of listeners that were alone on the workers at their first piece are also kept apart,
-    for a listener alone at its own: the gaps of a burst an hour ago, which the shared history holds
-    for its next 32 starts, held a lone listener's first audio back by half a second on a quarter of a
-    core (docs/performance.md). They keep the starts that others joined after the first piece, as a
+    for a listener alone at its own: the gaps of the mesh's first requests, made together as it
+    started, stayed in the shared history for the next 32 starts and held lone first audios back by
+    half a second on a quarter of a core (docs/performance.md). They keep the starts that others joined after the first piece, as a
     listener alone now may be joined too: kept only while alone to the end, the lone history's short
     gaps let a stream that began alone start with too little to outlast the arrivals of a burst."""
 
