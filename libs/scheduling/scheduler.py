@@ -134,6 +134,7 @@ class Scheduler:
                     first_step_frames=schedule.first_chunk_frames,
                     step_growth=schedule.growth,
                     max_step_frames=schedule.max_chunk_frames,
+                    first_steps=schedule.first_chunks,
                 )
             )
         return load

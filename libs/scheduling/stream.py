@@ -56,6 +56,7 @@ class VocoderPacing:
                 first_chunk_frames=int(message.first_step_frames),
                 growth=float(message.step_growth) if message.step_growth >= 1 else 1.0,
                 max_chunk_frames=max(int(message.max_step_frames), int(message.first_step_frames)),
+                first_chunks=max(1, int(message.first_steps)),
             )
         except ValueError:
             return DEFAULT_PACING

@@ -31,9 +31,9 @@ from libs.scheduling.stream import PlaybackDeadline, StreamPlayback
 from libs.telemetry.metrics import STAGE_CHUNK, VocoderMetrics
 from libs.voice.vocode_session import SentenceSession, StreamSlices
 
-START_STEPS: Final = 3
-"""A stream is in its start until it has made the audio of this many of a sentence's first steps (32, 64
-and 128 frames, less the lag: about 2.4 s), the start the gateway counts in pieces."""
+START_STEPS: Final = 4
+"""A stream is in its start until it has made the audio of this many of a sentence's first steps (32, 32,
+64 and 128 frames, less the lag: about 2.7 s), the start the gateway counts in pieces."""
 
 
 class VocoderWork:

@@ -493,7 +493,7 @@ class UtterancePipeline:
             self._first_piece.set()
             if reading_s is not None and piece.sentence_index == sentence:  # a playing listener's wait for its next piece
                 self._pool.piece_gaps.observe(loop.time() - reading_s)
-            # Started: three pieces in, or the start's sentences all made; an opening's start lasts to its rest's first piece.
+            # Started: STARTED_PIECES pieces in, or the start's sentences all made; an opening's start lasts to its rest's first piece.
             if (pieces >= STARTED_PIECES and piece.sentence_index >= self._start_last) or (piece.is_last and piece.sentence_index == self._start_last):
                 self._started()
             if first_piece_s is not None:  # read as it came, whatever the client does

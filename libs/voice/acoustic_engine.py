@@ -217,8 +217,7 @@ class AcousticEngine(BatchedEngine):
             encoder_version_part(voice.acoustic.config, backend),
             # Only a single-speaker voice's steps have graphs (they take no speaker input).
             *(stream_version_parts(settings) if voice.acoustic.config.n_speakers <= 1 else []),
-            # Where a sentence's steps end moves the mel by float32 round-off (each step's width is its own arithmetic).
-            f"steps={schedule.first_chunk_frames},{schedule.growth:g},{schedule.max_chunk_frames}",
+            schedule.version_part(),
         ]
         version = model_version_of(assets.name, parts)
         return cls(

@@ -14,22 +14,27 @@ from typing import Final
 
 # Vocoder side: steps of a stateful stream (libs.models.streaming), which never recomputes context;
 # its output trails the mel by the network's lag (`VocoderEngine.lag_frames`). The first step is small,
-# so first audio comes early; later steps double up to 128 frames (1.5 s of audio), few enough steps
-# per sentence that their fixed costs (a message, a scheduling decision) stay small, short enough that
-# no step holds a core for long. Where the activations of a step that wide outgrow a core's cache, the
-# onnxruntime path runs it in slices (libs.models.onnx_stream); docs/performance.md has the measurements.
+# so first audio comes early, and so is the second: a listener's first audio is held until the audio
+# it holds outlasts the wait for its next piece, and on a small CPU (a quarter of a core) a second step
+# of 64 frames held a lone listener's first audio about a quarter longer than one of 32 does (0.6 s
+# against 0.49; docs/performance.md). Later steps double up to 128 frames (1.5 s of audio), few enough
+# steps per sentence that their fixed costs (a message, a scheduling decision) stay small, short enough
+# that no step holds a core for long. Where the activations of a step that wide outgrow a core's cache,
+# the onnxruntime path runs it in slices (libs.models.onnx_stream); docs/performance.md has the
+# measurements.
 DEFAULT_FIRST_CHUNK_FRAMES: Final = 32
 DEFAULT_CHUNK_GROWTH: Final = 2.0
 DEFAULT_MAX_CHUNK_FRAMES: Final = 128
+DEFAULT_FIRST_CHUNKS: Final = 2
 # A stream's last step (whatever was left when the sentence ended) is padded to a multiple of this: a
 # convolution width the CPU library has not seen costs far more to set up than the padding costs to
 # compute, and a few buckets stay within its cache of set-ups.
 LAST_STEP_BUCKET_FRAMES: Final = 16
 # Acoustic side: each chunk ends where the vocoder's next step can run, so a listener's next audio
-# waits on no more acoustic work than it needs. The vocoder's steps end at frames 32, 96, 224 and then
-# every 128 frames (352, 480, ...), and the 40 ms slices that hold those frames end at 32, 97, 224, 352
-# (22050 Hz / 256: a slice is 3.45 frames), so chunks of 33 frames doubling to 132 (ends 33, 99, 231,
-# then every 132: 363, 495, ...) unlock each of the vocoder's steps with one chunk more
+# waits on no more acoustic work than it needs. The vocoder's steps end at frames 32, 64, 128, 256 and
+# then every 128 frames (384, 512, ...), and the 40 ms slices that hold those frames end at 32, 66, 128,
+# 259 (22050 Hz / 256: a slice is 3.45 frames), so chunks of 33, 33, then doubling to 132 (ends 33, 66,
+# 132, 264, then every 132: 396, 528, ...) unlock each of the vocoder's steps with one chunk more
 # (tests/unit/test_chunk_schedules.py checks it). In a burst the listeners that started together reach
 # the same step at about the same time, each waiting on its own chunk and vocoder step: a chunk that
 # also covered the step after (264 frames where 132 unlock the step) made that wait half as long again,
@@ -39,6 +44,7 @@ LAST_STEP_BUCKET_FRAMES: Final = 16
 DEFAULT_ACOUSTIC_FIRST_CHUNK_FRAMES: Final = 33
 DEFAULT_ACOUSTIC_CHUNK_GROWTH: Final = 2.0
 DEFAULT_ACOUSTIC_MAX_CHUNK_FRAMES: Final = 132
+DEFAULT_ACOUSTIC_FIRST_CHUNKS: Final = 2
 
 
 @dataclass(frozen=True)
@@ -87,14 +93,16 @@ class ChunkSchedule:
     """Each chunk may be this many times the previous one."""
     max_chunk_frames: int = DEFAULT_MAX_CHUNK_FRAMES
     """Upper bound of a chunk, so that no single step stalls the stream."""
+    first_chunks: int = 1
+    """Chunks of the first chunk's size before they grow."""
 
     def __post_init__(self) -> None:
-        if self.first_chunk_frames < 1 or self.max_chunk_frames < self.first_chunk_frames or self.growth < 1.0:
+        if self.first_chunk_frames < 1 or self.max_chunk_frames < self.first_chunk_frames or self.growth < 1.0 or self.first_chunks < 1:
             raise ValueError(f"invalid chunk schedule {self}")
 
     def chunk_frames(self, chunk_index: int) -> int:
         """Target size of chunk number `chunk_index` (0-based)."""
-        size = self.first_chunk_frames * self.growth**chunk_index
+        size = self.first_chunk_frames * self.growth ** max(0, chunk_index - self.first_chunks + 1)
         return int(min(self.max_chunk_frames, size))
 
     def step_ends(self, total_frames: int, lag_frames: int = 0) -> list[int]:
@@ -131,12 +139,18 @@ class ChunkSchedule:
             start = end
         return [(begin, end) for begin, end in bounds if end > start_frame]
 
+    def version_part(self) -> str:
+        """The schedule as a model-version part: where a sentence's steps end moves the output by
+        float32 round-off (each step's width is its own arithmetic)."""
+        return f"steps={self.first_chunk_frames},{self.growth:g},{self.max_chunk_frames},{self.first_chunks}"
+
 
 ACOUSTIC_SCHEDULE: Final = ChunkSchedule(
     first_chunk_frames=DEFAULT_ACOUSTIC_FIRST_CHUNK_FRAMES,
     growth=DEFAULT_ACOUSTIC_CHUNK_GROWTH,
     max_chunk_frames=DEFAULT_ACOUSTIC_MAX_CHUNK_FRAMES,
+    first_chunks=DEFAULT_ACOUSTIC_FIRST_CHUNKS,
 )
 """Default chunking of the acoustic engine's mel."""
-VOCODER_SCHEDULE: Final = ChunkSchedule()
+VOCODER_SCHEDULE: Final = ChunkSchedule(first_chunks=DEFAULT_FIRST_CHUNKS)
 """Default chunking of the vocoder engine's streams."""

@@ -96,7 +96,7 @@ class VocoderEngine(BatchedEngine):
         vocoder = load_mel_vocoder(assets.trained_dir, voice.decoder, speakers)
         # Like the acoustic side's, the version names the arithmetic: audio heads and resumes are
         # shared only between vocoders whose samples agree bit for bit.
-        digests = [voice.onnx_sha256, assets.file_digest(assets.mel_adapter_path), _precision_part(settings, device)]
+        digests = [voice.onnx_sha256, assets.file_digest(assets.mel_adapter_path), _precision_part(settings, device), schedule.version_part()]
         digests += stream_version_parts(settings, device) if speakers is None else []
         if assets.decoder_path is not None:
             digests.append(assets.file_digest(assets.decoder_path))
@@ -126,7 +126,7 @@ class VocoderEngine(BatchedEngine):
             return None
         voice_config = read_voice_config(assets.config_path)
         vocoder = load_fast_vocoder(path)
-        digests = ["fast", assets.file_digest(path), assets.file_digest(path.with_suffix(".json")), _precision_part(settings, device)]
+        digests = ["fast", assets.file_digest(path), assets.file_digest(path.with_suffix(".json")), _precision_part(settings, device), schedule.version_part()]
         return cls(
             vocoder,
             model_version=model_version_of(assets.name, [*digests, *stream_version_parts(settings, device)]),
@@ -154,7 +154,7 @@ class VocoderEngine(BatchedEngine):
         return cls(
             MelVocoder(None, generator),
             model_version=model_version_of(
-                "hifigan", [weights.hexdigest(), _precision_part(settings, device), *stream_version_parts(settings, device)]
+                "hifigan", [weights.hexdigest(), _precision_part(settings, device), schedule.version_part(), *stream_version_parts(settings, device)]
             ),
             sample_rate_hz=sample_rate_hz,
             hop_length=generator.config.hop_length,

@@ -20,7 +20,7 @@ from tests.support.servers import aio_server
 
 BUFFERED_STREAMS = 4
 BUFFERED_FRAMES = 1500  # 13 steps each: they are still running when the new stream arrives
-NEW_FRAMES = 200  # 3 steps
+NEW_FRAMES = 120  # 3 steps: 32, 32 and the last 56
 BUFFERED_SLACK_MS = 60_000.0
 
 

@@ -19,7 +19,7 @@ from libs.wire.mel_slices import cut_whole_mel, to_message
 from tests.support.vocoder_worker import vocoder_worker
 
 FRAMES = 330
-"""Frames of the test sentence: a first step of 32, then 64, 128 and a last step of 106."""
+"""Frames of the test sentence: a first step of 32, then 32, 64, 128 and a last step of 74."""
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +54,12 @@ def _stream(engine: VocoderEngine, mel: np.ndarray, in_parts: bool, emit_from: i
 def test_a_step_in_parts_gives_the_whole_steps_samples_bit_for_bit(engine: VocoderEngine, mel: np.ndarray) -> None:
     whole = _stream(engine, mel, in_parts=False)
     parts = _stream(engine, mel, in_parts=True)
-    assert [frames for _, _, frames in whole] == [32, 64, 128, FRAMES - 224]
+    assert [frames for _, _, frames in whole] == [32, 32, 64, 128, FRAMES - 256]
     slice_frames = engine._onnx.slice_frames
-    # Every step but the first in slices: the 64-frame step in 64 // slice parts, and so on.
-    expected = [32] + [width // (width // slice_frames) for width in (64, 128) for _ in range(width // slice_frames)]
+    # Every step but the first in slices: the 64-frame step in 64 // slice parts, and so on (a step no
+    # wider than a slice in one).
+    counts = {width: max(1, width // slice_frames) for width in (32, 64, 128)}
+    expected = [32] + [width // counts[width] for width in (32, 64, 128) for _ in range(counts[width])]
     assert [frames for _, _, frames in parts][: len(expected)] == expected
     assert sum(frames for _, _, frames in parts) == FRAMES
     # A part says whether the rest of its step follows; the last part of each step does not.
@@ -115,11 +117,13 @@ async def _vocode(engine: VocoderEngine, mel: np.ndarray, slack_ms: float) -> li
 async def test_the_worker_answers_a_needy_listeners_steps_part_by_part_and_a_provided_ones_whole(
     engine: VocoderEngine, mel: np.ndarray
 ) -> None:
-    needy = await _vocode(engine, mel, slack_ms=-1000.0)  # the listener ran dry a second ago
+    needy = await _vocode(engine, mel, slack_ms=-3000.0)  # the listener ran dry three seconds ago: every step is overdue
     provided = await _vocode(engine, mel, slack_ms=60_000.0)  # it holds a minute of audio
     assert not any(reply.step_continues for reply in provided)
-    assert len(provided) == 4  # the four steps, whole
-    assert len(needy) > len(provided) + 4
+    assert len(provided) == 5  # the five steps, whole
+    # Every step between the first and the last in its slices: as many more answers as those slices.
+    slice_frames = engine._onnx.slice_frames
+    assert len(needy) >= len(provided) + sum(max(1, width // slice_frames) - 1 for width in (32, 64, 128)) > len(provided)
     assert [reply.step_continues for reply in needy].count(False) == len(provided)
     assert not needy[-1].step_continues and needy[-1].is_last
     joined = [np.concatenate([np.frombuffer(r.samples, dtype="<f4") for r in replies]) for replies in (needy, provided)]
@@ -167,7 +171,7 @@ async def test_a_provided_listeners_steps_run_in_parts_while_another_stream_star
         after = await _replies(stub, _playing_request(engine, mel, 60_000.0))
 
     assert any(reply.step_continues for reply in beside)
-    assert [reply.step_continues for reply in beside].count(False) == len(after) == 4
+    assert [reply.step_continues for reply in beside].count(False) == len(after) == 5
     assert not any(reply.step_continues for reply in after)
     joined = [np.concatenate([np.frombuffer(r.samples, dtype="<f4") for r in replies]) for replies in (beside, after)]
     np.testing.assert_array_equal(joined[0], joined[1])

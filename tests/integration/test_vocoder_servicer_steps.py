@@ -48,10 +48,10 @@ async def test_a_whole_sentence_in_one_message_is_answered_once_per_step() -> No
     one_per_slice = await _vocode([vocoder_pb2.VocodeRequest(slices=[s]) for s in _slices(mel)])
 
     engine = toy_vocoder_engine()
-    steps = [engine.schedule.chunk_frames(i) for i in range(3)]  # 32 + 64 frames, then the last 104
-    assert sum(steps[:2]) < FRAMES < sum(steps)
+    steps = [engine.schedule.chunk_frames(i) for i in range(4)]  # 32 + 32 + 64 frames, then the last 72
+    assert sum(steps[:3]) < FRAMES < sum(steps)
     # The first answer comes after the first step, not after the whole sentence.
-    assert len(one_message) == 3 and one_message[-1].is_last and not one_message[0].is_last
+    assert len(one_message) == 4 and one_message[-1].is_last and not one_message[0].is_last
     assert one_message[0].first_sample == 0 and len(one_message[0].samples) < 4 * steps[0] * HOP_LENGTH
     joined = np.concatenate([np.frombuffer(r.samples, dtype="<f4") for r in one_message])
     per_slice = np.concatenate([np.frombuffer(r.samples, dtype="<f4") for r in one_per_slice])

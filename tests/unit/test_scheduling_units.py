@@ -413,6 +413,12 @@ def test_the_acoustic_side_counts_the_audio_the_vocoder_can_make_from_its_mel() 
 
     other = VocoderPacing.from_message(load_pb2.VocoderPacing(lag_frames=10, first_step_frames=64, step_growth=1.0, max_step_frames=64))
     assert other.frames_out(128, 1000) == 128 - 10
+    # The default vocoder's pacing, as its load report carries it: two steps of 32, then 64 and 128.
+    served = VocoderPacing.from_message(
+        load_pb2.VocoderPacing(lag_frames=lag, first_step_frames=32, step_growth=2.0, max_step_frames=128, first_steps=2)
+    )
+    assert served.schedule == VocoderPacing().schedule
+    assert served.frames_out(64, 1000) == 64 - lag and served.frames_out(127, 1000) == 64 - lag and served.frames_out(128, 1000) == 128 - lag
     # A request without one (or with nonsense) is paced as the default voice's vocoder.
     assert VocoderPacing.from_message(None) == VocoderPacing.from_message(load_pb2.VocoderPacing(lag_frames=-3)) == VocoderPacing()
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18tts/common/v1/load.proto\x12\rtts.common.v1\"\x10\n\x0eGetLoadRequest\"l\n\rVocoderPacing\x12\x12\n\nlag_frames\x18\x01 \x01(\x05\x12\x19\n\x11\x66irst_step_frames\x18\x02 \x01(\x05\x12\x13\n\x0bstep_growth\x18\x03 \x01(\x02\x12\x17\n\x0fmax_step_frames\x18\x04 \x01(\x05\"\x8c\x04\n\nWorkerLoad\x12\x18\n\x10\x63\x61pacity_streams\x18\x01 \x01(\x01\x12\x14\n\x0copen_streams\x18\x02 \x01(\r\x12\x19\n\x11\x63pu_s_per_audio_s\x18\x03 \x01(\x01\x12\x14\n\x0c\x62udget_cores\x18\x04 \x01(\x01\x12\x14\n\x0cstep_lead_ms\x18\x05 \x01(\x01\x12\x15\n\rplan_fixed_ms\x18\x06 \x01(\x01\x12\x16\n\x0eplan_per_id_ms\x18\x07 \x01(\x01\x12,\n\x06pacing\x18\x08 \x01(\x0b\x32\x1c.tts.common.v1.VocoderPacing\x12\x14\n\x0cqueued_cpu_s\x18\t \x01(\x01\x12\x15\n\rfirst_step_ms\x18\n \x01(\x01\x12T\n\x17open_streams_by_gateway\x18\x0b \x03(\x0b\x32\x33.tts.common.v1.WorkerLoad.OpenStreamsByGatewayEntry\x12\x0e\n\x06voices\x18\x0c \x03(\t\x12\x15\n\rloaded_voices\x18\r \x03(\t\x12\x16\n\x0e\x66\x61st_tier_cost\x18\x0e \x01(\x01\x12\x15\n\rpiece_lead_ms\x18\x0f \x01(\x01\x12\x14\n\x0cstream_limit\x18\x10 \x01(\r\x1a;\n\x19OpenStreamsByGatewayEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18tts/common/v1/load.proto\x12\rtts.common.v1\"\x10\n\x0eGetLoadRequest\"\x81\x01\n\rVocoderPacing\x12\x12\n\nlag_frames\x18\x01 \x01(\x05\x12\x19\n\x11\x66irst_step_frames\x18\x02 \x01(\x05\x12\x13\n\x0bstep_growth\x18\x03 \x01(\x02\x12\x17\n\x0fmax_step_frames\x18\x04 \x01(\x05\x12\x13\n\x0b\x66irst_steps\x18\x05 \x01(\x05\"\x8c\x04\n\nWorkerLoad\x12\x18\n\x10\x63\x61pacity_streams\x18\x01 \x01(\x01\x12\x14\n\x0copen_streams\x18\x02 \x01(\r\x12\x19\n\x11\x63pu_s_per_audio_s\x18\x03 \x01(\x01\x12\x14\n\x0c\x62udget_cores\x18\x04 \x01(\x01\x12\x14\n\x0cstep_lead_ms\x18\x05 \x01(\x01\x12\x15\n\rplan_fixed_ms\x18\x06 \x01(\x01\x12\x16\n\x0eplan_per_id_ms\x18\x07 \x01(\x01\x12,\n\x06pacing\x18\x08 \x01(\x0b\x32\x1c.tts.common.v1.VocoderPacing\x12\x14\n\x0cqueued_cpu_s\x18\t \x01(\x01\x12\x15\n\rfirst_step_ms\x18\n \x01(\x01\x12T\n\x17open_streams_by_gateway\x18\x0b \x03(\x0b\x32\x33.tts.common.v1.WorkerLoad.OpenStreamsByGatewayEntry\x12\x0e\n\x06voices\x18\x0c \x03(\t\x12\x15\n\rloaded_voices\x18\r \x03(\t\x12\x16\n\x0e\x66\x61st_tier_cost\x18\x0e \x01(\x01\x12\x15\n\rpiece_lead_ms\x18\x0f \x01(\x01\x12\x14\n\x0cstream_limit\x18\x10 \x01(\r\x1a;\n\x19OpenStreamsByGatewayEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,10 +35,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WORKERLOAD_OPENSTREAMSBYGATEWAYENTRY']._serialized_options = b'8\001'
   _globals['_GETLOADREQUEST']._serialized_start=43
   _globals['_GETLOADREQUEST']._serialized_end=59
-  _globals['_VOCODERPACING']._serialized_start=61
-  _globals['_VOCODERPACING']._serialized_end=169
-  _globals['_WORKERLOAD']._serialized_start=172
-  _globals['_WORKERLOAD']._serialized_end=696
-  _globals['_WORKERLOAD_OPENSTREAMSBYGATEWAYENTRY']._serialized_start=637
-  _globals['_WORKERLOAD_OPENSTREAMSBYGATEWAYENTRY']._serialized_end=696
+  _globals['_VOCODERPACING']._serialized_start=62
+  _globals['_VOCODERPACING']._serialized_end=191
+  _globals['_WORKERLOAD']._serialized_start=194
+  _globals['_WORKERLOAD']._serialized_end=718
+  _globals['_WORKERLOAD_OPENSTREAMSBYGATEWAYENTRY']._serialized_start=659
+  _globals['_WORKERLOAD_OPENSTREAMSBYGATEWAYENTRY']._serialized_end=718
 # @@protoc_insertion_point(module_scope)

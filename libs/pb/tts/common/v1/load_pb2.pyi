@@ -11,16 +11,18 @@ class GetLoadRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class VocoderPacing(_message.Message):
-    __slots__ = ("lag_frames", "first_step_frames", "step_growth", "max_step_frames")
+    __slots__ = ("lag_frames", "first_step_frames", "step_growth", "max_step_frames", "first_steps")
     LAG_FRAMES_FIELD_NUMBER: _ClassVar[int]
     FIRST_STEP_FRAMES_FIELD_NUMBER: _ClassVar[int]
     STEP_GROWTH_FIELD_NUMBER: _ClassVar[int]
     MAX_STEP_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    FIRST_STEPS_FIELD_NUMBER: _ClassVar[int]
     lag_frames: int
     first_step_frames: int
     step_growth: float
     max_step_frames: int
-    def __init__(self, lag_frames: _Optional[int] = ..., first_step_frames: _Optional[int] = ..., step_growth: _Optional[float] = ..., max_step_frames: _Optional[int] = ...) -> None: ...
+    first_steps: int
+    def __init__(self, lag_frames: _Optional[int] = ..., first_step_frames: _Optional[int] = ..., step_growth: _Optional[float] = ..., max_step_frames: _Optional[int] = ..., first_steps: _Optional[int] = ...) -> None: ...
 
 class WorkerLoad(_message.Message):
     __slots__ = ("capacity_streams", "open_streams", "cpu_s_per_audio_s", "budget_cores", "step_lead_ms", "plan_fixed_ms", "plan_per_id_ms", "pacing", "queued_cpu_s", "first_step_ms", "open_streams_by_gateway", "voices", "loaded_voices", "fast_tier_cost", "piece_lead_ms", "stream_limit")
