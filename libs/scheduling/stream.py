@@ -29,6 +29,11 @@ UNLISTENED_DUE_S: Final = 3600.0
 """When a step of work nobody listens to as it is made (prewarming, a long-form job) is due: this long
 after its request arrived, so that it runs after every listener's step (which are due within seconds),
 on what they leave, in the order such requests came."""
+START_STEPS: Final = 4
+"""A stream is in its start until its listener has the audio of this many of a sentence's first vocoder
+steps (32, 32, 64 and 128 frames, less the lag: about 2.7 s), or the whole of a shorter sentence: the
+gateway counts them as pieces (`libs.upstream.playback.STARTED_PIECES`, where the length was tuned),
+the vocoder as audio made (`libs.serving.vocoder_work`)."""
 READ_AHEAD_REQUESTS: Final = 16
 """Requests a worker reads ahead of the one it works on: enough that each is stamped when it
 arrives, few enough that gRPC flow control still holds back a gateway that writes too much."""

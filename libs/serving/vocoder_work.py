@@ -20,20 +20,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 
 from libs.pb.tts.vocoder.v1 import vocoder_pb2
 from libs.scheduling.runner import with_heartbeats
 from libs.scheduling.scheduler import Scheduler
-from libs.scheduling.stream import PlaybackDeadline, StreamPlayback
+from libs.scheduling.stream import START_STEPS, PlaybackDeadline, StreamPlayback
 from libs.telemetry.metrics import STAGE_CHUNK, VocoderMetrics
 from libs.voice.vocode_session import SentenceSession, StreamSlices
-
-START_STEPS: Final = 4
-"""A stream is in its start until it has made the audio of this many of a sentence's first steps (32, 32,
-64 and 128 frames, less the lag: about 2.7 s), the start the gateway counts in pieces."""
 
 
 class VocoderWork:

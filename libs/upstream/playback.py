@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final
 
-from libs.scheduling.stream import DEFAULT_VOCODER_LAG_FRAMES
+from libs.scheduling.stream import DEFAULT_VOCODER_LAG_FRAMES, START_STEPS
 
 
 class PlaybackClock:
@@ -181,9 +181,10 @@ with turns for a quarter of the capacity, 1 to 2 in 21 to 28. Bursts of seven pa
 audio (p95 0.92 to 0.99x of all at once), bursts of five or six (0.8 of the capacity) more (p95 1.7x:
 no one ran dry, where one or two did). A third of the capacity (three turns) let gaps back in.
 Rounded down, a capacity just under eight gave one turn where those bursts had measured two."""
-STARTED_PIECES: Final = 4
+STARTED_PIECES: Final = START_STEPS
 """A stream has started once its listener holds this many pieces of its first sentence (about 2.7 s
-of audio: the vocoder's steps of 32, 32, 64 and 128 frames), or the whole of a shorter one. Held on into
+of audio: the vocoder's steps of 32, 32, 64 and 128 frames), or the whole of a shorter one; the
+vocoder counts the same start in audio made (`libs.scheduling.stream.START_STEPS`). Held on into
 the next sentence (after an opening), the turns kept later streams waiting for whole plans: in the
 same bursts, first audio p50 1.4x and p95 1.8x those of turns given back at the sentence's end, and
 no fewer gaps."""

@@ -44,7 +44,6 @@ LAST_STEP_BUCKET_FRAMES: Final = 16
 DEFAULT_ACOUSTIC_FIRST_CHUNK_FRAMES: Final = 33
 DEFAULT_ACOUSTIC_CHUNK_GROWTH: Final = 2.0
 DEFAULT_ACOUSTIC_MAX_CHUNK_FRAMES: Final = 132
-DEFAULT_ACOUSTIC_FIRST_CHUNKS: Final = 2
 
 
 @dataclass(frozen=True)
@@ -149,7 +148,7 @@ ACOUSTIC_SCHEDULE: Final = ChunkSchedule(
     first_chunk_frames=DEFAULT_ACOUSTIC_FIRST_CHUNK_FRAMES,
     growth=DEFAULT_ACOUSTIC_CHUNK_GROWTH,
     max_chunk_frames=DEFAULT_ACOUSTIC_MAX_CHUNK_FRAMES,
-    first_chunks=DEFAULT_ACOUSTIC_FIRST_CHUNKS,
+    first_chunks=DEFAULT_FIRST_CHUNKS,  # one chunk per vocoder step
 )
 """Default chunking of the acoustic engine's mel."""
 VOCODER_SCHEDULE: Final = ChunkSchedule(first_chunks=DEFAULT_FIRST_CHUNKS)
