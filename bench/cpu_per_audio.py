@@ -12,7 +12,7 @@ on the same mesh (each its own cold paragraphs), and a second table sets the tie
 CPU per audio second of all the mesh's processes, and the CPU of the workers' first-audio steps per
 stream (`first_audio="true"` step counters).
 
-    python -m bench.cpu_per_audio [--cores 1] [--streams 4] [--tiers quality,fast] [--no-piper]
+    python -m bench.cpu_per_audio [--cores 1] [--streams 4] [--tiers quality,fast] [--no-piper] [--precision fp32]
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ from pathlib import Path
 
 from bench import piper_baseline
 from bench.load_table import WORKERS, first_audio_cpu, paragraphs
-from bench.mesh import BenchMesh
+from bench.mesh import PRECISION_FLAG, BenchMesh
 from bench.realtime import burst
-from bench.report import machine_header
+from bench.report import arithmetic_line, machine_header
 from bench.speed import pin_cores
 from libs.scheduling.capacity import process_cpu_s
+from libs.voice.precision import DEFAULT_PRECISION, PRECISIONS
 from libs.voice.tiers import tier_enum, tier_of_name
 
 STEP_PREFIX = "_step_cpu_seconds_total{"
@@ -94,12 +95,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--streams", type=int, default=4, help="streams started together, for each of the two")
     parser.add_argument("--tiers", default="quality", help="the voice's tiers to measure, one burst each (quality, fast)")
     parser.add_argument("--no-piper", action="store_true", help="leave piper-tts out")
+    parser.add_argument(
+        PRECISION_FLAG, choices=PRECISIONS, default=DEFAULT_PRECISION, help="the workers' arithmetic (fp32: as a CPU without native bf16 serves)"
+    )
     args = parser.parse_args(argv)
     cores = pin_cores(args.cores)
     tiers = [tier_of_name(name) for name in args.tiers.split(",")]
-    mesh = BenchMesh(log_dir=Path(tempfile.mkdtemp(prefix="tts-bench-cpu-"))).start()
+    mesh = BenchMesh(log_dir=Path(tempfile.mkdtemp(prefix="tts-bench-cpu-")), worker_args=[PRECISION_FLAG, args.precision]).start()
     by_tier: dict[str, tuple[dict[str, float], float]] = {}
     try:
+        precisions = mesh.precisions()
         for offset, tier in enumerate(tiers):
             burst(mesh.gateway_address, paragraphs(2, 9_000_000 + offset), tier=tier_enum(tier))  # warm: first calls of every kind
             texts = paragraphs(args.streams, 9_100_000 + 10_000 * offset)
@@ -110,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             by_tier[tier] = (spent, (first_audio_cpu(mesh) - first_before) / args.streams)
     finally:
         mesh.stop()
-    print(machine_header(cores))
+    print(machine_header(cores) + arithmetic_line(precisions, args.precision) + "\n")
     if len(by_tier) > 1:
         print(render_tiers(by_tier))
         print()

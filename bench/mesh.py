@@ -15,6 +15,7 @@ from tests.support.mesh import DEFAULT_START_TIMEOUT_S, Mesh, ServiceProcess
 
 WORKERS = ("acoustic", "vocoder")
 MAX_BATCH_FLAG = "--max-batch"
+PRECISION_FLAG = "--precision"
 
 
 @dataclass
@@ -34,6 +35,15 @@ class BenchMesh(Mesh):
         if self.redis is not None and self.redis.pid is not None:
             pids["redis"] = self.redis.pid
         return pids
+
+    def precisions(self) -> dict[str, str]:
+        """The arithmetic each worker serves in, as its `tts_<worker>_precision` gauge names it."""
+        served = {}
+        for worker in WORKERS:
+            for key, value in self.metrics(worker).items():
+                if key.startswith(f"tts_{worker}_precision{{") and value == 1.0:
+                    served[worker] = key.split('precision="', 1)[1].split('"', 1)[0]
+        return served
 
     def peak_rss(self) -> dict[str, int]:
         """Peak RSS of each process since it started (bytes)."""

@@ -25,7 +25,7 @@ nothing), so its first audio grows instead. The clients (this process) run in a 
 with the same CPU weight as the quota's, and Redis inside the quota: on shared cores a client that
 the mesh starves would measure its own lateness as the mesh's.
 
-    python -m bench.realtime [--quotas 1,0.5,0.25] [--shares 0.5,0.8,1.2] [--duration-s 40] [--quick] [--out PATH]
+    python -m bench.realtime [--quotas 1,0.5,0.25] [--shares 0.5,0.8,1.2] [--duration-s 40] [--quick] [--precision fp32] [--out PATH]
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
 
@@ -51,11 +51,12 @@ from bench.cpu_quota import CpuQuota
 from bench.load_table import first_audio_cpu, first_audio_floor, paragraphs
 from bench.loadgen import CHANNEL_OPTIONS, synthesize_once
 from bench.measure import STALL_BAR_S, RequestResult, percentile
-from bench.mesh import BenchMesh
-from bench.report import machine_header, run_heading
+from bench.mesh import PRECISION_FLAG, BenchMesh
+from bench.report import arithmetic_line, machine_header, run_heading
 from bench.speed import pin_cores
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
 from libs.synthesis.admission import DEFAULT_ACTIVE_CLIENT_S
+from libs.voice.precision import DEFAULT_PRECISION, PRECISIONS
 
 DEFAULT_QUOTAS: Final = (1.0, 0.5, 0.25)
 DEFAULT_SHARES: Final = (0.5, 0.8, 1.2)
@@ -220,6 +221,10 @@ class QuotaRun:
     shares: Sequence[float]
     piper: bool
     texts: Texts
+    precision: str = DEFAULT_PRECISION
+    """The workers' --precision."""
+    precisions: dict[str, str] = field(default_factory=dict)
+    """The arithmetic each worker served in (`BenchMesh.precisions`), once the mesh ran."""
 
     @property
     def quota_cores(self) -> float:
@@ -228,8 +233,11 @@ class QuotaRun:
     def rows(self) -> tuple[list[Row], dict[str, float]]:
         with CpuQuota(self.quota_cores) as quota:
             log_dir = Path(tempfile.mkdtemp(prefix="tts-bench-realtime-"))
-            mesh = BenchMesh(log_dir=log_dir, preexec=quota.preexec, gateway_args=["--trusted-proxies", PROXY]).start()
+            mesh = BenchMesh(
+                log_dir=log_dir, preexec=quota.preexec, gateway_args=["--trusted-proxies", PROXY], worker_args=[PRECISION_FLAG, self.precision]
+            ).start()
             try:
+                self.precisions = mesh.precisions()
                 if mesh.redis is not None and mesh.redis.pid is not None:
                     quota.add(mesh.redis.pid)
                 burst(mesh.gateway_address, self.texts.take(1))  # warm: first calls of every kind
@@ -367,25 +375,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_DURATION_S:g} s Poisson runs")
     parser.add_argument("--no-piper", action="store_true", help="measure the mesh only")
     parser.add_argument("--out", default=None, metavar="PATH", help="also write the tables here")
+    parser.add_argument(
+        PRECISION_FLAG, choices=PRECISIONS, default=DEFAULT_PRECISION, help="the workers' arithmetic (fp32: as a CPU without native bf16 serves)"
+    )
     args = parser.parse_args(argv)
     cores = pin_cores(args.cores)
     duration_s = args.duration_s or (QUICK_DURATION_S if args.quick else DEFAULT_DURATION_S)
     texts = Texts()
     measured = []
+    served: dict[str, str] = {}
     # The clients (this process) weigh as much as the mesh: on its cores they are served as promptly
     # as a client on another machine would be, whatever the mesh's load.
     with CpuQuota(None, name=f"tts-bench-clients-{os.getpid()}") as clients:
         clients.add(os.getpid())
         for share in (float(q) for q in args.quotas.split(",")):
-            run = QuotaRun(len(cores), share, duration_s, [float(s) for s in args.shares.split(",")], not args.no_piper, texts)
+            run = QuotaRun(len(cores), share, duration_s, [float(s) for s in args.shares.split(",")], not args.no_piper, texts, args.precision)
             rows, facts = run.rows()
+            served = served or run.precisions
             measured.append((share, run.quota_cores, rows, facts))
             print(render(measured[-1:]), flush=True)
     table = render(measured)
     if args.out:
         shown = [arg for arg in (sys.argv[1:] if argv is None else argv) if not arg.startswith("--out") and arg != args.out]
         heading = run_heading("Real time on every machine", " ".join(["python -m bench.realtime", *shown]))
-        Path(args.out).write_text(f"{heading}\n\n{machine_header(cores)}\n{table}", encoding="utf-8")
+        header = machine_header(cores) + arithmetic_line(served, args.precision)
+        Path(args.out).write_text(f"{heading}\n\n{header}\n\n{table}", encoding="utf-8")
     return 0
 
 

@@ -79,7 +79,7 @@ def machine_header(cores: Sequence[int] | None = None) -> str:
 
     from libs.voice.precision import cpu_model
 
-    model = cpu_model().name
+    cpu = cpu_model()
     pinned = sorted(cores if cores is not None else os.sched_getaffinity(0))
     size = 1024
     a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
@@ -88,4 +88,24 @@ def machine_header(cores: Sequence[int] | None = None) -> str:
     for _ in range(8):
         a @ a
     gflops = 8 * 2 * size**3 / (time.perf_counter() - started) / 1e9
-    return f"Machine: {model}, pinned to CPUs {pinned}; sgemm {gflops:.0f} GFLOP/s on them.\n"
+    return f"Machine: {cpu.name} ({vector_units(cpu.flags)}), pinned to CPUs {pinned}; sgemm {gflops:.0f} GFLOP/s on them.\n"
+
+
+def vector_units(flags: str) -> str:
+    """What of a CPU's vector instructions (its /proc/cpuinfo flags) moves the mesh's figures: AVX-512 or
+    only AVX2 for float32, and whether bf16 runs natively (where the vocoder may serve in bf16 at about
+    half the CPU of float32); "flags unknown" where none are listed."""
+    names = set(flags.split())
+    if not names:
+        return "flags unknown"
+    width = "AVX-512" if "avx512f" in names else "AVX2" if "avx2" in names else "no AVX2"
+    bf16 = "native bf16" if names & {"avx512_bf16", "amx_bf16"} else "no native bf16"
+    return f"{width}, {bf16}"
+
+
+def arithmetic_line(precisions: dict[str, str], asked: str) -> str:
+    """What the workers' models ran in (`BenchMesh.precisions`) and what they were asked for: the same
+    mesh costs about twice the vocoder CPU per audio second in fp32 where bf16 is native."""
+    served = ", ".join(f"{worker} {precision}" for worker, precision in sorted(precisions.items())) or "not reported"
+    how = "as measured cheaper at start-up where bf16 is native, else fp32" if asked == "auto" else "as asked"
+    return f"Workers' arithmetic: {served} (--precision {asked}: {how})."

@@ -22,18 +22,18 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
 
 from bench import piper_baseline
 from bench.loadgen import LoadConfig, run_load
 from bench.measure import LoadSummary
-from bench.mesh import MAX_BATCH_FLAG, BenchMesh, start_mesh
-from bench.report import Row, render_markdown
+from bench.mesh import MAX_BATCH_FLAG, PRECISION_FLAG, BenchMesh, start_mesh
+from bench.report import Row, arithmetic_line, render_markdown, vector_units
 from bench.streaming_cost import measure_streaming_cost, target_line
 from bench.texts import TEXTS, unique_variants
-from libs.voice.precision import cpu_model
+from libs.voice.precision import DEFAULT_PRECISION, PRECISIONS, cpu_model
 
 MIB: Final = 2**20
 TAGS_PER_REQUEST: Final = 16  # more than the longest text's sentences, so tag ranges never overlap
@@ -63,6 +63,8 @@ class SpeedConfig:
     """Deadline of each mesh request (seconds)."""
     start_timeout_s: float = 300.0
     """How long the mesh may take to load and warm up (seconds)."""
+    precision: str = DEFAULT_PRECISION
+    """The workers' --precision: fp32 measures the mesh as a CPU without native bf16 runs it."""
 
 
 QUICK: Final = SpeedConfig(
@@ -130,11 +132,14 @@ class MeshNumbers:
     rss: dict[str, int]
     sweep: dict[int, LoadSummary]
     failure: str = ""
+    precisions: dict[str, str] = field(default_factory=dict)
+    """The arithmetic each worker served in (`BenchMesh.precisions`)."""
 
 
 def _start(config: SpeedConfig, worker_args: list[str], numbers: MeshNumbers) -> BenchMesh | None:
     """A started mesh, or None with the reason in `numbers.failure` (piper-tts is still measured)."""
-    _log(f"starting the mesh {' '.join(worker_args)}".rstrip())
+    worker_args = [PRECISION_FLAG, config.precision, *worker_args]
+    _log(f"starting the mesh {' '.join(worker_args)}")
     try:
         return start_mesh(worker_args, timeout_s=config.start_timeout_s)
     except (RuntimeError, TimeoutError, OSError) as error:
@@ -151,6 +156,7 @@ def measure_mesh(config: SpeedConfig, plan: TextPlan) -> MeshNumbers:
     if mesh is None:
         return numbers
     try:
+        numbers.precisions = mesh.precisions()
         for name, texts in plan.cold.items():
             _log(f"mesh: first audio, cold, {name}")
             numbers.cold[name] = _mesh_run(mesh, texts, 1, len(texts), config)
@@ -298,9 +304,11 @@ def target_lines(config: SpeedConfig, mesh: MeshNumbers, piper: PiperNumbers) ->
 def notes(config: SpeedConfig, cores: list[int], mesh: MeshNumbers, seconds: float) -> list[str]:
     """What a reader needs to interpret the table."""
     lines = [
-        f"{cpu_model().name}; the benchmark, the mesh and piper-tts were all pinned to CPUs {cores} ({config.cores} cores).",
-        "Mesh: embedded Redis + gateway, acoustic and vocoder as separate processes on loopback, each with its default flags; "
-        "the load generator (bench.loadgen) runs in the benchmark process.",
+        f"{cpu_model().name} ({vector_units(cpu_model().flags)}); the benchmark, the mesh and piper-tts were all pinned to CPUs {cores} ({config.cores} cores).",
+        "Mesh: embedded Redis + gateway, acoustic and vocoder as separate processes on loopback, each with its default flags"
+        + ("" if config.precision == DEFAULT_PRECISION else f" but {PRECISION_FLAG} {config.precision}")
+        + "; the load generator (bench.loadgen) runs in the benchmark process.",
+        arithmetic_line(mesh.precisions, config.precision),
         "piper-tts 1.8.0, voice en_US-joe-medium, streaming per sentence (first audio = its first sentence's chunk). "
         f"One stream: in-process, {config.cores} onnxruntime threads. N streams: the better of "
         f"{config.cores} processes x 1 thread and 1 process x {config.cores} threads (named per row); latency includes queueing.",
@@ -321,8 +329,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke run: every row, few requests (a few minutes)")
     parser.add_argument("--out", type=Path, default=None, help="also write the table as markdown to this file")
     parser.add_argument("--cores", type=int, default=None, help="CPU cores for everything (default 2)")
+    parser.add_argument(
+        PRECISION_FLAG, choices=PRECISIONS, default=DEFAULT_PRECISION, help="the workers' arithmetic (fp32: as a CPU without native bf16 serves)"
+    )
     args = parser.parse_args(argv)
-    config = QUICK if args.quick else SpeedConfig()
+    config = replace(QUICK if args.quick else SpeedConfig(), precision=args.precision)
     if args.cores is not None:
         config = replace(config, cores=args.cores)
     started = time.monotonic()

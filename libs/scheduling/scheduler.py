@@ -46,10 +46,10 @@ class Scheduler:
         """Frames of the longest chunk step of this worker's schedule (what its step lead is quoted for)."""
         self.first_step_units = 0
         """Frames of a sentence's first chunk step (an acoustic worker's first chunk takes the flow's lag too)."""
-        self.piece_step_units = 0
-        """Frames of the widest step that a listener waiting on its next audio waits for, where that is
-        less than the longest step (a vocoder that runs a needy listener's steps a part at a time:
-        `VocoderEngine.widest_part_frames`); 0: the longest step."""
+        self.start_waits: list[tuple[int, float]] = []
+        """The steps a listener that holds only its first step's audio waits on in turn, each with the
+        audio the steps between give it meanwhile (a vocoder's `VocoderEngine.start_waits`: frames,
+        seconds); empty: not known."""
         self._starting: set[object] = set()
 
     def stream_starting(self, stream: object, starting: bool) -> None:
@@ -99,9 +99,10 @@ class Scheduler:
         return self.costs.wall_s(STAGE_CHUNK, self.longest_step_units) if self.longest_step_units else 0.0
 
     def piece_lead_s(self) -> float:
-        """Wall seconds the step that a listener short of audio waits for next takes now, nearly always
-        (0: not known, or no step runs in parts: the gateway then takes the step lead)."""
-        return self.costs.wall_s(STAGE_CHUNK, self.piece_step_units) if self.piece_step_units else 0.0
+        """How long a listener alone that holds only its first step's audio may wait for more, now,
+        nearly always: the most by which one of its next steps takes longer than the audio the steps
+        between give it (`start_waits`; 0: not known, and the gateway then takes the step lead)."""
+        return max((self.costs.wall_s(STAGE_CHUNK, frames) - given_s for frames, given_s in self.start_waits), default=0.0)
 
     def load(self, by_gateway: Mapping[str, int], pinned_capacity: float = 0.0) -> load_pb2.WorkerLoad:
         """What this worker can take on now, with `by_gateway` its open streams per gateway id

@@ -120,6 +120,12 @@ class WorkerMetrics:
             registry=self.registry,
         )
 
+        self.precision = Gauge(
+            f"tts_{service}_precision",
+            "The arithmetic this worker's models run in: 1 for the one it serves (fp32 or bf16).",
+            ["precision"],
+            registry=self.registry,
+        )
         self.voices_loaded = Gauge(
             f"tts_{service}_voices_loaded", "Voices whose models this worker holds in memory now.", registry=self.registry
         )
@@ -134,6 +140,11 @@ class WorkerMetrics:
             ["change", "voice"],
             registry=self.registry,
         )
+
+    def serving_precision(self, precision: str) -> None:
+        """The worker's models run in `precision` (settled once, as its first voice loads)."""
+        self.precision.clear()
+        self.precision.labels(precision=precision).set(1)
 
     def track_voices(self, loaded: Callable[[], int], memory_bytes: Callable[[], int]) -> None:
         """Read the voices held and their memory whenever the metrics are scraped."""

@@ -332,9 +332,9 @@ class WorkerPool:
         return max((known.load.step_lead_ms / 1000.0 + known.rtt_s for known in loads), default=0.0)
 
     def piece_lead_s(self) -> float:
-        """How long the vocoder's next piece for a listener short of audio takes now, nearly always, with a
-        round trip on top: its `piece_lead_ms` (a part of a step), or its whole step's lead where it
-        does not say (0: not known)."""
+        """How long a listener alone that holds only its first piece may wait for more from the vocoder
+        now, nearly always, with a round trip on top: its `piece_lead_ms` (its next steps against the
+        audio of those between), or its longest step's lead where it does not say (0: not known)."""
         loads = self.available_loads("vocoder")
         return max(
             (((known.load.piece_lead_ms or known.load.step_lead_ms) / 1000.0 + known.rtt_s) for known in loads), default=0.0
@@ -345,7 +345,7 @@ class WorkerPool:
         (hops included), or how long next pieces have come after first ones lately (`StartGaps`:
         queueing behind other streams' steps included), whichever is longer. Audio a listener holds
         below this is no cushion: it may run out before the next piece comes. A listener `alone` on
-        the workers waits on no other stream's step, only on its own next part (`piece_lead_s`), and
+        the workers waits on no other stream's step, only on its own next steps (`piece_lead_s`), and
         its history is that of starts that began alone; with others a part may queue behind another stream's
         whole step."""
         return max(self.piece_lead_s() if alone else self.step_lead_s(None, "vocoder"), self.start_gaps.high_s(alone))

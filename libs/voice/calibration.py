@@ -21,7 +21,7 @@ from typing import Any, Final, TypeVar
 import numpy as np
 
 from libs.voice.inputs import SynthesisParams
-from libs.voice.precision import CPU_PRECISIONS, cheaper_precision, cpu_model, measures_precision
+from libs.voice.precision import CPU_PRECISIONS, cheaper_precision, cpu_model, measures_precision, resolve_precision
 
 EngineT = TypeVar("EngineT")
 
@@ -142,6 +142,12 @@ class MeasuredPrecision:
         self.recorded = False
         """Whether the precision came from an earlier worker's record instead of a measurement."""
         self._record_dir = record_dir
+
+    @property
+    def served(self) -> str:
+        """The arithmetic the engines run in: the settled precision, or "auto" made concrete where nothing
+        is measured (`resolve_precision`)."""
+        return resolve_precision(self.settings.precision, self.settings.device)
 
     def load(self, load: Callable[[Any], EngineT], steps: Callable[[EngineT], Iterable[CalibrationStep]], model: str) -> EngineT:
         """`load(settings)` (a warmed-up engine), in the precision these settings settle on; `steps`

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Final
 
 import numpy as np
 import torch
@@ -27,6 +28,9 @@ from libs.voice.precision import resolve_precision
 from libs.voice.runtime import BatchedEngine, EngineSettings, ModelRuntime, run_stream_steps, stream_version_parts
 from libs.voice.tiers import FAST, QUALITY
 from libs.wire.errors import InvalidRequestError, echo
+
+MAX_START_WAITS: Final = 16
+"""Most steps `VocoderEngine.start_waits` lists (a schedule reaches its widest step well before)."""
 
 
 class VocoderEngine(BatchedEngine):
@@ -194,14 +198,23 @@ class VocoderEngine(BatchedEngine):
         """One stream step, batched with other streams' steps when batching is on."""
         return self._runtime.run(job)
 
-    def widest_part_frames(self) -> int:
-        """Frames of the widest step a listener waits on when its steps run a part at a time
-        (`VocoderStream.in_parts`): a stream's first step, or the widest part of a later one."""
-        later: set[int] = set()
-        while (width := self.schedule.chunk_frames(len(later) + 1)) not in later:  # widths grow to the widest, then repeat
-            later.add(width)
-        parts = [end - begin for width in later for begin, end in self._parts_of(width)]
-        return max(self.schedule.chunk_frames(0), *parts)
+    def start_waits(self) -> list[tuple[int, float]]:
+        """The steps a listener that holds only its first step's audio waits on in turn, each with the
+        audio the steps between give it meanwhile: (frames, seconds). A listener alone runs its steps
+        whole (`Scheduler.steps_in_parts`), so its next audio is the whole second step (32 frames, not
+        the longest step's 128), and each later step has the audio of the ones before it to cover it.
+        The list ends at the first step of the schedule's widest: those after it are no wider and
+        come with more audio given."""
+        frame_s = self.hop_length / self.sample_rate_hz
+        waits: list[tuple[int, float]] = []
+        given_s = 0.0
+        for index in range(1, MAX_START_WAITS + 1):
+            width = self.schedule.chunk_frames(index)
+            waits.append((width, given_s))
+            if width >= self.schedule.max_chunk_frames:
+                break
+            given_s += width * frame_s
+        return waits
 
     def step_parts(self, job: StepInput) -> list[tuple[int, int]]:
         """The frames [begin, end) of `job` that each part of its step covers when it runs a part at a

@@ -32,6 +32,7 @@ def load_voices(settings: WorkerServiceSettings, scheduler: Scheduler, metrics: 
 
     shelf = load_shelf("acoustic", settings.voices.catalogue(), settings.shelf, load, metrics)
     engine = shelf.held("")  # the worker's default voice: the first it preloads
+    metrics.serving_precision(precision.served)
     scheduler.first_step_units = engine.schedule.chunk_frames(0) + engine.lag_frames
     scheduler.longest_step_units = engine.schedule.max_chunk_frames
     if settings.worker.max_batch <= 1:  # a batch's steps cost the batcher's thread, not the stream's

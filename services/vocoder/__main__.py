@@ -33,10 +33,11 @@ def load_voices(settings: WorkerServiceSettings, scheduler: Scheduler, metrics: 
 
     shelf = load_shelf("vocoder", settings.voices.catalogue(), settings.shelf, load, metrics)
     engine = shelf.held("")  # the worker's default voice: the first it preloads
+    metrics.serving_precision(precision.served)
     scheduler.pacing = VocoderPacing(lag_frames=engine.lag_frames, schedule=engine.schedule)
     scheduler.first_step_units = engine.schedule.chunk_frames(0)
     scheduler.longest_step_units = engine.schedule.max_chunk_frames
-    scheduler.piece_step_units = engine.widest_part_frames()
+    scheduler.start_waits = engine.start_waits()
     if settings.worker.max_batch <= 1:  # a batch's steps cost the batcher's thread, not the stream's
         scheduler.calibrate(lambda: vocoder_steps(engine))
     if engine.fast_tier is not None:  # what the gateway weighs a fast-tier listener by: the same steps on each tier, one thread

@@ -107,3 +107,9 @@ def test_traffic_shows_up_in_every_services_metrics(mesh: Mesh) -> None:
     assert _delta(vocoder, v0, "tts_vocoder_samples_total") == sum(len(s.samples) for s in spoken)
     assert _sum_matching(vocoder, "tts_vocoder_streams_total{") - _sum_matching(v0, "tts_vocoder_streams_total{") == 3
     assert vocoder["tts_vocoder_inflight_streams"] == 0
+
+    # Each worker names the one arithmetic it serves in (auto settles it at start-up, per machine).
+    for worker, now in (("acoustic", acoustic), ("vocoder", vocoder)):
+        served = {key: value for key, value in now.items() if key.startswith(f"tts_{worker}_precision{{")}
+        assert len(served) == 1 and list(served.values()) == [1.0], served
+        assert next(iter(served)) in {f'tts_{worker}_precision{{precision="{name}"}}' for name in ("fp32", "bf16")}, served

@@ -40,6 +40,7 @@ def test_a_concrete_precision_is_loaded_once_as_asked(tmp_path: Path) -> None:
     precision = MeasuredPrecision(EngineSettings(precision="fp32"), record_dir=tmp_path)
     engine = precision.load(counting_loader(loaded), vocoder_steps, MODEL)
     assert loaded == ["fp32"] and precision.cost_s == {} and engine.settings.precision == "fp32"
+    assert precision.served == "fp32"
     assert list(tmp_path.iterdir()) == []
 
 
@@ -56,6 +57,7 @@ def test_auto_is_settled_on_the_first_engine_and_kept_for_the_next(tmp_path: Pat
         assert list(tmp_path.iterdir()) == []
         chosen = "fp32"
     assert first.model_version == version_in(chosen)
+    assert precision.served == chosen  # what the worker's precision gauge shows
     loaded.clear()
     later = precision.load(counting_loader(loaded), vocoder_steps, "vocoder:another voice")  # the same worker's next voice
     assert len(loaded) == 1 and later.model_version == first.model_version

@@ -81,12 +81,6 @@ def test_a_resumed_stream_in_parts_repeats_the_samples_from_its_resume_point(eng
     np.testing.assert_array_equal(resumed, whole[150 * engine.hop_length :])
 
 
-def test_the_widest_part_a_listener_waits_on_is_the_first_step(engine: VocoderEngine) -> None:
-    """The first step runs whole; every later one in slices no wider than the first step."""
-    assert engine.widest_part_frames() == engine.schedule.chunk_frames(0) == 32
-    assert engine.widest_part_frames() < engine.schedule.max_chunk_frames
-
-
 @contextlib.asynccontextmanager
 async def _worker(engine: VocoderEngine) -> AsyncIterator[tuple[vocoder_pb2_grpc.VocoderStub, Callable[[], bool]]]:
     """A vocoder servicer on `engine` with a calibrated scheduler, over real gRPC: its stub, and whether

@@ -39,3 +39,12 @@ def test_catalogue_matches_the_metrics_each_service_registers() -> None:
     assert set(ours) == set(catalog), (sorted(set(ours) - set(catalog)), sorted(set(catalog) - set(ours)))
     for name, kind in ours.items():
         assert catalog[name]["type"] == kind, name
+
+
+def test_a_worker_names_one_precision_the_last_it_was_told() -> None:
+    metrics = VocoderMetrics()
+    metrics.serving_precision("fp32")
+    metrics.serving_precision("bf16")
+    samples = {(sample.name, tuple(sorted(sample.labels.items()))): sample.value for family in metrics.registry.collect() for sample in family.samples}
+    served = {labels: value for (name, labels), value in samples.items() if name == "tts_vocoder_precision"}
+    assert served == {(("precision", "bf16"),): 1.0}

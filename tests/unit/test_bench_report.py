@@ -1,0 +1,21 @@
+"""What a benchmark's header says of the machine and of the arithmetic its workers served in."""
+
+from __future__ import annotations
+
+from bench.report import arithmetic_line, vector_units
+
+
+def test_the_vector_units_that_move_the_figures_are_named() -> None:
+    assert vector_units("fpu sse2 avx avx2 fma avx512f avx512bw avx512_bf16") == "AVX-512, native bf16"
+    assert vector_units("fpu sse2 avx avx2 fma avx512f avx512bw avx512_vnni") == "AVX-512, no native bf16"
+    assert vector_units("fpu sse2 avx avx2 fma amx_bf16 amx_tile") == "AVX2, native bf16"
+    assert vector_units("fpu sse2 avx avx2 fma") == "AVX2, no native bf16"
+    assert vector_units("fp asimd") == "no AVX2, no native bf16"
+    assert vector_units("") == "flags unknown"
+
+
+def test_the_arithmetic_line_names_each_worker_and_how_it_was_chosen() -> None:
+    line = arithmetic_line({"vocoder": "bf16", "acoustic": "fp32"}, "auto")
+    assert line.startswith("Workers' arithmetic: acoustic fp32, vocoder bf16 (--precision auto: as measured")
+    assert arithmetic_line({"acoustic": "fp32", "vocoder": "fp32"}, "fp32").endswith("(--precision fp32: as asked).")
+    assert "not reported" in arithmetic_line({}, "auto")
