@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.measure import peak_rss_bytes
+from libs.voice.precision import CPU_PRECISIONS
 from tests.support.mesh import DEFAULT_START_TIMEOUT_S, Mesh, ServiceProcess
 
 WORKERS = ("acoustic", "vocoder")
@@ -40,9 +41,10 @@ class BenchMesh(Mesh):
         """The arithmetic each worker serves in, as its `tts_<worker>_precision` gauge names it."""
         served = {}
         for worker in WORKERS:
-            for key, value in self.metrics(worker).items():
-                if key.startswith(f"tts_{worker}_precision{{") and value == 1.0:
-                    served[worker] = key.split('precision="', 1)[1].split('"', 1)[0]
+            samples = self.metrics(worker)
+            for precision in CPU_PRECISIONS:
+                if samples.get(f'tts_{worker}_precision{{precision="{precision}"}}') == 1.0:
+                    served[worker] = precision
         return served
 
     def peak_rss(self) -> dict[str, int]:

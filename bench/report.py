@@ -77,7 +77,7 @@ def machine_header(cores: Sequence[int] | None = None) -> str:
 
     import numpy as np
 
-    from libs.voice.precision import cpu_model
+    from libs.voice.precision import cpu_has_native_bf16, cpu_model
 
     cpu = cpu_model()
     pinned = sorted(cores if cores is not None else os.sched_getaffinity(0))
@@ -88,24 +88,22 @@ def machine_header(cores: Sequence[int] | None = None) -> str:
     for _ in range(8):
         a @ a
     gflops = 8 * 2 * size**3 / (time.perf_counter() - started) / 1e9
-    return f"Machine: {cpu.name} ({vector_units(cpu.flags)}), pinned to CPUs {pinned}; sgemm {gflops:.0f} GFLOP/s on them.\n"
+    return f"Machine: {cpu.name} ({vector_units(cpu.flags, cpu_has_native_bf16())}), pinned to CPUs {pinned}; sgemm {gflops:.0f} GFLOP/s on them.\n"
 
 
-def vector_units(flags: str) -> str:
-    """What of a CPU's vector instructions (its /proc/cpuinfo flags) moves the mesh's figures: AVX-512 or
-    only AVX2 for float32, and whether bf16 runs natively (where the vocoder may serve in bf16 at about
-    half the CPU of float32); "flags unknown" where none are listed."""
+def vector_units(flags: str, native_bf16: bool) -> str:
+    """What of a CPU's vector units moves the mesh's figures: AVX-512 or only AVX2 for float32 (from its
+    /proc/cpuinfo `flags`; "flags unknown" where none are listed), and whether bf16 runs natively, as
+    the workers' "auto" precision judges it (`libs.voice.precision.cpu_has_native_bf16`): there the
+    vocoder may serve bf16, at about 0.6 of the CPU of float32."""
     names = set(flags.split())
-    if not names:
-        return "flags unknown"
-    width = "AVX-512" if "avx512f" in names else "AVX2" if "avx2" in names else "no AVX2"
-    bf16 = "native bf16" if names & {"avx512_bf16", "amx_bf16"} else "no native bf16"
-    return f"{width}, {bf16}"
+    width = "AVX-512" if "avx512f" in names else "AVX2" if "avx2" in names else "no AVX2" if names else "flags unknown"
+    return f"{width}, {'native bf16' if native_bf16 else 'no native bf16'}"
 
 
 def arithmetic_line(precisions: dict[str, str], asked: str) -> str:
-    """What the workers' models ran in (`BenchMesh.precisions`) and what they were asked for: the same
-    mesh costs about twice the vocoder CPU per audio second in fp32 where bf16 is native."""
+    """What the workers' models ran in (`BenchMesh.precisions`) and what they were asked for: where bf16
+    is native, the vocoder's steps cost about 1.6 times the CPU per audio second in fp32."""
     served = ", ".join(f"{worker} {precision}" for worker, precision in sorted(precisions.items())) or "not reported"
     how = "as measured cheaper at start-up where bf16 is native, else fp32" if asked == "auto" else "as asked"
     return f"Workers' arithmetic: {served} (--precision {asked}: {how})."

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Final
 
 import numpy as np
 import torch
@@ -28,9 +27,6 @@ from libs.voice.precision import resolve_precision
 from libs.voice.runtime import BatchedEngine, EngineSettings, ModelRuntime, run_stream_steps, stream_version_parts
 from libs.voice.tiers import FAST, QUALITY
 from libs.wire.errors import InvalidRequestError, echo
-
-MAX_START_WAITS: Final = 16
-"""Most steps `VocoderEngine.start_waits` lists (a schedule reaches its widest step well before)."""
 
 
 class VocoderEngine(BatchedEngine):
@@ -203,18 +199,18 @@ class VocoderEngine(BatchedEngine):
         audio the steps between give it meanwhile: (frames, seconds). A listener alone runs its steps
         whole (`Scheduler.steps_in_parts`), so its next audio is the whole second step (32 frames, not
         the longest step's 128), and each later step has the audio of the ones before it to cover it.
-        The list ends at the first step of the schedule's widest: those after it are no wider and
-        come with more audio given."""
+        The list ends where the steps stop growing: those after it are no wider and come with more
+        audio given."""
         frame_s = self.hop_length / self.sample_rate_hz
         waits: list[tuple[int, float]] = []
-        given_s = 0.0
-        for index in range(1, MAX_START_WAITS + 1):
+        given_s, index = 0.0, 1
+        while True:
             width = self.schedule.chunk_frames(index)
             waits.append((width, given_s))
-            if width >= self.schedule.max_chunk_frames:
-                break
+            if self.schedule.chunk_frames(index + 1) <= width:
+                return waits
             given_s += width * frame_s
-        return waits
+            index += 1
 
     def step_parts(self, job: StepInput) -> list[tuple[int, int]]:
         """The frames [begin, end) of `job` that each part of its step covers when it runs a part at a

@@ -6,12 +6,12 @@ from bench.report import arithmetic_line, vector_units
 
 
 def test_the_vector_units_that_move_the_figures_are_named() -> None:
-    assert vector_units("fpu sse2 avx avx2 fma avx512f avx512bw avx512_bf16") == "AVX-512, native bf16"
-    assert vector_units("fpu sse2 avx avx2 fma avx512f avx512bw avx512_vnni") == "AVX-512, no native bf16"
-    assert vector_units("fpu sse2 avx avx2 fma amx_bf16 amx_tile") == "AVX2, native bf16"
-    assert vector_units("fpu sse2 avx avx2 fma") == "AVX2, no native bf16"
-    assert vector_units("fp asimd") == "no AVX2, no native bf16"
-    assert vector_units("") == "flags unknown"
+    assert vector_units("fpu sse2 avx avx2 fma avx512f avx512bw avx512_bf16", native_bf16=True) == "AVX-512, native bf16"
+    assert vector_units("fpu sse2 avx avx2 fma avx512f avx512bw avx512_vnni", native_bf16=False) == "AVX-512, no native bf16"
+    assert vector_units("fpu sse2 avx avx2 fma amx_bf16 amx_tile", native_bf16=True) == "AVX2, native bf16"
+    assert vector_units("fpu sse2 avx avx2 fma", native_bf16=False) == "AVX2, no native bf16"
+    assert vector_units("fp asimd bf16", native_bf16=False) == "no AVX2, no native bf16"
+    assert vector_units("", native_bf16=False) == "flags unknown, no native bf16"
 
 
 def test_the_arithmetic_line_names_each_worker_and_how_it_was_chosen() -> None:
