@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+import pytest
 import torch
 
 from scripts.voice.fast_tier import STUDENT, FastTierConfig, train
@@ -48,3 +50,28 @@ def test_a_finished_run_goes_on_with_one_more_cycle_to_the_weights_of_a_run_that
     assert all(torch.equal(unbroken[name], extended[name]) for name in unbroken)
     assert EXTENDED.learning_rate_at(4) == 5e-4 and SMALL.learning_rate_at(0) == SMALL.learning_rate
     assert not SMALL.goes_on_from(EXTENDED.to_dict()), "a checkpoint further along another schedule is not this one's"
+
+
+def test_the_held_out_check_scores_each_text_on_its_own_and_averages_them() -> None:
+    """Each text's sentences are joined into one clip and each text is scored alone, as `make
+    bench-quality` scores, never one clip of every text (which read the fast tier's gap as half)."""
+    from bench.quality import dnsmos_scores
+    from scripts.voice.fast_tier import dnsmos_per_text
+
+    generator = torch.Generator().manual_seed(3)
+    # Here a "mel" only names its audio: a tone of its first value in hertz, half a second per frame, in noise.
+    texts = [[torch.full((80, 2), 110.0), torch.full((80, 3), 220.0)], [torch.full((80, 4), 330.0)]]
+    noise = torch.randn(22050 * 2, generator=generator) * 0.02
+
+    def vocode(mel: torch.Tensor) -> torch.Tensor:
+        time = torch.arange(mel.shape[-1] * 22050 // 2) / 22050
+        return 0.3 * torch.sin(2 * torch.pi * float(mel[0, 0, 0]) * time) + noise[: time.numel()]
+
+    def clip(mels: list[torch.Tensor]) -> np.ndarray:
+        return np.concatenate([vocode(mel[None]).numpy() for mel in mels])
+
+    by_text = [dnsmos_scores(clip(mels), 22050) for mels in texts]
+    joined = dnsmos_scores(clip([mel for mels in texts for mel in mels]), 22050)
+    scores = dnsmos_per_text(vocode, texts)
+    assert scores == pytest.approx(tuple(float(np.mean(column)) for column in zip(*by_text, strict=True)))
+    assert scores[0] != pytest.approx(joined[0])

@@ -22,10 +22,11 @@ from tests.support.faults.toy_mesh import wait_until
 ZONE = "zone-a"
 CLIENTS = 12
 SPREAD = 0.25  # every pod's in-flight streams within ±25 % of the mean
-SAMPLE_S = 6.0
+SAMPLE_S = 12.0
 """How long each pod's in-flight streams are averaged over before the spread is judged. About one and
-a half streams per pod are in flight at a time, so over 3 s one pod's average once read a third below the
-mean (0.96 against 1.43, during the full suite on a loaded machine); the bound is unchanged."""
+a half to two streams per pod are in flight at a time, so a short window is a noisy estimate: over 3 s one
+pod's average once read a third below the mean (0.96 against 1.43), and over 6 s 29% below (1.31
+against 1.85), both during the full suite on a loaded machine. The bound is unchanged."""
 
 
 @pytest.fixture(scope="module")
