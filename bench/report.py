@@ -77,9 +77,6 @@ def machine_header(cores: Sequence[int] | None = None) -> str:
 
     import numpy as np
 
-    from libs.voice.precision import cpu_has_native_bf16, cpu_model
-
-    cpu = cpu_model()
     pinned = sorted(cores if cores is not None else os.sched_getaffinity(0))
     size = 1024
     a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
@@ -88,7 +85,15 @@ def machine_header(cores: Sequence[int] | None = None) -> str:
     for _ in range(8):
         a @ a
     gflops = 8 * 2 * size**3 / (time.perf_counter() - started) / 1e9
-    return f"Machine: {cpu.name} ({vector_units(cpu.flags, cpu_has_native_bf16())}), pinned to CPUs {pinned}; sgemm {gflops:.0f} GFLOP/s on them.\n"
+    return f"Machine: {cpu_description()}, pinned to CPUs {pinned}; sgemm {gflops:.0f} GFLOP/s on them.\n"
+
+
+def cpu_description() -> str:
+    """The CPU's model and the vector units that move the mesh's figures, e.g. "AMD EPYC (AVX-512, native bf16)"."""
+    from libs.voice.precision import cpu_has_native_bf16, cpu_model
+
+    cpu = cpu_model()
+    return f"{cpu.name} ({vector_units(cpu.flags, cpu_has_native_bf16())})"
 
 
 def vector_units(flags: str, native_bf16: bool) -> str:

@@ -30,10 +30,10 @@ from bench import piper_baseline
 from bench.loadgen import LoadConfig, run_load
 from bench.measure import LoadSummary
 from bench.mesh import MAX_BATCH_FLAG, PRECISION_FLAG, BenchMesh, start_mesh
-from bench.report import Row, arithmetic_line, render_markdown, vector_units
+from bench.report import Row, arithmetic_line, cpu_description, render_markdown
 from bench.streaming_cost import measure_streaming_cost, target_line
 from bench.texts import TEXTS, unique_variants
-from libs.voice.precision import DEFAULT_PRECISION, PRECISIONS, cpu_has_native_bf16, cpu_model
+from libs.voice.precision import DEFAULT_PRECISION, PRECISIONS
 
 MIB: Final = 2**20
 TAGS_PER_REQUEST: Final = 16  # more than the longest text's sentences, so tag ranges never overlap
@@ -304,7 +304,7 @@ def target_lines(config: SpeedConfig, mesh: MeshNumbers, piper: PiperNumbers) ->
 def notes(config: SpeedConfig, cores: list[int], mesh: MeshNumbers, seconds: float) -> list[str]:
     """What a reader needs to interpret the table."""
     lines = [
-        f"{cpu_model().name} ({vector_units(cpu_model().flags, cpu_has_native_bf16())}); the benchmark, the mesh and piper-tts were all pinned to CPUs {cores} ({config.cores} cores).",
+        f"{cpu_description()}; the benchmark, the mesh and piper-tts were all pinned to CPUs {cores} ({config.cores} cores).",
         "Mesh: embedded Redis + gateway, acoustic and vocoder as separate processes on loopback, each with its default flags"
         + ("" if config.precision == DEFAULT_PRECISION else f" but {PRECISION_FLAG} {config.precision}")
         + "; the load generator (bench.loadgen) runs in the benchmark process.",

