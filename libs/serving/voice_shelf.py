@@ -30,7 +30,7 @@ import grpc
 
 from libs.serving.admission import process_rss_mb
 from libs.serving.memory import RELEASER, release_free_memory
-from libs.serving.server import StreamTracker
+from libs.serving.server import StreamEnding, StreamTracker
 from libs.serving.status import abort_for
 from libs.settings.fields import setting
 from libs.telemetry.metrics import WorkerMetrics
@@ -356,18 +356,19 @@ class VoiceServicer:
         return self.shelf  # type: ignore[return-value]
 
     @asynccontextmanager
-    async def _model_stream(self, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        """The engine one model stream runs on, for the stream's whole life: the stream is counted
-        (one refused at admission or cut before it starts too), its voice pinned (loaded if this worker
-        does not hold it) and the stream admitted (RESOURCE_EXHAUSTED when out of room); once it ends,
-        the voice is unpinned and a long sentence's memory goes back."""
-        async with self._tracker.track(context):
+    async def _model_stream(self, context: grpc.aio.ServicerContext) -> AsyncIterator[tuple[Any, StreamEnding]]:
+        """The engine one model stream runs on, for the stream's whole life, and the StreamEnding its
+        requests are read through: the stream is counted (one refused at admission or cut before it
+        starts too), its voice pinned (loaded if this worker does not hold it) and the stream admitted
+        (RESOURCE_EXHAUSTED when out of room); once it ends, the voice is unpinned and a long
+        sentence's memory goes back."""
+        async with self._tracker.track(context) as ending:
             shelf = await self._ready_shelf(context)
             engine = await pin_stream_voice(shelf, context)
             try:
                 await self._admission.admit(context, engine)
                 context.add_done_callback(RELEASER.call_done)
-                yield engine
+                yield engine, ending
             finally:
                 shelf.unpin(engine)
 

@@ -118,5 +118,8 @@ class ResumableAcousticStream(ResumableCall):
         metadata = self._open_metadata(self._pool.stream_metadata(self._voice))
         return self._pool.acoustic_stub(endpoint).SynthesizeMel(timeout=timeout_s, metadata=metadata)
 
+    def _end_request(self) -> acoustic_pb2.SentenceRequest:
+        return acoustic_pb2.SentenceRequest(end=True)
+
     def _position(self) -> str:
         return f"in sentence {self._sentence_index} at frame {self._next_frame}"

@@ -29,7 +29,7 @@ from libs.upstream.metrics import SHED_RETRY_BUDGET, SHED_WORKERS_SATURATED
 from libs.upstream.playback import PlaybackClock
 from libs.upstream.pool import WorkerPool
 from libs.wire.errors import DownstreamError, NoWorkerError
-from libs.wire.headers import LISTENING_METADATA
+from libs.wire.headers import ANNOUNCES_END_METADATA, LISTENING_METADATA
 
 _log = logging.getLogger(__name__)
 
@@ -74,6 +74,10 @@ class ResumableCall(ABC):
         """Start this stream's RPC on `endpoint` (the client's remaining deadline as its timeout)."""
 
     @abstractmethod
+    def _end_request(self) -> Any:
+        """This stream's request marked `end`: the last one, which carries nothing else."""
+
+    @abstractmethod
     def _position(self) -> str:
         """Where in the utterance the stream is, for logs ("in sentence 2 at frame 40")."""
 
@@ -82,10 +86,12 @@ class ResumableCall(ABC):
         return None
 
     def _open_metadata(self, metadata: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-        """`metadata` for a new call, marked LISTENING_METADATA once the listener has audio of the
-        utterance, or has it coming: from its worker, or from the cache before any call was opened."""
+        """`metadata` for a new call, which announces its end (`close`, ANNOUNCES_END_METADATA), marked
+        LISTENING_METADATA once the listener has audio of the utterance, or has it coming: from its
+        worker, or from the cache before any call was opened."""
         clock = self._clock
         listening = self._progressed or self._under_way or (clock is not None and clock.started)
+        metadata = (*metadata, ANNOUNCES_END_METADATA)
         return (*metadata, LISTENING_METADATA) if listening else metadata
 
     def cancel(self) -> None:
@@ -94,13 +100,14 @@ class ResumableCall(ABC):
         self._drop()
 
     async def close(self) -> None:
-        """Half-close the call (the worker then ends it cleanly) and stop counting it."""
+        """Announce the last request and half-close the call (the worker then ends it cleanly at
+        once), and stop counting it."""
         call = self._call
         if call is None:
             return
         try:
             async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                await call.done_writing()
+                await announce_end(call, self._end_request())
             # Let the worker finish its handler (its last metrics, an OK status) before the call is
             # dropped: dropping cancels it, and it would end as CANCELLED mid-bookkeeping.
             async with asyncio.timeout(CLOSE_TIMEOUT_S):
@@ -237,6 +244,13 @@ class ResumableCall(ABC):
                 self._reader.close()
             self._pool.table(self.kind).stream_finished(self._endpoint)  # type: ignore[arg-type]
         self._call = self._reader = self._endpoint = None
+
+
+async def announce_end(call: Any, last: Any) -> None:
+    """Send `last` (a request marked `end`) and half-close `call`: the worker knows the half-close
+    for a clean end, and not a cancellation on its way, and ends the stream without waiting."""
+    await call.write(last)
+    await call.done_writing()
 
 
 def _end_requests(call: Any) -> None:

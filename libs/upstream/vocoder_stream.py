@@ -28,7 +28,7 @@ from libs.scheduling.stream import DEFAULT_VOCODER_LAG_FRAMES
 from libs.upstream.calls import CALL_ERRORS, Deadline, StreamEnded, WorkerSilent
 from libs.upstream.playback import PlaybackClock
 from libs.upstream.pool import WorkerPool
-from libs.upstream.resumable import ResumableCall
+from libs.upstream.resumable import ResumableCall, announce_end
 from libs.voice.tiers import FAST
 from libs.wire.errors import DownstreamError
 from libs.wire.limits import MAX_FRAMES_PER_MESSAGE
@@ -131,12 +131,12 @@ class ResumableVocoderStream(ResumableCall):
                     pass  # the reader sees the broken call and reopens it with these slices included
 
     async def finish(self) -> None:
-        """No more slices will come: half-close the stream once everything is sent."""
+        """No more slices will come: announce the end and half-close the stream once everything is sent."""
         async with self._lock:
             self._writing_done = True
             if self._call is not None:
                 with contextlib.suppress(CALL_ERRORS):
-                    await self._call.done_writing()
+                    await announce_end(self._call, self._end_request())
 
     async def samples(self) -> AsyncIterator[Samples]:
         """Every sample of every sentence, in order, exactly once, across as many calls as it takes."""
@@ -228,6 +228,9 @@ class ResumableVocoderStream(ResumableCall):
     def _owed_on_open(self) -> float | None:
         return time.monotonic() if self._owes() else None
 
+    def _end_request(self) -> vocoder_pb2.VocodeRequest:
+        return vocoder_pb2.VocodeRequest(end=True)
+
     def _position(self) -> str:
         return f"in sentence {next(iter(self._sentences), None)} at sample {self._next_sample}"
 
@@ -254,7 +257,7 @@ class ResumableVocoderStream(ResumableCall):
                 for message in _requests(slices, context_only, sentence.tier):
                     await call.write(self._with_slack(message))
         if self._writing_done:
-            await call.done_writing()
+            await announce_end(call, self._end_request())
 
 
     def _with_slack(self, message: vocoder_pb2.VocodeRequest) -> vocoder_pb2.VocodeRequest:

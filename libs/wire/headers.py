@@ -36,5 +36,10 @@ LISTENING_METADATA: Final = ("tts-listening", "1")
 audio of it (a cached first sentence, or a stream moved to another worker). The gateway admitted the
 stream; a worker admits it past its real-time checks, because refusing it would cut the listener off
 mid-utterance, not keep work away (the hard limits still apply)."""
+ANNOUNCES_END_METADATA: Final = ("tts-announces-end", "1")
+"""Header a gateway sends when it opens a worker stream: it marks its last request `end` before it
+half-closes. Requests that end without one then mean the gateway went away (it cancelled the call,
+or failed): the worker stops the stream at once and counts it cancelled, where for another caller it
+first waits a moment for a cancellation that may be on its way."""
 PUSHBACK_METADATA_KEY: Final = "grpc-retry-pushback-ms"
 """Trailing metadata key a worker sets to say how long to wait (milliseconds) or, if negative, not to retry."""

@@ -54,9 +54,9 @@ class AcousticServicer(VoiceServicer, acoustic_pb2_grpc.AcousticServicer):
     async def SynthesizeMel(
         self, request_iterator: AsyncIterator[acoustic_pb2.SentenceRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[mel_pb2.MelSlices]:
-        async with self._model_stream(context) as engine:
+        async with self._model_stream(context) as (engine, ending):
             try:
-                async for message in self._work.stream(engine, stamped(request_iterator)):
+                async for message in self._work.stream(engine, stamped(ending.requests(request_iterator))):
                     yield message
             except (asyncio.CancelledError, grpc.aio.AbortError):
                 raise

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any, Final
+from typing import Any
 
 import grpc
 
@@ -17,10 +17,6 @@ from libs.serving.status import abort_for
 from libs.serving.vocoder_work import VocoderWork
 from libs.serving.voice_shelf import VoiceServicer, stream_speaker, stream_tier
 from libs.telemetry.metrics import VocoderMetrics
-
-CANCEL_GRACE_S: Final = 0.1
-"""How long a stream that ended inside a sentence may take to show it was cancelled (a cancelling
-gateway's stream also just ends, a moment before the call is marked cancelled)."""
 
 
 class VocoderServicer(VoiceServicer, vocoder_pb2_grpc.VocoderServicer):
@@ -43,13 +39,13 @@ class VocoderServicer(VoiceServicer, vocoder_pb2_grpc.VocoderServicer):
     async def Vocode(
         self, request_iterator: AsyncIterator[vocoder_pb2.VocodeRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[vocoder_pb2.VocodeResponse]:
-        async with self._model_stream(context) as engine:
+        async with self._model_stream(context) as (engine, ending):
             work: VocoderWork | None = None
             try:
                 work = VocoderWork(
                     engine, self._scheduler, self._metrics, lambda: self._admission.open_streams, stream_speaker(context, engine), stream_tier(context)
                 )
-                async for request, arrived_s in stamped(request_iterator):
+                async for request, arrived_s in stamped(ending.requests(request_iterator)):
                     async for response in work.answer(request, arrived_s):
                         yield response
             except (asyncio.CancelledError, grpc.aio.AbortError):
@@ -61,8 +57,7 @@ class VocoderServicer(VoiceServicer, vocoder_pb2_grpc.VocoderServicer):
                 if work is not None:
                     work.close()
             unfinished = work.slices.unfinished
-            if unfinished is not None:
-                await asyncio.sleep(CANCEL_GRACE_S)
+            if unfinished is not None and not await ending.caller_gone():
                 await context.abort(
                     grpc.StatusCode.INVALID_ARGUMENT,
                     f"stream ended inside sentence {unfinished.sentence_index}; end each sentence with a slice marked is_last",

@@ -163,7 +163,8 @@ def test_client_cancel_stops_worker_streams_and_frees_them(mesh: Mesh) -> None:
         time.sleep(0.1)
     for name in ("acoustic", "vocoder"):
         assert mesh.metric(name, f"tts_{name}_inflight_streams") == 0, f"{name} still holds the cancelled stream"
-        assert mesh.metric(name, f'tts_{name}_streams_total{{code="CANCELLED"}}') == cancelled_before[name] + 1
+        ended_as = {key: value for key, value in mesh.metrics(name).items() if key.startswith(f"tts_{name}_streams_total{{")}
+        assert mesh.metric(name, f'tts_{name}_streams_total{{code="CANCELLED"}}') == cancelled_before[name] + 1, ended_as
     time.sleep(1.0)
     done = mesh.metric("acoustic", ACOUSTIC_SENTENCES) - sentences_before
     # The gateway runs at most two sentences ahead of the audio, so little beyond the first ones was made.

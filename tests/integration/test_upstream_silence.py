@@ -41,6 +41,9 @@ class _Stream(ResumableCall):
     def _start(self, endpoint: Any, timeout_s: float | None) -> Any:
         raise NotImplementedError
 
+    def _end_request(self) -> Any:
+        raise NotImplementedError
+
     def _position(self) -> str:
         return ""
 

@@ -14,7 +14,7 @@ from libs.upstream.acoustic_stream import ResumableAcousticStream
 from libs.upstream.calls import Deadline
 from libs.upstream.playback import PlaybackClock
 from libs.wire.errors import NoWorkerError
-from libs.wire.headers import LISTENING_METADATA
+from libs.wire.headers import ANNOUNCES_END_METADATA, LISTENING_METADATA
 
 
 class _Pool:
@@ -35,7 +35,7 @@ def test_a_stream_says_its_listener_hears_it_once_the_listener_has_audio() -> No
     stream = ResumableAcousticStream(pool, Deadline(None), clock, voice="v")  # type: ignore[arg-type]
     assert LISTENING_METADATA not in stream._open_metadata(pool.stream_metadata("v"))
     clock.delivered(0.5)  # a cached first sentence went to the client
-    assert stream._open_metadata(pool.stream_metadata("v")) == (("tts-voice", "v"), LISTENING_METADATA)
+    assert stream._open_metadata(pool.stream_metadata("v")) == (("tts-voice", "v"), ANNOUNCES_END_METADATA, LISTENING_METADATA)
     without_clock = ResumableAcousticStream(pool, Deadline(None), None, voice="v")  # type: ignore[arg-type]
     assert LISTENING_METADATA not in without_clock._open_metadata(())
     without_clock._progressed = True  # slices of this utterance reached the client: a reopen is a resume

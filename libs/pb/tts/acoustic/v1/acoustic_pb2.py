@@ -26,7 +26,7 @@ from libs.pb.tts.common.v1 import load_pb2 as tts_dot_common_dot_v1_dot_load__pb
 from libs.pb.tts.common.v1 import mel_pb2 as tts_dot_common_dot_v1_dot_mel__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1etts/acoustic/v1/acoustic.proto\x12\x0ftts.acoustic.v1\x1a\x18tts/common/v1/load.proto\x1a\x17tts/common/v1/mel.proto\"\xd5\x03\n\x0fSentenceRequest\x12\x14\n\x0cutterance_id\x18\x01 \x01(\t\x12\x16\n\x0esentence_index\x18\x02 \x01(\x05\x12\x13\n\x0bphoneme_ids\x18\x03 \x03(\x05\x12\r\n\x05voice\x18\x04 \x01(\t\x12\x12\n\nspeaker_id\x18\x05 \x01(\x05\x12\r\n\x05speed\x18\x06 \x01(\x02\x12\x13\n\x0bnoise_scale\x18\x07 \x01(\x02\x12\x0f\n\x07noise_w\x18\x08 \x01(\x02\x12\x0c\n\x04seed\x18\t \x01(\x04\x12\x1e\n\x16\x65xpected_model_version\x18\n \x01(\t\x12\x13\n\x0bstart_frame\x18\x0b \x01(\x05\x12\x10\n\x08slice_ms\x18\x0c \x01(\x02\x12&\n\x05\x64type\x18\r \x01(\x0e\x32\x17.tts.common.v1.MelDType\x12\x19\n\x11playback_slack_ms\x18\x0e \x01(\x02\x12\x34\n\x0evocoder_pacing\x18\x0f \x01(\x0b\x32\x1c.tts.common.v1.VocoderPacing\x12\x15\n\rdownstream_ms\x18\x10 \x01(\x02\x12\x17\n\x0fspoken_first_id\x18\x11 \x01(\x05\x12\x15\n\rspoken_end_id\x18\x12 \x01(\x05\x12\x12\n\nunlistened\x18\x13 \x01(\x08\"$\n\x13GetModelInfoRequest\x12\r\n\x05voice\x18\x01 \x01(\t\"\x83\x01\n\tModelInfo\x12\x15\n\rmodel_version\x18\x01 \x01(\t\x12\r\n\x05voice\x18\x02 \x01(\t\x12\x16\n\x0esample_rate_hz\x18\x03 \x01(\x05\x12\x12\n\nhop_length\x18\x04 \x01(\x05\x12\x0e\n\x06n_mels\x18\x05 \x01(\x05\x12\x14\n\x0cnum_speakers\x18\x06 \x01(\x05\x32\xf2\x01\n\x08\x41\x63oustic\x12O\n\rSynthesizeMel\x12 .tts.acoustic.v1.SentenceRequest\x1a\x18.tts.common.v1.MelSlices(\x01\x30\x01\x12P\n\x0cGetModelInfo\x12$.tts.acoustic.v1.GetModelInfoRequest\x1a\x1a.tts.acoustic.v1.ModelInfo\x12\x43\n\x07GetLoad\x12\x1d.tts.common.v1.GetLoadRequest\x1a\x19.tts.common.v1.WorkerLoadb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1etts/acoustic/v1/acoustic.proto\x12\x0ftts.acoustic.v1\x1a\x18tts/common/v1/load.proto\x1a\x17tts/common/v1/mel.proto\"\xe2\x03\n\x0fSentenceRequest\x12\x14\n\x0cutterance_id\x18\x01 \x01(\t\x12\x16\n\x0esentence_index\x18\x02 \x01(\x05\x12\x13\n\x0bphoneme_ids\x18\x03 \x03(\x05\x12\r\n\x05voice\x18\x04 \x01(\t\x12\x12\n\nspeaker_id\x18\x05 \x01(\x05\x12\r\n\x05speed\x18\x06 \x01(\x02\x12\x13\n\x0bnoise_scale\x18\x07 \x01(\x02\x12\x0f\n\x07noise_w\x18\x08 \x01(\x02\x12\x0c\n\x04seed\x18\t \x01(\x04\x12\x1e\n\x16\x65xpected_model_version\x18\n \x01(\t\x12\x13\n\x0bstart_frame\x18\x0b \x01(\x05\x12\x10\n\x08slice_ms\x18\x0c \x01(\x02\x12&\n\x05\x64type\x18\r \x01(\x0e\x32\x17.tts.common.v1.MelDType\x12\x19\n\x11playback_slack_ms\x18\x0e \x01(\x02\x12\x34\n\x0evocoder_pacing\x18\x0f \x01(\x0b\x32\x1c.tts.common.v1.VocoderPacing\x12\x15\n\rdownstream_ms\x18\x10 \x01(\x02\x12\x17\n\x0fspoken_first_id\x18\x11 \x01(\x05\x12\x15\n\rspoken_end_id\x18\x12 \x01(\x05\x12\x12\n\nunlistened\x18\x13 \x01(\x08\x12\x0b\n\x03\x65nd\x18\x14 \x01(\x08\"$\n\x13GetModelInfoRequest\x12\r\n\x05voice\x18\x01 \x01(\t\"\x83\x01\n\tModelInfo\x12\x15\n\rmodel_version\x18\x01 \x01(\t\x12\r\n\x05voice\x18\x02 \x01(\t\x12\x16\n\x0esample_rate_hz\x18\x03 \x01(\x05\x12\x12\n\nhop_length\x18\x04 \x01(\x05\x12\x0e\n\x06n_mels\x18\x05 \x01(\x05\x12\x14\n\x0cnum_speakers\x18\x06 \x01(\x05\x32\xf2\x01\n\x08\x41\x63oustic\x12O\n\rSynthesizeMel\x12 .tts.acoustic.v1.SentenceRequest\x1a\x18.tts.common.v1.MelSlices(\x01\x30\x01\x12P\n\x0cGetModelInfo\x12$.tts.acoustic.v1.GetModelInfoRequest\x1a\x1a.tts.acoustic.v1.ModelInfo\x12\x43\n\x07GetLoad\x12\x1d.tts.common.v1.GetLoadRequest\x1a\x19.tts.common.v1.WorkerLoadb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,11 +34,11 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tts.acoustic.v1.acoustic_pb
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SENTENCEREQUEST']._serialized_start=103
-  _globals['_SENTENCEREQUEST']._serialized_end=572
-  _globals['_GETMODELINFOREQUEST']._serialized_start=574
-  _globals['_GETMODELINFOREQUEST']._serialized_end=610
-  _globals['_MODELINFO']._serialized_start=613
-  _globals['_MODELINFO']._serialized_end=744
-  _globals['_ACOUSTIC']._serialized_start=747
-  _globals['_ACOUSTIC']._serialized_end=989
+  _globals['_SENTENCEREQUEST']._serialized_end=585
+  _globals['_GETMODELINFOREQUEST']._serialized_start=587
+  _globals['_GETMODELINFOREQUEST']._serialized_end=623
+  _globals['_MODELINFO']._serialized_start=626
+  _globals['_MODELINFO']._serialized_end=757
+  _globals['_ACOUSTIC']._serialized_start=760
+  _globals['_ACOUSTIC']._serialized_end=1002
 # @@protoc_insertion_point(module_scope)

@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SentenceRequest(_message.Message):
-    __slots__ = ("utterance_id", "sentence_index", "phoneme_ids", "voice", "speaker_id", "speed", "noise_scale", "noise_w", "seed", "expected_model_version", "start_frame", "slice_ms", "dtype", "playback_slack_ms", "vocoder_pacing", "downstream_ms", "spoken_first_id", "spoken_end_id", "unlistened")
+    __slots__ = ("utterance_id", "sentence_index", "phoneme_ids", "voice", "speaker_id", "speed", "noise_scale", "noise_w", "seed", "expected_model_version", "start_frame", "slice_ms", "dtype", "playback_slack_ms", "vocoder_pacing", "downstream_ms", "spoken_first_id", "spoken_end_id", "unlistened", "end")
     UTTERANCE_ID_FIELD_NUMBER: _ClassVar[int]
     SENTENCE_INDEX_FIELD_NUMBER: _ClassVar[int]
     PHONEME_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -29,6 +29,7 @@ class SentenceRequest(_message.Message):
     SPOKEN_FIRST_ID_FIELD_NUMBER: _ClassVar[int]
     SPOKEN_END_ID_FIELD_NUMBER: _ClassVar[int]
     UNLISTENED_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
     utterance_id: str
     sentence_index: int
     phoneme_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -48,7 +49,8 @@ class SentenceRequest(_message.Message):
     spoken_first_id: int
     spoken_end_id: int
     unlistened: bool
-    def __init__(self, utterance_id: _Optional[str] = ..., sentence_index: _Optional[int] = ..., phoneme_ids: _Optional[_Iterable[int]] = ..., voice: _Optional[str] = ..., speaker_id: _Optional[int] = ..., speed: _Optional[float] = ..., noise_scale: _Optional[float] = ..., noise_w: _Optional[float] = ..., seed: _Optional[int] = ..., expected_model_version: _Optional[str] = ..., start_frame: _Optional[int] = ..., slice_ms: _Optional[float] = ..., dtype: _Optional[_Union[_mel_pb2.MelDType, str]] = ..., playback_slack_ms: _Optional[float] = ..., vocoder_pacing: _Optional[_Union[_load_pb2.VocoderPacing, _Mapping]] = ..., downstream_ms: _Optional[float] = ..., spoken_first_id: _Optional[int] = ..., spoken_end_id: _Optional[int] = ..., unlistened: _Optional[bool] = ...) -> None: ...
+    end: bool
+    def __init__(self, utterance_id: _Optional[str] = ..., sentence_index: _Optional[int] = ..., phoneme_ids: _Optional[_Iterable[int]] = ..., voice: _Optional[str] = ..., speaker_id: _Optional[int] = ..., speed: _Optional[float] = ..., noise_scale: _Optional[float] = ..., noise_w: _Optional[float] = ..., seed: _Optional[int] = ..., expected_model_version: _Optional[str] = ..., start_frame: _Optional[int] = ..., slice_ms: _Optional[float] = ..., dtype: _Optional[_Union[_mel_pb2.MelDType, str]] = ..., playback_slack_ms: _Optional[float] = ..., vocoder_pacing: _Optional[_Union[_load_pb2.VocoderPacing, _Mapping]] = ..., downstream_ms: _Optional[float] = ..., spoken_first_id: _Optional[int] = ..., spoken_end_id: _Optional[int] = ..., unlistened: _Optional[bool] = ..., end: _Optional[bool] = ...) -> None: ...
 
 class GetModelInfoRequest(_message.Message):
     __slots__ = ("voice",)

@@ -26,7 +26,7 @@ from libs.pb.tts.common.v1 import load_pb2 as tts_dot_common_dot_v1_dot_load__pb
 from libs.pb.tts.common.v1 import mel_pb2 as tts_dot_common_dot_v1_dot_mel__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ctts/vocoder/v1/vocoder.proto\x12\x0etts.vocoder.v1\x1a\x18tts/common/v1/load.proto\x1a\x17tts/common/v1/mel.proto\"\xa2\x01\n\rVocodeRequest\x12\'\n\x06slices\x18\x01 \x03(\x0b\x32\x17.tts.common.v1.MelSlice\x12\x14\n\x0c\x63ontext_only\x18\x02 \x01(\x08\x12\x19\n\x11playback_slack_ms\x18\x03 \x01(\x02\x12\x15\n\rdownstream_ms\x18\x04 \x01(\x02\x12\x0c\n\x04tier\x18\x05 \x01(\t\x12\x12\n\nunlistened\x18\x06 \x01(\x08\"\xb4\x01\n\x0eVocodeResponse\x12\x14\n\x0cutterance_id\x18\x01 \x01(\t\x12\x16\n\x0esentence_index\x18\x02 \x01(\x05\x12\x14\n\x0c\x66irst_sample\x18\x03 \x01(\x03\x12\x0f\n\x07samples\x18\x04 \x01(\x0c\x12\x16\n\x0esample_rate_hz\x18\x05 \x01(\x05\x12\x0f\n\x07is_last\x18\x06 \x01(\x08\x12\x0c\n\x04\x62usy\x18\x07 \x01(\x08\x12\x16\n\x0estep_continues\x18\x08 \x01(\x08\x32\x9b\x01\n\x07Vocoder\x12K\n\x06Vocode\x12\x1d.tts.vocoder.v1.VocodeRequest\x1a\x1e.tts.vocoder.v1.VocodeResponse(\x01\x30\x01\x12\x43\n\x07GetLoad\x12\x1d.tts.common.v1.GetLoadRequest\x1a\x19.tts.common.v1.WorkerLoadb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ctts/vocoder/v1/vocoder.proto\x12\x0etts.vocoder.v1\x1a\x18tts/common/v1/load.proto\x1a\x17tts/common/v1/mel.proto\"\xaf\x01\n\rVocodeRequest\x12\'\n\x06slices\x18\x01 \x03(\x0b\x32\x17.tts.common.v1.MelSlice\x12\x14\n\x0c\x63ontext_only\x18\x02 \x01(\x08\x12\x19\n\x11playback_slack_ms\x18\x03 \x01(\x02\x12\x15\n\rdownstream_ms\x18\x04 \x01(\x02\x12\x0c\n\x04tier\x18\x05 \x01(\t\x12\x12\n\nunlistened\x18\x06 \x01(\x08\x12\x0b\n\x03\x65nd\x18\x07 \x01(\x08\"\xb4\x01\n\x0eVocodeResponse\x12\x14\n\x0cutterance_id\x18\x01 \x01(\t\x12\x16\n\x0esentence_index\x18\x02 \x01(\x05\x12\x14\n\x0c\x66irst_sample\x18\x03 \x01(\x03\x12\x0f\n\x07samples\x18\x04 \x01(\x0c\x12\x16\n\x0esample_rate_hz\x18\x05 \x01(\x05\x12\x0f\n\x07is_last\x18\x06 \x01(\x08\x12\x0c\n\x04\x62usy\x18\x07 \x01(\x08\x12\x16\n\x0estep_continues\x18\x08 \x01(\x08\x32\x9b\x01\n\x07Vocoder\x12K\n\x06Vocode\x12\x1d.tts.vocoder.v1.VocodeRequest\x1a\x1e.tts.vocoder.v1.VocodeResponse(\x01\x30\x01\x12\x43\n\x07GetLoad\x12\x1d.tts.common.v1.GetLoadRequest\x1a\x19.tts.common.v1.WorkerLoadb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,9 +34,9 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tts.vocoder.v1.vocoder_pb2'
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_VOCODEREQUEST']._serialized_start=100
-  _globals['_VOCODEREQUEST']._serialized_end=262
-  _globals['_VOCODERESPONSE']._serialized_start=265
-  _globals['_VOCODERESPONSE']._serialized_end=445
-  _globals['_VOCODER']._serialized_start=448
-  _globals['_VOCODER']._serialized_end=603
+  _globals['_VOCODEREQUEST']._serialized_end=275
+  _globals['_VOCODERESPONSE']._serialized_start=278
+  _globals['_VOCODERESPONSE']._serialized_end=458
+  _globals['_VOCODER']._serialized_start=461
+  _globals['_VOCODER']._serialized_end=616
 # @@protoc_insertion_point(module_scope)

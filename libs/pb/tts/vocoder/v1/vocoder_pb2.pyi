@@ -9,20 +9,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class VocodeRequest(_message.Message):
-    __slots__ = ("slices", "context_only", "playback_slack_ms", "downstream_ms", "tier", "unlistened")
+    __slots__ = ("slices", "context_only", "playback_slack_ms", "downstream_ms", "tier", "unlistened", "end")
     SLICES_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_ONLY_FIELD_NUMBER: _ClassVar[int]
     PLAYBACK_SLACK_MS_FIELD_NUMBER: _ClassVar[int]
     DOWNSTREAM_MS_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
     UNLISTENED_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
     slices: _containers.RepeatedCompositeFieldContainer[_mel_pb2.MelSlice]
     context_only: bool
     playback_slack_ms: float
     downstream_ms: float
     tier: str
     unlistened: bool
-    def __init__(self, slices: _Optional[_Iterable[_Union[_mel_pb2.MelSlice, _Mapping]]] = ..., context_only: _Optional[bool] = ..., playback_slack_ms: _Optional[float] = ..., downstream_ms: _Optional[float] = ..., tier: _Optional[str] = ..., unlistened: _Optional[bool] = ...) -> None: ...
+    end: bool
+    def __init__(self, slices: _Optional[_Iterable[_Union[_mel_pb2.MelSlice, _Mapping]]] = ..., context_only: _Optional[bool] = ..., playback_slack_ms: _Optional[float] = ..., downstream_ms: _Optional[float] = ..., tier: _Optional[str] = ..., unlistened: _Optional[bool] = ..., end: _Optional[bool] = ...) -> None: ...
 
 class VocodeResponse(_message.Message):
     __slots__ = ("utterance_id", "sentence_index", "first_sample", "samples", "sample_rate_hz", "is_last", "busy", "step_continues")
