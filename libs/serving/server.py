@@ -343,6 +343,8 @@ class StreamEnding:
             if self.announced:
                 raise InvalidRequestError("a request came after the one marked end; mark only the last request end")
             if getattr(request, "end", False):
+                if _carries_more_than_end(request):
+                    raise InvalidRequestError("a request marked end carries nothing else; send what it carries in a request before it")
                 self.announced = True
                 continue
             yield request
@@ -360,6 +362,13 @@ class StreamEnding:
             self._waited = True
             await asyncio.sleep(UNANNOUNCED_END_WAIT_S)
         return False
+
+
+def _carries_more_than_end(request: Any) -> bool:
+    rest = type(request)()
+    rest.CopyFrom(request)
+    rest.ClearField("end")
+    return rest.ByteSize() > 0
 
 
 class StreamTracker:

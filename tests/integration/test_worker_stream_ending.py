@@ -1,7 +1,7 @@
 """How a worker stream ends, over real gRPC: a caller that announces its last request (`end`) ends
 the stream cleanly; requests that end unannounced from a caller that promised to announce (the
 gateway) are a cancellation, whenever the cancellation itself lands; another caller's half-close
-is still a clean end; a request after `end` is refused; a call cancelled while its answers are being
+is still a clean end; a request after `end`, or one marked `end` that carries more, is refused; a call cancelled while its answers are being
 written is counted as cancelled too."""
 
 from __future__ import annotations
@@ -85,6 +85,16 @@ async def test_a_request_after_the_announced_end_is_refused(worker: VocoderWorke
             pass
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "after the one marked end" in (caught.value.details() or "")
+
+
+async def test_a_request_marked_end_that_carries_slices_is_refused_not_dropped(worker: VocoderWorker) -> None:
+    last = _sentence(6)
+    last.end = True
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for _ in worker.stub.Vocode(iter([last]), timeout=60):
+            pass
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "a request marked end carries nothing else" in (caught.value.details() or "")
 
 
 async def test_requests_that_end_unannounced_from_a_caller_that_announces_are_a_cancel(worker: VocoderWorker) -> None:
