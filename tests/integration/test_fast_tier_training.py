@@ -75,3 +75,22 @@ def test_the_held_out_check_scores_each_text_on_its_own_and_averages_them() -> N
     scores = dnsmos_per_text(vocode, texts)
     assert scores == pytest.approx(tuple(float(np.mean(column)) for column in zip(*by_text, strict=True)))
     assert scores[0] != pytest.approx(joined[0])
+
+
+def test_periodicity_at_one_hop_tells_a_buzz_at_the_frame_rate_from_speech_like_audio() -> None:
+    from scripts.voice.fast_tier import hop_periodicity, periodicity_at
+
+    rng = np.random.default_rng(5)
+    frame = rng.normal(size=256)
+    buzz = np.tile(frame, 40)  # the same waveform every frame: a buzz at the frame rate
+    # A voiced sound with a pitch of its own, gliding from 100 to 160 Hz as intonation does, five harmonics.
+    pitch_hz = np.linspace(100.0, 160.0, 40 * 256)
+    phase = 2 * np.pi * np.cumsum(pitch_hz) / 22050
+    voiced = sum(np.sin(k * phase) / k for k in range(1, 6))
+    assert periodicity_at(buzz, 256) == pytest.approx(39 / 40)  # all but the last frame has its like one hop on
+    assert abs(periodicity_at(voiced, 256)) < 0.5
+    assert abs(periodicity_at(rng.normal(size=40 * 256), 256)) < 0.05
+    assert periodicity_at(np.zeros(1000), 256) == 0.0
+    texts = [[torch.zeros(80, 20)], [torch.zeros(80, 20), torch.zeros(80, 20)]]
+    # Each text's sentences are joined: 20 and 40 frames of the same waveform.
+    assert hop_periodicity(lambda mel: torch.from_numpy(np.tile(frame, mel.shape[-1])), texts, 256) == pytest.approx((19 / 20 + 39 / 40) / 2)
