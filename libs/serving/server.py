@@ -18,7 +18,7 @@ import socket
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -321,7 +321,13 @@ cancelled call ends a moment before the call is marked cancelled; with three thr
 by turns, 91 of 200 cancellations landed more than 5 ms later (the wait before), the latest 56 ms
 later. The gateway announces its end (ANNOUNCES_END_METADATA) and never waits."""
 
-RequestT = TypeVar("RequestT")
+class EndMarked(Protocol):
+    """A worker stream's request: both kinds carry `end`."""
+
+    end: bool
+
+
+RequestT = TypeVar("RequestT", bound=EndMarked)
 
 
 class StreamEnding:
@@ -342,7 +348,7 @@ class StreamEnding:
         async for request in requests:
             if self.announced:
                 raise InvalidRequestError("a request came after the one marked end; mark only the last request end")
-            if getattr(request, "end", False):
+            if request.end:
                 if _carries_more_than_end(request):
                     raise InvalidRequestError("a request marked end carries nothing else; send what it carries in a request before it")
                 self.announced = True

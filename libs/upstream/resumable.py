@@ -77,6 +77,12 @@ class ResumableCall(ABC):
     def _end_request(self) -> Any:
         """This stream's request marked `end`: the last one, which carries nothing else."""
 
+    async def _announce_end(self, call: Any) -> None:
+        """Send `call` the request marked `end` and half-close it: the worker knows the half-close for a
+        clean end, and not a cancellation on its way, and ends the stream without waiting."""
+        await call.write(self._end_request())
+        await call.done_writing()
+
     @abstractmethod
     def _position(self) -> str:
         """Where in the utterance the stream is, for logs ("in sentence 2 at frame 40")."""
@@ -86,7 +92,7 @@ class ResumableCall(ABC):
         return None
 
     def _open_metadata(self, metadata: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-        """`metadata` for a new call, which announces its end (`close`, ANNOUNCES_END_METADATA), marked
+        """`metadata` for a new call, which announces its end (`_announce_end`, ANNOUNCES_END_METADATA), marked
         LISTENING_METADATA once the listener has audio of the utterance, or has it coming: from its
         worker, or from the cache before any call was opened."""
         clock = self._clock
@@ -107,7 +113,7 @@ class ResumableCall(ABC):
             return
         try:
             async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                await announce_end(call, self._end_request())
+                await self._announce_end(call)
             # Let the worker finish its handler (its last metrics, an OK status) before the call is
             # dropped: dropping cancels it, and it would end as CANCELLED mid-bookkeeping.
             async with asyncio.timeout(CLOSE_TIMEOUT_S):
@@ -244,13 +250,6 @@ class ResumableCall(ABC):
                 self._reader.close()
             self._pool.table(self.kind).stream_finished(self._endpoint)  # type: ignore[arg-type]
         self._call = self._reader = self._endpoint = None
-
-
-async def announce_end(call: Any, last: Any) -> None:
-    """Send `last` (a request marked `end`) and half-close `call`: the worker knows the half-close
-    for a clean end, and not a cancellation on its way, and ends the stream without waiting."""
-    await call.write(last)
-    await call.done_writing()
 
 
 def _end_requests(call: Any) -> None:

@@ -28,7 +28,7 @@ from libs.scheduling.stream import DEFAULT_VOCODER_LAG_FRAMES
 from libs.upstream.calls import CALL_ERRORS, Deadline, StreamEnded, WorkerSilent
 from libs.upstream.playback import PlaybackClock
 from libs.upstream.pool import WorkerPool
-from libs.upstream.resumable import ResumableCall, announce_end
+from libs.upstream.resumable import ResumableCall
 from libs.voice.tiers import FAST
 from libs.wire.errors import DownstreamError
 from libs.wire.limits import MAX_FRAMES_PER_MESSAGE
@@ -136,7 +136,7 @@ class ResumableVocoderStream(ResumableCall):
             self._writing_done = True
             if self._call is not None:
                 with contextlib.suppress(CALL_ERRORS):
-                    await announce_end(self._call, self._end_request())
+                    await self._announce_end(self._call)
 
     async def samples(self) -> AsyncIterator[Samples]:
         """Every sample of every sentence, in order, exactly once, across as many calls as it takes."""
@@ -257,7 +257,7 @@ class ResumableVocoderStream(ResumableCall):
                 for message in _requests(slices, context_only, sentence.tier):
                     await call.write(self._with_slack(message))
         if self._writing_done:
-            await announce_end(call, self._end_request())
+            await self._announce_end(call)
 
 
     def _with_slack(self, message: vocoder_pb2.VocodeRequest) -> vocoder_pb2.VocodeRequest:

@@ -202,14 +202,19 @@ def heldout_mels(text_count: int, work_dir: Path = WORK_DIR, first: int = 0) -> 
     return texts
 
 
-def dnsmos_per_text(vocode, texts: list[list[torch.Tensor]]) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
-    """Mean DNSMOS (OVRL, SIG, BAK) of `vocode`'s audio of each text (its sentences one after the
-    other), each text scored on its own as `make bench-quality` scores them. One clip of all the texts
-    scores otherwise: joined, texts 1-20 put the fast tier 0.06 below the quality tier; one by one, 0.11."""
+def text_audio(vocode, texts: list[list[torch.Tensor]]) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
+    """`vocode`'s audio of each text: its sentences' mels vocoded one after the other."""
+    with torch.inference_mode():
+        return [np.concatenate([vocode(mel[None]).numpy() for mel in mels]) for mels in texts]
+
+
+def dnsmos_per_text(clips: Sequence[np.ndarray]) -> tuple[float, float, float]:
+    """Mean DNSMOS (OVRL, SIG, BAK) of the texts' audio (`text_audio`), each text scored on its own as
+    `make bench-quality` scores them. One clip of all the texts scores otherwise: joined, texts 1-20
+    put the fast tier 0.06 below the quality tier; one by one, 0.11."""
     from bench.quality import dnsmos_scores
 
-    with torch.inference_mode():
-        scores = [dnsmos_scores(np.concatenate([vocode(mel[None]).numpy() for mel in mels]), 22050) for mels in texts]
+    scores = [dnsmos_scores(clip, 22050) for clip in clips]
     overall, signal, background = (float(np.mean(column)) for column in zip(*scores, strict=True))
     return overall, signal, background
 
@@ -222,12 +227,11 @@ def periodicity_at(samples: np.ndarray, lag: int) -> float:
     return float(np.dot(x[:-lag], x[lag:]) / energy) if energy > 0.0 and len(x) > lag else 0.0
 
 
-def hop_periodicity(vocode, texts: list[list[torch.Tensor]], hop: int) -> float:  # type: ignore[no-untyped-def]
-    """Mean over `texts` of `periodicity_at` one hop of `vocode`'s audio of each text (its sentences
-    one after the other): how much the audio repeats with the mel's frames, a buzz at the frame rate
-    (86 Hz for a 256-sample hop at 22,050 Hz) that spectral losses leave in a student."""
-    with torch.inference_mode():
-        return float(np.mean([periodicity_at(np.concatenate([vocode(mel[None]).numpy() for mel in mels]), hop) for mels in texts]))
+def hop_periodicity(clips: Sequence[np.ndarray], hop: int) -> float:
+    """Mean `periodicity_at` one hop of the texts' audio (`text_audio`): how much the audio repeats with
+    the mel's frames, a buzz at the frame rate (86 Hz for a 256-sample hop at 22,050 Hz) that spectral
+    losses leave in a student."""
+    return float(np.mean([periodicity_at(clip, hop) for clip in clips]))
 
 
 def evaluate(model: Generator, text_count: int = 20, work_dir: Path = WORK_DIR) -> dict[str, float]:
@@ -242,11 +246,12 @@ def evaluate(model: Generator, text_count: int = 20, work_dir: Path = WORK_DIR) 
     texts = heldout_mels(text_count, work_dir)
     scores: dict[str, float] = {}
     for name, vocode in (("quality", lambda mel: quality(mel)[0]), ("fast", lambda mel: student(mel)[0, 0])):
-        overall, signal, background = dnsmos_per_text(vocode, texts)
+        clips = text_audio(vocode, texts)
+        overall, signal, background = dnsmos_per_text(clips)
         scores[f"{name}_dnsmos"] = overall
         scores[f"{name}_sig"] = signal
         scores[f"{name}_bak"] = background
-        scores[f"{name}_hop_periodicity"] = hop_periodicity(vocode, texts, model.config.hop_length)
+        scores[f"{name}_hop_periodicity"] = hop_periodicity(clips, model.config.hop_length)
         scores[f"{name}_cpu_per_audio_s"] = cpu_per_audio_second(vocode, [mel for mels in texts for mel in mels])
     return scores
 
@@ -267,7 +272,7 @@ def choose_snapshot(snapshots: list[Path], work_dir: Path = WORK_DIR, log=print)
     for path in snapshots:
         student = student_from(path)
         student.remove_weight_norm()
-        scored.append((dnsmos_per_text(lambda mel: student(mel)[0, 0], texts)[0], path))  # noqa: B023
+        scored.append((dnsmos_per_text(text_audio(lambda mel: student(mel)[0, 0], texts))[0], path))  # noqa: B023
         log(f"{path.name}: DNSMOS {scored[-1][0]:.4f} on held-out texts 21-40, each on its own")
     return max(scored)[1]
 
@@ -307,9 +312,7 @@ def install(  # type: ignore[no-untyped-def]
             ("hop_periodicity", "periodicity at one hop (autocorrelation; 0 for speech, 1 for a buzz at the frame rate)"),
             ("cpu_per_audio_s", "CPU s per audio s"),
         )  # fmt: skip
-        for key, label in rows:
-            if f"quality_{key}" in scores:
-                lines.append(f"| {label} | {scores[f'quality_{key}']:.4f} | {scores[f'fast_{key}']:.4f} |")
+        lines += [f"| {label} | {scores[f'quality_{key}']:.4f} | {scores[f'fast_{key}']:.4f} |" for key, label in rows]
     (assets.trained_dir / MANIFEST_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 

@@ -56,7 +56,7 @@ def test_the_held_out_check_scores_each_text_on_its_own_and_averages_them() -> N
     """Each text's sentences are joined into one clip and each text is scored alone, as `make
     bench-quality` scores, never one clip of every text (which read the fast tier's gap as half)."""
     from bench.quality import dnsmos_scores
-    from scripts.voice.fast_tier import dnsmos_per_text
+    from scripts.voice.fast_tier import dnsmos_per_text, text_audio
 
     generator = torch.Generator().manual_seed(3)
     # Here a "mel" only names its audio: a tone of its first value in hertz, half a second per frame, in noise.
@@ -72,13 +72,13 @@ def test_the_held_out_check_scores_each_text_on_its_own_and_averages_them() -> N
 
     by_text = [dnsmos_scores(clip(mels), 22050) for mels in texts]
     joined = dnsmos_scores(clip([mel for mels in texts for mel in mels]), 22050)
-    scores = dnsmos_per_text(vocode, texts)
+    scores = dnsmos_per_text(text_audio(vocode, texts))
     assert scores == pytest.approx(tuple(float(np.mean(column)) for column in zip(*by_text, strict=True)))
     assert scores[0] != pytest.approx(joined[0])
 
 
 def test_periodicity_at_one_hop_tells_a_buzz_at_the_frame_rate_from_speech_like_audio() -> None:
-    from scripts.voice.fast_tier import hop_periodicity, periodicity_at
+    from scripts.voice.fast_tier import hop_periodicity, periodicity_at, text_audio
 
     rng = np.random.default_rng(5)
     frame = rng.normal(size=256)
@@ -93,4 +93,5 @@ def test_periodicity_at_one_hop_tells_a_buzz_at_the_frame_rate_from_speech_like_
     assert periodicity_at(np.zeros(1000), 256) == 0.0
     texts = [[torch.zeros(80, 20)], [torch.zeros(80, 20), torch.zeros(80, 20)]]
     # Each text's sentences are joined: 20 and 40 frames of the same waveform.
-    assert hop_periodicity(lambda mel: torch.from_numpy(np.tile(frame, mel.shape[-1])), texts, 256) == pytest.approx((19 / 20 + 39 / 40) / 2)
+    clips = text_audio(lambda mel: torch.from_numpy(np.tile(frame, mel.shape[-1])), texts)
+    assert hop_periodicity(clips, 256) == pytest.approx((19 / 20 + 39 / 40) / 2)

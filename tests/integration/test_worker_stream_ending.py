@@ -132,8 +132,8 @@ async def test_a_call_cancelled_while_its_responses_are_written_is_counted_cance
     tracker = StreamTracker(Gauge("open", "", registry=registry), Counter("ended", "", ["code"], registry=registry))
 
     async def answer_at_length(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
-        async with tracker.track(context) as ending:
-            async for _ in ending.requests(requests):
+        async with tracker.track(context):
+            async for _ in requests:
                 for _ in range(LONG_ANSWER_MESSAGES):
                     yield bytes(LONG_ANSWER_MESSAGE_BYTES)
 
