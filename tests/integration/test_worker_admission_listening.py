@@ -37,8 +37,9 @@ async def _serve(admission: Admission) -> tuple[grpc.aio.Server, str]:
 async def _opened(channel: grpc.aio.Channel, listening: bool) -> tuple[grpc.aio.StreamStreamCall, str]:
     """A stream that has sent one message and read its echo: "admitted", or the refusal's code."""
     call = channel.stream_stream(METHOD)(metadata=(LISTENING_METADATA,) if listening else (), timeout=30)
-    await call.write(b"x")
     try:
+        # A refusal can end the call before the write: the write then raises the refusal itself.
+        await call.write(b"x")
         await call.read()
         return call, "admitted"
     except grpc.aio.AioRpcError as error:
