@@ -113,11 +113,12 @@ bench-load: $(DEV)
 	$(PY) -m bench.realtime --out bench/realtime.md
 	$(PY) -m bench.tier_burst
 
-## DNSMOS and word error rate of our full path (both tiers), copy synthesis and piper-tts on held-out sentences; a long first sentence spoken whole and with its opening first; what each model part and text-encoder layer costs, and how far int8 moves each layer.
+## DNSMOS and word error rate of our full path (both tiers), copy synthesis and piper-tts on held-out sentences; a long first sentence spoken whole and with its opening first; what each model part and text-encoder layer costs, and how far int8 moves each layer; the pitch each tier speaks with.
 bench-quality: $(DEV)
 	$(PY) -m bench.quality
 	$(PY) -m bench.opening --out bench/opening.md
 	$(PY) -m bench.model_layers
+	$(PY) -m bench.tier_pitch
 
 ## First audio through each front door, Opus against PCM, and bytes per second of every encoding.
 bench-doors: $(DEV)
