@@ -10,6 +10,7 @@ bounds before reading it, and a connection that sends nothing for `idle_timeout_
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -28,6 +29,10 @@ MAX_DATA_BYTES: Final = 64 * 1024
 MAX_PAYLOAD_BYTES: Final = 64 * 1024
 """The most payload an event may carry: a text-to-speech service takes none, so this only bounds
 what a wrong client may make it read and throw away."""
+LINGER_S: Final = 2.0
+LINGER_BYTES: Final = 16 * 1024 * 1024
+"""After refusing a connection's input, how long and how much of what it still sends is read and
+thrown away before the door closes (`linger_before_close`)."""
 
 
 @dataclass(frozen=True)
@@ -95,3 +100,18 @@ def _json_object(data: bytes, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise WyomingProtocolError(f"{what} is not a JSON object")
     return value
+
+
+async def linger_before_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Shut the door's side of a connection whose input it refused, and read what the client still
+    sends until it closes too (at most LINGER_BYTES, for LINGER_S). Closing a TCP connection with
+    input unread sends a reset, and a reset makes the client's system throw away what it had not read
+    yet: the error event just written, so the client would see only a broken connection."""
+    with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+        if writer.can_write_eof():
+            writer.write_eof()
+    discarded = 0
+    with contextlib.suppress(TimeoutError, ConnectionError, OSError):
+        async with asyncio.timeout(LINGER_S):
+            while discarded < LINGER_BYTES and (chunk := await reader.read(64 * 1024)):
+                discarded += len(chunk)

@@ -41,7 +41,7 @@ from libs.serving.clients import ClientIdentity
 from libs.serving.http import listening_socket
 from libs.serving.server import PortUnavailableError
 from libs.serving.status import grpc_status_for
-from libs.serving.wyoming import MAX_LINE_BYTES, WyomingProtocolError, WyomingSettings, read_event
+from libs.serving.wyoming import MAX_LINE_BYTES, WyomingProtocolError, WyomingSettings, linger_before_close, read_event
 from libs.synthesis.options import SynthesisOptions, resolve_options
 from libs.synthesis.output import AudioChunk
 from libs.synthesis.synthesizer import Synthesizer
@@ -203,6 +203,7 @@ class WyomingDoor:
             if self._max_per_client and held >= self._max_per_client:
                 message = f"this client already has {held} connections open here, its limit; close one first"
                 await async_write_event(Error(text=message, code=grpc.StatusCode.RESOURCE_EXHAUSTED.name).event(), writer)
+                await linger_before_close(reader, writer)
                 return
             self._open[client] = held + 1
             try:
@@ -252,6 +253,7 @@ class _Session:
                     return
         except WyomingProtocolError as error:
             await self._write(Error(text=str(error), code=grpc.StatusCode.INVALID_ARGUMENT.name).event())
+            await linger_before_close(self._reader, self._writer)
         finally:
             if self._streaming is not None:
                 self._streaming.cancel()

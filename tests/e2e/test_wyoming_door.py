@@ -7,6 +7,7 @@ the per-client limit and the bounds on events hold; with `--wyoming-zeroconf` a 
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import socket
 from collections.abc import Awaitable, Callable, Iterator
@@ -17,7 +18,7 @@ import pytest
 from wyoming.audio import AudioChunk, AudioStart
 from wyoming.client import AsyncTcpClient
 from wyoming.error import Error
-from wyoming.event import Event
+from wyoming.event import Event, write_event
 from wyoming.info import Describe, Info
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped, SynthesizeVoice
 
@@ -56,6 +57,13 @@ async def _until(client: AsyncTcpClient, kind: str) -> list[Event]:
         events.append(event)
         if event.type == kind:
             return events
+
+
+def _wire(event: Event) -> bytes:
+    """An event as a client puts it on the wire."""
+    buffer = io.BytesIO()
+    write_event(event, buffer)
+    return buffer.getvalue()
 
 
 def _grpc_pcm(mesh: Mesh, text: str) -> bytes:
@@ -156,6 +164,37 @@ def test_a_client_past_its_connection_limit_and_an_oversized_event_get_errors_wi
     refused, oversized = asyncio.run(run())
     assert refused is not None and Error.from_event(refused).code == "RESOURCE_EXHAUSTED"
     assert oversized is not None and Error.from_event(oversized).code == "INVALID_ARGUMENT"
+
+
+def test_a_refused_client_reads_its_error_even_while_it_is_still_sending(wyoming_port: int) -> None:
+    # Closing a connection with input unread resets it, and a reset throws away what the client had not
+    # read yet: the door reads on after its last word, so the error arrives.
+    async def refused_while_sending(first_bytes: bytes) -> Event | None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", wyoming_port)
+        writer.write(first_bytes)
+        sending = asyncio.ensure_future(writer.drain())
+        await asyncio.sleep(1.0)  # busy sending: it reads only after the door has answered and hung up
+        try:
+            return await asyncio.wait_for(read_event(reader), 30)
+        finally:
+            sending.cancel()
+            writer.close()
+
+    async def run() -> tuple[Event | None, Event | None]:
+        endless_header = b'{"type": "synthesize", "data": {"text": "' + b"a" * (4 << 20)
+        too_long = await refused_while_sending(endless_header)
+        async with AsyncTcpClient("127.0.0.1", wyoming_port) as one, AsyncTcpClient("127.0.0.1", wyoming_port) as two:
+            for client in (one, two):
+                await client.write_event(Describe().event())
+                await _until(client, "info")
+            events = [Describe().event(), *(Synthesize(text=f"Sentence {n}.").event() for n in range(2000))]
+            past_the_limit = await refused_while_sending(b"".join(_wire(event) for event in events))
+        return too_long, past_the_limit
+
+    too_long, past_the_limit = asyncio.run(run())
+    assert too_long is not None and Error.from_event(too_long).code == "INVALID_ARGUMENT"
+    assert "header line is over" in Error.from_event(too_long).text
+    assert past_the_limit is not None and Error.from_event(past_the_limit).code == "RESOURCE_EXHAUSTED"
 
 
 @pytest.mark.parametrize(
