@@ -46,8 +46,9 @@ def test_a_bad_trusted_proxy_stops_the_service_naming_the_entry() -> None:
         ClientSettings(trusted_proxies="127.0.0.1,10.0.0.300")
 
 
-def _held_door(release: asyncio.Event) -> Starlette:
+def _held_door(release: asyncio.Event, arrived: asyncio.Queue[None]) -> Starlette:
     async def speak(request: Request) -> PlainTextResponse:
+        arrived.put_nowait(None)
         await release.wait()
         return PlainTextResponse("audio")
 
@@ -57,9 +58,10 @@ def _held_door(release: asyncio.Event) -> Starlette:
 @pytest.mark.parametrize("trusted", [True, False])
 async def test_behind_the_edge_each_client_has_its_own_limit_only_when_the_edge_is_trusted(trusted: bool) -> None:
     release = asyncio.Event()
+    arrived: asyncio.Queue[None] = asyncio.Queue()  # a request the door admitted reached its handler
     door_port = free_port()
     door = HttpListener(
-        _held_door(release), "127.0.0.1", door_port, max_requests_per_client=1,
+        _held_door(release, arrived), "127.0.0.1", door_port, max_requests_per_client=1,
         clients=ClientIdentity("127.0.0.1" if trusted else ""),
     )  # fmt: skip
     await door.start()
@@ -73,15 +75,16 @@ async def test_behind_the_edge_each_client_has_its_own_limit_only_when_the_edge_
 
             async with client("127.0.0.2") as first, client("127.0.0.3") as second:
                 held = asyncio.create_task(first.post(url, json={}))
-                await asyncio.sleep(0.5)  # the first client's request now holds its one slot
+                await asyncio.wait_for(arrived.get(), 30)  # the first client's request now holds its one slot
                 again = await first.post(url, json={})
-                other = asyncio.create_task(second.post(url, json={}))
-                await asyncio.sleep(0.5)
                 assert again.status_code == 429  # its own limit, either way
+                other = asyncio.create_task(second.post(url, json={}))
                 if trusted:
-                    assert not other.done()  # admitted: the edge said it is another client
+                    await asyncio.wait_for(arrived.get(), 30)  # admitted: the edge said it is another client
+                    assert not other.done()
                 else:
-                    assert other.done() and other.result().status_code == 429  # the edge counts as one client
+                    assert (await asyncio.wait_for(other, 30)).status_code == 429  # the edge counts as one client
+                    assert arrived.empty()
                 release.set()
                 assert (await held).status_code == 200
                 await asyncio.gather(other)
