@@ -87,16 +87,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from libs.models.mel_bridge import load_fast_vocoder, load_mel_vocoder
+    from libs.models.mel_bridge import load_fast_vocoder
     from libs.voice.assets import default_voice_assets
     from libs.voice.tiers import FAST_VOCODER_FILE
-    from scripts.voice.fast_tier import WORK_DIR, heldout_mels, text_audio
-    from scripts.voice.teacher import load_teacher_voice
+    from scripts.voice.fast_tier import heldout_mels, load_quality_vocoder, text_audio
 
     torch.set_num_threads(1)
-    assets = default_voice_assets()
-    quality = load_mel_vocoder(assets.trained_dir, load_teacher_voice(cache_dir=WORK_DIR / "piper-cache").decoder)
-    fast = load_fast_vocoder(assets.trained_dir / FAST_VOCODER_FILE)
+    quality = load_quality_vocoder()
+    fast = load_fast_vocoder(default_voice_assets().trained_dir / FAST_VOCODER_FILE)
     texts = heldout_mels(args.texts)
     rows = []
     for name, vocode in (("quality", lambda mel: quality(mel)[0]), ("fast", lambda mel: fast(mel)[0])):

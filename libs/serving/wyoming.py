@@ -30,9 +30,10 @@ MAX_PAYLOAD_BYTES: Final = 64 * 1024
 """The most payload an event may carry: a text-to-speech service takes none, so this only bounds
 what a wrong client may make it read and throw away."""
 LINGER_S: Final = 2.0
+"""After refusing a connection's input, how long what it still sends is read and thrown away before
+the door closes (`linger_before_close`)."""
 LINGER_BYTES: Final = 16 * 1024 * 1024
-"""After refusing a connection's input, how long and how much of what it still sends is read and
-thrown away before the door closes (`linger_before_close`)."""
+"""And how much of it, at most."""
 
 
 @dataclass(frozen=True)
@@ -107,11 +108,11 @@ async def linger_before_close(reader: asyncio.StreamReader, writer: asyncio.Stre
     sends until it closes too (at most LINGER_BYTES, for LINGER_S). Closing a TCP connection with
     input unread sends a reset, and a reset makes the client's system throw away what it had not read
     yet: the error event just written, so the client would see only a broken connection."""
-    with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+    with contextlib.suppress(OSError):  # the client may be gone already
         if writer.can_write_eof():
             writer.write_eof()
     discarded = 0
-    with contextlib.suppress(TimeoutError, ConnectionError, OSError):
+    with contextlib.suppress(TimeoutError, OSError):
         async with asyncio.timeout(LINGER_S):
             while discarded < LINGER_BYTES and (chunk := await reader.read(64 * 1024)):
                 discarded += len(chunk)

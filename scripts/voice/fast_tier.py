@@ -34,7 +34,7 @@ import torch
 
 from libs.audio.mel import mel_spectrogram
 from libs.models.hifigan import HIFIGAN_V3, Generator, GeneratorConfig
-from libs.models.mel_bridge import MEL_HEAD_FILE, load_mel_head, load_mel_vocoder, save_fast_vocoder
+from libs.models.mel_bridge import MEL_HEAD_FILE, MelVocoder, load_mel_head, load_mel_vocoder, save_fast_vocoder
 from libs.voice.assets import VoiceAssets, default_voice_assets
 from libs.voice.tiers import FAST_VOCODER_FILE
 from scripts.voice.corpus import heldout_sentences, training_sentences
@@ -171,6 +171,12 @@ def train(  # type: ignore[no-untyped-def]
     return model.eval()
 
 
+def load_quality_vocoder(work_dir: Path = WORK_DIR) -> MelVocoder:
+    """The default voice's quality tier, the student's teacher: its MelAdapter in front of the Piper decoder."""
+    voice = load_teacher_voice(cache_dir=work_dir / "piper-cache")
+    return load_mel_vocoder(default_voice_assets().trained_dir, voice.decoder)
+
+
 def cpu_per_audio_second(vocode, mels: list[torch.Tensor], repeats: int = 3) -> float:  # type: ignore[no-untyped-def]
     """CPU seconds `vocode` spends per second of audio (22,050 Hz) over `mels`, the best of `repeats`."""
     audio_s = sum(mel.size(-1) for mel in mels) * 256 / 22050
@@ -238,8 +244,7 @@ def evaluate(model: Generator, text_count: int = 20, work_dir: Path = WORK_DIR) 
     """The student against the quality tier on held-out texts (one thread): mean DNSMOS of each over
     the texts, how much each one's audio repeats with the frames, and CPU per audio second of each."""
     torch.set_num_threads(1)
-    voice = load_teacher_voice(cache_dir=work_dir / "piper-cache")
-    quality = load_mel_vocoder(default_voice_assets().trained_dir, voice.decoder)
+    quality = load_quality_vocoder(work_dir)
     student = Generator(model.config)
     student.load_state_dict(model.state_dict())
     student.eval().remove_weight_norm()

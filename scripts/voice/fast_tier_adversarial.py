@@ -109,14 +109,10 @@ class LossMel(nn.Module):
 def write_bundle(work_dir: Path, student_checkpoint: Path) -> Path:
     """Write the stage's one input file (see the module's docstring) from the first stage's cached teacher data."""
     from libs.audio.mel import MelConfig, mel_filterbank
-    from libs.models.mel_bridge import load_mel_vocoder
-    from libs.voice.assets import default_voice_assets
-    from scripts.voice.fast_tier import FastTierConfig, teacher_pairs
-    from scripts.voice.teacher import load_teacher_voice
+    from scripts.voice.fast_tier import FastTierConfig, load_quality_vocoder, teacher_pairs
 
     pairs = teacher_pairs(FastTierConfig(), work_dir)
-    voice = load_teacher_voice(cache_dir=work_dir / "piper-cache")
-    quality = load_mel_vocoder(default_voice_assets().trained_dir, voice.decoder)
+    quality = load_quality_vocoder(work_dir)
     distilled = torch.load(student_checkpoint, weights_only=False)
     bundle = {
         "mels": [mel.half() for mel, _ in pairs],

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from scripts.voice.fast_tier import STUDENT, FastTierConfig, train
+from tests.support.signals import gliding_voice
 
 SMALL = FastTierConfig(
     model=replace(STUDENT, upsample_initial_channel=16), batch_size=2, segment_frames=8, context_frames=4, steps=4, restarts=()
@@ -83,10 +84,7 @@ def test_periodicity_at_one_hop_tells_a_buzz_at_the_frame_rate_from_speech_like_
     rng = np.random.default_rng(5)
     frame = rng.normal(size=256)
     buzz = np.tile(frame, 40)  # the same waveform every frame: a buzz at the frame rate
-    # A voiced sound with a pitch of its own, gliding from 100 to 160 Hz as intonation does, five harmonics.
-    pitch_hz = np.linspace(100.0, 160.0, 40 * 256)
-    phase = 2 * np.pi * np.cumsum(pitch_hz) / 22050
-    voiced = sum(np.sin(k * phase) / k for k in range(1, 6))
+    voiced = gliding_voice(100.0, 160.0, 40 * 256)  # a pitch of its own, not the frames'
     assert periodicity_at(buzz, 256) == pytest.approx(39 / 40)  # all but the last frame has its like one hop on
     assert abs(periodicity_at(voiced, 256)) < 0.5
     assert abs(periodicity_at(rng.normal(size=40 * 256), 256)) < 0.05

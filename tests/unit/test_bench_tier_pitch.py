@@ -5,16 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from bench.tier_pitch import FRAME_RATE_HZ, HOP, SAMPLE_RATE, summarise, voiced_pitch
-
-
-def _glide(start_hz: float, end_hz: float, seconds: float = 1.5) -> np.ndarray:
-    f0 = np.linspace(start_hz, end_hz, int(seconds * SAMPLE_RATE))
-    phase = 2 * np.pi * np.cumsum(f0) / SAMPLE_RATE
-    return 0.3 * sum(np.sin(h * phase) / h for h in range(1, 6))
+from tests.support.signals import gliding_voice
 
 
 def test_a_gliding_voice_has_a_spread_and_stays_off_the_frame_rate() -> None:
-    pitch = summarise([voiced_pitch(_glide(100.0, 160.0))])
+    pitch = summarise([voiced_pitch(0.5 * gliding_voice(100.0, 160.0, int(1.5 * SAMPLE_RATE)))])
     assert pitch.voiced_share > 0.8
     assert 110.0 < pitch.median_hz < 150.0
     assert pitch.spread_semitones > 1.5
