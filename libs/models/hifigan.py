@@ -216,6 +216,24 @@ class Generator(nn.Module):
         would alone, and its output past lengths * hop_length is zero. `g` [b, gin, 1] conditions
         on a speaker.
         """
+        return self._vocode(x, lengths, g, None)
+
+    def forward_stages(
+        self,
+        x: torch.Tensor,
+        lengths: torch.Tensor | None = None,
+        g: torch.Tensor | None = None,
+    ) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """`forward`, with what each upsampling stage hands the next (its residual blocks' mean,
+        [b, channels, frames * the stage's scale]): a student learns from its teacher's stages."""
+        stages: list[torch.Tensor] = []
+        return stages, self._vocode(x, lengths, g, stages)
+
+    def _vocode(
+        self, x: torch.Tensor, lengths: torch.Tensor | None, g: torch.Tensor | None, stages: list[torch.Tensor] | None
+    ) -> torch.Tensor:
+        """The waveform; each stage's output is appended to `stages` where one is given (`forward`
+        keeps none, so serving holds no activation longer than it needs)."""
         frame_count = x.size(-1)
         scale = 1
         mask = None if lengths is None else self._mask(lengths, frame_count, scale)
@@ -231,6 +249,8 @@ class Generator(nn.Module):
             for block in blocks[1:]:
                 total = total + block(x, mask)
             x = total / self.num_kernels
+            if stages is not None:
+                stages.append(x)
         x = self.conv_post(_masked(F.leaky_relu(x, self.config.post_lrelu_slope), mask))
         return _masked(torch.tanh(x), mask)
 

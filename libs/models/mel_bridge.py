@@ -222,6 +222,11 @@ class MelVocoder(nn.Module):
         features = mel if self.adapter is None else self.adapter(mel, lengths)
         return self.decoder(features, lengths, g).squeeze(1)
 
+    def forward_stages(self, mel: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The decoder's stage activations (`Generator.forward_stages`) and waveform [B, T * hop] of an unpadded batch."""
+        stages, waveform = self.decoder.forward_stages(mel if self.adapter is None else self.adapter(mel))
+        return stages, waveform.squeeze(1)
+
 
 def save_stack(module: ConvStack, weights_path: Path) -> None:
     """Write `module`'s state dict to `weights_path` and its config to the same name with .json."""

@@ -5,7 +5,8 @@ student of the voice's quality tier (its MelAdapter in front of the Piper decode
 training corpus through the voice, its latents through the mel head (the mel the acoustic worker
 serves), and the quality tier's audio of that mel. The student learns to make that audio from that
 mel with multi-resolution STFT and log-mel losses (a waveform L1 is there too, off by default: at
-weight 10 it cost DNSMOS and intelligibility in the first thousand steps). Every random draw is
+weight 10 it cost DNSMOS and intelligibility in the first thousand steps), and what the teacher's
+decoder hands on at each upsampling stage through stage hints (`StageHints`). Every random draw is
 seeded; a checkpoint (weights, optimiser, step) is written every `--checkpoint-every` steps into the
 voice's folder, where it is committed with the student: a run resumes from it, in this sitting or a
 later one, and reaches the weights an unbroken run reaches. `--evaluate` scores the student against the
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
 from libs.audio.mel import mel_spectrogram
 from libs.models.hifigan import HIFIGAN_V3, Generator, GeneratorConfig
@@ -69,6 +71,11 @@ class FastTierConfig:
     learning_rate: float = 1e-3
     waveform_weight: float = 0.0
     """Weight of the L1 between the student's samples and the teacher's."""
+    hint_weight: float = 0.0
+    """Weight of the stage hints: each upsampling stage of the student, through a 1x1 convolution
+    trained with it (and dropped after), is matched to what the teacher's decoder hands on at the same
+    stage (L1, relative to the teacher's mean magnitude), so the student learns from how the teacher
+    makes its audio as well as from the audio. 0 leaves them out."""
     seed: int = 7
     checkpoint_every: int = 500
     teacher: TeacherConfig = field(default_factory=lambda: TeacherConfig(variants_per_sentence=2))
@@ -99,6 +106,7 @@ class FastTierConfig:
         """Whether a checkpoint of the config `saved` (FastTierConfig.to_dict) is on this schedule: the
         same settings, and its cycles the first of these."""
         ours = self.to_dict()
+        saved = {"hint_weight": 0.0, **saved}  # checkpoints from before the hints trained without them
         kept = saved.get("restarts", [])
         return {**saved, "restarts": []} == {**ours, "restarts": []} and kept == ours["restarts"][: len(kept)]
 
@@ -124,23 +132,66 @@ def teacher_pairs(config: FastTierConfig, work_dir: Path, log=print) -> list[tup
     return pairs
 
 
+class StageHints(nn.Module):
+    """The stage hints' loss (`FastTierConfig.hint_weight`): a 1x1 convolution per upsampling stage
+    from the student's channels to the teacher's, and the teacher's stages to match."""
+
+    def __init__(self, student: GeneratorConfig, teacher: MelVocoder) -> None:
+        super().__init__()
+        if student.upsample_rates != teacher.decoder.config.upsample_rates:
+            raise ValueError("stage hints need the student to upsample as its teacher does")
+        self.teacher = teacher
+        self.scales = list(np.cumprod(student.upsample_rates))
+        self.projections = nn.ModuleList(
+            nn.Conv1d(student.upsample_initial_channel >> stage, teacher.decoder.config.upsample_initial_channel >> stage, 1)
+            for stage in range(1, len(self.scales) + 1)
+        )
+
+    def teacher_stages(self, mel: torch.Tensor) -> list[torch.Tensor]:
+        """The teacher's stages of `mel`, computed in bfloat16: a target within about 1% of float32's
+        at half the CPU, and the teacher runs on every step."""
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            stages, _ = self.teacher.forward_stages(mel)
+        return [stage.float() for stage in stages]
+
+    def forward(self, student_stages: list[torch.Tensor], mel: torch.Tensor, scored: tuple[int, int]) -> list[torch.Tensor]:
+        """Each stage's relative L1 over the scored frames [first, last) of `mel`'s segments."""
+        losses = []
+        for ours, theirs, projection, scale in zip(student_stages, self.teacher_stages(mel), self.projections, self.scales, strict=True):
+            window = slice(scored[0] * scale, scored[1] * scale)
+            target = theirs[..., window]
+            losses.append((projection(ours[..., window]) - target).abs().mean() / target.abs().mean().clamp_min(1e-6))
+        return losses
+
+
 def train(  # type: ignore[no-untyped-def]
-    config: FastTierConfig, work_dir: Path = WORK_DIR, log=print, until_step: int | None = None, checkpoint: Path | None = None
+    config: FastTierConfig,
+    work_dir: Path = WORK_DIR,
+    log=print,
+    until_step: int | None = None,
+    checkpoint: Path | None = None,
+    teacher: MelVocoder | None = None,
 ) -> Generator:
     """Train (or go on training from the checkpoint) to `config.steps`, or only to `until_step` (a
     sitting shorter than the run: it checkpoints there); returns the student. Each step's batch and
     learning rate follow from the step's number alone, so a run that stops and resumes reaches the
-    weights of one that never stopped. `checkpoint` (default: in `work_dir`) is where it is kept."""
+    weights of one that never stopped. `checkpoint` (default: in `work_dir`) is where it is kept.
+    `teacher` (default: the voice's quality tier) gives the stage hints where `config.hint_weight` asks for them."""
     torch.manual_seed(config.seed)
     pairs = teacher_pairs(config, work_dir, log)
+    teacher = teacher or (load_quality_vocoder(work_dir) if config.hint_weight else None)
     model = Generator(config.model)
-    optimiser = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, betas=(0.8, 0.99), weight_decay=0.0)
+    hints = StageHints(config.model, teacher) if teacher is not None and config.hint_weight else None
+    trained = [*model.parameters(), *(hints.projections.parameters() if hints else ())]
+    optimiser = torch.optim.AdamW(trained, lr=config.learning_rate, betas=(0.8, 0.99), weight_decay=0.0)
     checkpoint = checkpoint or work_dir / CHECKPOINT_FILE
     step = 0
     if checkpoint.exists():
         state = torch.load(checkpoint, weights_only=False)
         if config.goes_on_from(state["config"]) and int(state["step"]) <= config.total_steps:
             model.load_state_dict(state["model"])
+            if hints:
+                hints.projections.load_state_dict(state["projections"])
             optimiser.load_state_dict(state["optimiser"])
             step = int(state["step"])
             log(f"resumed at step {step}")
@@ -153,21 +204,32 @@ def train(  # type: ignore[no-untyped-def]
             group["lr"] = config.learning_rate_at(step)
         rng = random.Random(f"{config.seed}-{step}")
         mel, target = segment_batch(pairs, config.batch_size, config.segment_frames, context, hop, rng)
-        predicted = model(mel)[:, 0, context * hop : (context + config.segment_frames) * hop]
+        stages, samples = model.forward_stages(mel)
+        predicted = samples[:, 0, context * hop : (context + config.segment_frames) * hop]
         stft = multi_resolution_stft_loss(predicted, target, STFT_RESOLUTIONS)
         mel_loss = (mel_spectrogram(predicted) - mel_spectrogram(target)).abs().mean()
         waveform = (predicted - target).abs().mean()
+        stage_losses = hints(stages, mel, (context, context + config.segment_frames)) if hints else []
         loss = stft + mel_loss + config.waveform_weight * waveform
+        if stage_losses:
+            loss = loss + config.hint_weight * torch.stack(stage_losses).sum()
         optimiser.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(trained, 1.0)
         optimiser.step()
         step += 1
         if step % 100 == 0 or step == last:
             elapsed = time.perf_counter() - started_s
-            log(f"step {step}/{config.total_steps}: stft {stft.item():.3f} mel {mel_loss.item():.3f} waveform {waveform.item():.4f} ({elapsed:.0f} s)")
+            said = " ".join(f"{value.item():.3f}" for value in stage_losses)
+            log(
+                f"step {step}/{config.total_steps}: stft {stft.item():.3f} mel {mel_loss.item():.3f} waveform {waveform.item():.4f}"
+                + (f" hints {said}" if said else "") + f" ({elapsed:.0f} s)"
+            )
         if step % config.checkpoint_every == 0 or step == last:
-            torch.save({"model": model.state_dict(), "optimiser": optimiser.state_dict(), "step": step, "config": config.to_dict()}, checkpoint)
+            state = {"model": model.state_dict(), "optimiser": optimiser.state_dict(), "step": step, "config": config.to_dict()}
+            if hints:
+                state["projections"] = hints.projections.state_dict()
+            torch.save(state, checkpoint)
     return model.eval()
 
 
@@ -347,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=FastTierConfig.steps)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--hint-weight", type=float, default=FastTierConfig.hint_weight,
+                        help="weight of the stage hints (0: none; docs/performance.md, history, has what 5 gave)")
     parser.add_argument("--until-step", type=int, default=None, help="stop (checkpointed) at this step; run again to go on")
     parser.add_argument("--work-dir", type=Path, default=WORK_DIR)
     parser.add_argument("--evaluate", action="store_true", help="score the student against the quality tier afterwards")
@@ -356,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
                         "held-out texts is the student evaluated and installed, instead of the first stage's")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    config = FastTierConfig(steps=args.steps)
+    config = FastTierConfig(steps=args.steps, hint_weight=args.hint_weight)
     assets = default_voice_assets()
     checkpoint = assets.trained_dir / CHECKPOINT_FILE
     model = train(config, args.work_dir, until_step=args.until_step, checkpoint=checkpoint)

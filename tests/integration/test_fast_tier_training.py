@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from scripts.voice.fast_tier import STUDENT, FastTierConfig, train
+from libs.models.hifigan import Generator
+from libs.models.mel_bridge import MelVocoder
+from scripts.voice.fast_tier import STUDENT, FastTierConfig, StageHints, train
 from tests.support.signals import gliding_voice
 
 SMALL = FastTierConfig(
@@ -38,6 +40,67 @@ def test_a_stopped_run_resumes_from_its_checkpoint_to_the_weights_of_an_unbroken
     resumed = train(SMALL, stopped_dir, log=said.append).state_dict()
     assert "resumed at step 2" in said
     assert all(torch.equal(unbroken[name], resumed[name]) for name in unbroken)
+
+
+def test_the_committed_checkpoint_is_on_the_committed_schedule() -> None:
+    """`make voice-fast` goes on from (here: finds finished) the checkpoint committed with the student,
+    including one written before a setting was added with its off value (the hints)."""
+    from libs.voice.assets import default_voice_assets
+    from scripts.voice.fast_tier import CHECKPOINT_FILE
+
+    state = torch.load(default_voice_assets().trained_dir / CHECKPOINT_FILE, weights_only=False)
+    assert FastTierConfig().goes_on_from(state["config"]) and state["step"] == FastTierConfig().total_steps
+    assert not replace(FastTierConfig(), hint_weight=5.0).goes_on_from(state["config"])
+
+
+def _stand_in_teacher() -> MelVocoder:
+    """A quality tier of the student's stages at twice its width (random weights): hints need only its shape."""
+    torch.manual_seed(1)
+    return MelVocoder(None, Generator(replace(SMALL.model, upsample_initial_channel=32))).eval()
+
+
+def test_a_run_with_stage_hints_resumes_to_the_weights_of_an_unbroken_one(tmp_path: Path) -> None:
+    """The hints' projections are trained with the student: a resumed run takes them from the checkpoint."""
+    torch.set_num_threads(1)
+    config = replace(SMALL, hint_weight=5.0)
+    unbroken = train(config, _work_dir(tmp_path / "a", config), log=lambda line: None, teacher=_stand_in_teacher()).state_dict()
+    stopped_dir = _work_dir(tmp_path / "b", config)
+    train(config, stopped_dir, log=lambda line: None, until_step=2, teacher=_stand_in_teacher())
+    said: list[str] = []
+    resumed = train(config, stopped_dir, log=said.append, teacher=_stand_in_teacher()).state_dict()
+    assert "resumed at step 2" in said and " hints " in said[-1]
+    assert all(torch.equal(unbroken[name], resumed[name]) for name in unbroken)
+    without = train(SMALL, _work_dir(tmp_path / "c", SMALL), log=lambda line: None).state_dict()
+    assert not all(torch.equal(unbroken[name], without[name]) for name in unbroken), "the hints change what the student learns"
+
+
+def test_stage_hints_pull_the_students_stages_toward_the_teachers() -> None:
+    """Trained on the hints alone, the relative L1 between the projected student stages and the teacher's falls."""
+    torch.manual_seed(0)
+    hints = StageHints(SMALL.model, _stand_in_teacher())
+    student = Generator(SMALL.model)
+    mel = torch.randn(2, 80, 16)
+    optimiser = torch.optim.Adam([*student.parameters(), *hints.projections.parameters()], lr=3e-3)
+    losses = []
+    for _ in range(60):
+        stages, _ = student.forward_stages(mel)
+        loss = sum(hints(stages, mel, (4, 12)))
+        losses.append(float(loss.detach()))
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+    assert losses[-1] < 0.7 * losses[0]
+
+
+def test_a_generator_hands_on_each_stage_and_the_same_samples_as_forward() -> None:
+    torch.manual_seed(2)
+    generator = Generator(SMALL.model).eval()
+    mel = torch.randn(2, 80, 10)
+    stages, samples = generator.forward_stages(mel)
+    assert torch.equal(samples, generator(mel))
+    assert [tuple(stage.shape) for stage in stages] == [(2, 8, 80), (2, 4, 640), (2, 2, 2560)]
+    with pytest.raises(ValueError, match="upsample as its teacher"):
+        StageHints(replace(SMALL.model, upsample_rates=(4, 8, 8)), _stand_in_teacher())
 
 
 def test_a_finished_run_goes_on_with_one_more_cycle_to_the_weights_of_a_run_that_had_it_from_the_start(tmp_path: Path) -> None:
