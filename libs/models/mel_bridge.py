@@ -219,13 +219,16 @@ class MelVocoder(nn.Module):
     def forward(self, mel: torch.Tensor, lengths: torch.Tensor | None = None, g: torch.Tensor | None = None) -> torch.Tensor:
         """Log-mel [B, 80, T] -> waveform [B, T * hop]; `lengths` [B] (frames) masks a padded batch;
         `g` [B, gin, 1] is each item's speaker conditioning (`speaker_conditioning`)."""
-        features = mel if self.adapter is None else self.adapter(mel, lengths)
-        return self.decoder(features, lengths, g).squeeze(1)
+        return self.decoder(self._features(mel, lengths), lengths, g).squeeze(1)
 
     def forward_stages(self, mel: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The decoder's stage activations (`Generator.forward_stages`) and waveform [B, T * hop] of an unpadded batch."""
-        stages, waveform = self.decoder.forward_stages(mel if self.adapter is None else self.adapter(mel))
+        stages, waveform = self.decoder.forward_stages(self._features(mel))
         return stages, waveform.squeeze(1)
+
+    def _features(self, mel: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """What the decoder takes: the mel itself, or the adapter's features of it."""
+        return mel if self.adapter is None else self.adapter(mel, lengths)
 
 
 def save_stack(module: ConvStack, weights_path: Path) -> None:
