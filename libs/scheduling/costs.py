@@ -35,7 +35,10 @@ BACKGROUND_SLOWDOWN: Final = 1134 / 110
 the kernel's weights are 1024 for nice 0 and 110 for nice 10, so the low thread gets 110/1134. What a
 background step is expected to meet at the least (more urgent threads, or a quota, stretch it
 further, as the lane's own steps show): a background step is taken only while it would be in time
-even so, since once it runs at nice 10 nothing can hurry it when its deadline comes near."""
+even so, since once it runs on a background thread nothing can hurry it when its deadline comes near.
+At the kernel's idle policy (libs.scheduling.executor, `background_idle`) a busy thread beside it
+leaves it next to nothing (weight 3 against 1024), so there the lane's measured stretch is what
+counts: this stays the least, for a lane that has measured only quiet spells."""
 URGENT_LANE, FIRST_AUDIO_LANE, BACKGROUND_LANE = "urgent", "first", "background"
 """The lanes of a worker's threads (libs.scheduling.executor), each stretched by contention of its own."""
 

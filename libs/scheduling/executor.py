@@ -18,8 +18,9 @@ deadlines, only of nice values, which it weighs across processes alike:
 - urgent threads, at the process's own priority, take playing listeners' steps that must start now;
 - first-audio threads, at FIRST_AUDIO_NICE, take first audios: a listener about to run dry in the
   other worker outranks them;
-- background threads, at BACKGROUND_NICE, take only steps still in time at that priority, and none
-  while first audios wait: audio made ahead of need uses what the rest leaves.
+- background threads, at the kernel's idle policy (or BACKGROUND_NICE where there is none: see
+  `background_idle`), take only steps still in time at that priority, and none while first audios
+  wait: audio made ahead of need uses what the rest leaves.
 
 Without first-audio threads the urgent threads take first audios too, by the rule above.
 
@@ -45,7 +46,9 @@ from typing import Any, Final
 from libs.scheduling.costs import BACKGROUND_LANE, FIRST_AUDIO_LANE, NO_ESTIMATE, URGENT_LANE, StepEstimate
 
 BACKGROUND_NICE: Final = 10
-"""The OS nice value of background threads (libs.scheduling.costs.BACKGROUND_SLOWDOWN is what it costs them)."""
+"""The OS nice value of background threads (libs.scheduling.costs.BACKGROUND_SLOWDOWN is what it costs them
+against a busy thread at nice 0). Where they run at the idle policy (`SCHED_IDLE`) the kernel ignores it,
+and gives them a weight of 3 against a nice-0 thread's 1024 instead."""
 FIRST_AUDIO_NICE: Final = 5
 """The OS nice value of first-audio threads: the kernel's weight for nice 5 is 335 against 1024 for an
 urgent thread (which gets three quarters of a core shared with one) and 110 for a background one."""
@@ -107,10 +110,19 @@ class DeadlineExecutor(Executor):
         urgent_threads: int = 0,
         first_audio_threads: int = 0,
         urgent_nice: int = 0,
+        background_idle: bool = True,
     ) -> None:
         """`threads` run everything without lanes, or are the background lane with them
         (`urgent_threads` > 0, and `first_audio_threads` for a lane of first audios of their own);
-        `urgent_nice` is the OS nice value of the urgent lane (UPSTREAM_URGENT_NICE for an upstream worker)."""
+        `urgent_nice` is the OS nice value of the urgent lane (UPSTREAM_URGENT_NICE for an upstream worker).
+
+        `background_idle`: with lanes, the background threads ask the kernel for its idle policy
+        (`SCHED_IDLE`, where the OS has one), on top of BACKGROUND_NICE: they then run only on what the
+        threads of every process at a normal policy leave (weight 3 against 1024), instead of about a tenth
+        of a core beside one of them. A first audio shares its core with audio made ahead at nice 10 (a
+        first-audio thread's 335 against 110 for each background thread of both workers); at the idle
+        policy it has the core. In Poisson arrivals at 0.8 of the capacity on one core that halved the
+        first audio's p95, with no listener running dry (docs/performance.md, "History")."""
         if not 0 <= urgent_nice <= FIRST_AUDIO_NICE:
             raise ValueError(f"urgent_nice must be 0 to {FIRST_AUDIO_NICE} (the first-audio lane's), got {urgent_nice}")
         if threads < 1:
@@ -126,6 +138,9 @@ class DeadlineExecutor(Executor):
         self.first_audio_threads = first_audio_threads if self._first_lane else 0
         self.lane_nice = {URGENT: urgent_nice if self._lanes else 0, FIRST_AUDIO: FIRST_AUDIO_NICE, BACKGROUND: BACKGROUND_NICE}
         """The OS nice value of each lane's threads."""
+        self.background_idle = self._lanes and background_idle and hasattr(os, "SCHED_IDLE")
+        """Whether the background lane's threads ask for the kernel's idle policy (they keep their nice
+        value if the kernel refuses)."""
         self._playing: list[_Call] = []
         self._first: list[_Call] = []
         self._order = itertools.count()
@@ -230,8 +245,8 @@ class DeadlineExecutor(Executor):
         if lane == FIRST_AUDIO:
             return (self._pop(first) if first else None), None
         if lane == BACKGROUND:  # only what is still in time at the background priority
-            # Not while first audios wait: even at nice 10 the lane takes a share of the cores (and of
-            # their caches) from them, for audio nobody needs yet.
+            # Not while first audios wait: a step under way takes a share of the cores (at nice 10; and
+            # at either priority, of their caches and of a CPU quota) from them, for audio nobody needs yet.
             if playing and not first and playing[0].background_start_by_s > now:
                 return self._pop(playing), None
             return None, None  # an urgent thread takes it; woken by the next submit
@@ -258,6 +273,9 @@ class DeadlineExecutor(Executor):
         if self.lane_nice[lane]:
             with contextlib.suppress(OSError):  # raising one's own nice value never needs a privilege
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + self.lane_nice[lane])
+        if lane == BACKGROUND and self.background_idle:
+            with contextlib.suppress(OSError):  # nor does moving to the idle policy (only leaving it does)
+                os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: the calling thread
         normal_priority = self.lane_nice[lane] == 0
         _lane.name = lane
         while True:

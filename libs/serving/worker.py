@@ -34,6 +34,8 @@ DEFAULT_INFERENCE_THREADS: Final[Mapping[str, int]] = {"acoustic": 1, "vocoder":
 # (libs.scheduling.executor): two of each lets two streams' steps of a kind run side by side.
 DEFAULT_URGENT_THREADS: Final[Mapping[str, int]] = {"acoustic": 2, "vocoder": 2}
 DEFAULT_FIRST_AUDIO_THREADS: Final[Mapping[str, int]] = {"acoustic": 2, "vocoder": 2}
+BACKGROUND_PRIORITIES: Final = ("idle", "nice")
+"""The OS priority of the inference threads beside the urgent ones: the kernel's idle policy, or nice 10."""
 SCHEDULING_ORDERS: Final = ("deadline", "arrival")
 """How waiting model steps are ordered: earliest playback deadline first, or first come first served."""
 
@@ -65,6 +67,11 @@ class WorkerSettings:
     first_audio_threads: int = setting(
         0, env="TTS_FIRST_AUDIO_THREADS", unit="count", minimum=0, by_service=DEFAULT_FIRST_AUDIO_THREADS,
         doc="threads for first audios, at an OS priority between the urgent and the inference threads (0: the urgent threads take them)",
+    )  # fmt: skip
+
+    background_priority: str = setting(
+        "idle", env="TTS_BACKGROUND_PRIORITY", choices=BACKGROUND_PRIORITIES,
+        doc="OS priority of the inference threads where there are urgent ones: idle (the kernel's SCHED_IDLE: only what every other thread leaves) or nice (nice 10: about a tenth of a core beside a busy thread)",
     )  # fmt: skip
 
     scheduling: str = setting(
@@ -100,6 +107,7 @@ def inference_executor(settings: WorkerSettings, budget: CpuBudget | None = None
         urgent_threads=urgent if settings.max_batch <= 1 else 0,
         first_audio_threads=first,
         urgent_nice=UPSTREAM_URGENT_NICE if upstream else 0,
+        background_idle=settings.background_priority == "idle",
     )
 
 

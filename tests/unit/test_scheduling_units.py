@@ -179,6 +179,11 @@ def _lane_of_call() -> tuple[str, int]:
     return threading.current_thread().name, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
 
+def _policy_of_call() -> tuple[str, int, int]:
+    """The calling thread's name, nice value and scheduling policy."""
+    return *_lane_of_call(), os.sched_getscheduler(0)
+
+
 def test_with_lanes_what_can_wait_runs_at_a_lower_os_priority_and_urgent_work_never_waits_for_it() -> None:
     base_nice = os.getpriority(os.PRIO_PROCESS, 0)
     executor = DeadlineExecutor(1, urgent_threads=1)
@@ -189,6 +194,8 @@ def test_with_lanes_what_can_wait_runs_at_a_lower_os_priority_and_urgent_work_ne
         first = executor.submit_by(now, _lane_of_call, first_audio=True)
         assert "urgent" not in later.result(5)[0] and later.result(5)[1] == min(19, base_nice + BACKGROUND_NICE)
         assert "urgent" in first.result(5)[0] and first.result(5)[1] == base_nice
+        policies = executor.submit_by(now + 5.0, _policy_of_call), executor.submit_by(time.monotonic(), _policy_of_call, first_audio=True)
+        assert [policy.result(5)[2] for policy in policies] == [os.SCHED_IDLE, os.SCHED_OTHER]
         # The urgent thread is busy; a call that would be late at the background priority (0.1 s of
         # CPU, ten times that there, due in 0.4 s) waits for it rather than run on the background thread.
         busy = executor.submit_by(time.monotonic(), gate.wait, first_audio=True)
@@ -202,6 +209,25 @@ def test_with_lanes_what_can_wait_runs_at_a_lower_os_priority_and_urgent_work_ne
     finally:
         gate.set()
         executor.shutdown()
+
+
+@pytest.mark.parametrize("background_priority", ["idle", "nice"])
+def test_the_background_lane_runs_at_the_idle_policy_or_at_nice_10_as_set_and_no_lanes_at_neither(background_priority: str) -> None:
+    base_nice = os.getpriority(os.PRIO_PROCESS, 0)
+    settings = WorkerSettings(urgent_threads=1, first_audio_threads=1, background_priority=background_priority)
+    executor = inference_executor(settings)
+    plain = inference_executor(WorkerSettings(urgent_threads=0, first_audio_threads=0, background_priority=background_priority))
+    try:
+        name, nice, policy = executor.submit_by(time.monotonic() + 60.0, _policy_of_call).result(5)
+        assert "background" in name and nice == min(19, base_nice + BACKGROUND_NICE)
+        assert policy == (os.SCHED_IDLE if background_priority == "idle" else os.SCHED_OTHER)
+        # The other lanes stay at the normal policy.
+        assert executor.submit_by(time.monotonic(), _policy_of_call, first_audio=True).result(5)[2] == os.SCHED_OTHER
+        # Without lanes the one pool runs everything, listeners' due steps included: at the normal policy.
+        assert plain.submit(_policy_of_call).result(5)[1:] == (base_nice, os.SCHED_OTHER)
+    finally:
+        executor.shutdown()
+        plain.shutdown()
 
 
 @pytest.mark.parametrize("urgent_threads", [0, 1])
