@@ -121,8 +121,8 @@ class DeadlineExecutor(Executor):
         threads of every process at a normal policy leave (weight 3 against 1024), instead of about a tenth
         of a core beside one of them. A first audio shares its core with audio made ahead at nice 10 (a
         first-audio thread's 335 against 110 for each background thread of both workers); at the idle
-        policy it has the core. In Poisson arrivals at 0.8 of the capacity on one core that halved the
-        first audio's p95, with no listener running dry (docs/performance.md, "History")."""
+        policy it has the core. In Poisson arrivals at 0.8 of the capacity that cut the first audio's p95
+        by a fifth to a half at every CPU quota, with no listener running dry (docs/performance.md, "History")."""
         if not 0 <= urgent_nice <= FIRST_AUDIO_NICE:
             raise ValueError(f"urgent_nice must be 0 to {FIRST_AUDIO_NICE} (the first-audio lane's), got {urgent_nice}")
         if threads < 1:
