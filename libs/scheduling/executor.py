@@ -18,9 +18,9 @@ deadlines, only of nice values, which it weighs across processes alike:
 - urgent threads, at the process's own priority, take playing listeners' steps that must start now;
 - first-audio threads, at FIRST_AUDIO_NICE, take first audios: a listener about to run dry in the
   other worker outranks them;
-- background threads, at the kernel's idle policy (or BACKGROUND_NICE where there is none: see
-  `background_idle`), take only steps still in time at that priority, and none while first audios
-  wait: audio made ahead of need uses what the rest leaves.
+- background threads, at BACKGROUND_NICE (or at the kernel's idle policy: see `background_idle`), take
+  only steps still in time at that priority, and none while first audios wait: audio made ahead of
+  need uses what the rest leaves.
 
 Without first-audio threads the urgent threads take first audios too, by the rule above.
 
@@ -110,7 +110,7 @@ class DeadlineExecutor(Executor):
         urgent_threads: int = 0,
         first_audio_threads: int = 0,
         urgent_nice: int = 0,
-        background_idle: bool = True,
+        background_idle: bool = False,
     ) -> None:
         """`threads` run everything without lanes, or are the background lane with them
         (`urgent_threads` > 0, and `first_audio_threads` for a lane of first audios of their own);
@@ -122,7 +122,10 @@ class DeadlineExecutor(Executor):
         of a core beside one of them. A first audio shares its core with audio made ahead at nice 10 (a
         first-audio thread's 335 against 110 for each background thread of both workers); at the idle
         policy it has the core. In Poisson arrivals at 0.8 of the capacity that cut the first audio's p95
-        by a fifth to a half at every CPU quota, with no listener running dry (docs/performance.md, "History")."""
+        by a fifth to a half at every CPU quota, with no listener running dry (docs/performance.md, "History").
+        Off by default: at the idle policy a step under way stops altogether while other processes in the
+        CPU cgroup keep its cores busy, and a worker that spends no CPU on a stream sends it no heartbeat,
+        so it looks dead to the gateway (libs.serving.worker.BACKGROUND_PRIORITIES)."""
         if not 0 <= urgent_nice <= FIRST_AUDIO_NICE:
             raise ValueError(f"urgent_nice must be 0 to {FIRST_AUDIO_NICE} (the first-audio lane's), got {urgent_nice}")
         if threads < 1:
