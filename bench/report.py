@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import shlex
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -65,16 +67,17 @@ def render_markdown(rows: Sequence[Row], title: str, notes: Sequence[str] = ()) 
 def run_heading(name: str, command: str) -> str:
     """The first line of a benchmark's output file: what ran, by which command, and when (UTC).
 
-    docs/performance.md shows each output file under this line, so a table always says its date."""
-    return f"## {name} (`{command}`, {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC)"
+    docs/performance.md shows each output file under this line, so a table always says its date. The
+    services a benchmark starts inherit its environment, so the settings given there (`TTS_*`, e.g.
+    `TTS_BACKGROUND_PRIORITY=idle`) are part of what ran: they come before the command, as a shell takes them."""
+    settings = [f"{key}={shlex.quote(value)}" for key, value in sorted(os.environ.items()) if key.startswith("TTS_")]
+    return f"## {name} (`{' '.join([*settings, command])}`, {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC)"
 
 
 def machine_header(cores: Sequence[int] | None = None) -> str:
     """A line that says what machine a table was measured on: the CPU's model, the cores pinned, and its
     measured single-precision matrix speed (machines here differ several times over; compare figures
     across machines only as ratios measured in one run)."""
-    import os
-
     import numpy as np
 
     pinned = sorted(cores if cores is not None else os.sched_getaffinity(0))

@@ -1,8 +1,12 @@
-"""What a benchmark's header says of the machine and of the arithmetic its workers served in."""
+"""What a benchmark's header says of the run, the machine and the arithmetic its workers served in."""
 
 from __future__ import annotations
 
-from bench.report import arithmetic_line, vector_units
+import os
+
+import pytest
+
+from bench.report import arithmetic_line, run_heading, vector_units
 
 
 def test_the_vector_units_that_move_the_figures_are_named() -> None:
@@ -19,3 +23,14 @@ def test_the_arithmetic_line_names_each_worker_and_how_it_was_chosen() -> None:
     assert line.startswith("Workers' arithmetic: acoustic fp32, vocoder bf16 (--precision auto: as measured")
     assert arithmetic_line({"acoustic": "fp32", "vocoder": "fp32"}, "fp32").endswith("(--precision fp32: as asked).")
     assert "not reported" in arithmetic_line({}, "auto")
+
+
+def test_the_heading_names_the_settings_the_services_inherit_before_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in [key for key in os.environ if key.startswith("TTS_")]:
+        monkeypatch.delenv(key)
+    assert run_heading("Real time", "python -m bench.realtime").startswith("## Real time (`python -m bench.realtime`, ")
+    monkeypatch.setenv("TTS_BACKGROUND_PRIORITY", "idle")
+    monkeypatch.setenv("TTS_VOICES_DIR", "/tmp/my voices")
+    monkeypatch.setenv("OTHER_SETTING", "not ours")
+    heading = run_heading("Real time", "python -m bench.realtime --quotas 1")
+    assert heading.startswith("## Real time (`TTS_BACKGROUND_PRIORITY=idle TTS_VOICES_DIR='/tmp/my voices' python -m bench.realtime --quotas 1`, ")

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 import time
 from pathlib import Path
-from typing import Final
 
 import pytest
 
@@ -185,8 +185,13 @@ def _policy_of_call() -> tuple[str, int, int]:
     return *_lane_of_call(), os.sched_getscheduler(0)
 
 
-def _idle_policy_allowed() -> bool:
-    """Whether this kernel lets a thread move itself to the idle policy (a sandbox may refuse the call)."""
+@functools.cache
+def _idle_or_nice() -> int:
+    """The policy a background thread asking for the idle one gets here: the idle policy, or where the
+    kernel refuses it (a sandbox may), the normal policy, at nice 10. Asked of the kernel once, by a
+    thread of its own, when a test first needs it."""
+    if not hasattr(os, "SCHED_IDLE"):
+        return os.SCHED_OTHER
     allowed: list[bool] = []
 
     def move() -> None:
@@ -199,12 +204,7 @@ def _idle_policy_allowed() -> bool:
     thread = threading.Thread(target=move)
     thread.start()
     thread.join()
-    return allowed[0]
-
-
-IDLE_OR_NICE: Final = os.SCHED_IDLE if hasattr(os, "SCHED_IDLE") and _idle_policy_allowed() else os.SCHED_OTHER
-"""The policy a background thread asking for the idle one gets here: where the kernel refuses it (a
-sandbox may), the thread stays at the normal policy, at nice 10."""
+    return os.SCHED_IDLE if allowed[0] else os.SCHED_OTHER
 
 
 def test_with_lanes_what_can_wait_runs_at_a_lower_os_priority_and_urgent_work_never_waits_for_it() -> None:
@@ -243,7 +243,7 @@ def test_the_background_lane_runs_at_the_idle_policy_or_at_nice_10_as_set_and_no
     try:
         name, nice, policy = executor.submit_by(time.monotonic() + 60.0, _policy_of_call).result(5)
         assert "background" in name and nice == min(19, base_nice + BACKGROUND_NICE)
-        assert policy == (IDLE_OR_NICE if background_priority == "idle" else os.SCHED_OTHER)
+        assert policy == (_idle_or_nice() if background_priority == "idle" else os.SCHED_OTHER)
         # The other lanes stay at the normal policy.
         assert executor.submit_by(time.monotonic(), _policy_of_call, first_audio=True).result(5)[2] == os.SCHED_OTHER
         # Without lanes the one pool runs everything, listeners' due steps included: at the normal policy.
