@@ -31,14 +31,15 @@ CONTENTION_QUANTILE: Final = 0.9
 QUANTILE_STEP: Final = 0.05
 """How far one step moves `Contention.high`, as a share of it: it follows a change within ~20 steps."""
 BACKGROUND_SLOWDOWN: Final = 1134 / 110
-"""How much longer a step takes on a thread at nice 10 than at nice 0 when both want the same core:
-the kernel's weights are 1024 for nice 0 and 110 for nice 10, so the low thread gets 110/1134. What a
-background step is expected to meet at the least (more urgent threads, or a quota, stretch it
-further, as the lane's own steps show): a background step is taken only while it would be in time
-even so, since once it runs on a background thread nothing can hurry it when its deadline comes near.
-At the kernel's idle policy (libs.scheduling.executor, `background_idle`) a busy thread beside it
-leaves it next to nothing (weight 3 against 1024), so there the lane's measured stretch is what
-counts: this stays the least, for a lane that has measured only quiet spells."""
+"""The least a background step is expected to be stretched: a tenth of an urgent thread's pace (what
+a thread at nice 10 gets beside a busy one at nice 0, 110/1134 by the kernel's weights). A background
+step is taken only while it would be in time even so, since once it runs on a background thread
+nothing can hurry it when its deadline comes near. At the background lane's nice 19 (weight 15) or
+the kernel's idle policy (weight 3; libs.scheduling.executor) a busy thread beside it leaves it less,
+so the lane's measured stretch is what counts above this: this is the least, for a lane that has
+measured only quiet spells. Kept at a tenth when the lane went from nice 10 to nice 19: it is what the
+measured gain ran with, and taking it to nice 19's 69 would leave audio made ahead to the urgent
+threads in all but the longest spells of slack."""
 URGENT_LANE, FIRST_AUDIO_LANE, BACKGROUND_LANE = "urgent", "first", "background"
 """The lanes of a worker's threads (libs.scheduling.executor), each stretched by contention of its own."""
 
@@ -220,7 +221,7 @@ class CostModel:
             lane = self.lanes[FIRST_AUDIO_LANE if first_audio else URGENT_LANE]
             wall_s = cpu_high * max(lane.mean, self.min_stretch)
             # A background step must be in time nearly always: by the lane's high stretch, and never
-            # less than a nice-10 thread against one busy urgent thread. A quiet spell lowers what the
+            # less than BACKGROUND_SLOWDOWN. A quiet spell lowers what the
             # lane measures, and a step started then cannot speed up when the urgent threads wake.
             background_s = cpu_high * max(self.lanes[BACKGROUND_LANE].high, self.min_stretch * BACKGROUND_SLOWDOWN)
         return StepEstimate(

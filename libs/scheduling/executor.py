@@ -45,13 +45,18 @@ from typing import Any, Final
 
 from libs.scheduling.costs import BACKGROUND_LANE, FIRST_AUDIO_LANE, NO_ESTIMATE, URGENT_LANE, StepEstimate
 
-BACKGROUND_NICE: Final = 10
-"""The OS nice value of background threads (libs.scheduling.costs.BACKGROUND_SLOWDOWN is what it costs them
-against a busy thread at nice 0). Where they run at the idle policy (`SCHED_IDLE`) the kernel ignores it,
-and gives them a weight of 3 against a nice-0 thread's 1024 instead."""
+BACKGROUND_NICE: Final = 19
+"""The OS nice value of background threads, the lowest there is: the kernel's weight for nice 19 is 15
+against 1024 for nice 0 and 335 for a first-audio thread, so a first audio keeps about 96% of a core
+beside one, and a step under way still moves (a step held back so says it is waiting, not stuck:
+`cpu_wait_s`). In Poisson arrivals at 0.8 of the capacity, on a whole and half a core, eight runs
+against nice 10 (weight 110) each, the first audio's p95 came 2-44% sooner (median 37%) and its p50
+24-45% sooner in seven (one was 71% later), as with the idle policy in the same runs (docs/performance.md,
+"History"). Where they run at the idle policy (`SCHED_IDLE`) the
+kernel ignores it, and gives them a weight of 3 instead."""
 FIRST_AUDIO_NICE: Final = 5
 """The OS nice value of first-audio threads: the kernel's weight for nice 5 is 335 against 1024 for an
-urgent thread (which gets three quarters of a core shared with one) and 110 for a background one."""
+urgent thread (which gets three quarters of a core shared with one) and 15 for a background one."""
 UPSTREAM_URGENT_NICE: Final = 5
 """The OS nice value of the urgent threads of a worker whose every step is followed by another worker's
 before anyone hears it (the acoustic worker, upstream of the vocoder). When both workers have work due,
@@ -118,14 +123,11 @@ class DeadlineExecutor(Executor):
 
         `background_idle`: with lanes, the background threads ask the kernel for its idle policy
         (`SCHED_IDLE`, where the OS has one), on top of BACKGROUND_NICE: they then run only on what the
-        threads of every process at a normal policy leave (weight 3 against 1024), instead of about a tenth
-        of a core beside one of them. A first audio shares its core with audio made ahead at nice 10 (a
-        first-audio thread's 335 against 110 for each background thread of both workers); at the idle
-        policy it has the core. In Poisson arrivals at 0.8 of the capacity that cut the first audio's p95
-        by a fifth to a half at every CPU quota, with no listener running dry (docs/performance.md, "History").
-        Off by default: at the idle policy a step under way stops altogether while other processes in the
-        CPU cgroup keep its cores busy, and a worker that spends no CPU on a stream sends it no heartbeat,
-        so it looks dead to the gateway (libs.serving.worker.BACKGROUND_PRIORITIES)."""
+        threads of every process at a normal policy leave (weight 3 against 1024), instead of about 1.4%
+        of a core beside one of them at nice 19. In Poisson arrivals at 0.8 of the capacity the two cut
+        the first audio's wait alike (docs/performance.md, "History"). Off by default: at the idle policy
+        a step under way stops altogether while other processes in the CPU cgroup keep its cores busy,
+        where at nice 19 it still finishes (libs.serving.worker.BACKGROUND_PRIORITIES)."""
         if not 0 <= urgent_nice <= FIRST_AUDIO_NICE:
             raise ValueError(f"urgent_nice must be 0 to {FIRST_AUDIO_NICE} (the first-audio lane's), got {urgent_nice}")
         if threads < 1:
@@ -152,6 +154,7 @@ class DeadlineExecutor(Executor):
         self._queued_cpu_s = 0.0
         self.completed = 0
         """Calls run so far: a worker whose steps wait in its queue is busy, not hung, while this moves."""
+        self._native_ids: list[int] = []
         lanes = [(BACKGROUND if self._lanes else URGENT, index) for index in range(threads)]
         if self._lanes:
             lanes += [(URGENT, index) for index in range(urgent_threads)]
@@ -248,7 +251,7 @@ class DeadlineExecutor(Executor):
         if lane == FIRST_AUDIO:
             return (self._pop(first) if first else None), None
         if lane == BACKGROUND:  # only what is still in time at the background priority
-            # Not while first audios wait: a step under way takes a share of the cores (at nice 10; and
+            # Not while first audios wait: a step under way takes a share of the cores (a small one at nice 19; and
             # at either priority, of their caches and of a CPU quota) from them, for audio nobody needs yet.
             if playing and not first and playing[0].background_start_by_s > now:
                 return self._pop(playing), None
@@ -269,7 +272,18 @@ class DeadlineExecutor(Executor):
         # A background thread may still take it in time; if none does, it becomes urgent then.
         return None, min(top.background_start_by_s - now, MAX_IDLE_WAIT_S)
 
+    def cpu_wait_s(self) -> float:
+        """Seconds the threads have spent ready to run while the kernel gave their cores to other
+        threads (the run-queue wait of /proc/self/task/<id>/schedstat; 0 where the OS does not say).
+        A step held back so, on a low-priority thread beside busy ones, is not stuck: it waits for CPU."""
+        waited_ns = 0
+        for native_id in list(self._native_ids):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                waited_ns += int(Path(f"/proc/self/task/{native_id}/schedstat").read_text().split()[1])
+        return waited_ns / 1e9
+
     def _work(self, lane: str) -> None:
+        self._native_ids.append(threading.get_native_id())
         # The OS knows the thread by this name too (top -H, /proc/<pid>/task/<tid>/comm: 15 bytes at most).
         with contextlib.suppress(OSError):
             Path(f"/proc/self/task/{threading.get_native_id()}/comm").write_text(threading.current_thread().name.split("_", 1)[-1][:15])

@@ -25,10 +25,13 @@ HEARTBEAT_S: Final = 1.0
 """How often a stream whose next step waits in a busy worker's queue tells its gateway it is not forgotten."""
 
 PROGRESS_CPU_S: Final = 0.02
-"""CPU the worker's process spends that counts as much progress as a finished step. On a starved
-machine (a small CPU quota, a slow core shared by many processes) one step can outlast the gateway's
-attempt timeout: the CPU it burns says the worker is working. An idle or stuck process (threads
-waiting on a lock, a frozen one) spends well under this in a heartbeat."""
+"""CPU the worker's process spends, or its inference threads wait for ready to run, that counts as
+much progress as a finished step. On a starved machine (a small CPU quota, a slow core shared by many
+processes) one step can outlast the gateway's attempt timeout: the CPU it burns says the worker is
+working. A step on a background thread (nice 19) beside busy threads of other processes burns little
+(about 14 ms a second against one at nice 0), but it is ready to run all along: the kernel holds it
+back, nothing is stuck. An idle or stuck process (threads waiting on a lock, a frozen one) neither
+spends this nor waits for the CPU this long in a heartbeat."""
 
 
 class StepRunner:
@@ -97,9 +100,11 @@ class StepRunner:
 
     def progress(self) -> float:
         """Work done so far, in finished steps: those the executor has finished (none counted by a plain
-        executor), and the process's CPU in units of `PROGRESS_CPU_S` (a step still running on a slow
-        core is progress too)."""
-        return getattr(self.executor, "completed", 0) + time.process_time() / PROGRESS_CPU_S
+        executor), and the process's CPU and its inference threads' wait for the CPU in units of
+        `PROGRESS_CPU_S` (a step still running on a slow core, or held back by the kernel for busier
+        threads, is progress too)."""
+        waited_s = self.executor.cpu_wait_s() if isinstance(self.executor, DeadlineExecutor) else 0.0
+        return getattr(self.executor, "completed", 0) + (time.process_time() + waited_s) / PROGRESS_CPU_S
 
 
 async def with_heartbeats(step: Awaitable[T], progress: Callable[[], float], every_s: float = HEARTBEAT_S) -> AsyncIterator[T | None]:

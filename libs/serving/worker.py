@@ -35,10 +35,10 @@ DEFAULT_INFERENCE_THREADS: Final[Mapping[str, int]] = {"acoustic": 1, "vocoder":
 DEFAULT_URGENT_THREADS: Final[Mapping[str, int]] = {"acoustic": 2, "vocoder": 2}
 DEFAULT_FIRST_AUDIO_THREADS: Final[Mapping[str, int]] = {"acoustic": 2, "vocoder": 2}
 BACKGROUND_PRIORITIES: Final = ("nice", "idle")
-"""The OS priority of the inference threads beside the urgent ones: nice 10, or the kernel's idle policy.
+"""The OS priority of the inference threads beside the urgent ones: nice 19, or the kernel's idle policy.
 Not idle by default: a background step under way at the idle policy makes no progress at all while other
-processes in the cgroup keep the cores busy (in `make test`, two meshes side by side starved a failover
-target's step past the gateway's attempt timeout), where at nice 10 it still gets a tenth of a core."""
+processes in the cgroup keep the cores busy, where at nice 19 it still gets about 1.4% of a core beside
+each busy thread at nice 0, and finishes. Both cut a first audio's wait under load alike."""
 SCHEDULING_ORDERS: Final = ("deadline", "arrival")
 """How waiting model steps are ordered: earliest playback deadline first, or first come first served."""
 
@@ -74,7 +74,7 @@ class WorkerSettings:
 
     background_priority: str = setting(
         "nice", env="TTS_BACKGROUND_PRIORITY", choices=BACKGROUND_PRIORITIES,
-        doc="OS priority of the inference threads where there are urgent ones: nice (nice 10: about a tenth of a core beside a busy thread) or idle (the kernel's SCHED_IDLE: only what every other thread in the CPU cgroup leaves; first audios under load come sooner, but a step under way stops while anything else in the cgroup keeps the cores busy)",
+        doc="OS priority of the inference threads where there are urgent ones: nice (nice 19, the lowest: about 1.4% of a core beside a busy thread, so a first audio keeps nearly all of its core) or idle (the kernel's SCHED_IDLE: only what every other thread in the CPU cgroup leaves, so a step under way stops while anything else in the cgroup keeps the cores busy)",
     )  # fmt: skip
 
     scheduling: str = setting(

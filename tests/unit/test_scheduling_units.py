@@ -188,7 +188,7 @@ def _policy_of_call() -> tuple[str, int, int]:
 @functools.cache
 def _idle_or_nice() -> int:
     """The policy a background thread asking for the idle one gets here: the idle policy, or where the
-    kernel refuses it (a sandbox may), the normal policy, at nice 10. Asked of the kernel once, by a
+    kernel refuses it (a sandbox may), the normal policy, at nice 19. Asked of the kernel once, by a
     thread of its own, when a test first needs it."""
     if not hasattr(os, "SCHED_IDLE"):
         return os.SCHED_OTHER
@@ -218,7 +218,7 @@ def test_with_lanes_what_can_wait_runs_at_a_lower_os_priority_and_urgent_work_ne
         assert "urgent" not in later.result(5)[0] and later.result(5)[1] == min(19, base_nice + BACKGROUND_NICE)
         assert "urgent" in first.result(5)[0] and first.result(5)[1] == base_nice
         policies = executor.submit_by(now + 5.0, _policy_of_call), executor.submit_by(time.monotonic(), _policy_of_call, first_audio=True)
-        assert [policy.result(5)[2] for policy in policies] == [os.SCHED_OTHER, os.SCHED_OTHER]  # nice 10 by default, not idle
+        assert [policy.result(5)[2] for policy in policies] == [os.SCHED_OTHER, os.SCHED_OTHER]  # nice 19 by default, not idle
         # The urgent thread is busy; a call that would be late at the background priority (0.1 s of
         # CPU, ten times that there, due in 0.4 s) waits for it rather than run on the background thread.
         busy = executor.submit_by(time.monotonic(), gate.wait, first_audio=True)
@@ -235,7 +235,7 @@ def test_with_lanes_what_can_wait_runs_at_a_lower_os_priority_and_urgent_work_ne
 
 
 @pytest.mark.parametrize("background_priority", ["idle", "nice"])
-def test_the_background_lane_runs_at_the_idle_policy_or_at_nice_10_as_set_and_no_lanes_at_neither(background_priority: str) -> None:
+def test_the_background_lane_runs_at_the_idle_policy_or_at_nice_19_as_set_and_no_lanes_at_neither(background_priority: str) -> None:
     base_nice = os.getpriority(os.PRIO_PROCESS, 0)
     settings = WorkerSettings(urgent_threads=1, first_audio_threads=1, background_priority=background_priority)
     executor = inference_executor(settings)
