@@ -221,8 +221,8 @@ class CostModel:
             lane = self.lanes[FIRST_AUDIO_LANE if first_audio else URGENT_LANE]
             wall_s = cpu_high * max(lane.mean, self.min_stretch)
             # A background step must be in time nearly always: by the lane's high stretch, and never
-            # less than BACKGROUND_SLOWDOWN. A quiet spell lowers what the
-            # lane measures, and a step started then cannot speed up when the urgent threads wake.
+            # less than BACKGROUND_SLOWDOWN. A quiet spell lowers what the lane measures, and a step
+            # started then cannot speed up when the urgent threads wake.
             background_s = cpu_high * max(self.lanes[BACKGROUND_LANE].high, self.min_stretch * BACKGROUND_SLOWDOWN)
         return StepEstimate(
             cpu_s=self.cpu_s(stage, units), wall_s=wall_s, lead_s=wall_s + max(0.0, after_s), background_wall_s=background_s

@@ -49,11 +49,11 @@ BACKGROUND_NICE: Final = 19
 """The OS nice value of background threads, the lowest there is: the kernel's weight for nice 19 is 15
 against 1024 for nice 0 and 335 for a first-audio thread, so a first audio keeps about 96% of a core
 beside one, and a step under way still moves (a step held back so says it is waiting, not stuck:
-`cpu_wait_s`). In Poisson arrivals at 0.8 of the capacity, on a whole and half a core, eight runs
+`cpu_wait_s`). In Poisson arrivals at 0.8 of the capacity on a whole and half a core, eight runs
 against nice 10 (weight 110) each, the first audio's p95 came 2-44% sooner (median 37%) and its p50
-24-45% sooner in seven (one was 71% later), as with the idle policy in the same runs (docs/performance.md,
-"History"). Where they run at the idle policy (`SCHED_IDLE`) the
-kernel ignores it, and gives them a weight of 3 instead."""
+24-45% sooner in seven (one was 71% later), as with the idle policy in the same runs; at a quarter of
+a core the runs showed no difference (docs/performance.md, "History"). Where the threads run at the
+idle policy (`SCHED_IDLE`) the kernel ignores it, and gives them a weight of 3 instead."""
 FIRST_AUDIO_NICE: Final = 5
 """The OS nice value of first-audio threads: the kernel's weight for nice 5 is 335 against 1024 for an
 urgent thread (which gets three quarters of a core shared with one) and 15 for a background one."""
@@ -251,8 +251,9 @@ class DeadlineExecutor(Executor):
         if lane == FIRST_AUDIO:
             return (self._pop(first) if first else None), None
         if lane == BACKGROUND:  # only what is still in time at the background priority
-            # Not while first audios wait: a step under way takes a share of the cores (a small one at nice 19; and
-            # at either priority, of their caches and of a CPU quota) from them, for audio nobody needs yet.
+            # Not while first audios wait: a step under way takes a share of the cores (a small one at
+            # nice 19; and at either priority, of their caches and of a CPU quota) from them, for audio
+            # nobody needs yet.
             if playing and not first and playing[0].background_start_by_s > now:
                 return self._pop(playing), None
             return None, None  # an urgent thread takes it; woken by the next submit
