@@ -284,13 +284,14 @@ class DeadlineExecutor(Executor):
         return waited_ns / 1e9
 
     def _work(self, lane: str) -> None:
-        self._native_ids.append(threading.get_native_id())
+        native_id = threading.get_native_id()
+        self._native_ids.append(native_id)
         # The OS knows the thread by this name too (top -H, /proc/<pid>/task/<tid>/comm: 15 bytes at most).
         with contextlib.suppress(OSError):
-            Path(f"/proc/self/task/{threading.get_native_id()}/comm").write_text(threading.current_thread().name.split("_", 1)[-1][:15])
+            Path(f"/proc/self/task/{native_id}/comm").write_text(threading.current_thread().name.split("_", 1)[-1][:15])
         if self.lane_nice[lane]:
             with contextlib.suppress(OSError):  # raising one's own nice value never needs a privilege
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + self.lane_nice[lane])
+                os.setpriority(os.PRIO_PROCESS, native_id, os.getpriority(os.PRIO_PROCESS, 0) + self.lane_nice[lane])
         if lane == BACKGROUND and self.background_idle:
             with contextlib.suppress(OSError):  # nor does moving to the idle policy (only leaving it does)
                 os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: the calling thread

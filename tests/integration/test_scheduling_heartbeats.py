@@ -13,14 +13,9 @@ from prometheus_client import CollectorRegistry
 
 from libs.scheduling.costs import CostModel
 from libs.scheduling.executor import BACKGROUND_NICE, DeadlineExecutor
-from libs.scheduling.runner import PROGRESS_CPU_S, StepRunner, with_heartbeats
+from libs.scheduling.runner import PROGRESS_CPU_S, WAIT_READ_EVERY_S, StepRunner, with_heartbeats
 from libs.telemetry.metrics import WorkerMetrics
-
-
-def _spin(cpu_s: float) -> None:
-    end = time.thread_time() + cpu_s
-    while time.thread_time() < end:
-        pass
+from tests.support.cpu import spin
 
 
 async def test_a_step_held_back_by_the_kernel_sends_heartbeats_while_it_waits_for_the_cpu() -> None:
@@ -33,7 +28,7 @@ async def test_a_step_held_back_by_the_kernel_sends_heartbeats_while_it_waits_fo
     def held_back() -> str:
         os.sched_setaffinity(0, {cpu})
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, os.getpriority(os.PRIO_PROCESS, 0) + BACKGROUND_NICE))
-        _spin(2 * PROGRESS_CPU_S)
+        spin(2 * PROGRESS_CPU_S)
         return "audio"
 
     hog = await asyncio.create_subprocess_exec(sys.executable, "-c", "while True: pass", preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
@@ -41,7 +36,7 @@ async def test_a_step_held_back_by_the_kernel_sends_heartbeats_while_it_waits_fo
         await asyncio.sleep(0.2)  # the busy process is running
         cpu_before = time.process_time()
         step = asyncio.wrap_future(executor.submit(held_back))
-        seen = [item async for item in with_heartbeats(step, runner.progress, every_s=0.05)]
+        seen = [item async for item in with_heartbeats(step, runner.progress, every_s=2 * WAIT_READ_EVERY_S)]
         spent_s = time.process_time() - cpu_before
         waited_s = executor.cpu_wait_s()
     finally:

@@ -12,21 +12,17 @@ from prometheus_client import CollectorRegistry
 from libs.scheduling.calibration import calibrate
 from libs.scheduling.capacity import AudioCost
 from libs.scheduling.costs import CostModel
-from libs.scheduling.runner import PROGRESS_CPU_S, StepRunner, with_heartbeats
+from libs.scheduling.executor import DeadlineExecutor
+from libs.scheduling.runner import PROGRESS_CPU_S, WAIT_READ_EVERY_S, StepRunner, with_heartbeats
 from libs.telemetry.metrics import WorkerMetrics
 from libs.voice.calibration import CalibrationStep, sentence_ids
-
-
-def _spin(cpu_s: float) -> None:
-    end = time.thread_time() + cpu_s
-    while time.thread_time() < end:
-        pass
+from tests.support.cpu import spin
 
 
 def _workload() -> list[CalibrationStep]:
     """Steps that cost 1 ms fixed and 0.05 ms a unit, each making 0.1 s of audio per 10 units."""
     return [
-        CalibrationStep("chunk", units, lambda units=units: (_spin(0.001 + 0.00005 * units), units / 100)[1])
+        CalibrationStep("chunk", units, lambda units=units: (spin(0.001 + 0.00005 * units), units / 100)[1])
         for units in (20, 40, 80, 20, 40, 80)
     ]
 
@@ -78,7 +74,28 @@ async def test_a_long_step_on_a_slow_core_sends_heartbeats_while_it_burns_cpu() 
     # One step that outlasts several heartbeats, nothing else running: no step finishes while it
     # runs, but the CPU it spends says the worker is working, however slow the core.
     runner = StepRunner(ThreadPoolExecutor(max_workers=1), WorkerMetrics("acoustic", CollectorRegistry()), CostModel(("chunk",)), lambda: False)
-    step = asyncio.get_running_loop().run_in_executor(runner.executor, lambda: (_spin(6 * PROGRESS_CPU_S), "mel")[1])
+    step = asyncio.get_running_loop().run_in_executor(runner.executor, lambda: (spin(6 * PROGRESS_CPU_S), "mel")[1])
     seen = [item async for item in with_heartbeats(step, runner.progress, every_s=PROGRESS_CPU_S / 2)]
     # About one heartbeat per PROGRESS_CPU_S of the step's CPU, whatever the wall time it took.
     assert seen[-1] == "mel" and seen.count(None) >= 3
+
+
+def test_progress_reads_the_threads_wait_for_the_cpu_at_most_once_a_tenth_of_a_heartbeat() -> None:
+    # Every step asks for progress as it starts; the wait is one /proc file per thread, so it is read
+    # afresh only when the last reading is WAIT_READ_EVERY_S old.
+    executor = DeadlineExecutor(1)
+    reads: list[float] = []
+
+    def read() -> float:  # half a second more wait at each reading
+        reads.append(time.monotonic())
+        return 0.5 * len(reads)
+
+    executor.cpu_wait_s = read  # type: ignore[method-assign]
+    runner = StepRunner(executor, WorkerMetrics("vocoder", CollectorRegistry()), CostModel(("chunk",)), lambda: False)
+    try:
+        first, again = runner.progress(), runner.progress()
+        assert len(reads) == 1 and again - first < 1  # the same reading: only the process's CPU moved
+        time.sleep(WAIT_READ_EVERY_S)
+        assert runner.progress() - again >= 0.5 / PROGRESS_CPU_S and len(reads) == 2
+    finally:
+        executor.shutdown()

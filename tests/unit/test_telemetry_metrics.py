@@ -15,6 +15,7 @@ from libs.scheduling.costs import CostModel
 from libs.scheduling.runner import StepRunner
 from libs.telemetry.metrics import AcousticMetrics, GatewayMetrics, VocoderMetrics
 from libs.voice.batching import BatchingConfig, BatchStats, MicroBatcher
+from tests.support.cpu import spin
 
 
 def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
@@ -80,13 +81,6 @@ def test_unbatched_steps_time_the_wait_for_the_inference_thread() -> None:
     assert (value(registry, "tts_acoustic_batch_size_count"), value(registry, "tts_acoustic_batch_size_sum")) == (1, 1)
 
 
-def _spin(seconds: float) -> None:
-    """Burn this thread's CPU for `seconds` of its own CPU time."""
-    end = time.thread_time() + seconds
-    while time.thread_time() < end:
-        pass
-
-
 def test_unbatched_steps_count_their_cpu_time_by_stage_and_first_audio() -> None:
     metrics = AcousticMetrics()
     costs = CostModel(("plan", "chunk"))
@@ -94,7 +88,7 @@ def test_unbatched_steps_count_their_cpu_time_by_stage_and_first_audio() -> None
     async def scenario() -> None:
         with ThreadPoolExecutor(max_workers=1) as executor:
             runner = StepRunner(executor, metrics, costs, batched=lambda: False)
-            await runner.run("plan", 100, _spin, 0.03, first_audio=True)
+            await runner.run("plan", 100, spin, 0.03, first_audio=True)
             await runner.run("chunk", 50, time.sleep, 0.05)  # waits, burns nothing
 
     asyncio.run(scenario())
