@@ -28,7 +28,7 @@ from libs.serving.decoding import RequestDecodingInterceptor
 from libs.serving.tls import OWN_PORT_OPTION, probe_server, server_credentials
 from libs.settings.fields import setting
 from libs.settings.files import SettingFileError, SettingTargetError
-from libs.telemetry.process import register_process_metrics
+from libs.telemetry.process import FROZEN_HEAP, register_process_metrics
 from libs.telemetry.tracing import server_interceptor, setup_tracing, shutdown_tracing
 from libs.wire.errors import InvalidRequestError
 from libs.wire.headers import ANNOUNCES_END_METADATA
@@ -198,7 +198,7 @@ def freeze_startup_heap() -> None:
     collected as usual.
     """
     gc.collect()
-    gc.freeze()
+    FROZEN_HEAP.freeze()
 
 
 class ServiceRuntime:
