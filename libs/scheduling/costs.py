@@ -38,8 +38,10 @@ nothing can hurry it when its deadline comes near. At the background lane's nice
 the kernel's idle policy (weight 3; libs.scheduling.executor) a busy thread beside it leaves it less,
 so the lane's measured stretch is what counts above this: this is the least, for a lane that has
 measured only quiet spells. Kept at a tenth when the lane went from nice 10 to nice 19: it is what the
-measured gain ran with, and taking it to nice 19's 69 would leave audio made ahead to the urgent
-threads in all but the longest spells of slack."""
+measured gain ran with. At nice 19's own 69, audio made ahead is left to the urgent threads in all
+but the longest spells of slack, and they come to it too late more often: in Poisson arrivals at 0.8
+of the capacity on a quarter of a core, 8 of 46 listeners ran dry against 1 of 46 at a tenth
+(docs/performance.md, "History")."""
 URGENT_LANE, FIRST_AUDIO_LANE, BACKGROUND_LANE = "urgent", "first", "background"
 """The lanes of a worker's threads (libs.scheduling.executor), each stretched by contention of its own."""
 

@@ -37,9 +37,9 @@ spends this nor waits for the CPU this long in a heartbeat."""
 WAIT_READ_EVERY_S: Final = HEARTBEAT_S / 10
 """How long one reading of the inference threads' wait for the CPU serves `StepRunner.progress`. Every
 step asks for progress as it starts (the heartbeats' baseline), and a reading is one /proc file per
-thread (0.11 ms for six threads on a 178 GFLOP/s machine): read afresh for each step it would cost
-up to a few percent of a small step on a machine a few times slower. A tenth of a heartbeat old, it
-still shows a held-back step's wait within the heartbeat."""
+thread, about a hundred times the cost of reusing one: read afresh for each step it would cost up to
+a few percent of a small step. A tenth of a heartbeat old, it still shows a held-back step's wait
+within the heartbeat."""
 
 
 class StepRunner:

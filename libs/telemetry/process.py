@@ -33,20 +33,25 @@ _GC_FROZEN_HELP: Final = "Objects taken out of the garbage collector's full pass
 class FrozenHeap:
     """The objects this process froze out of the garbage collector, counted once, as they were frozen.
 
-    Counting them (`gc.get_freeze_count()`) walks every one with the GIL held: in a worker, with
-    torch and a voice loaded, 15-25 ms in which no other thread of the process runs Python (the
-    event loop, a first audio, a playing listener's step), four times as long on a quarter of a core.
-    Asked at every scrape, each scrape was such a pause in every service; counted at the freeze, a
-    scrape reads a number."""
+    Counting them (`gc.get_freeze_count()`) walks every one with the GIL held, and no other thread of
+    the process runs Python meanwhile (the event loop, a first audio, a playing listener's step). In a
+    worker, with torch and a voice loaded, that is about half the CPU a lone stream's first audio
+    costs. Asked at every scrape, each scrape was such a pause in every service (about 12 times what
+    the rest of a scrape costs); counted at the freeze, a scrape reads a number."""
 
     def __init__(self) -> None:
         self.count = 0
-        """Objects frozen (0 until the process froze its heap)."""
+        """Objects frozen (0 while none are)."""
 
     def freeze(self) -> None:
         """Freeze every object tracked now (`gc.freeze`) and count them."""
         gc.freeze()
         self.count = gc.get_freeze_count()
+
+    def unfreeze(self) -> None:
+        """Give every frozen object back to the collector (`gc.unfreeze`): none is frozen then."""
+        gc.unfreeze()
+        self.count = 0
 
 
 FROZEN_HEAP: Final = FrozenHeap()
