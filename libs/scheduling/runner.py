@@ -15,10 +15,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import Executor
 from typing import Any, Final, TypeVar
 
-from libs.scheduling.costs import CostModel
+from libs.scheduling.costs import NO_ESTIMATE, CostModel
 from libs.scheduling.executor import DeadlineExecutor, current_lane
+from libs.telemetry import tracing
 from libs.telemetry.metrics import WorkerMetrics
-from libs.telemetry.tracing import step_span
 
 T = TypeVar("T")
 
@@ -78,12 +78,17 @@ class StepRunner:
         goes with first audios (libs.scheduling.stream.StreamPlayback.starting), ranked among them by
         `rank_s` (when its listener asked); `first_audio` marks, for the metrics, a step of a stream whose
         listener has heard nothing yet. `span` names a span around the step (child of the caller's
-        current span); `on_start` is called on the executor thread with the `time.perf_counter()`
-        at which the step starts.
+        current span) with `span_attributes` and what says how the step was scheduled (the
+        ATTR_STEP_* attributes of libs.telemetry.tracing); `on_start` is called on the executor thread
+        with the `time.perf_counter()` at which the step starts.
         """
         submitted_s = time.perf_counter()
         context = contextvars.copy_context()
         batched = self._batched()
+        by_deadline = isinstance(self.executor, DeadlineExecutor)
+        starting = first_audio if starting is None else starting
+        estimate = self.costs.estimate(stage, units, after_s, starting) if by_deadline else NO_ESTIMATE
+        due_s = time.monotonic() if deadline_s is None else deadline_s
 
         def timed() -> T:
             started_s, started_cpu_s = time.perf_counter(), time.thread_time()
@@ -92,7 +97,16 @@ class StepRunner:
             try:
                 if span is None:
                     return context.run(function, *args)
-                return context.run(_in_span, span, span_attributes, function, args)
+                facts = {
+                    **(span_attributes or {}),
+                    tracing.ATTR_STEP_UNITS: float(units),
+                    tracing.ATTR_STEP_LANE: current_lane(),
+                    tracing.ATTR_STEP_STARTING: bool(starting),
+                    tracing.ATTR_STEP_QUEUED_S: started_s - submitted_s,
+                }
+                if by_deadline:
+                    facts[tracing.ATTR_STEP_SLACK_S] = due_s - estimate.lead_s - time.monotonic()
+                return context.run(_in_span, span, facts, function, args)
             finally:
                 wall_s, cpu_s = time.perf_counter() - started_s, time.thread_time() - started_cpu_s
                 self._metrics.observe_step(stage, started_s - submitted_s, wall_s, batched)
@@ -100,10 +114,7 @@ class StepRunner:
                     self._metrics.observe_step_cpu(stage, first_audio, cpu_s)
                     self.costs.observe(stage, units, cpu_s, wall_s, current_lane())
 
-        if isinstance(self.executor, DeadlineExecutor):
-            starting = first_audio if starting is None else starting
-            estimate = self.costs.estimate(stage, units, after_s, starting)
-            due_s = time.monotonic() if deadline_s is None else deadline_s
+        if by_deadline:
             return await asyncio.wrap_future(self.executor.submit_by(due_s, timed, first_audio=starting, estimate=estimate, rank_s=rank_s))
         return await asyncio.get_running_loop().run_in_executor(self.executor, timed)
 
@@ -145,6 +156,11 @@ async def with_heartbeats(step: Awaitable[T], progress: Callable[[], float], eve
             task.cancel()
 
 
-def _in_span(name: str, attributes: Mapping[str, Any] | None, function: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    with step_span(name, attributes):
-        return function(*args)
+def _in_span(name: str, attributes: Mapping[str, Any], function: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """`function(*args)` in a span `name` with `attributes`, and the CPU it took (ATTR_STEP_CPU_S)."""
+    with tracing.step_span(name, attributes) as span:
+        started_cpu_s = time.thread_time()
+        try:
+            return function(*args)
+        finally:
+            span.set_attribute(tracing.ATTR_STEP_CPU_S, time.thread_time() - started_cpu_s)

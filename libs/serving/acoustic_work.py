@@ -137,6 +137,8 @@ class AcousticWork:
                     first_audio=deadline.first_audio,
                     starting=deadline.starting,
                     rank_s=deadline.stream.asked_s,
+                    span=tracing.SPAN_ACOUSTIC_CHUNK,
+                    span_attributes={tracing.ATTR_SENTENCE_INDEX: request.sentence_index},
                 ),
                 runner.progress,
             ):

@@ -28,6 +28,7 @@ from libs.pb.tts.vocoder.v1 import vocoder_pb2
 from libs.scheduling.runner import with_heartbeats
 from libs.scheduling.scheduler import Scheduler
 from libs.scheduling.stream import START_STEPS, PlaybackDeadline, StreamPlayback
+from libs.telemetry import tracing
 from libs.telemetry.metrics import STAGE_CHUNK, VocoderMetrics
 from libs.voice.vocode_session import SentenceSession, StreamSlices
 
@@ -106,6 +107,8 @@ class VocoderWork:
                         first_audio=deadline.first_audio,
                         starting=deadline.starting,
                         rank_s=deadline.stream.asked_s,
+                        span=tracing.SPAN_VOCODER_STEP,
+                        span_attributes={tracing.ATTR_SENTENCE_INDEX: mel_slice.sentence_index},
                         on_start=lambda started_s: self._metrics.mel_queue_seconds.observe(started_s - received_s),
                     ),
                     runner.progress,

@@ -73,6 +73,8 @@ SPAN_CACHE_WRITE: Final = "tts.cache.write"
 SPAN_ATTEMPT: Final = "tts.attempt"
 # Span names of the workers' steps (their streams are the SERVER spans of the interceptor).
 SPAN_ACOUSTIC_PLAN: Final = "tts.acoustic.plan"
+SPAN_ACOUSTIC_CHUNK: Final = "tts.acoustic.chunk"
+SPAN_VOCODER_STEP: Final = "tts.vocoder.step"
 
 UNTRACED_METHOD_PREFIXES: Final[tuple[str, ...]] = ("/grpc.health.v1.Health/",)
 """RPCs never traced: health checks and watches run every second and belong to no request."""
@@ -88,6 +90,21 @@ ATTR_VOICE: Final = "tts.voice"
 ATTR_PHONEME_COUNT: Final = "tts.phoneme_count"
 ATTR_TIME_TO_FIRST_AUDIO_S: Final = "tts.time_to_first_audio_s"
 ATTR_GRPC_STATUS_CODE: Final = "rpc.grpc.status_code"
+# A worker's model step (libs.scheduling.runner): where it ran and how it was scheduled.
+ATTR_STEP_UNITS: Final = "tts.step.units"
+"""Its size: phoneme ids for a plan, mel frames for a chunk or a vocoder step."""
+ATTR_STEP_LANE: Final = "tts.step.lane"
+"""The lane of the inference thread that ran it: urgent, first_audio or background."""
+ATTR_STEP_STARTING: Final = "tts.step.starting"
+"""Whether it went with first audios (its stream had not yet started playing)."""
+ATTR_STEP_QUEUED_S: Final = "tts.step.queued_s"
+"""Seconds it waited for a thread."""
+ATTR_STEP_SLACK_S: Final = "tts.step.slack_s"
+"""Seconds to spare at its start: its latest start (its listener's deadline less its expected lead)
+less when it started. Negative: it started late, and its listener runs dry unless audio it already
+holds covers the difference. Only on steps scheduled by deadline."""
+ATTR_STEP_CPU_S: Final = "tts.step.cpu_s"
+"""CPU seconds of the thread that ran it."""
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,19 @@ def test_one_synthesize_is_one_trace_across_gateway_acoustic_and_vocoder(traced_
     plans = [s for s in spans if s.name == tracing.SPAN_ACOUSTIC_PLAN]
     assert sorted(s.attributes[tracing.ATTR_SENTENCE_INDEX] for s in plans) == [0, 1]
     assert all(s.parent_span_id == acoustic_server.span_id for s in plans)
+    # Every model step has a span inside its stream's, saying where and how it was scheduled: each
+    # sentence's mel chunks and the vocoder's steps.
+    vocoder_server = only("vocoder", VOCODE, SERVER)
+    for server, name in ((acoustic_server, tracing.SPAN_ACOUSTIC_CHUNK), (vocoder_server, tracing.SPAN_VOCODER_STEP)):
+        steps = [s for s in spans if s.name == name]
+        assert {s.attributes[tracing.ATTR_SENTENCE_INDEX] for s in steps} == {0, 1}, name
+        assert all(s.parent_span_id == server.span_id for s in steps), name
+        for step in steps + plans:
+            assert step.attributes[tracing.ATTR_STEP_LANE] in ("urgent", "first", "background"), step
+            assert step.attributes[tracing.ATTR_STEP_QUEUED_S] >= 0 and step.attributes[tracing.ATTR_STEP_CPU_S] > 0, step
+            assert step.attributes[tracing.ATTR_STEP_UNITS] > 0 and isinstance(step.attributes[tracing.ATTR_STEP_SLACK_S], float), step
+        # The stream started with a first audio: its first steps went with first audios, later ones did not.
+        assert {s.attributes[tracing.ATTR_STEP_STARTING] for s in steps} == {True, False}, name
 
 
 def test_a_repeated_request_is_traced_as_cache_hits_without_an_acoustic_stream(traced_mesh: tuple[Mesh, Collector]) -> None:
