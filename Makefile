@@ -14,7 +14,7 @@ OUT ?= hello.wav
 TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run run-zones certs web grpcjs say test test-fast proto docs voice bench bench-load bench-quality bench-faults \
+.PHONY: help venv run run-zones certs web grpcjs say test test-fast proto docs voice bench bench-load bench-gaps bench-quality bench-faults \
 	bench-doors bench-hostile bench-voices bench-text bench-text-zh bench-jobs fuzz idle-keepalive k8s-validate image image-gpu base-image \
 	container-engine run-containers test-containers soak voice-fast voice-fast-adversarial
 
@@ -140,6 +140,10 @@ bench-text-zh: $(DEV)
 bench-jobs: $(DEV)
 	$(PY) -m bench.jobs --chars 100000 --live-streams 8 --compare --out bench/jobs.md
 	$(PY) -m bench.prewarm --out bench/prewarm.md
+
+## Bursts under a CPU quota with every step traced: what listeners heard, and the late step behind each gap.
+bench-gaps: $(DEV)
+	$(PY) -m bench.gaps --detail
 
 ## One row per fault scenario: completed, identical to fault-free, client errors, first-audio p95.
 bench-faults: $(DEV)

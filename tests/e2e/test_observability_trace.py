@@ -1,28 +1,23 @@
 """One client request through the real mesh is one trace: gateway, acoustic and vocoder spans under one
-trace id, exported over OTLP to a collector stub this test runs."""
+trace id, exported over OTLP to a collector stub this test runs (`tests.support.otlp`)."""
 
 from __future__ import annotations
 
 import random
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from concurrent import futures
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import pytest
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
-from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from libs.pb.tts.v1 import tts_pb2, tts_pb2_grpc
 from libs.telemetry import tracing
 from tests.support.client import collect
 from tests.support.mesh import Mesh
-from tests.support.servers import sync_server
+from tests.support.otlp import ExportedSpan, SpanCollector
 
 SERVER = trace_pb2.Span.SPAN_KIND_SERVER
 CLIENT = trace_pb2.Span.SPAN_KIND_CLIENT
@@ -32,77 +27,20 @@ VOCODE = "/tts.vocoder.v1.Vocoder/Vocode"
 ZONE = "zone-t"
 
 
-@dataclass(frozen=True)
-class ExportedSpan:
-    """One span as the collector received it."""
-
-    service: str
-    zone: str
-    name: str
-    kind: int
-    trace_id: bytes
-    span_id: bytes
-    parent_span_id: bytes
-    attributes: dict[str, object]
-
-
-def _value(value: common_pb2.AnyValue) -> object:
-    return getattr(value, value.WhichOneof("value")) if value.WhichOneof("value") else None
-
-
-class Collector(trace_service_pb2_grpc.TraceServiceServicer):
-    """An OTLP/gRPC trace collector that keeps every span it is sent."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._spans: list[ExportedSpan] = []
-
-    def Export(self, request, context):
-        received = []
-        for resource_spans in request.resource_spans:
-            resource = {kv.key: _value(kv.value) for kv in resource_spans.resource.attributes}
-            for scope_spans in resource_spans.scope_spans:
-                for span in scope_spans.spans:
-                    received.append(
-                        ExportedSpan(
-                            service=str(resource["service.name"]),
-                            zone=str(resource.get("cloud.availability_zone")),
-                            name=span.name,
-                            kind=span.kind,
-                            trace_id=span.trace_id,
-                            span_id=span.span_id,
-                            parent_span_id=span.parent_span_id,
-                            attributes={kv.key: _value(kv.value) for kv in span.attributes},
-                        )
-                    )
-        with self._lock:
-            self._spans.extend(received)
-        return trace_service_pb2.ExportTraceServiceResponse()
-
-    def trace(self, trace_id: bytes) -> list[ExportedSpan]:
-        with self._lock:
-            return [span for span in self._spans if span.trace_id == trace_id]
-
-
 @pytest.fixture(scope="module")
-def traced_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Mesh, Collector]]:
+def traced_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Mesh, SpanCollector]]:
     """The mesh with every service exporting all spans to a collector stub, quickly."""
-    collector = Collector()
-    server = sync_server(futures.ThreadPoolExecutor(max_workers=4))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(collector, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    env = {
-        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
-        "OTEL_TRACES_SAMPLER": "always_on",
-        "OTEL_BSP_SCHEDULE_DELAY": "200",  # export every 200 ms instead of 5 s
-    }
-    mesh = Mesh(log_dir=Path(tmp_path_factory.mktemp("traced-mesh-logs")), zone=ZONE, env=env).start()
-    try:
-        yield mesh, collector
-    finally:
-        mesh.stop()
-        server.stop(None)
+    with SpanCollector() as collector:
+        env = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint,
+            "OTEL_TRACES_SAMPLER": "always_on",
+            "OTEL_BSP_SCHEDULE_DELAY": "200",  # export every 200 ms instead of 5 s
+        }
+        mesh = Mesh(log_dir=Path(tmp_path_factory.mktemp("traced-mesh-logs")), zone=ZONE, env=env).start()
+        try:
+            yield mesh, collector
+        finally:
+            mesh.stop()
 
 
 def _synthesize_in_trace(mesh: Mesh, text: str) -> tuple[bytes, bytes, float]:
@@ -117,7 +55,7 @@ def _synthesize_in_trace(mesh: Mesh, text: str) -> tuple[bytes, bytes, float]:
     return trace_id.to_bytes(16, "big"), span_id.to_bytes(8, "big"), spoken.first_audio_s
 
 
-def _wait_for_trace(collector: Collector, trace_id: bytes, done, timeout_s: float = 20.0) -> list[ExportedSpan]:
+def _wait_for_trace(collector: SpanCollector, trace_id: bytes, done, timeout_s: float = 20.0) -> list[ExportedSpan]:
     deadline = time.monotonic() + timeout_s
     while True:
         spans = collector.trace(trace_id)
@@ -126,7 +64,7 @@ def _wait_for_trace(collector: Collector, trace_id: bytes, done, timeout_s: floa
         time.sleep(0.1)
 
 
-def test_one_synthesize_is_one_trace_across_gateway_acoustic_and_vocoder(traced_mesh: tuple[Mesh, Collector]) -> None:
+def test_one_synthesize_is_one_trace_across_gateway_acoustic_and_vocoder(traced_mesh: tuple[Mesh, SpanCollector]) -> None:
     mesh, collector = traced_mesh
     text = f"Tracing follows one request. Through three services {uuid.uuid4().int % 100000}."
     trace_id, client_span_id, first_audio_s = _synthesize_in_trace(mesh, text)
@@ -191,7 +129,7 @@ def test_one_synthesize_is_one_trace_across_gateway_acoustic_and_vocoder(traced_
         assert {s.attributes[tracing.ATTR_STEP_STARTING] for s in steps} == {True, False}, name
 
 
-def test_a_repeated_request_is_traced_as_cache_hits_without_an_acoustic_stream(traced_mesh: tuple[Mesh, Collector]) -> None:
+def test_a_repeated_request_is_traced_as_cache_hits_without_an_acoustic_stream(traced_mesh: tuple[Mesh, SpanCollector]) -> None:
     mesh, collector = traced_mesh
     text = f"Say it once. Say it twice {uuid.uuid4().int % 100000}."
     _synthesize_in_trace(mesh, text)
