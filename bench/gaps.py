@@ -37,7 +37,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from bench.cpu_quota import CpuQuota
 from bench.load_table import first_audio_cpu, first_audio_floor
-from bench.measure import STALL_BAR_S, percentile
+from bench.measure import STALL_BAR_S, RequestResult, percentile
 from bench.mesh import BenchMesh
 from bench.realtime import PROXY, Outcome, Texts, burst, one_after_another, reported_capacity
 from bench.report import machine_header
@@ -174,6 +174,37 @@ def _detail(steps: Sequence[Step], gap: Gap, origin_s: float) -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
+class Replay:
+    """What the replay of one burst's listeners found."""
+
+    listeners: int
+    gapped: int
+    """Listeners whose gaps add up to more than a stall (STALL_BAR_S)."""
+    longest_s: float
+    details: list[str]
+    """For each gap, the late step and the acoustic steps before it."""
+
+
+def replay(spans: Sequence[ExportedSpan], results: Sequence[RequestResult], since_s: float, label: str) -> Replay:
+    """Replay the listeners of the requests made from `since_s` on (`results`: what their clients got)."""
+    traces = steps_by_trace(spans, since_s)
+    vocoder_steps = {trace: [step for step in steps if step.name == tracing.SPAN_VOCODER_STEP] for trace, steps in traces.items()}
+    frames = sum(step.units for steps in vocoder_steps.values() for step in steps)
+    frame_s = sum(result.audio_s for result in results) / frames if frames else 0.0
+    origin_s = min((step.start_s - step.queued_s for steps in traces.values() for step in steps), default=0.0)
+    gapped, longest_s, details = 0, 0.0, []
+    for trace, steps in sorted(vocoder_steps.items(), key=lambda item: item[1][0].end_s if item[1] else 0.0):
+        gaps = listener_gaps(steps, frame_s)
+        gapped += sum(gap.length_s for gap in gaps) > STALL_BAR_S
+        longest_s = max([longest_s, *(gap.length_s for gap in gaps)])
+        if gaps:
+            details.append(f"{label}, listener {trace.hex()[:8]} (first audio at +{steps[0].end_s - origin_s:.3f} s):")
+            for gap in gaps:
+                details.extend(_detail(traces[trace], gap, origin_s))
+    return Replay(len(vocoder_steps), gapped, longest_s, details)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quota", type=float, default=1.0, help="cores the whole mesh may use (a CFS quota of the pinned cores)")
@@ -186,10 +217,10 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     cores = pin_cores(args.cores)
     print(machine_header(cores))
-    clients = CpuQuota(None, name=f"tts-gaps-clients-{os.getpid()}").__enter__()
-    clients.add(os.getpid())
     texts = Texts(args.tag)
-    with SpanCollector() as collector, CpuQuota(args.quota) as quota:
+    # The clients (this process) weigh as much as the mesh, as in bench.realtime.
+    with CpuQuota(None, name=f"tts-bench-clients-{os.getpid()}") as clients, SpanCollector() as collector, CpuQuota(args.quota) as quota:
+        clients.add(os.getpid())
         env = {
             "OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint,
             "OTEL_TRACES_SAMPLER": "always_on",
@@ -210,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             details = []
             for number in range(1, args.bursts + 1):
                 count = max(1, round(reported_capacity(mesh) * args.share))
-                time.sleep(2 * EXPORT_EVERY_MS / 1000)
+                time.sleep(2 * EXPORT_EVERY_MS / 1000)  # the spans of the requests before
                 collector.clear()
                 spent, started_s = first_audio_cpu(mesh), time.time()
                 results = burst(target, texts.take(count))
@@ -218,28 +249,15 @@ def main(argv: Sequence[str] | None = None) -> None:
                 per_stream = (first_audio_cpu(mesh) - spent) / max(1, outcome.served)
                 floor = percentile(first_audio_floor(max(1, outcome.served), per_stream, args.quota), 95)
                 time.sleep(3 * EXPORT_EVERY_MS / 1000)  # the last spans' export
-                traces = steps_by_trace(collector.spans(), started_s)
-                vocoder_steps = {trace: [s for s in steps if s.name == tracing.SPAN_VOCODER_STEP] for trace, steps in traces.items()}
-                frames = sum(step.units for steps in vocoder_steps.values() for step in steps)
-                frame_s = sum(result.audio_s for result in results) / frames if frames else 0.0
-                origin_s = min((step.start_s - step.queued_s for steps in traces.values() for step in steps), default=0.0)
-                gapped, longest = 0, 0.0
-                for trace, steps in sorted(vocoder_steps.items(), key=lambda item: item[1][0].end_s if item[1] else 0.0):
-                    gaps = listener_gaps(steps, frame_s)
-                    if sum(gap.length_s for gap in gaps) > STALL_BAR_S:
-                        gapped += 1
-                    longest = max([longest, *(gap.length_s for gap in gaps)])
-                    if gaps and args.detail:
-                        details.append(f"burst {number}, listener {trace.hex()[:8]} (first audio at +{steps[0].end_s - origin_s:.3f} s):")
-                        for gap in gaps:
-                            details.extend(_detail(traces[trace], gap, origin_s))
+                found = replay(collector.spans(), results, started_s, f"burst {number}")
+                details += found.details
                 p95 = outcome.first_audio_p95_s
                 print(
                     f"| {number} | {count} | {p95:.2f} s | {p95 / floor:.1f}x | {outcome.stalled} of {outcome.served} | "
-                    f"{gapped} of {len(vocoder_steps)} | {longest:.2f} s |",
+                    f"{found.gapped} of {found.listeners} | {found.longest_s:.2f} s |",
                     flush=True,
                 )
-            if details:
+            if details and args.detail:
                 print("\n" + "\n".join(details))
         finally:
             mesh.stop()

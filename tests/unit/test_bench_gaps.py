@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.gaps import SERVER, SYNTHESIZE, Step, listener_gaps, step_audio_frames, steps_by_trace
+from bench.gaps import SERVER, SYNTHESIZE, Step, listener_gaps, replay, step_audio_frames, steps_by_trace
+from bench.measure import RequestResult
 from libs.telemetry import tracing
 from tests.support.otlp import ExportedSpan
 
@@ -68,3 +69,24 @@ def test_only_client_requests_after_the_burst_began_are_replayed() -> None:
     spans = [early, late, unheard, *calls]
     assert set(steps_by_trace(spans, since_s=15.0)) == {b"u"}
     assert set(steps_by_trace(spans)) == {b"t", b"u"}
+
+
+def test_a_bursts_replay_takes_the_frame_length_from_the_clients_audio_and_names_each_late_step() -> None:
+    def step(trace: bytes, units: float, start_s: float, end_s: float) -> ExportedSpan:
+        attributes = {tracing.ATTR_SENTENCE_INDEX: 0, tracing.ATTR_STEP_UNITS: units, tracing.ATTR_STEP_LANE: "background"}
+        return ExportedSpan("vocoder", "z", tracing.SPAN_VOCODER_STEP, 1, trace, b"s", b"p", attributes, start_s, end_s)
+
+    spans = [
+        _exported(SYNTHESIZE, trace=b"a", kind=SERVER),
+        _exported(SYNTHESIZE, trace=b"b", kind=SERVER),
+        # a: 100 frames, then 100 more before the first run out; b: its second step comes 2 s late.
+        step(b"a", 100, 10.0, 10.1), step(b"a", 100, 10.1, 10.2),
+        step(b"b", 100, 10.0, 10.1), step(b"b", 100, 10.1, 10.1 + 2.0 + 0.8),
+    ]
+    # 400 frames made, 4 s heard by the clients: a frame is 0.01 s, so b's first step (less the lag of
+    # 21 frames) lasts 0.79 s, and b waits 2.01 s for its second.
+    results = [RequestResult(index, "OK", 0.1, 3.0, 2.0, 0, 10) for index in range(2)]
+    found = replay(spans, results, since_s=9.0, label="burst 1")
+    assert (found.listeners, found.gapped) == (2, 1)
+    assert found.longest_s == pytest.approx(2.01)
+    assert found.details[0].startswith("burst 1, listener 62") and "background lane" in found.details[1]
