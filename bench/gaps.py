@@ -4,8 +4,10 @@ Every model step of a worker has a span that says when it ran, on which lane, ho
 a thread and how much time it had to spare at its start (docs/operations.md, "Tracing"). This
 benchmark starts the mesh under a CPU quota (as `bench.realtime` does), sends every span to a
 collector it runs (`tests.support.otlp`), and starts bursts of cold streams at a share of the capacity
-the mesh reports. It then replays each listener from its vocoder steps: a player that starts with
-the first step's audio and pauses whenever the next step's is not there yet. For each burst it prints
+the mesh reports. It then replays each listener from its vocoder steps: a player that starts when the
+gateway sent its first audio (the request span's time to first audio: a first piece may be held
+until the listener holds enough to outlast the wait for the next) and pauses whenever the next step's
+audio is not there yet. For each burst it prints
 what the clients heard (first audio p95, also as a multiple of the CPU floor, and the listeners
 stalled) beside what the replay finds (listeners with a gap, the longest). With `--detail`, for each
 gap it prints the vocoder step that came late and the steps that led to it, so a schedule's gaps
@@ -13,10 +15,10 @@ can be traced to their cause.
 
 The replay counts a step's audio as its frames (a step run in parts, part by part), less the
 vocoder's lag at a sentence's first step and plus it at its last, at the frame length the clients'
-audio gives. It knows nothing of the hops from the vocoder to the client: a gap that opens after the
-vocoder shows only on the clients' side, and a client whose first audio came late behind the hops
-starts later and holds more than the replay counts, so the replay may find a gap the client never
-heard. Only requests made with Synthesize are replayed (not prewarming, which nobody hears).
+audio gives. It knows nothing of the hops from the vocoder to the gateway and on to the client: a gap
+that opens there shows only on the clients' side, and a client whose first audio came late behind the
+hops starts later and holds more than the replay counts, so the replay may find a gap the client
+never heard. Only requests made with Synthesize are replayed (not prewarming, which nobody hears).
 
     python -m bench.gaps [--quota 1] [--bursts 3] [--share 0.8] [--detail]
 """
@@ -24,6 +26,7 @@ heard. Only requests made with Synthesize are replayed (not prewarming, which no
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import tempfile
 import time
@@ -127,16 +130,24 @@ def step_audio_frames(steps: Sequence[Step], lag_frames: int) -> list[float]:
     return frames
 
 
-def listener_gaps(steps: Sequence[Step], frame_s: float, lag_frames: int = DEFAULT_VOCODER_LAG_FRAMES, bar_s: float = GAP_BAR_S) -> list[Gap]:
-    """The gaps of a player that starts with the first of a listener's vocoder `steps` and plays each
-    step's audio (`step_audio_frames`, `frame_s` a frame) once the step is done, pausing while the next
-    is not: each wait longer than `bar_s`, with the step it waited for."""
+def listener_gaps(
+    steps: Sequence[Step],
+    frame_s: float,
+    lag_frames: int = DEFAULT_VOCODER_LAG_FRAMES,
+    bar_s: float = GAP_BAR_S,
+    plays_from_s: float = -math.inf,
+) -> list[Gap]:
+    """The gaps of a player that starts with the first of a listener's vocoder `steps`, or at
+    `plays_from_s` if that is later (when the gateway sent the first audio: it holds a first piece until
+    the listener holds enough to outlast the wait for the next), and plays each step's audio
+    (`step_audio_frames`, `frame_s` a frame) once the step is done, pausing while the next is not: each
+    wait longer than `bar_s`, with the step it waited for."""
     ordered = sorted(steps, key=lambda step: step.start_s)
     if not ordered:
         return []
     gaps = []
     audio = step_audio_frames(ordered, lag_frames)
-    playing_until_s = ordered[0].end_s + audio[0] * frame_s
+    playing_until_s = max(ordered[0].end_s, plays_from_s) + audio[0] * frame_s
     for index in range(1, len(ordered)):
         step = ordered[index]
         if step.end_s > playing_until_s:
@@ -189,17 +200,23 @@ class Replay:
 def replay(spans: Sequence[ExportedSpan], results: Sequence[RequestResult], since_s: float, label: str) -> Replay:
     """Replay the listeners of the requests made from `since_s` on (`results`: what their clients got)."""
     traces = steps_by_trace(spans, since_s)
+    first_audio_s = {
+        span.trace_id: span.start_s + float(span.attributes[tracing.ATTR_TIME_TO_FIRST_AUDIO_S])
+        for span in spans
+        if span.name == SYNTHESIZE and span.kind == SERVER and tracing.ATTR_TIME_TO_FIRST_AUDIO_S in span.attributes
+    }
     vocoder_steps = {trace: [step for step in steps if step.name == tracing.SPAN_VOCODER_STEP] for trace, steps in traces.items()}
     frames = sum(step.units for steps in vocoder_steps.values() for step in steps)
     frame_s = sum(result.audio_s for result in results) / frames if frames else 0.0
     origin_s = min((step.start_s - step.queued_s for steps in traces.values() for step in steps), default=0.0)
     gapped, longest_s, details = 0, 0.0, []
     for trace, steps in sorted(vocoder_steps.items(), key=lambda item: item[1][0].end_s if item[1] else 0.0):
-        gaps = listener_gaps(steps, frame_s)
+        gaps = listener_gaps(steps, frame_s, plays_from_s=first_audio_s.get(trace, -math.inf))
         gapped += sum(gap.length_s for gap in gaps) > STALL_BAR_S
         longest_s = max([longest_s, *(gap.length_s for gap in gaps)])
         if gaps:
-            details.append(f"{label}, listener {trace.hex()[:8]} (first audio at +{steps[0].end_s - origin_s:.3f} s):")
+            heard_s = max(steps[0].end_s, first_audio_s.get(trace, -math.inf))
+            details.append(f"{label}, listener {trace.hex()[:8]} (first audio sent at +{heard_s - origin_s:.3f} s):")
             for gap in gaps:
                 details.extend(_detail(traces[trace], gap, origin_s))
     return Replay(len(vocoder_steps), gapped, longest_s, details)

@@ -90,3 +90,14 @@ def test_a_bursts_replay_takes_the_frame_length_from_the_clients_audio_and_names
     assert (found.listeners, found.gapped) == (2, 1)
     assert found.longest_s == pytest.approx(2.01)
     assert found.details[0].startswith("burst 1, listener 62") and "background lane" in found.details[1]
+
+
+def test_a_listener_whose_first_piece_was_held_starts_later_and_holds_more() -> None:
+    # As above, but the gateway sent the first audio at 0.5 s (it held the first piece to outlast the
+    # wait for the next): the first two steps' 0.44 s of audio run out at 0.94 s, so the listener waits
+    # 0.36 s for the third (done at 1.3 s) instead of 0.76 s.
+    late = _step(0, 64, 0.5, 1.3)
+    steps = [_step(0, 32, 0.0, 0.1), _step(0, 32, 0.1, 0.15), late, _step(0, 64, 1.3, 1.4)]
+    (gap,) = listener_gaps(steps, FRAME_S, LAG, plays_from_s=0.5)
+    assert gap.step == late and gap.length_s == pytest.approx(0.36)
+    assert listener_gaps(steps, FRAME_S, LAG, plays_from_s=1.0) == []  # held long enough: no gap at all
