@@ -24,13 +24,14 @@ interface PageState {
   wordsSent: number;
   cancelled: boolean;
   playedMs: number | null;
+  heardPlayedMs: number | null;
   heardText: string | null;
   heardWords: string[];
 }
 
 const FRESH: Omit<PageState, "words" | "wordsShown" | "playedSpans" | "heardWords"> = {
   firstAudioMs: null, samplesScheduled: 0, sampleRateHz: 0, done: false, error: null, wordsSent: 0, cancelled: false,
-  playedMs: null, heardText: null,
+  playedMs: null, heardPlayedMs: null, heardText: null,
 };
 const state: PageState = { ...FRESH, wordsShown: [], words: [], playedSpans: [], heardWords: [] };
 (window as unknown as { ttsPage: PageState }).ttsPage = state;
@@ -154,7 +155,7 @@ const WORDS_PER_SECOND = 5;
 interface SocketWord { word: string; start_ms: number; end_ms: number }
 interface SocketEvent {
   type: string; context_id?: string; sentence?: { words: SocketWord[] }; offset_ms?: number; duration_ms?: number;
-  bytes?: number; sample_rate_hz?: number; heard_text?: string; heard_words?: SocketWord[]; message?: string; code?: string;
+  bytes?: number; sample_rate_hz?: number; played_ms?: number; heard_text?: string; heard_words?: SocketWord[]; message?: string; code?: string;
 }
 
 let stopStream: (() => void) | null = null;
@@ -257,6 +258,7 @@ async function streamWords(): Promise<void> {
       finish();
     } else if (event.type === "cancelled") {
       state.cancelled = true;
+      state.heardPlayedMs = event.played_ms ?? null;  // what the server counted: at most the audio it sent
       state.heardText = event.heard_text ?? "";
       state.heardWords = (event.heard_words ?? []).map((w) => w.word);
       heardLine.textContent = `Heard: “${state.heardText}”`;
