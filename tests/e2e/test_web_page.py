@@ -142,7 +142,14 @@ def test_stop_cancels_the_stream_and_shows_the_words_heard(mesh: Mesh, page_url:
             page.wait_for_function("document.querySelectorAll('#voice option').length > 0", timeout=30_000)  # type: ignore[attr-defined]
             page.fill("#text", text)  # type: ignore[attr-defined]
             page.click("#stream")  # type: ignore[attr-defined]
-            page.wait_for_function("window.ttsPage.wordsShown.length >= 3 || window.ttsPage.error", timeout=60_000)  # type: ignore[attr-defined]
+            # Stop once the third word is showing and its audio has come: the page's clock alone may run
+            # ahead of the audio on a loaded machine, and the server counts only audio it sent.
+            page.wait_for_function(  # type: ignore[attr-defined]
+                "(window.ttsPage.wordsShown.length >= 3 && window.ttsPage.words.length >= 3 && window.ttsPage.sampleRateHz > 0"
+                " && window.ttsPage.samplesScheduled / window.ttsPage.sampleRateHz >= window.ttsPage.words[2].endS)"
+                " || window.ttsPage.error",
+                timeout=60_000,
+            )
             page.click("#stop")  # type: ignore[attr-defined]
             page.wait_for_function("window.ttsPage.cancelled || window.ttsPage.error", timeout=30_000)  # type: ignore[attr-defined]
             state = page.evaluate("window.ttsPage")  # type: ignore[attr-defined]
