@@ -158,11 +158,16 @@ def listener_gaps(
     return gaps
 
 
+def request_spans(spans: Sequence[ExportedSpan]) -> dict[bytes, ExportedSpan]:
+    """The server span of each Synthesize call, by trace (not the gateway's own work, such as
+    prewarming, which nobody listens to)."""
+    return {span.trace_id: span for span in spans if span.name == SYNTHESIZE and span.kind == SERVER}
+
+
 def steps_by_trace(spans: Sequence[ExportedSpan], since_s: float = 0.0) -> dict[bytes, list[Step]]:
-    """Each client request's model steps, in the order they started: of the traces with a Synthesize
-    call (not the gateway's own work, such as prewarming, which nobody listens to), those whose first
-    step was asked for at `since_s` or later (the spans of earlier requests may still be arriving)."""
-    requests = {span.trace_id for span in spans if span.name == SYNTHESIZE and span.kind == SERVER}
+    """Each Synthesize call's model steps (`request_spans`), in the order they started: of the calls
+    whose first step was asked for at `since_s` or later (the spans of earlier ones may still be arriving)."""
+    requests = request_spans(spans)
     traces: dict[bytes, list[Step]] = defaultdict(list)
     for span in spans:
         step = Step.of(span)
@@ -201,9 +206,9 @@ def replay(spans: Sequence[ExportedSpan], results: Sequence[RequestResult], sinc
     """Replay the listeners of the requests made from `since_s` on (`results`: what their clients got)."""
     traces = steps_by_trace(spans, since_s)
     first_audio_s = {
-        span.trace_id: span.start_s + float(span.attributes[tracing.ATTR_TIME_TO_FIRST_AUDIO_S])
-        for span in spans
-        if span.name == SYNTHESIZE and span.kind == SERVER and tracing.ATTR_TIME_TO_FIRST_AUDIO_S in span.attributes
+        trace: span.start_s + float(span.attributes[tracing.ATTR_TIME_TO_FIRST_AUDIO_S])
+        for trace, span in request_spans(spans).items()
+        if tracing.ATTR_TIME_TO_FIRST_AUDIO_S in span.attributes
     }
     vocoder_steps = {trace: [step for step in steps if step.name == tracing.SPAN_VOCODER_STEP] for trace, steps in traces.items()}
     frames = sum(step.units for steps in vocoder_steps.values() for step in steps)
@@ -211,11 +216,12 @@ def replay(spans: Sequence[ExportedSpan], results: Sequence[RequestResult], sinc
     origin_s = min((step.start_s - step.queued_s for steps in traces.values() for step in steps), default=0.0)
     gapped, longest_s, details = 0, 0.0, []
     for trace, steps in sorted(vocoder_steps.items(), key=lambda item: item[1][0].end_s if item[1] else 0.0):
-        gaps = listener_gaps(steps, frame_s, plays_from_s=first_audio_s.get(trace, -math.inf))
+        plays_from_s = first_audio_s.get(trace, -math.inf)
+        gaps = listener_gaps(steps, frame_s, plays_from_s=plays_from_s)
         gapped += sum(gap.length_s for gap in gaps) > STALL_BAR_S
         longest_s = max([longest_s, *(gap.length_s for gap in gaps)])
         if gaps:
-            heard_s = max(steps[0].end_s, first_audio_s.get(trace, -math.inf))
+            heard_s = max(steps[0].end_s, plays_from_s)
             details.append(f"{label}, listener {trace.hex()[:8]} (first audio sent at +{heard_s - origin_s:.3f} s):")
             for gap in gaps:
                 details.extend(_detail(traces[trace], gap, origin_s))

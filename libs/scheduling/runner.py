@@ -97,16 +97,20 @@ class StepRunner:
             try:
                 if span is None:
                     return context.run(function, *args)
-                facts = {
-                    **(span_attributes or {}),
-                    tracing.ATTR_STEP_UNITS: float(units),
-                    tracing.ATTR_STEP_LANE: current_lane(),
-                    tracing.ATTR_STEP_STARTING: bool(starting),
-                    tracing.ATTR_STEP_QUEUED_S: started_s - submitted_s,
-                }
-                if by_deadline:
-                    facts[tracing.ATTR_STEP_SLACK_S] = due_s - estimate.lead_s - time.monotonic()
-                return context.run(_in_span, span, facts, function, args)
+
+                def facts() -> dict[str, Any]:
+                    scheduled = {
+                        **(span_attributes or {}),
+                        tracing.ATTR_STEP_UNITS: float(units),
+                        tracing.ATTR_STEP_LANE: current_lane(),
+                        tracing.ATTR_STEP_STARTING: bool(starting),
+                        tracing.ATTR_STEP_QUEUED_S: started_s - submitted_s,
+                    }
+                    if by_deadline:
+                        scheduled[tracing.ATTR_STEP_SLACK_S] = due_s - estimate.lead_s - time.monotonic()
+                    return scheduled
+
+                return context.run(_in_span, span, facts, started_cpu_s, function, args)
             finally:
                 wall_s, cpu_s = time.perf_counter() - started_s, time.thread_time() - started_cpu_s
                 self._metrics.observe_step(stage, started_s - submitted_s, wall_s, batched)
@@ -156,11 +160,18 @@ async def with_heartbeats(step: Awaitable[T], progress: Callable[[], float], eve
             task.cancel()
 
 
-def _in_span(name: str, attributes: Mapping[str, Any], function: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    """`function(*args)` in a span `name` with `attributes`, and the CPU it took (ATTR_STEP_CPU_S)."""
-    with tracing.step_span(name, attributes) as span:
-        started_cpu_s = time.thread_time()
+def _in_span(
+    name: str, facts: Callable[[], Mapping[str, Any]], started_cpu_s: float, function: Callable[..., Any], args: tuple[Any, ...]
+) -> Any:
+    """`function(*args)` in a span `name`. A span the sampler keeps gets `facts()` as it starts and the
+    CPU the step took (ATTR_STEP_CPU_S, from `started_cpu_s`, this thread's `time.thread_time()`) as it
+    ends; one it drops (most requests') costs neither."""
+    with tracing.step_span(name) as span:
+        recording = span.is_recording()
+        if recording:
+            span.set_attributes(facts())
         try:
             return function(*args)
         finally:
-            span.set_attribute(tracing.ATTR_STEP_CPU_S, time.thread_time() - started_cpu_s)
+            if recording:
+                span.set_attribute(tracing.ATTR_STEP_CPU_S, time.thread_time() - started_cpu_s)

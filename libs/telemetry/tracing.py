@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import inspect
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -94,7 +95,7 @@ ATTR_GRPC_STATUS_CODE: Final = "rpc.grpc.status_code"
 ATTR_STEP_UNITS: Final = "tts.step.units"
 """Its size: phoneme ids for a plan, mel frames for a chunk or a vocoder step."""
 ATTR_STEP_LANE: Final = "tts.step.lane"
-"""The lane of the inference thread that ran it: urgent, first_audio or background."""
+"""The lane of the inference thread that ran it: urgent, first (first audios) or background (libs.scheduling.costs)."""
 ATTR_STEP_STARTING: Final = "tts.step.starting"
 """Whether it went with first audios (its stream had not yet started playing)."""
 ATTR_STEP_QUEUED_S: Final = "tts.step.queued_s"
@@ -214,8 +215,12 @@ def shutdown_tracing(provider: trace.TracerProvider | None = None) -> None:
         shutdown()
 
 
+@functools.lru_cache(maxsize=16)
 def get_tracer(tracer_provider: trace.TracerProvider | None = None) -> trace.Tracer:
-    """The mesh's tracer from `tracer_provider` (the global provider if None)."""
+    """The mesh's tracer from `tracer_provider` (the global provider if None), made once per provider:
+    `trace.get_tracer` makes a new one at every call, which took half the time of a step span that
+    the sampler drops, and every model step has one. Before the global provider is set, the tracer is
+    OpenTelemetry's proxy, which follows it once it is (and it is set once)."""
     return trace.get_tracer(TRACER_NAME, tracer_provider=tracer_provider)
 
 

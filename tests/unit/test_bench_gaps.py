@@ -90,6 +90,11 @@ def test_a_bursts_replay_takes_the_frame_length_from_the_clients_audio_and_names
     assert (found.listeners, found.gapped) == (2, 1)
     assert found.longest_s == pytest.approx(2.01)
     assert found.details[0].startswith("burst 1, listener 62") and "background lane" in found.details[1]
+    # Had the gateway sent b's first audio 1 s after b asked (at 11.0 s, its first piece held), b would
+    # play from there: 0.79 s of audio lasts to 11.79 s, and it waits 1.11 s for the step done at 12.9 s.
+    held = ExportedSpan("gateway", "z", SYNTHESIZE, SERVER, b"b", b"s", b"", {tracing.ATTR_TIME_TO_FIRST_AUDIO_S: 1.0}, 10.0, 13.0)
+    found = replay([span for span in spans if span.trace_id != b"b" or span.name != SYNTHESIZE] + [held], results, 9.0, "burst 1")
+    assert found.gapped == 1 and found.longest_s == pytest.approx(1.11)
 
 
 def test_a_listener_whose_first_piece_was_held_starts_later_and_holds_more() -> None:
