@@ -142,11 +142,10 @@ def test_stop_cancels_the_stream_and_shows_the_words_heard(mesh: Mesh, page_url:
             page.wait_for_function("document.querySelectorAll('#voice option').length > 0", timeout=30_000)  # type: ignore[attr-defined]
             page.fill("#text", text)  # type: ignore[attr-defined]
             page.click("#stream")  # type: ignore[attr-defined]
-            # Stop once the third word is showing and its audio has come: the page's clock alone may run
-            # ahead of the audio on a loaded machine, and the server counts only audio it sent.
+            # Stop once the listener has heard the second word through: the playhead follows the audio clock
+            # but never runs past the audio that came, as the clock itself does through a stall.
             page.wait_for_function(  # type: ignore[attr-defined]
-                "(window.ttsPage.wordsShown.length >= 3 && window.ttsPage.words.length >= 3 && window.ttsPage.sampleRateHz > 0"
-                " && window.ttsPage.samplesScheduled / window.ttsPage.sampleRateHz >= window.ttsPage.words[2].endS)"
+                "(window.ttsPage.words.length >= 3 && window.ttsPage.playheadS >= window.ttsPage.words[1].endS + 0.1)"
                 " || window.ttsPage.error",
                 timeout=60_000,
             )
@@ -160,9 +159,10 @@ def test_stop_cancels_the_stream_and_shows_the_words_heard(mesh: Mesh, page_url:
         finally:
             browser.close()  # type: ignore[attr-defined]
     assert state["error"] is None, state["error"]
-    # The server counts what was played up to the audio it had sent: the page's clock runs on through a
-    # stall, so it may have passed a word whose audio never came.
+    # The server counts what was played up to the audio it had sent; the page counts up to the audio that
+    # came, so a stall in between cannot count a word whose audio never played.
     assert state["heardPlayedMs"] <= state["playedMs"]
+    assert state["playedMs"] >= (state["words"][1]["endS"] + 0.1) * 1000
     heard = [w["text"] for w in state["words"] if w["endS"] * 1000 <= state["heardPlayedMs"]]
     assert state["heardWords"] == heard and len(heard) >= 2
     assert text.startswith(state["heardText"]) and state["heardText"].split()[-1].strip(",.") == heard[-1]

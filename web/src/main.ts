@@ -19,6 +19,8 @@ interface PageState {
   wordsShown: string[];
   words: WordInfo[];
   playedSpans: [number, number][];
+  /** How far on the stream's timeline the listener has heard: the audio clock, never past the audio scheduled. */
+  playheadS: number;
   done: boolean;
   error: string | null;
   wordsSent: number;
@@ -30,7 +32,7 @@ interface PageState {
 }
 
 const FRESH: Omit<PageState, "words" | "wordsShown" | "playedSpans" | "heardWords"> = {
-  firstAudioMs: null, samplesScheduled: 0, sampleRateHz: 0, done: false, error: null, wordsSent: 0, cancelled: false,
+  firstAudioMs: null, samplesScheduled: 0, sampleRateHz: 0, playheadS: 0, done: false, error: null, wordsSent: 0, cancelled: false,
   playedMs: null, heardPlayedMs: null, heardText: null,
 };
 const state: PageState = { ...FRESH, wordsShown: [], words: [], playedSpans: [], heardWords: [] };
@@ -191,8 +193,10 @@ async function streamWords(): Promise<void> {
       return;
     }
     window.clearInterval(feeder);
-    // How much the listener heard: the audio clock's place on the stream's timeline.
-    state.playedMs = shift === null ? 0 : Math.max(0, (context.currentTime - shift) * 1000);
+    // How much the listener heard: the audio clock's place on the stream's timeline. Through a stall the
+    // clock runs on past the last piece, but the listener heard no further than that piece's end.
+    const clockS = shift === null ? 0 : Math.min(context.currentTime, playEnd) - shift;
+    state.playedMs = Math.max(0, state.playheadS, clockS) * 1000;
     socket.send(JSON.stringify({ type: "cancel", context_id: "0", played_ms: state.playedMs }));
     for (const source of sources) {
       source.stop();
@@ -299,7 +303,9 @@ function highlightWhilePlaying(context: AudioContext, shift: () => number, spans
   highlighted = spans;
   let next = 0; // the first word not yet reached
   const step = (): void => {
-    const now = context.currentTime - shift();
+    // The clock runs on through a stall; a word whose audio has not come yet is not being spoken.
+    const now = Math.min(context.currentTime, until()) - shift();
+    state.playheadS = Math.max(state.playheadS, now);
     // Every word reached since the last frame counts as shown, even one shorter than a frame.
     while (next < spans.length && Number(spans[next].dataset.start) <= now) {
       state.wordsShown.push(spans[next].textContent ?? "");
