@@ -39,8 +39,8 @@ from typing import Final
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from bench.cpu_quota import CpuQuota
-from bench.load_table import first_audio_cpu, first_audio_floor
-from bench.measure import STALL_BAR_S, RequestResult, percentile
+from bench.load_table import first_audio_cpu, first_audio_floor_p95
+from bench.measure import STALL_BAR_S, RequestResult
 from bench.mesh import BenchMesh
 from bench.realtime import PROXY, Outcome, Texts, burst, one_after_another, reported_capacity
 from bench.report import machine_header
@@ -269,14 +269,15 @@ def main(argv: Sequence[str] | None = None) -> None:
                 spent, started_s = first_audio_cpu(mesh), time.time()
                 results = burst(target, texts.take(count))
                 outcome = Outcome.of(results)
-                per_stream = (first_audio_cpu(mesh) - spent) / max(1, outcome.served)
-                floor = percentile(first_audio_floor(max(1, outcome.served), per_stream, args.quota), 95)
+                floor = first_audio_floor_p95(first_audio_cpu(mesh) - spent, outcome.served, args.quota)
                 time.sleep(3 * EXPORT_EVERY_MS / 1000)  # the last spans' export
                 found = replay(collector.spans(), results, started_s, f"burst {number}")
                 details += found.details
                 p95 = outcome.first_audio_p95_s
+                # No floor where no stream heard audio (all refused or failed): the row says so, not a crash.
+                ratio = f"{p95 / floor:.1f}x" if floor > 0 else "-"
                 print(
-                    f"| {number} | {count} | {p95:.2f} s | {p95 / floor:.1f}x | {outcome.stalled} of {outcome.served} | "
+                    f"| {number} | {count} | {p95:.2f} s | {ratio} | {outcome.stalled} of {outcome.served} | "
                     f"{found.gapped} of {found.listeners} | {found.longest_s:.2f} s |",
                     flush=True,
                 )

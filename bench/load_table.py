@@ -113,14 +113,20 @@ def first_audio_floor(streams: int, cpu_s: float, cores: float) -> list[float]:
     return [max(cpu_s / min(1.0, cores), index * cpu_s / cores) for index in range(1, streams + 1)]
 
 
+def first_audio_floor_p95(first_audio_cpu_s: float, streams: int, cores: float) -> float:
+    """The p95 of `first_audio_floor` for `streams` first audios that cost `first_audio_cpu_s` in all (NaN for none)."""
+    if streams <= 0:
+        return math.nan
+    return percentile(first_audio_floor(streams, first_audio_cpu_s / streams, cores), 95)
+
+
 def with_first_audio_cost(row: LoadRow, first_audio_cpu_s: float, cores: float) -> LoadRow:
     """`row` with what its first audios cost: `first_audio_cpu_s` in all, over the streams that heard audio."""
     heard = row.served
     if heard == 0:
         return row
-    per_stream = first_audio_cpu_s / heard
-    floor = percentile(first_audio_floor(heard, per_stream, cores), 95)
-    return replace(row, first_audio_cpu_s=per_stream, first_audio_floor_p95_s=floor)
+    floor = first_audio_floor_p95(first_audio_cpu_s, heard, cores)
+    return replace(row, first_audio_cpu_s=first_audio_cpu_s / heard, first_audio_floor_p95_s=floor)
 
 
 def first_audio_cpu(mesh: BenchMesh) -> float:

@@ -48,7 +48,7 @@ import grpc
 
 from bench import piper_baseline
 from bench.cpu_quota import CpuQuota
-from bench.load_table import first_audio_cpu, first_audio_floor, paragraphs
+from bench.load_table import first_audio_cpu, first_audio_floor_p95, paragraphs
 from bench.loadgen import CHANNEL_OPTIONS, synthesize_once
 from bench.measure import STALL_BAR_S, RequestResult, percentile
 from bench.mesh import PRECISION_FLAG, BenchMesh
@@ -275,8 +275,7 @@ class QuotaRun:
         spent = first_audio_cpu(mesh)
         results = burst(target, self.texts.take(count))
         outcome = Outcome.of(results)
-        per_stream = (first_audio_cpu(mesh) - spent) / max(1, outcome.served)
-        floor = percentile(first_audio_floor(max(1, outcome.served), per_stream, self.quota_cores), 95)
+        floor = first_audio_floor_p95(first_audio_cpu(mesh) - spent, max(1, outcome.served), self.quota_cores)
         facts["burst_floor_s"], facts["burst_count"] = floor, count
         rows.append((f"burst of {count} (0.8 x capacity)", outcome, f"CPU floor p95 {floor * 1000:.0f} ms; capacity {capacity:.1f}"))
         for share in self.shares:

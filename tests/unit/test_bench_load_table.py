@@ -7,9 +7,17 @@ import math
 
 import pytest
 
-from bench.load_table import LoadRow, first_audio_floor, largest_real_time, render, row_of, with_first_audio_cost
+from bench.load_table import (
+    LoadRow,
+    first_audio_floor,
+    first_audio_floor_p95,
+    largest_real_time,
+    render,
+    row_of,
+    with_first_audio_cost,
+)
 from bench.loadgen import LoadConfig, run_load
-from bench.measure import RequestResult
+from bench.measure import RequestResult, percentile
 from tests.integration.test_loadgen import SLACK_S, stand_in  # noqa: F401 - the fixture
 
 # 3200 bytes of 16-bit audio at 16 kHz is 0.1 s: a chunk every 0.3 s leaves the player dry 0.2 s each time.
@@ -69,6 +77,13 @@ def test_the_first_audio_floor_is_the_cpu_of_every_earlier_first_audio_shared_by
     assert first_audio_floor(2, 0.04, 0.5) == pytest.approx([0.08, 0.16])
     with pytest.raises(ValueError, match="cores"):
         first_audio_floor(4, 0.04, 0)
+
+
+def test_the_floor_p95_shares_the_cost_over_the_streams_and_is_nan_for_none() -> None:
+    # 16 first audios costing 0.64 s in all on 2 cores: 20 ms apart, p95 305 ms (as the row below).
+    assert first_audio_floor_p95(16 * 0.04, 16, 2) == pytest.approx(0.305)
+    assert first_audio_floor_p95(0.12, 3, 1) == pytest.approx(percentile([0.04, 0.08, 0.12], 95))
+    assert math.isnan(first_audio_floor_p95(0.0, 0, 1))  # nobody heard audio: no floor, not zero
 
 
 def test_a_row_with_its_first_audio_cost_shows_the_floor_that_cost_sets() -> None:

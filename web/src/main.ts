@@ -193,10 +193,8 @@ async function streamWords(): Promise<void> {
       return;
     }
     window.clearInterval(feeder);
-    // How much the listener heard: the audio clock's place on the stream's timeline. Through a stall the
-    // clock runs on past the last piece, but the listener heard no further than that piece's end.
-    const clockS = shift === null ? 0 : Math.min(context.currentTime, playEnd) - shift;
-    state.playedMs = Math.max(0, state.playheadS, clockS) * 1000;
+    // How much the listener heard: the playhead's place on the stream's timeline.
+    state.playedMs = shift === null ? 0 : Math.max(0, advancePlayhead(context, shift, playEnd)) * 1000;
     socket.send(JSON.stringify({ type: "cancel", context_id: "0", played_ms: state.playedMs }));
     for (const source of sources) {
       source.stop();
@@ -292,6 +290,15 @@ function addWords(sentence: SentenceInfo, spans: HTMLSpanElement[]): void {
   }
 }
 
+/** Moves the playhead (`PageState.playheadS`) to the audio clock's place on the stream's timeline (`shift`
+ * maps the timeline onto the clock), never past `playEnd` (on the clock, where the audio scheduled ends)
+ * and never back, and returns it. Through a stall the clock runs on, but the listener hears no further
+ * than the audio that came; a late piece then re-anchors the timeline 50 ms before it plays. */
+function advancePlayhead(context: AudioContext, shift: number, playEnd: number): number {
+  state.playheadS = Math.max(state.playheadS, Math.min(context.currentTime, playEnd) - shift);
+  return state.playheadS;
+}
+
 let highlighted: HTMLSpanElement[] | null = null; // the words an animation loop is lighting now
 
 // One animation loop per utterance lights the word being spoken, until its last scheduled piece has
@@ -303,9 +310,7 @@ function highlightWhilePlaying(context: AudioContext, shift: () => number, spans
   highlighted = spans;
   let next = 0; // the first word not yet reached
   const step = (): void => {
-    // The clock runs on through a stall; a word whose audio has not come yet is not being spoken.
-    const now = Math.min(context.currentTime, until()) - shift();
-    state.playheadS = Math.max(state.playheadS, now);
+    const now = advancePlayhead(context, shift(), until());
     // Every word reached since the last frame counts as shown, even one shorter than a frame.
     while (next < spans.length && Number(spans[next].dataset.start) <= now) {
       state.wordsShown.push(spans[next].textContent ?? "");
