@@ -72,11 +72,13 @@ class FastTierConfig:
     learning_rate: float = 1e-3
     waveform_weight: float = 0.0
     """Weight of the L1 between the student's samples and the teacher's."""
-    hint_weight: float = 0.0
+    hint_weight: float = 5.0
     """Weight of the stage hints: each upsampling stage of the student, through a 1x1 convolution
     trained with it (and dropped after), is matched to what the teacher's decoder hands on at the same
     stage (L1, relative to the teacher's mean magnitude), so the student learns from how the teacher
-    makes its audio as well as from the audio. 0 leaves them out."""
+    makes its audio as well as from the audio. 0 leaves them out; 5, the installed student's, is where
+    a student of the whole schedule kept its words and came closest to the teacher (docs/performance.md,
+    history, 2026-12-07 (afternoon))."""
     seed: int = 7
     checkpoint_every: int = 500
     teacher: TeacherConfig = field(default_factory=lambda: TeacherConfig(variants_per_sentence=2))
@@ -349,12 +351,21 @@ def choose_snapshot(snapshots: list[Path], work_dir: Path = WORK_DIR, log=print)
 
 
 def install(  # type: ignore[no-untyped-def]
-    model: Generator, config: FastTierConfig, assets: VoiceAssets, step: int, scores: dict[str, float] | None, second_stage: Sequence[str] = ()
+    model: Generator,
+    config: FastTierConfig,
+    assets: VoiceAssets,
+    step: int,
+    scores: dict[str, float] | None,
+    second_stage: Sequence[str] = (),
+    checkpoint_name: str = CHECKPOINT_FILE,
+    threads: int = 0,
 ) -> Path:
-    """Write the student of training step `step` into the voice's folder, with FAST_TIER.md saying how it was made."""
+    """Write the student of training step `step` into the voice's folder, with FAST_TIER.md saying how it was
+    made and which checkpoint (`checkpoint_name`, beside it) its training goes on from."""
     path = assets.trained_dir / FAST_VOCODER_FILE
     save_fast_vocoder(model, path)
     parameters = sum(parameter.numel() for parameter in model.parameters())
+    threads = threads or torch.get_num_threads()
     lines = [
         f"# {assets.name}: the fast tier's vocoder",
         "",
@@ -372,7 +383,7 @@ def install(  # type: ignore[no-untyped-def]
         "```",
         "",
         f"Trained {step:,} of the schedule's {config.total_steps:,} steps, on CPU ({platform.machine()}, torch {torch.__version__},",
-        f"Python {platform.python_version()}; the last sitting on {torch.get_num_threads()} thread(s)); `{CHECKPOINT_FILE}` beside it",
+        f"Python {platform.python_version()}; the last sitting on {threads} thread(s)); `{checkpoint_name}` beside it",
         "is where training goes on from.",
         *second_stage,
     ]
@@ -414,8 +425,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=FastTierConfig.steps)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--hint-weight", type=float, default=FastTierConfig.hint_weight,
-                        help="weight of the stage hints (0: none; docs/performance.md, history, has what 5 gave)")
+                        help="weight of the stage hints (0: none; docs/performance.md, history, has what each gave)")
     parser.add_argument("--until-step", type=int, default=None, help="stop (checkpointed) at this step; run again to go on")
+    parser.add_argument("--checkpoint", type=Path, default=None,
+                        help=f"where this run's checkpoint is kept (default: {CHECKPOINT_FILE} in the voice's folder, the "
+                        "installed student's run); a run of another recipe keeps its own, so the installed student's stays")
     parser.add_argument("--work-dir", type=Path, default=WORK_DIR)
     parser.add_argument("--evaluate", action="store_true", help="score the student against the quality tier afterwards")
     parser.add_argument("--install", action="store_true", help="write the student into the default voice's folder")
@@ -426,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     config = FastTierConfig(steps=args.steps, hint_weight=args.hint_weight)
     assets = default_voice_assets()
-    checkpoint = assets.trained_dir / CHECKPOINT_FILE
+    checkpoint = args.checkpoint or assets.trained_dir / CHECKPOINT_FILE
     model = train(config, args.work_dir, until_step=args.until_step, checkpoint=checkpoint)
     second_stage: list[str] = []
     if args.adversarial is not None:
@@ -438,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(scores, indent=2))
     if args.install:
         step = int(torch.load(checkpoint, weights_only=False)["step"])
-        print(f"installed {install(model, config, assets, step, scores, second_stage)}")
+        print(f"installed {install(model, config, assets, step, scores, second_stage, checkpoint.name, args.threads)}")
     return 0
 
 

@@ -17,7 +17,13 @@ from scripts.voice.fast_tier import STUDENT, FastTierConfig, StageHints, train
 from tests.support.signals import gliding_voice
 
 SMALL = FastTierConfig(
-    model=replace(STUDENT, upsample_initial_channel=16), batch_size=2, segment_frames=8, context_frames=4, steps=4, restarts=()
+    model=replace(STUDENT, upsample_initial_channel=16),
+    batch_size=2,
+    segment_frames=8,
+    context_frames=4,
+    steps=4,
+    restarts=(),
+    hint_weight=0.0,
 )
 EXTENDED = replace(SMALL, restarts=((3, 5e-4),))
 
@@ -43,14 +49,38 @@ def test_a_stopped_run_resumes_from_its_checkpoint_to_the_weights_of_an_unbroken
 
 
 def test_the_committed_checkpoint_is_on_the_committed_schedule() -> None:
-    """`make voice-fast` goes on from (here: finds finished) the checkpoint committed with the student,
-    including one written before a setting was added with its off value (the hints)."""
+    """`make voice-fast` goes on from (here: finds finished) the checkpoint committed with the student:
+    the hints' run, which a checkpoint without hints (from before they were added, or off) is not."""
     from libs.voice.assets import default_voice_assets
     from scripts.voice.fast_tier import CHECKPOINT_FILE
 
     state = torch.load(default_voice_assets().trained_dir / CHECKPOINT_FILE, weights_only=False)
     assert FastTierConfig().goes_on_from(state["config"]) and state["step"] == FastTierConfig().total_steps
-    assert not replace(FastTierConfig(), hint_weight=5.0).goes_on_from(state["config"])
+    assert FastTierConfig().hint_weight == 5.0 and "projections" in state
+    assert not replace(FastTierConfig(), hint_weight=0.0).goes_on_from(state["config"])
+    before_hints = {key: value for key, value in state["config"].items() if key != "hint_weight"}
+    assert not FastTierConfig().goes_on_from(before_hints), "a checkpoint from before the hints trained without them"
+
+
+def test_the_trainer_keeps_a_run_in_the_checkpoint_it_is_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--checkpoint` names where a run is kept (and goes on from); without it, the installed student's run."""
+    import scripts.voice.fast_tier as fast_tier
+    from libs.voice.assets import default_voice_assets
+
+    runs: list[tuple[float, Path | None]] = []
+
+    def record(config: FastTierConfig, work_dir: Path, until_step: int | None = None, checkpoint: Path | None = None) -> Generator:
+        runs.append((config.hint_weight, checkpoint))
+        return Generator(SMALL.model)
+
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(fast_tier, "train", record)
+    try:
+        fast_tier.main(["--hint-weight", "1", "--threads", "1", "--checkpoint", str(tmp_path / "hints.pt")])
+        fast_tier.main(["--threads", "1"])
+    finally:
+        torch.set_num_threads(threads)
+    assert runs == [(1.0, tmp_path / "hints.pt"), (5.0, default_voice_assets().trained_dir / fast_tier.CHECKPOINT_FILE)]
 
 
 def _stand_in_teacher() -> MelVocoder:
