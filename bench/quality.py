@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
@@ -117,11 +117,7 @@ class SystemScores:
 
     def word_error_rate(self, references: list[str]) -> float:
         """Word error rate of the transcripts against `references` (nan when not recognised)."""
-        if not self.transcripts:
-            return float("nan")
-        import jiwer
-
-        return float(jiwer.wer([_words(text) for text in references], [_words(text) for text in self.transcripts]))
+        return word_error_rate(references, self.transcripts)
 
     @property
     def real_time_factor(self) -> float:
@@ -149,6 +145,15 @@ class Recogniser:
         self._decoder.end_utt()
         hypothesis = self._decoder.hyp()
         return hypothesis.hypstr if hypothesis is not None else ""
+
+
+def word_error_rate(references: Sequence[str], transcripts: Sequence[str]) -> float:
+    """Word error rate of what a recogniser heard (`transcripts`) against the texts spoken (nan for none)."""
+    if not transcripts:
+        return float("nan")
+    import jiwer
+
+    return float(jiwer.wer([_words(text) for text in references], [_words(text) for text in transcripts]))
 
 
 def _words(text: str) -> str:

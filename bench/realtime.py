@@ -275,9 +275,11 @@ class QuotaRun:
         spent = first_audio_cpu(mesh)
         results = burst(target, self.texts.take(count))
         outcome = Outcome.of(results)
-        floor = first_audio_floor_p95(first_audio_cpu(mesh) - spent, max(1, outcome.served), self.quota_cores)
-        facts["burst_floor_s"], facts["burst_count"] = floor, count
-        rows.append((f"burst of {count} (0.8 x capacity)", outcome, f"CPU floor p95 {floor * 1000:.0f} ms; capacity {capacity:.1f}"))
+        floor = first_audio_floor_p95(first_audio_cpu(mesh) - spent, outcome.served, self.quota_cores)
+        facts["burst_count"] = count
+        # No floor where no stream heard audio: the CPU spent then is no first audio's.
+        said = f"CPU floor p95 {floor * 1000:.0f} ms" if outcome.served else "no stream heard audio, so no CPU floor"
+        rows.append((f"burst of {count} (0.8 x capacity)", outcome, f"{said}; capacity {capacity:.1f}"))
         for share in self.shares:
             capacity = reported_capacity(mesh)
             facts[f"capacity_poisson_{share:g}"] = capacity

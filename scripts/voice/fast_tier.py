@@ -310,13 +310,19 @@ def hop_periodicity(clips: Sequence[np.ndarray], hop: int) -> float:
 
 def evaluate(model: Generator, text_count: int = 20, work_dir: Path = WORK_DIR) -> dict[str, float]:
     """The student against the quality tier on held-out texts (one thread): mean DNSMOS of each over
-    the texts, how much each one's audio repeats with the frames, and CPU per audio second of each."""
+    the texts, the word error rate of `make bench-quality`'s recogniser, how much each one's audio
+    repeats with the frames, and CPU per audio second of each. Both scores, since a student's DNSMOS
+    and its words move apart (docs/performance.md, history, 2026-12-07 (afternoon))."""
+    from bench.quality import Recogniser, word_error_rate
+
     torch.set_num_threads(1)
     quality = load_quality_vocoder(work_dir)
     student = Generator(model.config)
     student.load_state_dict(model.state_dict())
     student.eval().remove_weight_norm()
     texts = heldout_mels(text_count, work_dir)
+    references = heldout_sentences()[:text_count]
+    recogniser = Recogniser()
     scores: dict[str, float] = {}
     for name, vocode in (("quality", lambda mel: quality(mel)[0]), ("fast", lambda mel: student(mel)[0, 0])):
         clips = text_audio(vocode, texts)
@@ -324,6 +330,7 @@ def evaluate(model: Generator, text_count: int = 20, work_dir: Path = WORK_DIR) 
         scores[f"{name}_dnsmos"] = overall
         scores[f"{name}_sig"] = signal
         scores[f"{name}_bak"] = background
+        scores[f"{name}_wer"] = word_error_rate(references, [recogniser.transcribe(clip, 22050) for clip in clips])
         scores[f"{name}_hop_periodicity"] = hop_periodicity(clips, model.config.hop_length)
         scores[f"{name}_cpu_per_audio_s"] = cpu_per_audio_second(vocode, [mel for mels in texts for mel in mels])
     return scores
@@ -356,16 +363,16 @@ def install(  # type: ignore[no-untyped-def]
     assets: VoiceAssets,
     step: int,
     scores: dict[str, float] | None,
-    second_stage: Sequence[str] = (),
-    checkpoint_name: str = CHECKPOINT_FILE,
-    threads: int = 0,
+    second_stage: Sequence[str],
+    checkpoint_name: str,
+    threads: int,
 ) -> Path:
     """Write the student of training step `step` into the voice's folder, with FAST_TIER.md saying how it was
-    made and which checkpoint (`checkpoint_name`, beside it) its training goes on from."""
+    made (its last sitting on `threads` threads) and which checkpoint (`checkpoint_name`, beside it) its
+    training goes on from."""
     path = assets.trained_dir / FAST_VOCODER_FILE
     save_fast_vocoder(model, path)
     parameters = sum(parameter.numel() for parameter in model.parameters())
-    threads = threads or torch.get_num_threads()
     lines = [
         f"# {assets.name}: the fast tier's vocoder",
         "",
@@ -390,7 +397,7 @@ def install(  # type: ignore[no-untyped-def]
     if scores:
         lines += ["", "## Held-out check (20 held-out texts, each scored on its own; one thread)", "", "| | quality tier | fast tier |", "|---|---:|---:|"]
         rows = (
-            ("dnsmos", "DNSMOS"), ("sig", "DNSMOS SIG"), ("bak", "DNSMOS BAK"),
+            ("dnsmos", "DNSMOS"), ("sig", "DNSMOS SIG"), ("bak", "DNSMOS BAK"), ("wer", "word error rate (PocketSphinx)"),
             ("hop_periodicity", "periodicity at one hop (autocorrelation; 0 for speech, 1 for a buzz at the frame rate)"),
             ("cpu_per_audio_s", "CPU s per audio s"),
         )  # fmt: skip
