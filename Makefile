@@ -113,7 +113,7 @@ bench-load: $(DEV)
 	$(PY) -m bench.realtime --out bench/realtime.md
 	$(PY) -m bench.tier_burst
 
-## DNSMOS and word error rate of our full path (both tiers), copy synthesis and piper-tts on held-out sentences; a long first sentence spoken whole and with its opening first; what each model part and text-encoder layer costs, and how far int8 moves each layer; the pitch each tier speaks with.
+## DNSMOS and word error rate of our full path (both tiers), copy synthesis and piper-tts on held-out sentences; a long first sentence spoken whole and with its opening first; what each model part and text-encoder layer costs, how far int8 moves each layer, and what int8 feed-forward layers would cost the fast tier's ear; the pitch each tier speaks with.
 bench-quality: $(DEV)
 	$(PY) -m bench.quality
 	$(PY) -m bench.opening --out bench/opening.md

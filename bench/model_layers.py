@@ -1,6 +1,6 @@
 """What each part of the models costs on one thread, and how far int8 moves the text side, layer by layer.
 
-Three tables, from onnxruntime's own profile (one intra-op thread) on the held-out texts' sentences:
+Four tables, from onnxruntime's own profile (one intra-op thread) on the held-out texts' sentences:
 
 1. piper-tts's graph of the default voice, by part (decoder, flow, text encoder, duration predictor),
    with its CPU seconds per audio second: what the mesh's parts stand against.
@@ -11,8 +11,14 @@ Three tables, from onnxruntime's own profile (one intra-op thread) on the held-o
    |prior|) and what share of the frames move between phonemes, against float32 with the same noise,
    and the front end's time. A last line times one feed-forward layer's two products as matrix
    products in float32 and in int8 (MatMulInteger), since int8 convolutions (ConvInteger) save little.
+4. The front end with its feed-forward layers' convolutions as matrix products (`ProductConv`), in
+   float32 and with those of layers 0-4 (the last is the most sensitive) or all six in int8: its time,
+   how far each moves the prior and the frames, and, for layers 0-4, what the fast tier sounds like
+   through the whole served path on `--served-texts` held-out texts (DNSMOS and the recogniser's word
+   error rate against the float32 front end's): what a lighter text side for the fast tier would
+   cost the ear.
 
-    python -m bench.model_layers [--sentences 40]
+    python -m bench.model_layers [--sentences 40] [--served-texts 40]
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+import torch
+from torch import nn
 
 from bench.report import machine_header
 from libs.models.onnx_encoder import graph_session
@@ -162,9 +170,122 @@ def feed_forward_products(graph: Path, tokens: int, work: Path) -> str:
             f"{spent[1]:.2f} ms in int8 (MatMulInteger).")
 
 
+class ProductConv(nn.Module):
+    """A 1-D convolution (stride 1, no dilation, input already padded) as one matrix product over the
+    input's `kernel` shifted copies: the same numbers to float32 round-off, in a form onnxruntime's
+    dynamic quantisation turns into MatMulInteger."""
+
+    def __init__(self, conv: nn.Conv1d) -> None:
+        super().__init__()
+        if conv.stride != (1,) or conv.dilation != (1,) or conv.groups != 1 or conv.padding != (0,):
+            raise ValueError("only an unpadded, undilated, ungrouped convolution of stride 1 is a plain product")
+        weight = conv.weight.detach()  # [out, in, kernel]
+        self.kernel = int(weight.shape[2])
+        self.weight = nn.Parameter(weight.permute(2, 1, 0).reshape(-1, weight.shape[0]).contiguous(), requires_grad=False)
+        self.bias = nn.Parameter(conv.bias.detach().clone() if conv.bias is not None else torch.zeros(weight.shape[0]), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        width = x.size(2) - self.kernel + 1
+        shifted = torch.cat([x[:, :, offset : offset + width] for offset in range(self.kernel)], dim=1)
+        return (shifted.transpose(1, 2) @ self.weight + self.bias).transpose(1, 2)
+
+
+def with_product_feed_forward(acoustic: nn.Module) -> nn.Module:
+    """A copy of `acoustic` whose text encoder's feed-forward convolutions are `ProductConv`s."""
+    import copy
+
+    changed = copy.deepcopy(acoustic).eval()
+    for layer in changed.enc_p.encoder.ffn_layers:
+        layer.conv_1, layer.conv_2 = ProductConv(layer.conv_1), ProductConv(layer.conv_2)
+    return changed
+
+
+class _GraphFrontEnd:
+    """`OnnxFrontEnd.run` on another graph of the same front end (the bench's stand-in for the engine's own)."""
+
+    def __init__(self, graph: Path) -> None:
+        from libs.models.onnx_encoder import FRONT_END_INPUT_NAMES, FRONT_END_OUTPUT_NAMES
+
+        self._session = graph_session(graph)
+        self._inputs, self._outputs = FRONT_END_INPUT_NAMES, FRONT_END_OUTPUT_NAMES
+
+    def run(self, phoneme_ids: torch.Tensor, noise: torch.Tensor, wide: bool = False) -> tuple[torch.Tensor, ...]:
+        feeds = {self._inputs[0]: phoneme_ids.to(torch.long).numpy(), self._inputs[1]: noise.to(torch.float32).contiguous().numpy()}
+        return tuple(torch.from_numpy(output) for output in self._session.run(list(self._outputs), feeds))
+
+
+def product_tables(id_sentences: Sequence[list[int]], work: Path, served_texts: int) -> str:
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from libs.models.onnx_encoder import OnnxFrontEnd, export_front_end, front_end_cache_path
+    from libs.voice.assets import default_voice_assets
+
+    acoustic = default_voice_assets().piper_models().acoustic
+    OnnxFrontEnd.load(acoustic)
+    graphs = {"convolutions, float32 (served)": front_end_cache_path(acoustic), "products, float32": work / "products.onnx"}
+    graphs["products, float32"].write_bytes(export_front_end(with_product_feed_forward(acoustic)))
+    products = [node.name for node in onnx.load(graphs["products, float32"]).graph.node if node.op_type == "MatMul" and f"/{FEED_FORWARD}." in node.name]
+    for name, layers in (("products, layers 0-4 in int8", range(5)), ("products, all six in int8", range(6))):
+        graphs[name] = work / f"{name.split(', ')[1].replace(' ', '-')}.onnx"
+        nodes = [node for node in products if any(f"/{FEED_FORWARD}.{layer}/" in node for layer in layers)]
+        quantize_dynamic(graphs["products, float32"], graphs[name], nodes_to_quantize=nodes, op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8)
+    rng = np.random.default_rng(0)
+    feeds = [{"phoneme_ids": np.array([ids], np.int64), "noise": (rng.standard_normal((1, 2, len(ids))) * 0.8).astype(np.float32)}
+             for ids in id_sentences]
+    sessions = {name: graph_session(graph) for name, graph in graphs.items()}
+    spent: dict[str, list[float]] = {name: [] for name in graphs}
+    outputs: dict[str, list[list]] = {}
+    for _ in range(3):  # taken in turn, so a slow spell of the machine falls on all of them
+        for name, session in sessions.items():
+            outputs[name], cpu_s = timed_runs(lambda feed: session.run(None, feed), feeds)  # noqa: B023
+            spent[name].append(1000 * cpu_s / len(feeds))
+    reference = outputs["convolutions, float32 (served)"]
+    lines = ["| front end | ms a sentence (least of 3) | prior moved | frames moved |", "|---|---:|---:|---:|"]
+    for name in graphs:
+        prior = np.mean([np.abs(out[0] - ref[0]).mean() / np.abs(ref[0]).mean() for out, ref in zip(outputs[name], reference, strict=True)])
+        frames = np.mean([np.abs(np.ceil(np.exp(out[2])) - np.ceil(np.exp(ref[2]))).sum() / np.ceil(np.exp(ref[2])).sum()
+                          for out, ref in zip(outputs[name], reference, strict=True)])
+        lines.append(f"| {name} | {min(spent[name]):.1f} | {prior:.2%} | {frames:.2%} |")
+    if served_texts > 0:
+        lines += ["", served_table(_GraphFrontEnd(graphs["products, layers 0-4 in int8"]), served_texts)]
+    return "\n".join(lines)
+
+
+def served_table(candidate: _GraphFrontEnd, texts: int) -> str:
+    """The fast tier as served (`bench.quality.served_text`) on the first `texts` held-out texts with
+    the engine's own front end and with `candidate`: DNSMOS and the recogniser's word error rate."""
+    from bench.quality import QualityConfig, Recogniser, SystemScores, served_text
+    from libs.voice.assets import default_voice_assets
+    from libs.voice.calibration import MeasuredPrecision
+    from libs.voice.engine import EngineSettings
+    from libs.voice.precision import DEFAULT_PRECISION
+    from scripts.voice.corpus import heldout_sentences
+
+    torch.set_num_threads(1)
+    assets = default_voice_assets()
+    measured = MeasuredPrecision(EngineSettings(precision=DEFAULT_PRECISION))
+    acoustic, fast = measured.acoustic(assets), measured.vocoder(assets).fast_tier
+    if fast is None:
+        return "The default voice has no fast tier: nothing to score."
+    served = acoustic._front_end
+    config, recogniser, held_out = QualityConfig(), Recogniser(), heldout_sentences()[:texts]
+    lines = [f"The fast tier as served on held-out texts 1-{len(held_out)}:", "",
+             "| front end | DNSMOS | SIG | word error rate |", "|---|---:|---:|---:|"]
+    for name, front_end in (("convolutions, float32 (served)", served), ("products, layers 0-4 in int8", candidate)):
+        acoustic._front_end = front_end
+        scores = SystemScores()
+        for text in held_out:
+            scores.add(served_text(acoustic, fast, text, config), recogniser)
+        lines.append(f"| {name} | {np.mean(scores.ovrl):.3f} | {np.mean(scores.sig):.3f} | {scores.word_error_rate(held_out):.3f} |")
+    acoustic._front_end = served
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=40, help="held-out sentences to run")
+    parser.add_argument("--served-texts", type=int, default=40, help="held-out texts the fast tier is scored on with an int8 front end (0: none)")
     args = parser.parse_args(argv)
     from scripts.voice.corpus import heldout_sentences
     from scripts.voice.teacher import phoneme_id_sentences
@@ -176,6 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(piper_table(id_sentences, work))
         print()
         print(front_end_tables(id_sentences, work))
+        print()
+        print(product_tables(id_sentences, work, args.served_texts))
     return 0
 
 

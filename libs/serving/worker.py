@@ -53,6 +53,10 @@ class WorkerSettings:
         DEFAULT_PRECISION, env="TTS_PRECISION", choices=PRECISIONS,
         doc="model arithmetic; auto is bf16 on a GPU that runs it, and on a CPU with native bf16 whichever of the two the worker measures cheaper at start-up (recorded for the machine), else fp32",
     )  # fmt: skip
+    slice_frames: int = setting(
+        0, env="TTS_SLICE_FRAMES", unit="frames", minimum=0,
+        doc="frames of the slices a CPU vocoder runs its wide float32 steps in; 0 measures the cheapest of 1, 2 and 4 times its cache rule's width at start-up (recorded for the machine). Part of the model version: pin it where pods cannot share the record and must resume each other's streams bit for bit",
+    )  # fmt: skip
     # Off by default: on a CPU, streams side by side use the cores better than batches of them; a GPU wants batches.
     max_batch: int = setting(
         1, env="TTS_MAX_BATCH", doc="most streams whose model steps run as one batch (1: no batching)", unit="count", minimum=1
@@ -138,6 +142,7 @@ def engine_settings(settings: WorkerSettings, on_batch: Callable[..., None] | No
     return EngineSettings(
         device=settings.device,
         precision=settings.precision,
+        slice_frames=settings.slice_frames,
         batching=BatchingConfig(max_batch=settings.max_batch, max_wait_ms=settings.batch_wait_ms),
         on_batch=on_batch,
     )

@@ -1,12 +1,13 @@
 """Model steps that stand for real work, for measuring what each stage costs on this machine at
 start-up (libs.scheduling.calibration): sentences of several lengths through the acoustic engine's
 plan and chunks, and a sentence's mel through the vocoder's steps. The numbers computed are thrown
-away; only the time they take is kept. The same steps settle a CPU worker's "auto" precision
-(`MeasuredPrecision`).
+away; only the time they take is kept. The same steps settle a CPU worker's "auto" precision and
+how wide a CPU vocoder's slices are (`MeasuredPrecision`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -14,6 +15,7 @@ import os
 import platform
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -53,6 +55,14 @@ PRECISION_ROUNDS: Final = 3
 (fp32, bf16, fp32, ...) so that a slow spell of the machine falls on both; each keeps its cheapest."""
 PRECISION_RECORD_FORMAT: Final = 1
 """Version of a recorded precision choice (part of its key: a new format measures again)."""
+SLICE_MULTIPLES: Final = (1, 2, 4)
+"""The slice widths a CPU vocoder measures, as multiples of the width its cache rule gives
+(`libs.models.onnx_stream.slice_width`): the rule's best width differs from one CPU to the next (on
+one, 16-frame slices cost a tenth less than whole steps; on another, a tenth more than 32 or 64), and
+four times it still keeps a wide step in parts a listener short of audio can wait between."""
+SLICE_MARGIN: Final = 0.05
+"""A wider slice is kept only when it costs less than this share below the narrowest that is as cheap:
+between widths that cost the same, the narrower keeps the parts short."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +151,8 @@ class MeasuredPrecision:
         when nothing was measured."""
         self.recorded = False
         """Whether the precision came from an earlier worker's record instead of a measurement."""
+        self.slice_frames: dict[str, int] = {}
+        """The slice width each vocoder model settled on (`settle_slices`), by model."""
         self._record_dir = record_dir
 
     @property
@@ -188,13 +200,53 @@ class MeasuredPrecision:
 
     def vocoder(self, assets: Any) -> Any:
         """The vocoder engine of `assets`, warmed up, in these settings' precision, with its fast tier
-        (`fast_tier`, None where the voice has none) loaded beside it in the same arithmetic."""
+        (`fast_tier`, None where the voice has none) loaded beside it in the same arithmetic; each in
+        the slices measured cheaper here (`settle_slices`)."""
         from libs.voice.engine import VocoderEngine
 
         engine = self.load(lambda settings: _warmed(VocoderEngine.load(assets, settings=settings)), vocoder_steps, f"vocoder:{assets.name}")
+        self.settle_slices(engine, f"vocoder:{assets.name}")
         fast = VocoderEngine.load_fast(assets, settings=self.settings)
-        engine.fast_tier = _warmed(fast) if fast is not None else None
+        if fast is not None:
+            self.settle_slices(_warmed(fast), f"vocoder-fast:{assets.name}")
+        engine.fast_tier = fast
         return engine
+
+    def settle_slices(self, engine: Any, model: str) -> None:
+        """Run `engine`'s wide steps (a warmed-up VocoderEngine whose steps run in slices) in the slice
+        width that its calibration steps cost least in on this machine, among SLICE_MULTIPLES of its
+        cache rule's (the narrowest within SLICE_MARGIN of the cheapest; PRECISION_ROUNDS rounds taken
+        in turn), or in the width the settings pin (`EngineSettings.slice_frames`). The width is part of
+        the model version, so it is recorded as a precision is, and workers starting together on a
+        machine wait for the first one's measurement and take its choice: a machine's vocoders all run
+        one version. An engine whose steps run whole is left so."""
+        rule = engine.slice_frames
+        if rule is None:
+            return
+        if self.settings.slice_frames:  # pinned by the operator: no measurement
+            engine.use_slice_frames(self.settings.slice_frames)
+            self.slice_frames[model] = self.settings.slice_frames
+            return
+        widths = [rule * multiple for multiple in SLICE_MULTIPLES]
+        record = self._record_path(f"slices:{model}")
+        with _measuring_alone(record):
+            known = _read_record(record, "slice_frames", widths)
+            if known is not None:
+                _log.info("%s: slices of %d frames, as measured before on this machine (%s)", model, known, record)
+            else:
+                cost_s = dict.fromkeys(widths, float("inf"))
+                for _ in range(PRECISION_ROUNDS):
+                    for width in widths:
+                        engine.use_slice_frames(width)
+                        cost_s[width] = min(cost_s[width], run_steps(vocoder_steps(engine))[0])
+                known = narrowest_within(cost_s, SLICE_MARGIN)
+                _log.info(
+                    "%s: slices of %d frames (calibration steps: %s of CPU)",
+                    model, known, ", ".join(f"{width} frames {1000 * cost:.1f} ms" for width, cost in cost_s.items()),
+                )  # fmt: skip
+                _write_record(record, {"slice_frames": known, "calibration_cpu_s": {str(width): cost for width, cost in cost_s.items()}})
+        engine.use_slice_frames(known)
+        self.slice_frames[model] = known
 
     def _record_path(self, model: str) -> Path:
         from libs.models.piper_import import default_cache_dir
@@ -213,25 +265,59 @@ def machine_identity() -> tuple[str, ...]:
     return (platform.machine(), cpu.name, cpu.flags, torch.__version__, onnxruntime.__version__)
 
 
+def narrowest_within(cost_s: dict[int, float], margin: float) -> int:
+    """The narrowest slice width whose cost is within `margin` (a share) of the cheapest's."""
+    cheapest = min(cost_s.values())
+    return min(width for width, cost in cost_s.items() if cost <= cheapest * (1.0 + margin))
+
+
 def _read_precision_record(path: Path) -> str | None:
     """The precision recorded at `path`, or None when there is none (or it is not a record of ours)."""
+    return _read_record(path, "precision", CPU_PRECISIONS)
+
+
+def _read_record(path: Path, name: str, allowed: Iterable[Any]) -> Any:
+    """The choice `name` recorded at `path` when it is one of `allowed`, else None (no record, or not one of ours)."""
     try:
-        precision = json.loads(path.read_text()).get("precision")
+        chosen = json.loads(path.read_text()).get(name)
     except (OSError, ValueError, AttributeError):
         return None
-    return precision if precision in CPU_PRECISIONS else None
+    return chosen if chosen in list(allowed) else None
 
 
 def _write_precision_record(path: Path, precision: str, cost_s: dict[str, float]) -> None:
+    _write_record(path, {"precision": precision, "calibration_cpu_s": cost_s})
+
+
+def _write_record(path: Path, body: dict[str, Any]) -> None:
     """Record a measured choice (written whole, then moved in place, so a reader never sees half of it); a
     folder that cannot be written only means the next worker measures again."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-        partial.write_text(json.dumps({"precision": precision, "calibration_cpu_s": cost_s}))
+        partial.write_text(json.dumps(body))
         os.replace(partial, path)
     except OSError as error:
-        _log.info("precision not recorded (%s): the next start measures again", error)
+        _log.info("%s not recorded (%s): the next start measures again", path.name, error)
+
+
+@contextmanager
+def _measuring_alone(record: Path) -> Iterator[None]:
+    """Held while one process of this machine reads, measures and writes `record` (an exclusive lock on
+    a file beside it): a second waits, then reads the first's choice. Where the folder cannot be
+    written, each measures for itself."""
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(record.with_name(f"{record.name}.lock"), "a")  # noqa: SIM115 (held across the yield)
+    except OSError:
+        lock = None
+    try:
+        if lock is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+    finally:
+        if lock is not None:
+            lock.close()  # closing releases the lock
 
 
 def _warmed(engine: EngineT) -> EngineT:

@@ -41,6 +41,9 @@ class EngineSettings:
     """Dynamic batching across streams; max_batch 1 calls the model directly on the caller's thread."""
     on_batch: Callable[[BatchStats], None] | None = None
     """Called after every batched call (batch size, queue and compute time) for metrics."""
+    slice_frames: int = 0
+    """Frames of the slices a CPU vocoder runs its wide float32 steps in (0: the width measured cheapest
+    here, `MeasuredPrecision.settle_slices`; an engine loaded without it takes its cache rule's)."""
     stream_backend: str = "auto"
     """Where one stream's steps run (batches of several always run in torch): "auto" (onnxruntime
     for float32 on a CPU, where it computes them faster than torch; torch for bf16 and on a GPU),
@@ -49,6 +52,8 @@ class EngineSettings:
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.slice_frames < 0:
+            raise ValueError(f"slice_frames must be 0 (measured) or a number of frames, got {self.slice_frames}")
         if self.stream_backend not in STREAM_BACKENDS:
             raise ValueError(f"stream_backend must be one of {STREAM_BACKENDS}, got {self.stream_backend!r}")
 

@@ -68,9 +68,8 @@ class VocoderEngine(BatchedEngine):
         self._network.first_step_width = schedule.chunk_frames(0)
         # A speaker-conditioned decoder's steps take the speaker too: they have no graphs, and run in torch.
         self._onnx = self._runtime.onnx_network(self._network, "vocoder", n_mels, self.lag_frames + 1, sliced=True) if self.num_speakers <= 1 else None
-        # Wide steps in slices move samples by float32 round-off: the version says how wide.
-        slices = None if self._onnx is None else self._onnx.slice_frames
-        self.model_version = model_version if slices is None else f"{model_version}-s{slices}"
+        self._unsliced_version = model_version
+        self.model_version = self._version_with_slices()
         self.stream_backend = "torch" if self._onnx is None else "onnxruntime"
         """Where a stream's steps run when it runs alone (`EngineSettings.stream_backend`)."""
         # torch pads a stream's last step to a width it has seen before (see LAST_STEP_BUCKET_FRAMES);
@@ -81,6 +80,28 @@ class VocoderEngine(BatchedEngine):
         """The voice's fast tier (libs.voice.tiers), when the worker loaded one beside this engine."""
         self.fast_tier_cost = 0.0
         """What the fast tier's steps cost against this engine's, once measured (0: not measured)."""
+
+    @property
+    def slice_frames(self) -> int | None:
+        """The fewest frames of a slice a wide step runs in (`OnnxStreamNetwork.slice_frames`); None
+        where every step runs whole."""
+        return None if self._onnx is None else self._onnx.slice_frames
+
+    def use_slice_frames(self, frames: int) -> None:
+        """Run wide steps in slices of at least `frames` frames from now on (a width measured cheaper on
+        this machine: `libs.voice.calibration.MeasuredPrecision`). Before any stream opens: the model
+        version changes with it."""
+        if self._onnx is None or self._onnx.slice_frames is None:
+            raise ValueError("this engine runs every step whole: it has no slices to widen")
+        if frames < 1:
+            raise ValueError(f"a slice needs at least one frame, got {frames}")
+        self._onnx.slice_frames = frames
+        self.model_version = self._version_with_slices()
+
+    def _version_with_slices(self) -> str:
+        # Wide steps in slices move samples by float32 round-off: the version says how wide.
+        slices = self.slice_frames
+        return self._unsliced_version if slices is None else f"{self._unsliced_version}-s{slices}"
 
     @classmethod
     def load(

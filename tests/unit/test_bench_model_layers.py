@@ -1,11 +1,15 @@
-"""How `make bench-quality`'s layer table groups onnxruntime's profile: by text-encoder layer, else "other"."""
+"""How `make bench-quality`'s layer table groups onnxruntime's profile (by text-encoder layer, else
+"other"), and the matrix-product form its int8 rows quantise."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from bench.model_layers import layer_of, node_times
+import pytest
+import torch
+
+from bench.model_layers import ProductConv, layer_of, node_times
 
 
 def test_a_node_belongs_to_its_text_encoder_layer_or_to_the_rest() -> None:
@@ -28,3 +32,12 @@ def test_node_times_sum_each_groups_kernel_time_and_leave_out_what_the_grouping_
     profile.write_text(json.dumps(events))
     times = node_times(str(profile), lambda node: {"dec": "decoder", "flow": "flow"}.get(node.strip("/").split("/")[0]))
     assert times == {"decoder": 100, "flow": 25}
+
+
+def test_a_convolution_as_a_product_gives_its_numbers() -> None:
+    torch.manual_seed(0)
+    conv = torch.nn.Conv1d(8, 12, 3)
+    padded = torch.nn.functional.pad(torch.randn(2, 8, 17), (1, 1))
+    torch.testing.assert_close(ProductConv(conv)(padded), conv(padded), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="plain product"):
+        ProductConv(torch.nn.Conv1d(8, 12, 3, padding=1))
