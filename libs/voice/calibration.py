@@ -57,12 +57,12 @@ PRECISION_RECORD_FORMAT: Final = 1
 """Version of a recorded precision choice (part of its key: a new format measures again)."""
 SLICE_MULTIPLES: Final = (1, 2, 4)
 """The slice widths a CPU vocoder measures, as multiples of the width its cache rule gives
-(`libs.models.onnx_stream.slice_width`): the rule's best width differs from one CPU to the next (on
-one, 16-frame slices cost a tenth less than whole steps; on another, a tenth more than 32 or 64), and
-four times it still keeps a wide step in parts a listener short of audio can wait between."""
+(`libs.models.onnx_stream.slice_width`): the rule's width is the cheapest on some CPUs and not on
+others (docs/ARCHITECTURE.md, "Exact streaming and resume"), and four times it still keeps a wide
+step in parts a listener short of audio can wait between."""
 SLICE_MARGIN: Final = 0.05
-"""A wider slice is kept only when it costs less than this share below the narrowest that is as cheap:
-between widths that cost the same, the narrower keeps the parts short."""
+"""A width is kept over a narrower one only when the narrower costs more than the cheapest by more than
+this share: between widths that cost the same within it, the narrower keeps the parts short."""
 
 
 @dataclass(frozen=True)
