@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from bench.report import machine_header
-from libs.models.onnx_encoder import graph_session
+from libs.models.onnx_encoder import OnnxFrontEnd, graph_session
 
 FEED_FORWARD, ATTENTION = "ffn_layers", "attn_layers"
 PIPER_PARTS = {"dec": "decoder", "flow": "flow", "enc_p": "text encoder", "dp": "duration predictor"}
@@ -100,19 +100,30 @@ def piper_table(id_sentences: Sequence[list[int]], work: Path) -> str:
     return "\n".join(lines)
 
 
-def front_end_tables(id_sentences: Sequence[list[int]], work: Path) -> str:
+def front_end_feeds(id_sentences: Sequence[list[int]]) -> list[dict]:
+    """The front end's inputs for each sentence, with the same seeded duration noise in every table."""
+    rng = np.random.default_rng(0)
+    return [{"phoneme_ids": np.array([ids], np.int64), "noise": (rng.standard_normal((1, 2, len(ids))) * 0.8).astype(np.float32)}
+            for ids in id_sentences]
+
+
+def moved(outputs: Sequence[list], reference: Sequence[list]) -> tuple[float, float]:
+    """How far front-end `outputs` are from `reference` (the served graph's, same feeds): the prior's
+    mean |change| over its mean |value|, and the share of the frames that move between phonemes."""
+    prior = np.mean([np.abs(out[0] - ref[0]).mean() / np.abs(ref[0]).mean() for out, ref in zip(outputs, reference, strict=True)])
+    frames = np.mean([np.abs(np.ceil(np.exp(out[2])) - np.ceil(np.exp(ref[2]))).sum() / np.ceil(np.exp(ref[2])).sum()
+                      for out, ref in zip(outputs, reference, strict=True)])
+    return float(prior), float(frames)
+
+
+def front_end_tables(acoustic: nn.Module, id_sentences: Sequence[list[int]], work: Path) -> str:
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from libs.models.onnx_encoder import OnnxFrontEnd, front_end_cache_path
-    from libs.voice.assets import default_voice_assets
+    from libs.models.onnx_encoder import front_end_cache_path
 
-    acoustic = default_voice_assets().piper_models().acoustic
-    OnnxFrontEnd.load(acoustic)  # exported into the cache if it is not there yet
     graph = front_end_cache_path(acoustic)
-    rng = np.random.default_rng(0)
-    feeds = [{"phoneme_ids": np.array([ids], np.int64), "noise": (rng.standard_normal((1, 2, len(ids))) * 0.8).astype(np.float32)}
-             for ids in id_sentences]
+    feeds = front_end_feeds(id_sentences)
 
     plain = graph_session(graph)
     reference, cpu_s = timed_runs(lambda feed: plain.run(None, feed), feeds)
@@ -134,9 +145,7 @@ def front_end_tables(id_sentences: Sequence[list[int]], work: Path) -> str:
         quantize_dynamic(graph, quantised, nodes_to_quantize=nodes, op_types_to_quantize=["Conv"], weight_type=QuantType.QUInt8)
         candidate = graph_session(quantised)
         outputs, cpu_s = timed_runs(lambda feed: candidate.run(None, feed), feeds)  # noqa: B023
-        prior = np.mean([np.abs(out[0] - ref[0]).mean() / np.abs(ref[0]).mean() for out, ref in zip(outputs, reference, strict=True)])
-        frames = np.mean([np.abs(np.ceil(np.exp(out[2])) - np.ceil(np.exp(ref[2]))).sum() / np.ceil(np.exp(ref[2])).sum()
-                          for out, ref in zip(outputs, reference, strict=True)])
+        prior, frames = moved(outputs, reference)
         lines.append(f"| {name} | {prior:.2%} | {frames:.2%} | {1000 * cpu_s / len(feeds):.1f} |")
     lines += ["", feed_forward_products(graph, round(ids), work)]
     return "\n".join(lines)
@@ -200,29 +209,12 @@ def with_product_feed_forward(acoustic: nn.Module) -> nn.Module:
     return changed
 
 
-class _GraphFrontEnd:
-    """`OnnxFrontEnd.run` on another graph of the same front end (the bench's stand-in for the engine's own)."""
-
-    def __init__(self, graph: Path) -> None:
-        from libs.models.onnx_encoder import FRONT_END_INPUT_NAMES, FRONT_END_OUTPUT_NAMES
-
-        self._session = graph_session(graph)
-        self._inputs, self._outputs = FRONT_END_INPUT_NAMES, FRONT_END_OUTPUT_NAMES
-
-    def run(self, phoneme_ids: torch.Tensor, noise: torch.Tensor, wide: bool = False) -> tuple[torch.Tensor, ...]:
-        feeds = {self._inputs[0]: phoneme_ids.to(torch.long).numpy(), self._inputs[1]: noise.to(torch.float32).contiguous().numpy()}
-        return tuple(torch.from_numpy(output) for output in self._session.run(list(self._outputs), feeds))
-
-
-def product_tables(id_sentences: Sequence[list[int]], work: Path, served_texts: int) -> str:
+def product_tables(acoustic: nn.Module, id_sentences: Sequence[list[int]], work: Path, served_texts: int) -> str:
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from libs.models.onnx_encoder import OnnxFrontEnd, export_front_end, front_end_cache_path
-    from libs.voice.assets import default_voice_assets
+    from libs.models.onnx_encoder import export_front_end, front_end_cache_path
 
-    acoustic = default_voice_assets().piper_models().acoustic
-    OnnxFrontEnd.load(acoustic)
     graphs = {"convolutions, float32 (served)": front_end_cache_path(acoustic), "products, float32": work / "products.onnx"}
     graphs["products, float32"].write_bytes(export_front_end(with_product_feed_forward(acoustic)))
     products = [node.name for node in onnx.load(graphs["products, float32"]).graph.node if node.op_type == "MatMul" and f"/{FEED_FORWARD}." in node.name]
@@ -230,9 +222,7 @@ def product_tables(id_sentences: Sequence[list[int]], work: Path, served_texts: 
         graphs[name] = work / f"{name.split(', ')[1].replace(' ', '-')}.onnx"
         nodes = [node for node in products if any(f"/{FEED_FORWARD}.{layer}/" in node for layer in layers)]
         quantize_dynamic(graphs["products, float32"], graphs[name], nodes_to_quantize=nodes, op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8)
-    rng = np.random.default_rng(0)
-    feeds = [{"phoneme_ids": np.array([ids], np.int64), "noise": (rng.standard_normal((1, 2, len(ids))) * 0.8).astype(np.float32)}
-             for ids in id_sentences]
+    feeds = front_end_feeds(id_sentences)
     sessions = {name: graph_session(graph) for name, graph in graphs.items()}
     spent: dict[str, list[float]] = {name: [] for name in graphs}
     outputs: dict[str, list[list]] = {}
@@ -243,16 +233,15 @@ def product_tables(id_sentences: Sequence[list[int]], work: Path, served_texts: 
     reference = outputs["convolutions, float32 (served)"]
     lines = ["| front end | ms a sentence (least of 3) | prior moved | frames moved |", "|---|---:|---:|---:|"]
     for name in graphs:
-        prior = np.mean([np.abs(out[0] - ref[0]).mean() / np.abs(ref[0]).mean() for out, ref in zip(outputs[name], reference, strict=True)])
-        frames = np.mean([np.abs(np.ceil(np.exp(out[2])) - np.ceil(np.exp(ref[2]))).sum() / np.ceil(np.exp(ref[2])).sum()
-                          for out, ref in zip(outputs[name], reference, strict=True)])
+        prior, frames = moved(outputs[name], reference)
         lines.append(f"| {name} | {min(spent[name]):.1f} | {prior:.2%} | {frames:.2%} |")
     if served_texts > 0:
-        lines += ["", served_table(_GraphFrontEnd(graphs["products, layers 0-4 in int8"]), served_texts)]
+        name = "products, layers 0-4 in int8"
+        lines += ["", served_table(OnnxFrontEnd(sessions[name], sessions[name], graphs[name], False), served_texts)]
     return "\n".join(lines)
 
 
-def served_table(candidate: _GraphFrontEnd, texts: int) -> str:
+def served_table(candidate: OnnxFrontEnd, texts: int) -> str:
     """The fast tier as served (`bench.quality.served_text`) on the first `texts` held-out texts with
     the engine's own front end and with `candidate`: DNSMOS and the recogniser's word error rate."""
     from bench.quality import QualityConfig, Recogniser, SystemScores, served_text
@@ -287,18 +276,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sentences", type=int, default=40, help="held-out sentences to run")
     parser.add_argument("--served-texts", type=int, default=40, help="held-out texts the fast tier is scored on with an int8 front end (0: none)")
     args = parser.parse_args(argv)
+    from libs.voice.assets import default_voice_assets
     from scripts.voice.corpus import heldout_sentences
     from scripts.voice.teacher import phoneme_id_sentences
 
     id_sentences = [ids for text in heldout_sentences() for ids in phoneme_id_sentences(text)][: args.sentences]
+    acoustic = default_voice_assets().piper_models().acoustic
+    OnnxFrontEnd.load(acoustic)  # the served front end, exported into the cache if it is not there yet
     with tempfile.TemporaryDirectory(prefix="tts-bench-layers-") as folder:
         work = Path(folder)
         print(machine_header())
         print(piper_table(id_sentences, work))
         print()
-        print(front_end_tables(id_sentences, work))
+        print(front_end_tables(acoustic, id_sentences, work))
         print()
-        print(product_tables(id_sentences, work, args.served_texts))
+        print(product_tables(acoustic, id_sentences, work, args.served_texts))
     return 0
 
 

@@ -139,7 +139,8 @@ class MeasuredPrecision:
     `cheaper_precision` is kept; the engines of later voices take the same settings. The choice is
     recorded under `record_dir` for this machine (its CPU model and flags), torch, onnxruntime and the
     model, so the next worker of it on this machine starts without measuring and makes the same
-    choice (a machine's workers restart often: a local mesh, a test suite). Elsewhere the settings are
+    choice (a machine's workers restart often: a local mesh, a test suite); workers starting together
+    wait for the first one's measurement (`_measuring_alone`). Elsewhere the settings are
     used as they are (a concrete precision, or "auto" as `resolve_precision` makes it).
     """
 
@@ -151,8 +152,6 @@ class MeasuredPrecision:
         when nothing was measured."""
         self.recorded = False
         """Whether the precision came from an earlier worker's record instead of a measurement."""
-        self.slice_frames: dict[str, int] = {}
-        """The slice width each vocoder model settled on (`settle_slices`), by model."""
         self._record_dir = record_dir
 
     @property
@@ -167,11 +166,16 @@ class MeasuredPrecision:
         if not measures_precision(self.settings.precision, self.settings.device):
             return load(self.settings)
         record = self._record_path(model)
-        known = _read_precision_record(record)
-        if known is not None:
-            self.settings, self.recorded = replace(self.settings, precision=known), True
-            _log.info("precision auto: %s, as measured before on this machine (%s)", known, record)
-            return load(self.settings)
+        with _measuring_alone(record):
+            known = _read_record(record, "precision", CPU_PRECISIONS)
+            if known is None:
+                return self._measure_precision(load, steps, record)
+        self.settings, self.recorded = replace(self.settings, precision=known), True
+        _log.info("precision auto: %s, as measured before on this machine (%s)", known, record)
+        return load(self.settings)
+
+    def _measure_precision(self, load: Callable[[Any], EngineT], steps: Callable[[EngineT], Iterable[CalibrationStep]], record: Path) -> EngineT:
+        """The engine in the precision whose calibration steps cost less here, that choice recorded at `record`."""
         engines = {"fp32": load(replace(self.settings, precision="fp32"))}
         cost_s = dict.fromkeys(CPU_PRECISIONS, float("inf"))
         try:
@@ -189,7 +193,7 @@ class MeasuredPrecision:
             "precision auto: %s (calibration steps: fp32 %.1f ms, bf16 %.1f ms of CPU)",
             chosen, 1000 * cost_s["fp32"], 1000 * cost_s["bf16"],
         )  # fmt: skip
-        _write_precision_record(record, chosen, cost_s)
+        _write_record(record, {"precision": chosen, "calibration_cpu_s": cost_s})
         return engines[chosen]
 
     def acoustic(self, assets: Any) -> Any:
@@ -216,16 +220,12 @@ class MeasuredPrecision:
         """Run `engine`'s wide steps (a warmed-up VocoderEngine whose steps run in slices) in the slice
         width that its calibration steps cost least in on this machine, among SLICE_MULTIPLES of its
         cache rule's (the narrowest within SLICE_MARGIN of the cheapest; PRECISION_ROUNDS rounds taken
-        in turn), or in the width the settings pin (`EngineSettings.slice_frames`). The width is part of
+        in turn). An engine loaded with a pinned width (`EngineSettings.slice_frames`) keeps it. The width is part of
         the model version, so it is recorded as a precision is, and workers starting together on a
         machine wait for the first one's measurement and take its choice: a machine's vocoders all run
         one version. An engine whose steps run whole is left so."""
         rule = engine.slice_frames
-        if rule is None:
-            return
-        if self.settings.slice_frames:  # pinned by the operator: no measurement
-            engine.use_slice_frames(self.settings.slice_frames)
-            self.slice_frames[model] = self.settings.slice_frames
+        if rule is None or self.settings.slice_frames:  # whole steps, or a width the engine was pinned to
             return
         widths = [rule * multiple for multiple in SLICE_MULTIPLES]
         record = self._record_path(f"slices:{model}")
@@ -246,7 +246,6 @@ class MeasuredPrecision:
                 )  # fmt: skip
                 _write_record(record, {"slice_frames": known, "calibration_cpu_s": {str(width): cost for width, cost in cost_s.items()}})
         engine.use_slice_frames(known)
-        self.slice_frames[model] = known
 
     def _record_path(self, model: str) -> Path:
         from libs.models.piper_import import default_cache_dir
@@ -271,11 +270,6 @@ def narrowest_within(cost_s: dict[int, float], margin: float) -> int:
     return min(width for width, cost in cost_s.items() if cost <= cheapest * (1.0 + margin))
 
 
-def _read_precision_record(path: Path) -> str | None:
-    """The precision recorded at `path`, or None when there is none (or it is not a record of ours)."""
-    return _read_record(path, "precision", CPU_PRECISIONS)
-
-
 def _read_record(path: Path, name: str, allowed: Iterable[Any]) -> Any:
     """The choice `name` recorded at `path` when it is one of `allowed`, else None (no record, or not one of ours)."""
     try:
@@ -283,10 +277,6 @@ def _read_record(path: Path, name: str, allowed: Iterable[Any]) -> Any:
     except (OSError, ValueError, AttributeError):
         return None
     return chosen if chosen in list(allowed) else None
-
-
-def _write_precision_record(path: Path, precision: str, cost_s: dict[str, float]) -> None:
-    _write_record(path, {"precision": precision, "calibration_cpu_s": cost_s})
 
 
 def _write_record(path: Path, body: dict[str, Any]) -> None:

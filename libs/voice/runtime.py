@@ -42,8 +42,8 @@ class EngineSettings:
     on_batch: Callable[[BatchStats], None] | None = None
     """Called after every batched call (batch size, queue and compute time) for metrics."""
     slice_frames: int = 0
-    """Frames of the slices a CPU vocoder runs its wide float32 steps in (0: the width measured cheapest
-    here, `MeasuredPrecision.settle_slices`; an engine loaded without it takes its cache rule's)."""
+    """Frames of the slices a CPU vocoder runs its wide float32 steps in (0: its cache rule's, which a
+    worker then replaces by the width it measures cheapest here, `MeasuredPrecision.settle_slices`)."""
     stream_backend: str = "auto"
     """Where one stream's steps run (batches of several always run in torch): "auto" (onnxruntime
     for float32 on a CPU, where it computes them faster than torch; torch for bf16 and on a GPU),

@@ -70,6 +70,8 @@ class VocoderEngine(BatchedEngine):
         self._onnx = self._runtime.onnx_network(self._network, "vocoder", n_mels, self.lag_frames + 1, sliced=True) if self.num_speakers <= 1 else None
         self._unsliced_version = model_version
         self.model_version = self._version_with_slices()
+        if settings.slice_frames and self.slice_frames is not None:  # pinned: never measured (MeasuredPrecision.settle_slices)
+            self.use_slice_frames(settings.slice_frames)
         self.stream_backend = "torch" if self._onnx is None else "onnxruntime"
         """Where a stream's steps run when it runs alone (`EngineSettings.stream_backend`)."""
         # torch pads a stream's last step to a width it has seen before (see LAST_STEP_BUCKET_FRAMES);
@@ -88,9 +90,9 @@ class VocoderEngine(BatchedEngine):
         return None if self._onnx is None else self._onnx.slice_frames
 
     def use_slice_frames(self, frames: int) -> None:
-        """Run wide steps in slices of at least `frames` frames from now on (a width measured cheaper on
-        this machine: `libs.voice.calibration.MeasuredPrecision`). Before any stream opens: the model
-        version changes with it."""
+        """Run wide steps in slices of at least `frames` frames from now on (the settings' pinned width, or
+        one measured cheaper on this machine: `libs.voice.calibration.MeasuredPrecision.settle_slices`).
+        Before any stream opens: the model version changes with it."""
         if self._onnx is None or self._onnx.slice_frames is None:
             raise ValueError("this engine runs every step whole: it has no slices to widen")
         if frames < 1:

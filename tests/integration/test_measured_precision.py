@@ -81,7 +81,7 @@ def test_the_next_worker_on_this_machine_takes_the_recorded_choice_without_measu
 @native_bf16_only
 def test_a_damaged_record_is_measured_again(tmp_path: Path) -> None:
     MeasuredPrecision(EngineSettings(precision="auto"), record_dir=tmp_path).load(counting_loader([]), vocoder_steps, MODEL)
-    (record,) = tmp_path.iterdir()
+    (record,) = tmp_path.glob("*.json")  # beside it, the lock workers starting together take
     record.write_text('{"precision": "fp16"')
     loaded: list[str] = []
     precision = MeasuredPrecision(EngineSettings(precision="auto"), record_dir=tmp_path)
@@ -109,13 +109,12 @@ def test_a_precision_that_fails_to_load_here_is_not_chosen(tmp_path: Path) -> No
 def test_a_voices_vocoder_comes_with_its_fast_tier_in_the_same_arithmetic(tmp_path: Path) -> None:
     precision = MeasuredPrecision(EngineSettings(precision="auto"), record_dir=tmp_path)
     engine = precision.vocoder(default_voice_assets())
-    name = default_voice_assets().name
     fast = VocoderEngine.load_fast(default_voice_assets(), settings=precision.settings)
     quality = VocoderEngine.load_default(settings=EngineSettings(precision=precision.served))
     # Each tier in the slices it measured cheaper (libs.voice.calibration.settle_slices; none in bf16).
-    for model, expected in ((f"vocoder:{name}", quality), (f"vocoder-fast:{name}", fast)):
-        if expected is not None and model in precision.slice_frames:
-            expected.use_slice_frames(precision.slice_frames[model])
+    for served, expected in ((engine, quality), (engine.fast_tier, fast)):
+        if expected is not None and served is not None and served.slice_frames is not None:
+            expected.use_slice_frames(served.slice_frames)
     assert (engine.fast_tier is None) == (fast is None)
     if fast is not None:
         assert engine.fast_tier.model_version == fast.model_version
