@@ -70,11 +70,14 @@ grpcjs:
 say: $(RUNTIME)
 	$(PY) -m tts_mesh.cli say "$(TEXT)" -o "$(OUT)"
 
-# The test files are spread over TEST_WORKERS processes, each file whole in one of them.
+# The test files are spread over TEST_WORKERS processes, each file whole in one of them, taken in the
+# order they are collected (end-to-end, integration, unit): the long files first, the short ones last
+# to even out the end. (pytest-xdist would otherwise take the files with most tests first, which puts
+# the files of one long test at the end, with the other process idle.)
 ## The whole suite: lint, then unit, integration and end-to-end tests (what CI runs; containers: test-containers).
 test: $(DEV)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -m "not containers" -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -m "not containers" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 ## The unit tests alone (pure code: no sockets, no processes, no real weights), in under a minute.
 test-fast: $(DEV)

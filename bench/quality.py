@@ -39,8 +39,9 @@ import torch
 from bench.piper_baseline import load_voice as load_piper_tts_voice
 from libs.audio.mel import mel_spectrogram
 from libs.audio.slicing import slice_bounds
-from libs.models.mel_bridge import MEL_HEAD_FILE, load_mel_head, load_mel_vocoder
+from libs.models.mel_bridge import load_mel_head, load_mel_vocoder
 from libs.models.vits import DEFAULT_NOISE_SCALE, DEFAULT_NOISE_W, synthesis_generator
+from libs.models.voice_files import MEL_HEAD_FILE
 from libs.voice.assets import default_voice_assets
 from libs.voice.calibration import MeasuredPrecision
 from libs.voice.engine import AcousticEngine, EngineSettings, VocoderEngine

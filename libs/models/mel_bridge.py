@@ -24,11 +24,8 @@ from torch import nn
 from libs.models.commons import sequence_mask
 from libs.models.hifigan import Generator, GeneratorConfig
 from libs.models.hifigan import receptive_field_frames as generator_receptive_field_frames
+from libs.models.voice_files import DECODER_FILE, MEL_ADAPTER_FILE
 
-MEL_HEAD_FILE: Final = "mel_head.pt"
-MEL_ADAPTER_FILE: Final = "mel_adapter.pt"
-DECODER_FILE: Final = "decoder.pt"
-"""Present only when the voice build tuned decoder layers: the whole decoder state dict."""
 LATENT_CHANNELS: Final = 192
 N_MELS: Final = 80
 LEAKY_RELU_SLOPE: Final = 0.1

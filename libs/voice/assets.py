@@ -7,11 +7,13 @@ import hashlib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from libs.models.mel_bridge import DECODER_FILE, MEL_ADAPTER_FILE, MEL_HEAD_FILE
-from libs.models.piper_import import PiperVoiceModels, load_piper_voice
+from libs.models.voice_files import DECODER_FILE, MEL_ADAPTER_FILE, MEL_HEAD_FILE
 from libs.voice.tiers import FAST, FAST_VOCODER_FILE, tiers_in
+
+if TYPE_CHECKING:
+    from libs.models.piper_import import PiperVoiceModels
 
 ASSETS_DIR: Final = Path(__file__).resolve().parents[2] / "assets" / "voices"
 DEFAULT_VOICE_NAME: Final = "en_US-joe-medium"
@@ -53,6 +55,8 @@ class VoiceAssets:
 
     def piper_models(self) -> PiperVoiceModels:
         """The Piper voice as torch modules (converted once, then read from the on-disk cache)."""
+        from libs.models.piper_import import load_piper_voice  # torch only where a worker builds a voice
+
         return load_piper_voice(self.onnx_path, self.config_path)
 
     @staticmethod

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from libs.models.mel_bridge import MEL_ADAPTER_FILE, MEL_HEAD_FILE
+from libs.models.voice_files import MEL_ADAPTER_FILE, MEL_HEAD_FILE
 from libs.settings.fields import setting
 from libs.voice.assets import ASSETS_DIR, VoiceAssets
 from libs.voice.registry import DEFAULT_VOICE_NAME, UnknownVoiceError, Voice, VoiceRegistry, voice_from_piper_config

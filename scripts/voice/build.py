@@ -27,16 +27,9 @@ from typing import Final, TextIO
 import torch
 
 from libs.audio.mel import mel_spectrogram
-from libs.models.mel_bridge import (
-    DECODER_FILE,
-    MEL_ADAPTER_FILE,
-    MEL_HEAD_FILE,
-    ConvStack,
-    MelHead,
-    MelVocoder,
-    save_stack,
-)
+from libs.models.mel_bridge import ConvStack, MelHead, MelVocoder, save_stack
 from libs.models.piper_import import PiperVoiceModels
+from libs.models.voice_files import DECODER_FILE, MEL_ADAPTER_FILE, MEL_HEAD_FILE
 from libs.text.frontends import Frontend, frontend_from_voice_config, is_mandarin
 from libs.text.phoneme_ids import load_espeak_voice
 from libs.voice.catalogue import (

@@ -36,7 +36,8 @@ from torch import nn
 
 from libs.audio.mel import mel_spectrogram
 from libs.models.hifigan import HIFIGAN_V3, Generator, GeneratorConfig
-from libs.models.mel_bridge import MEL_HEAD_FILE, MelVocoder, load_mel_head, load_mel_vocoder, save_fast_vocoder
+from libs.models.mel_bridge import MelVocoder, load_mel_head, load_mel_vocoder, save_fast_vocoder
+from libs.models.voice_files import MEL_HEAD_FILE
 from libs.voice.assets import VoiceAssets, default_voice_assets
 from libs.voice.precision import cpu_has_native_bf16
 from libs.voice.tiers import FAST_VOCODER_FILE

@@ -120,7 +120,8 @@ def test_job_file_equals_streaming_the_same_text_sample_for_sample(job_mesh: Mes
         status, audio = http(job_mesh, "GET", f"/v1/audio/jobs/{job['id']}/audio")
         status_mp3, mp3 = http(job_mesh, "GET", f"/v1/audio/jobs/{job['id']}/audio?format=mp3")
     assert status == 200 and status_mp3 == 200
-    streamed = streamed_pcm(job_mesh, text, sample_rate_hz=24000)
+    spoken = synthesize(job_mesh.gateway_address, text, timeout_s=STREAM_TIMEOUT_S, encoding=tts_pb2.LINEAR_PCM, sample_rate_hz=24000)
+    streamed = pcm(b"".join(response.audio for response in spoken.responses))
     assert len(pcm(audio)) == len(streamed) and np.array_equal(pcm(audio), streamed)
     assert finished["progress"]["audio_seconds"] == pytest.approx(len(streamed) / 24000, abs=1e-3)
     assert finished["progress"]["characters_done"] == len(text)
@@ -130,7 +131,6 @@ def test_job_file_equals_streaming_the_same_text_sample_for_sample(job_mesh: Mes
     status_vtt, vtt = http(job_mesh, "GET", f"/v1/audio/jobs/{job['id']}/captions")
     status_srt, srt = http(job_mesh, "GET", f"/v1/audio/jobs/{job['id']}/captions?format=srt")
     assert status_vtt == 200 and status_srt == 200
-    spoken = synthesize(job_mesh.gateway_address, text, timeout_s=STREAM_TIMEOUT_S, encoding=tts_pb2.LINEAR_PCM, sample_rate_hz=24000)
     sentences = [response.sentence for response in spoken.responses if response.HasField("sentence")]
     expected = [[s.audio_offset_s, s.audio_offset_s + s.audio_duration_s, *(w.start_s for w in s.words)] for s in sentences]
     cues = _vtt_times(vtt.decode())

@@ -177,3 +177,18 @@ def test_list_voices_names_the_default_voice(mesh: Mesh) -> None:
     assert [(v.name, v.language_code, v.natural_sample_rate_hz, v.is_default) for v in reply.voices] == [
         ("en_US-joe-medium", "en-US", 22050, True)
     ]
+
+
+def test_the_gateway_serves_without_loading_torch(mesh: Mesh) -> None:
+    # The gateway reads voice folders and speaks the wire, nothing more: torch (seconds of start-up and
+    # hundreds of MiB in every gateway) belongs to the workers alone.
+    assert synthesize(mesh.gateway_address, _unique("A gateway light on its feet.")).duration_s > 0.5
+    mapped = {name: _mapped_libraries(mesh.services[name].process.pid) for name in ("gateway", "acoustic")}
+    assert any("libtorch" in library for library in mapped["acoustic"]), "the check reads a process's libraries"
+    assert not [library for library in mapped["gateway"] if "libtorch" in library]
+
+
+def _mapped_libraries(pid: int) -> set[str]:
+    """The files a running process has mapped (its loaded shared libraries among them)."""
+    with open(f"/proc/{pid}/maps", encoding="utf-8") as maps:
+        return {line.split()[-1] for line in maps if "/" in line}

@@ -9,8 +9,6 @@ import torch
 
 from libs.audio.mel import mel_spectrogram
 from libs.models.mel_bridge import (
-    MEL_ADAPTER_FILE,
-    MEL_HEAD_FILE,
     ConvStack,
     MelAdapter,
     MelHead,
@@ -18,6 +16,7 @@ from libs.models.mel_bridge import (
     load_mel_adapter,
     load_mel_head,
 )
+from libs.models.voice_files import MEL_ADAPTER_FILE, MEL_HEAD_FILE
 
 VOICE_DIR = Path(__file__).resolve().parents[2] / "assets" / "voices" / "en_US-joe-medium"
 HELDOUT_TEXT = "The weather forecast promises sunshine for the rest of the week."

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from libs.models.mel_bridge import MEL_ADAPTER_FILE, MEL_HEAD_FILE, load_mel_adapter, load_mel_head
+from libs.models.mel_bridge import load_mel_adapter, load_mel_head
 from libs.models.piper_import import load_piper_voice
+from libs.models.voice_files import MEL_ADAPTER_FILE, MEL_HEAD_FILE
 from libs.voice.catalogue import VoiceCatalogue, VoiceRejectedError
 from libs.voice.registry import DEFAULT_VOICE_NAME, UnknownVoiceError
 from libs.wire.errors import InvalidRequestError
