@@ -10,7 +10,8 @@ DEV := $(VENV)/.installed-dev
 TEXT ?= Hello! This is the text to speech mesh speaking.
 OUT ?= hello.wav
 # Processes `make test` spreads the test files over (the suite waits on sockets, sleeps and child
-# processes: on two cores, two took it to 0.66x the time of one); each runs meshes of its own.
+# processes: on two cores, two took it to 0.66x the time of one, and three were no faster than two,
+# since two already keep both cores busy); each runs meshes of its own.
 TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
@@ -74,9 +75,12 @@ say: $(RUNTIME)
 # order they are collected (end-to-end, integration, unit): the long files first, the short ones last
 # to even out the end. (pytest-xdist would otherwise take the files with most tests first, which puts
 # the files of one long test at the end, with the other process idle.)
+# The project is byte-compiled first: where PYTHONDONTWRITEBYTECODE is set, each of the suite's few
+# hundred processes would otherwise compile every module it imports.
 ## The whole suite: lint, then unit, integration and end-to-end tests (what CI runs; containers: test-containers).
 test: $(DEV)
 	$(PY) -m ruff check .
+	$(PY) -m compileall -q -j 0 libs services scripts tts_mesh bench tests >/dev/null
 	$(PY) -m pytest -q -m "not containers" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 ## The unit tests alone (pure code: no sockets, no processes, no real weights), in under a minute.

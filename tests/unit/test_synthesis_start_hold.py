@@ -259,14 +259,20 @@ async def test_a_short_utterance_is_never_held_past_its_end() -> None:
 
 async def _read_with_arrivals(pipeline: UtterancePipeline, arrivals: list[tuple[float, float, bool]] | list[tuple[float, float, bool, bool]]) -> None:
     """Run the pipeline's reader over vocoder pieces of sentence 0 that come at the given times after
-    the first: (time, seconds of audio, last of the sentence[, more of the same step follows])."""
+    the first: (time, seconds of audio, last of the sentence[, more of the same step follows]).
+
+    Times count from when the reader took the first piece (it has by the time it asks for the next),
+    so a loop that wakes late on a busy machine only lengthens the waits, never shortens them."""
 
     async def pieces(_vocoder: Any) -> Any:
-        started = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        first_taken: float | None = None
         for at_s, seconds, is_last, *continues in arrivals:
-            await asyncio.sleep(max(0.0, started + at_s - asyncio.get_running_loop().time()))
+            if first_taken is not None:
+                await asyncio.sleep(max(0.0, first_taken + at_s - loop.time()))
             samples = np.zeros(round(seconds * RATE_HZ), np.float32)
             yield Samples(0, samples, RATE_HZ, is_last, "m", bool(continues and continues[0])), None
+            first_taken = loop.time() if first_taken is None else first_taken
 
     pipeline._pieces = pieces  # type: ignore[method-assign]
     pipeline._meta[0] = SentenceMeta(text="t", phonemes="t", frame_count=1, phoneme_frames=(1,))
