@@ -272,7 +272,8 @@ async def _read_with_arrivals(pipeline: UtterancePipeline, arrivals: list[tuple[
                 await asyncio.sleep(max(0.0, first_taken + at_s - loop.time()))
             samples = np.zeros(round(seconds * RATE_HZ), np.float32)
             yield Samples(0, samples, RATE_HZ, is_last, "m", bool(continues and continues[0])), None
-            first_taken = loop.time() if first_taken is None else first_taken
+            if first_taken is None:
+                first_taken = loop.time()
 
     pipeline._pieces = pieces  # type: ignore[method-assign]
     pipeline._meta[0] = SentenceMeta(text="t", phonemes="t", frame_count=1, phoneme_frames=(1,))
