@@ -5,7 +5,8 @@ for its end (libs.synthesis.text_side), so that a client whose text stops does n
 listener in silence. While the audio before it is still being made, cutting it would not let the
 listener hear it any sooner: it would only break a sentence that may yet end. So the text side
 holds it until the pipeline has made everything it took, which on a slow or busy machine can be
-well past the wait.
+well past the wait, and its wait starts only then: the listener is still hearing that audio, and a
+client that sends the rest of its sentence on hearing the one before keeps it whole.
 """
 
 from __future__ import annotations

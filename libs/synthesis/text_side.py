@@ -329,13 +329,16 @@ class TextSide:
         try:
             while True:
                 asked_s = loop.time()
-                # Overdue text is held while the audio before it is made: it could not be heard sooner.
-                hold = in_flight.made_all if in_flight.busy and clocks.overdue(asked_s) else None
+                # Held text waits for its end without a clock while the audio before it is made (cut
+                # then, it could not be heard sooner); its wait starts once that audio is made.
+                hold = in_flight.made_all if in_flight.busy and clocks.held else None
                 try:
                     piece = await reader.next(clocks.idle_left_s if hold else clocks.timeout_s(asked_s), wake=hold)
                 except TimeoutError:
                     clocks.waited(loop.time() - asked_s)
-                    if clocks.overdue(loop.time()) and not in_flight.busy:
+                    if hold is not None and hold.is_set():
+                        clocks.made(loop.time())
+                    elif clocks.overdue(loop.time()) and not in_flight.busy:
                         chunk = splitter.cut_pending()  # None: one word so far, which may go on
                         clocks.holding(chunk is not None and bool(splitter.pending_text.strip()), loop.time(), True)
                         if chunk is not None:
@@ -346,6 +349,8 @@ class TextSide:
                     elif clocks.idle:
                         raise StreamIdleError(self.limits.stream_idle_timeout_s) from None
                     continue
+                if hold is not None and hold.is_set():  # a piece came with the news that the audio is made
+                    clocks.made(loop.time())
                 clocks.heard()
                 if piece is None:
                     break
@@ -517,6 +522,16 @@ class _StreamClocks:
             self._waiting_since = None
         elif new_sentence or self._waiting_since is None:
             self._waiting_since = now
+
+    @property
+    def held(self) -> bool:
+        """Whether text is held waiting for the end of its sentence."""
+        return self._waiting_since is not None
+
+    def made(self, now: float) -> None:
+        """The audio before the text held is made: its wait for its sentence's end starts now."""
+        if self._waiting_since is not None:
+            self._waiting_since = max(self._waiting_since, now)
 
     def overdue(self, now: float) -> bool:
         """Whether the text held has waited `sentence_wait_s` for its sentence to end."""

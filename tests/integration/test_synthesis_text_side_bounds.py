@@ -99,7 +99,7 @@ async def test_held_text_is_not_cut_while_the_audio_before_it_is_made(pool: Phon
     assert (await asyncio.wait_for(second, NEVER_S)).text == "Good night."
 
 
-async def test_held_text_is_cut_once_the_audio_before_it_is_made_and_the_wait_is_over(pool: PhonemizerPool) -> None:
+async def test_held_text_is_cut_once_it_has_waited_its_wait_after_the_audio_before_it_is_made(pool: PhonemizerPool) -> None:
     text_side = _text_side(pool, sentence_wait_s=0.2)
     client = _Client()
     in_flight = SentencesInFlight()
@@ -110,11 +110,32 @@ async def test_held_text_is_cut_once_the_audio_before_it_is_made_and_the_wait_is
     held = asyncio.ensure_future(anext(sentences))
     await asyncio.sleep(1.0)
     assert not held.done()
-    in_flight.made()  # the listener now hears the last of what was made: the held text goes on at once
+    in_flight.made()  # the listener now hears the last of what was made; the source has stalled
     assert (await asyncio.wait_for(held, NEVER_S)).text == "Your number is"
     client.send("-two.")
     client.half_close()
     assert [sentence.text async for sentence in sentences] == ["forty-two."]
+
+
+async def test_held_text_that_ends_soon_after_the_audio_before_it_is_made_is_spoken_whole(pool: PhonemizerPool) -> None:
+    """A client that sends the rest of its sentence when it hears the one before (a Wyoming client
+    does) keeps the sentence whole, however long that one took to make: its wait starts once the
+    audio before it is made, not when the text arrived."""
+    text_side = _text_side(pool, sentence_wait_s=1.0)
+    client = _Client()
+    in_flight = SentencesInFlight()
+    sentences = text_side.incremental_sentences(default_registry().default, client.pieces(), in_flight=in_flight)
+    client.send("The front door is locked. Good ")
+    assert (await _next(sentences)).text == "The front door is locked."
+    in_flight.taken()
+    second = asyncio.ensure_future(anext(sentences))
+    await asyncio.sleep(1.5)  # the first sentence is made for longer than the wait
+    in_flight.made()
+    await asyncio.sleep(0.1)  # the client hears it, then sends the rest
+    assert not second.done()
+    client.send("night.")
+    client.half_close()
+    assert (await asyncio.wait_for(second, NEVER_S)).text == "Good night."
 
 
 async def test_a_stream_that_sends_nothing_ends_with_a_clear_error(pool: PhonemizerPool) -> None:
