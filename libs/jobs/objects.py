@@ -31,9 +31,8 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
-from libs.jobs.chunks import AudioChunks, InRedis, ObjectStoreError
+from libs.jobs.chunks import AudioChunks, ObjectStoreError
 from libs.jobs.sealed import TamperedJobDataError
-from libs.jobs.settings import REDIS_AUDIO_STORE, JobSettings
 
 _log = logging.getLogger(__name__)
 DELETE_BATCH: Final = 1000
@@ -151,10 +150,3 @@ class ObjectStoreChunks(AudioChunks):
 
     def _failed(self, action: str, name: str, error: Exception) -> ObjectStoreError:
         return ObjectStoreError(f"object store: could not {action} s3://{self.bucket}/{name}: {error}")
-
-
-def audio_chunks_for(settings: JobSettings) -> AudioChunks:
-    """The audio storage `--job-audio-store` names."""
-    if settings.job_audio_store == REDIS_AUDIO_STORE:
-        return InRedis()
-    return ObjectStoreChunks.from_url(settings.job_audio_store, settings.job_s3_endpoint_url)

@@ -82,6 +82,8 @@ class BuildConfig:
     """Stage 3: adapter through the frozen decoder."""
     max_sentences: int = 0
     """Train on only this many corpus texts (0: all of them)."""
+    max_heldout: int = 0
+    """Check on only this many held-out texts (0: all of them)."""
 
 
 QUICK_BUILD: Final = BuildConfig(
@@ -316,7 +318,7 @@ def build(
     frontend = None if voice.is_default else voice.frontend()
     teacher = load_teacher_voice(cache_dir=work_dir / "piper-cache", onnx_path=voice.onnx_path, config_path=voice.config_path)
     texts = training_sentences(language)[: config.max_sentences or None]
-    heldout_texts = heldout_sentences(language)
+    heldout_texts = heldout_sentences(language)[: config.max_heldout or None]
     sentence_count = sum(len(phoneme_id_sentences(text, frontend)) for text in texts)
     progress = BuildProgress(build_stages(config, sentence_count * config.teacher.variants_per_sentence, len(heldout_texts)), progress_stream)
 

@@ -16,8 +16,8 @@ from starlette.routing import Route
 from libs.cache.mel_cache import cluster_mode, redis_client
 from libs.cache.sealing import KeyRing
 from libs.cache.settings import redacted_url
+from libs.jobs.audio_stores import audio_chunks_for
 from libs.jobs.metrics import JobMetrics
-from libs.jobs.objects import audio_chunks_for
 from libs.jobs.runner import JobRunner
 from libs.jobs.store import JobStore
 from libs.prewarm.promotion import Promoter

@@ -43,11 +43,11 @@ SENTENCES = [
 TEXT = " ".join(SENTENCES)
 ANIMALS = ("badger", "heron", "otter", "falcon", "beetle", "walrus", "gecko", "magpie", "puffin", "lemur", "newt", "raven")
 COLOURS = ("amber", "silver", "olive", "scarlet", "golden", "ivory", "violet", "copper", "indigo", "coral", "russet", "teal")
-MANY_SENTENCES = [f"The {colour} {animal} waits." for colour in COLOURS for animal in ANIMALS][: 2 * SENTENCES_PER_READ + 6]
-"""More sentences than two of the reads that assemble a job's file, the last read a short one."""
-"""More sentences than a runner speaks in one utterance (SENTENCES_PER_UTTERANCE), and short enough for one Synthesize."""
-KILLED_SENTENCES = [f"A {colour} {animal} sleeps by the river tonight." for animal in ANIMALS for colour in COLOURS[:5]]
-"""Sentences no other test speaks, enough that a runner killed after two has most of them left."""
+MANY_SENTENCES = [f"The {colour} {animal} waits." for colour in COLOURS for animal in ANIMALS][: SENTENCES_PER_READ + 6]
+"""More sentences than one of the reads that assemble a job's file holds: a full read, then a short one."""
+KILLED_SENTENCES = [f"A {colour} {animal} sleeps by the river tonight." for animal in ANIMALS for colour in COLOURS[:3]]
+"""Sentences no other test speaks, enough that a runner killed after two has most of them left (36,
+over a minute of audio)."""
 CLAIM_IDLE_S = 2.0
 RUNNER_ARGS = ["--job-runners", "1", "--job-claim-idle-s", str(CLAIM_IDLE_S)]
 JOB_TIMEOUT_S = 300.0
@@ -60,11 +60,12 @@ pytestmark = pytest.mark.timeout(1200)
 
 
 @pytest.fixture(scope="module")
-def job_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
-    """A mesh whose gateway serves the job API but runs no jobs: runners are started by each test."""
+def job_mesh(mesh: Mesh, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
+    """A gateway on the session's workers and a Redis of its own, serving the job API but running no
+    jobs: runners are started by each test (the session's gateway, on another Redis, sees none)."""
     # Admission by measured real-time capacity is not under test, and on a shared machine it refuses at random.
     env = {"TTS_JOB_RUNNERS": "0", **NO_REALTIME_ADMISSION}
-    running = Mesh(log_dir=tmp_path_factory.mktemp("jobs-mesh"), env=env).start()
+    running = Mesh(log_dir=tmp_path_factory.mktemp("jobs-mesh"), env=env, workers_of=mesh).start()
     try:
         yield running
     finally:

@@ -21,7 +21,6 @@ from redis.asyncio import Redis as AsyncRedis
 from libs.cache.mel_cache import redis_client
 from libs.cache.settings import CacheSettings
 from libs.devmesh.embedded_redis import EmbeddedRedis, EmbeddedRedisConfig
-from libs.devmesh.local_secrets import ensure_local_secrets
 from libs.jobs.store import INDEX_KEY, QUEUE_KEY, job_key, pcm_key, text_key
 from libs.pb.tts.v1 import jobs_pb2, jobs_pb2_grpc, tts_pb2
 from libs.settings.files import SettingFileError
@@ -37,20 +36,22 @@ JOB_TIMEOUT_S = 300.0
 
 
 @pytest.fixture(scope="module")
-def jobs_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EmbeddedRedis, Path]]:
-    """A job Redis with the password the mesh's cache Redis will have, and the folder of the mesh's secrets."""
+def jobs_redis(mesh: Mesh, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EmbeddedRedis, Path]]:
+    """A job Redis with the password of the session mesh's secrets (which the mesh below takes with its
+    workers), and the folder for that mesh's logs."""
+    assert mesh.secrets is not None
     log_dir = tmp_path_factory.mktemp("jobs-redis-mesh")
-    secrets = ensure_local_secrets(log_dir / "secrets")  # the mesh finds and uses these
-    with EmbeddedRedis(EmbeddedRedisConfig(port=free_port(), maxmemory_mb=64, password=secrets.redis_password)) as server:
+    with EmbeddedRedis(EmbeddedRedisConfig(port=free_port(), maxmemory_mb=64, password=mesh.secrets.redis_password)) as server:
         yield server, log_dir
 
 
 @pytest.fixture(scope="module")
-def mesh(jobs_redis: tuple[EmbeddedRedis, Path]) -> Iterator[Mesh]:
-    """A secured mesh whose gateway serves the job API on the job Redis and runs no jobs itself."""
+def mesh(mesh: Mesh, jobs_redis: tuple[EmbeddedRedis, Path]) -> Iterator[Mesh]:
+    """A secured gateway on the session's workers and a cache Redis of its own, serving the job API on
+    the job Redis and running no jobs itself."""
     server, log_dir = jobs_redis
     env = {"TTS_JOB_RUNNERS": "0", **NO_REALTIME_ADMISSION, "TTS_JOBS_REDIS_URL": plain_url(server)}
-    running = Mesh(log_dir=log_dir, env=env).start()
+    running = Mesh(log_dir=log_dir, env=env, workers_of=mesh).start()
     try:
         yield running
     finally:

@@ -38,9 +38,9 @@ ORDINARY_CLAUSED_FIRST = "When the rain stopped, we walked down to the harbour t
 
 
 @pytest.fixture(scope="module")
-def unopened_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
-    """The mesh with openings off (`--opening-max-ids 0`)."""
-    running = Mesh(log_dir=tmp_path_factory.mktemp("unopened-mesh"), gateway_args=["--opening-max-ids", "0"]).start()
+def unopened_mesh(mesh: Mesh, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
+    """A gateway with openings off (`--opening-max-ids 0`), on the session mesh's workers."""
+    running = Mesh(log_dir=tmp_path_factory.mktemp("unopened-mesh"), gateway_args=["--opening-max-ids", "0"], workers_of=mesh).start()
     try:
         yield running
     finally:

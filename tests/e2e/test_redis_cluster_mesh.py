@@ -3,8 +3,8 @@ streams at a time through a master killed (its replica elected) and a reshard th
 sentence's slot, with no client error; the cache fails open while the master is gone and hits
 again after, on the promoted replica and on the slots' new master.
 
-The gateway speaks to the cluster as in production (`--redis-cluster true`); the mesh is plaintext
-(the test cluster has no password), its workers the real ones.
+The gateway speaks to the cluster as in production (`--redis-cluster true`), without a password (the
+test cluster has none), and to the session mesh's workers, the real ones, over mutual TLS.
 """
 
 from __future__ import annotations
@@ -41,19 +41,19 @@ def cluster() -> Iterator[LocalRedisCluster]:
 
 
 @pytest.fixture(scope="module")
-def cluster_mesh(cluster: LocalRedisCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
+def cluster_mesh(mesh: Mesh, cluster: LocalRedisCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     # Admission by real-time capacity off, at the workers and at the gateway: on a busy machine either
     # may refuse some of eight streams, which is the mesh's answer to its load, not the cache's; here
     # every stream is taken, at whatever pace, so each client error would be one the cluster caused.
-    mesh = Mesh(
-        log_dir=tmp_path_factory.mktemp("cluster-mesh"), secure=False, redis_url=cluster.url, gateway_args=["--redis-cluster", "true"],
-        env=dict(NO_REALTIME_ADMISSION),
+    running = Mesh(
+        log_dir=tmp_path_factory.mktemp("cluster-mesh"), redis_url=cluster.url, gateway_args=["--redis-cluster", "true"],
+        env=dict(NO_REALTIME_ADMISSION), workers_of=mesh,
     )
-    mesh.start()
+    running.start()
     try:
-        yield mesh
+        yield running
     finally:
-        mesh.stop()
+        running.stop()
 
 
 class Load:

@@ -78,6 +78,11 @@ class Mesh:
     """A Redis of the caller's for the gateway (a cluster, say); empty: an embedded one is started."""
     gateway_args: list[str] = field(default_factory=list)
     """Extra flags for the gateway (`--redis-cluster true` with a cluster's `redis_url`)."""
+    workers_of: Mesh | None = None
+    """A running mesh whose acoustic and vocoder workers this one's gateway uses, with its secrets,
+    instead of starting workers of its own: a mesh that differs from it only in its gateway or its
+    Redis then costs a gateway's start, not three services' (a worker's start is most of what a mesh
+    costs). `stop` leaves them running. `env` reaches this mesh's gateway only."""
 
     @property
     def gateway_address(self) -> str:
@@ -90,13 +95,20 @@ class Mesh:
 
     def start(self, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> Mesh:
         """Start everything and wait until each service reports SERVING."""
-        self.secrets = ensure_local_secrets(self.log_dir / "secrets") if self.secure else None
+        if self.workers_of is not None:
+            self.secure, self.secrets = self.workers_of.secure, self.workers_of.secrets
+        else:
+            self.secrets = ensure_local_secrets(self.log_dir / "secrets") if self.secure else None
         password = self.secrets.redis_password if self.secrets else ""
         if not self.redis_url:
             self.redis = EmbeddedRedis(EmbeddedRedisConfig(port=free_port(), maxmemory_mb=64, password=password)).start()
         try:
-            acoustic = self._spawn("acoustic", self.secrets.service_args("acoustic") if self.secrets else [])
-            vocoder = self._spawn("vocoder", self.secrets.service_args("vocoder") if self.secrets else [])
+            if self.workers_of is not None:
+                acoustic, vocoder = (self.workers_of.services[name] for name in ("acoustic", "vocoder"))
+                self.services.update(acoustic=acoustic, vocoder=vocoder)
+            else:
+                acoustic = self._spawn("acoustic", self.secrets.service_args("acoustic") if self.secrets else [])
+                vocoder = self._spawn("vocoder", self.secrets.service_args("vocoder") if self.secrets else [])
             self.http_port = free_port()
             self._spawn(
                 "gateway",
@@ -119,10 +131,12 @@ class Mesh:
         return self
 
     def gateway_secret_args(self) -> list[str]:
-        """A gateway's flags for this mesh's secrets: worker TLS, cache key, Redis password file."""
+        """A gateway's flags for this mesh's secrets: worker TLS, cache key, and the password file of the
+        mesh's own Redis (a caller's `redis_url` brings its own credentials, if any)."""
         if self.secrets is None:
             return []
-        return [*self.secrets.service_args("gateway"), "--redis-password-file", str(self.secrets.redis_password_file)]
+        password = [] if self.redis_url else ["--redis-password-file", str(self.secrets.redis_password_file)]
+        return [*self.secrets.service_args("gateway"), *password]
 
     def worker_channel(self, name: str) -> grpc.Channel:
         """A channel to worker `name` as the gateway dials it (with its client certificate when secure)."""
@@ -132,8 +146,9 @@ class Mesh:
         return grpc.secure_channel(address, self.secrets.tls.client_credentials())
 
     def stop(self) -> None:
-        """SIGTERM every service (then SIGKILL after 15 s) and stop Redis."""
-        stop_processes([service.process for service in self.services.values()])
+        """SIGTERM every service it started (then SIGKILL after 15 s) and stop Redis."""
+        borrowed = self.workers_of.services.values() if self.workers_of is not None else ()
+        stop_processes([service.process for service in self.services.values() if service not in borrowed])
         self.services.clear()
         if self.redis is not None:
             self.redis.stop()

@@ -183,6 +183,7 @@ SHORT_BUILD = BuildConfig(
     adapter=RegressionConfig(steps=4, batch_size=2, segment_frames=32, seed=2),  # past twice its receptive field
     tune=DecoderTuneConfig(steps=2, batch_size=2, segment_frames=8, context_frames=4),
     max_sentences=3,
+    max_heldout=2,
 )
 """A build of seconds: structure, not quality."""
 
