@@ -172,7 +172,13 @@ def test_telephone_audio_leaves_as_20_ms_mulaw_frames_in_real_time(mesh: Mesh) -
     assert {len(e["data"]) for _, e in frames} == {160}
     assert [e["offset_ms"] for _, e in frames] == pytest.approx([20.0 * index for index in range(len(frames))])
     gaps = [later[0] - earlier[0] for earlier, later in pairwise(frames)]
-    assert frames[-1][0] - frames[0][0] >= 0.02 * (len(frames) - 1) - 0.05  # never faster than real time: no burst
+    # Never faster than real time: no burst. Frame k leaves no sooner than k frames after the first, and
+    # is read here no sooner than it leaves, but it may be read later: this process waits for the CPU
+    # like any other (the first frame was once read with the second, 54 ms late, while the workers made
+    # the rest). The pace is therefore counted from whichever of the first three frames was read least
+    # late, each arrival less its place on the timeline.
+    first = min(range(3), key=lambda index: frames[index][0] - 0.02 * index)
+    assert frames[-1][0] - frames[first][0] >= 0.02 * (len(frames) - 1 - first) - 0.05
     assert sorted(gaps)[len(gaps) // 2] == pytest.approx(0.02, abs=0.005)  # a frame every 20 ms (a late one waits no more)
 
 
