@@ -24,20 +24,24 @@ help:
 	@awk '/^## /{text=substr($$0,4); next} /^[a-z][a-z0-9-]*:/{if (text) printf "  %-16s %s\n", substr($$1,1,length($$1)-1), text; text=""} !/^## /{if ($$0 !~ /^[a-z][a-z0-9-]*:/) text=""}' $(MAKEFILE_LIST)
 
 # The virtualenv with the service's own dependencies, made when missing or when pyproject.toml changes.
-# torch is pinned: any other spec would download gigabytes of CUDA wheels. uv installs (in a third of
-# pip's time: docs/testing.md) and byte-compiles in parallel; it reads no pip configuration, so a wheel
-# folder pip is configured to look in (find-links: where a machine keeps its torch build) is passed on.
+# torch is pinned: any other spec would download gigabytes of CUDA wheels. uv installs in half of pip's
+# time (docs/dependencies.md); it reads no pip configuration, so a wheel folder pip is configured to look
+# in (find-links: where a machine keeps its torch build) is passed on. The runtime is byte-compiled as it
+# is installed (where PYTHONDONTWRITEBYTECODE is set, every service start would compile torch again).
 UV_VERSION := 0.13.10
 UV := $(VENV)/bin/uv
 FIND_LINKS := $(shell $(PYTHON) -m pip config list 2>/dev/null | sed -n "s/^[^=]*find-links='\(.*\)'$$/\1/p" | head -n 1)
-UV_INSTALL := $(UV) pip install --python $(PY) --compile-bytecode $(if $(FIND_LINKS),--find-links $(FIND_LINKS))
+UV_INSTALL := $(UV) pip install --python $(PY) $(if $(FIND_LINKS),--find-links $(FIND_LINKS))
 $(RUNTIME): pyproject.toml
 	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet uv==$(UV_VERSION)
-	$(UV_INSTALL) torch==2.13.0 -e .
+	$(UV_INSTALL) --compile-bytecode torch==2.13.0 -e .
 	touch $@
 
-# The same with the tools of the tests, benchmarks and voice building (the `dev` extra).
+# The same with the tools of the tests, benchmarks and voice building (the `dev` extra), not
+# byte-compiled: most of their files are never imported (moto's server stack, cfn-lint, the openai
+# types), and compiling them all took 30 s of the install where the suite's few processes that import
+# them spend about 3 s more each.
 $(DEV): $(RUNTIME)
 	$(UV_INSTALL) torch==2.13.0 -e '.[dev]'
 	touch $@
