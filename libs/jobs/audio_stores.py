@@ -1,6 +1,6 @@
 """The storage of a job's audio that its settings name (`--job-audio-store`): Redis, with the job, or
-an S3 bucket. The S3 client (aiobotocore, with aiohttp) is imported only for a bucket: it is a third
-of what a gateway imports at start."""
+an S3 bucket. The S3 client (aiobotocore, with aiohttp) is imported only for a bucket: it was about a
+fifth of a gateway's imports (1.9 CPU s with it, 1.6 without)."""
 
 from __future__ import annotations
 

@@ -82,15 +82,26 @@ async def test_text_that_waits_too_long_for_its_sentence_end_is_spoken_up_to_its
     assert [sentence.text async for sentence in sentences] == ["forty-two."]
 
 
-async def test_held_text_is_not_cut_while_the_audio_before_it_is_made(pool: PhonemizerPool) -> None:
-    """A slow machine makes the first sentence for longer than the wait: the second stays whole."""
-    text_side = _text_side(pool, sentence_wait_s=0.2)
+async def _first_sentence_in_flight(
+    pool: PhonemizerPool, sentence_wait_s: float, *pieces: str
+) -> tuple[_Client, SentencesInFlight, AsyncIterator[Sentence], str]:
+    """A stream sent `pieces`, whose first sentence the pipeline has taken and is making: the client,
+    the count of sentences in flight, the stream's sentences and the first one's text."""
     client = _Client()
     in_flight = SentencesInFlight()
-    sentences = text_side.incremental_sentences(default_registry().default, client.pieces(), in_flight=in_flight)
-    client.send("The front door is locked. Good ")
-    assert (await _next(sentences)).text == "The front door is locked."
+    sentences = _text_side(pool, sentence_wait_s=sentence_wait_s).incremental_sentences(
+        default_registry().default, client.pieces(), in_flight=in_flight
+    )
+    client.send(*pieces)
+    first = (await _next(sentences)).text
     in_flight.taken()  # the pipeline makes it
+    return client, in_flight, sentences, first
+
+
+async def test_held_text_is_not_cut_while_the_audio_before_it_is_made(pool: PhonemizerPool) -> None:
+    """A slow machine makes the first sentence for longer than the wait: the second stays whole."""
+    client, _, sentences, first = await _first_sentence_in_flight(pool, 0.2, "The front door is locked. Good ")
+    assert first == "The front door is locked."
     second = asyncio.ensure_future(anext(sentences))
     await asyncio.sleep(1.0)  # five times the wait
     assert not second.done()
@@ -100,13 +111,8 @@ async def test_held_text_is_not_cut_while_the_audio_before_it_is_made(pool: Phon
 
 
 async def test_held_text_is_cut_once_it_has_waited_its_wait_after_the_audio_before_it_is_made(pool: PhonemizerPool) -> None:
-    text_side = _text_side(pool, sentence_wait_s=0.2)
-    client = _Client()
-    in_flight = SentencesInFlight()
-    sentences = text_side.incremental_sentences(default_registry().default, client.pieces(), in_flight=in_flight)
-    client.send("The answer is ready. Your number is ", "forty")
-    assert (await _next(sentences)).text == "The answer is ready."
-    in_flight.taken()
+    client, in_flight, sentences, first = await _first_sentence_in_flight(pool, 0.2, "The answer is ready. Your number is ", "forty")
+    assert first == "The answer is ready."
     held = asyncio.ensure_future(anext(sentences))
     await asyncio.sleep(1.0)
     assert not held.done()
@@ -121,13 +127,8 @@ async def test_held_text_that_ends_soon_after_the_audio_before_it_is_made_is_spo
     """A client that sends the rest of its sentence when it hears the one before (a Wyoming client
     does) keeps the sentence whole, however long that one took to make: its wait starts once the
     audio before it is made, not when the text arrived."""
-    text_side = _text_side(pool, sentence_wait_s=1.0)
-    client = _Client()
-    in_flight = SentencesInFlight()
-    sentences = text_side.incremental_sentences(default_registry().default, client.pieces(), in_flight=in_flight)
-    client.send("The front door is locked. Good ")
-    assert (await _next(sentences)).text == "The front door is locked."
-    in_flight.taken()
+    client, in_flight, sentences, first = await _first_sentence_in_flight(pool, 1.0, "The front door is locked. Good ")
+    assert first == "The front door is locked."
     second = asyncio.ensure_future(anext(sentences))
     await asyncio.sleep(1.5)  # the first sentence is made for longer than the wait
     in_flight.made()
