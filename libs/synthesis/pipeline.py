@@ -305,8 +305,7 @@ class UtterancePipeline:
         stream's first audio takes on the workers now (taken to be as long as this stream's first
         sentence) and then its own wait for its next piece beside that start, START_HOLD_COVER times
         over (inf while either is not known: the turn then lasts STARTED_PIECES pieces)."""
-        ids = self._sentence_ids.get(0, 0)
-        first_audio_s = self._pool.first_audio_s(ids) if ids else 0.0
+        first_audio_s = self._first_audio_s(0)
         wait_s = self._pool.start_hold_wait_s()
         if first_audio_s <= 0 or wait_s is None:
             return math.inf
@@ -316,9 +315,13 @@ class UtterancePipeline:
         """How much audio the listener should hold before sentence `sentence_index` starts: the floor,
         or enough to cover that sentence's way to its first audio LOOKAHEAD_COVER times over, as the
         mesh runs now."""
+        return max(AUDIO_AHEAD_S, LOOKAHEAD_COVER * self._first_audio_s(sentence_index))
+
+    def _first_audio_s(self, sentence_index: int) -> float:
+        """How long sentence `sentence_index` takes to its first audio as the mesh runs now
+        (`WorkerPool.first_audio_s`; 0 while the sentence or the workers' costs are not known)."""
         ids = self._sentence_ids.get(sentence_index, 0)
-        first_audio_s = self._pool.first_audio_s(ids) if ids else 0.0
-        return max(AUDIO_AHEAD_S, LOOKAHEAD_COVER * first_audio_s)
+        return self._pool.first_audio_s(ids) if ids else 0.0
 
     async def _guard(self, work: Coroutine[Any, Any, None], output: asyncio.Queue[Any]) -> None:
         try:
