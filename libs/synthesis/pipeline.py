@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
@@ -54,7 +53,7 @@ from libs.text.words import WordSpan
 from libs.upstream.acoustic_stream import ResumableAcousticStream, sentence_request
 from libs.upstream.calls import Deadline
 from libs.upstream.metrics import START_HOLD, START_TURN
-from libs.upstream.playback import START_HOLD_COVER, STARTED_PIECES, PlaybackClock
+from libs.upstream.playback import STARTED_PIECES, PlaybackClock
 from libs.upstream.pool import WorkerPool
 from libs.upstream.vocoder_stream import ResumableVocoderStream, Samples
 from libs.voice.checks import rated_speed
@@ -224,7 +223,6 @@ class UtterancePipeline:
                 if isinstance(item, BaseException):
                     raise item
                 clock.delivered(_audio_s(item), ready_s=item.made_s)
-                self._pass_turn_when_held(item.sentence_index, clock)
                 yield item
                 if not item.step_continues:
                     self._room.release()  # the client has taken the piece
@@ -294,34 +292,13 @@ class UtterancePipeline:
         """Whether the listener is alone on the workers now (no other stream of any gateway's)."""
         return self._listener is not None and self._listener.alone()
 
-    def _pass_turn_when_held(self, sentence_index: int, clock: PlaybackClock) -> None:
-        """Give the stream's turn to start to the next once its listener holds enough audio to outlast
-        that stream's start (`_start_hold_s`), the sentences its start covers under way."""
-        if self._starting and sentence_index >= self._start_last and clock.buffered_s() >= self._start_hold_s():
-            self._started()
-
-    def _start_hold_s(self) -> float:
-        """Audio the listener must hold before its turn to start goes to the next stream: what another
-        stream's first audio takes on the workers now (taken to be as long as this stream's first
-        sentence) and then its own wait for its next piece beside that start, START_HOLD_COVER times
-        over (inf while either is not known: the turn then lasts STARTED_PIECES pieces)."""
-        first_audio_s = self._first_audio_s(0)
-        wait_s = self._pool.start_hold_wait_s()
-        if first_audio_s <= 0 or wait_s is None:
-            return math.inf
-        return START_HOLD_COVER * (first_audio_s + wait_s)
-
     def _audio_ahead_s(self, sentence_index: int) -> float:
         """How much audio the listener should hold before sentence `sentence_index` starts: the floor,
         or enough to cover that sentence's way to its first audio LOOKAHEAD_COVER times over, as the
         mesh runs now."""
-        return max(AUDIO_AHEAD_S, LOOKAHEAD_COVER * self._first_audio_s(sentence_index))
-
-    def _first_audio_s(self, sentence_index: int) -> float:
-        """How long sentence `sentence_index` takes to its first audio as the mesh runs now
-        (`WorkerPool.first_audio_s`; 0 while the sentence or the workers' costs are not known)."""
         ids = self._sentence_ids.get(sentence_index, 0)
-        return self._pool.first_audio_s(ids) if ids else 0.0
+        first_audio_s = self._pool.first_audio_s(ids) if ids else 0.0
+        return max(AUDIO_AHEAD_S, LOOKAHEAD_COVER * first_audio_s)
 
     async def _guard(self, work: Coroutine[Any, Any, None], output: asyncio.Queue[Any]) -> None:
         try:
@@ -516,8 +493,7 @@ class UtterancePipeline:
             self._first_piece.set()
             if reading_s is not None and piece.sentence_index == sentence:  # a playing listener's wait for its next piece
                 self._pool.piece_gaps.observe(loop.time() - reading_s)
-            # Started: STARTED_PIECES pieces in, or the start's sentences all made; an opening's start lasts to its rest's
-            # first piece. A listener that holds enough to outlast the next start passes its turn on sooner (`run`).
+            # Started: STARTED_PIECES pieces in, or the start's sentences all made; an opening's start lasts to its rest's first piece.
             if (pieces >= STARTED_PIECES and piece.sentence_index >= self._start_last) or (piece.is_last and piece.sentence_index == self._start_last):
                 self._started()
             if first_piece_s is not None:  # read as it came, whatever the client does

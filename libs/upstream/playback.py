@@ -142,18 +142,13 @@ class StartGaps:
     def __init__(self, kept: int = START_GAPS_KEPT) -> None:
         self._gaps = RecentGaps(kept)
         self._alone_gaps = RecentGaps(kept)
-        self._beside_gaps = RecentGaps(kept)
 
     def observe(self, gap_s: float, alone: bool = False) -> None:
         """A listener's first piece had to last `gap_s` (see the class docstring); `alone`: the listener
         was alone on the workers at its first piece."""
         self._gaps.observe(gap_s)
-        (self._alone_gaps if alone else self._beside_gaps).observe(gap_s)
-
-    def beside_others_s(self) -> float | None:
-        """The START_GAP_QUANTILE quantile of the recent gaps of starts beside other streams (None: no
-        such start seen yet, so what a start costs the listeners beside it here is not known)."""
-        return self._beside_gaps.high_s() if self._beside_gaps else None
+        if alone:
+            self._alone_gaps.observe(gap_s)
 
     def high_s(self, alone: bool = False) -> float:
         """The START_GAP_QUANTILE quantile of the recent gaps (0: none seen); for a listener `alone` on
@@ -193,16 +188,6 @@ vocoder counts the same start in audio made (`libs.scheduling.stream.START_STEPS
 the next sentence (after an opening), the turns kept later streams waiting for whole plans: in the
 same bursts, first audio p50 1.4x and p95 1.8x those of turns given back at the sentence's end, and
 no fewer gaps."""
-
-START_HOLD_COVER: Final = 1.5
-"""A stream's turn to start also ends once its listener holds this many times what another stream's
-start would take from it: that stream's first audio on the workers now (`WorkerPool.first_audio_s`),
-then the listener's own wait for its next piece beside it (`WorkerPool.start_hold_wait_s`). Where
-steps are quick a listener holds that long before its fourth piece, and a burst's later streams no
-longer wait for pieces the earlier ones do not need. Bursts at 0.8 of the capacity on AVX2 cores
-(docs/performance.md, "History"): the last first audio 0.78x that of a turn of four pieces on one
-core, within the spread on two; at 1.0 two of the first bursts after lone streams ran listeners dry.
-On a quarter of the cores the fourth piece comes first anyway."""
 
 
 class StartSlots:

@@ -355,15 +355,6 @@ class WorkerPool:
         wait (`piece_wait_s`) and how long playing listeners have waited lately (`PieceGaps`)."""
         return max(self.piece_wait_s(), self.piece_gaps.high_s())
 
-    def start_hold_wait_s(self) -> float | None:
-        """How long a listener that passes its turn to start on may wait for its next piece while the
-        next stream starts: the longer of a playing listener's wait now (`playing_wait_s`) and how long
-        first pieces have had to last in starts beside other streams (`StartGaps.beside_others_s`).
-        None until such a start has been seen: the waits of lone starts are shorter than a burst's, and
-        in the first bursts after lone streams a turn passed on by them ran listeners dry."""
-        beside_s = self.start_gaps.beside_others_s()
-        return None if beside_s is None else max(beside_s, self.playing_wait_s())
-
     def round_trip_s(self, endpoint: Endpoint | None) -> float:
         """A round trip to `endpoint`, as its load asks measure it (0: not known)."""
         known = self.loads.load(endpoint) if endpoint is not None else None

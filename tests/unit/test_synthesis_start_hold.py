@@ -14,7 +14,6 @@ from libs.synthesis.pipeline import _DONE, SentenceMeta, SentencePiece, Utteranc
 from libs.upstream.metrics import RoutingMetrics
 from libs.upstream.playback import PieceGaps, StartGaps
 from libs.upstream.vocoder_stream import Samples
-from tests.support.pipelines import bare_pipeline
 
 RATE_HZ = 22050
 
@@ -40,7 +39,16 @@ def _held_s(pipeline: UtterancePipeline) -> tuple[float, float]:
 
 
 def _pipeline(step_lead_s: float, start_gaps: StartGaps | None = None, listener: Listener | None = None) -> UtterancePipeline:
-    return bare_pipeline(_Pool(step_lead_s, start_gaps), listener)
+    return UtterancePipeline(
+        pool=_Pool(step_lead_s, start_gaps),  # type: ignore[arg-type]
+        cache=None,  # type: ignore[arg-type]
+        flights=None,  # type: ignore[arg-type]
+        voice="v",
+        params=None,  # type: ignore[arg-type]
+        utterance_id="u",
+        timeout_s=None,
+        listener=listener,
+    )
 
 
 def _piece(seconds: float, is_last: bool = False) -> SentencePiece:
@@ -157,16 +165,12 @@ def test_start_gaps_keep_a_high_quantile_of_the_recent_ones() -> None:
 
 def test_lone_starts_gaps_are_kept_apart_from_those_of_starts_beside_others() -> None:
     gaps = StartGaps()
-    gaps.observe(0.2, alone=True)
-    assert gaps.beside_others_s() is None  # no start beside others seen: a burst's waits are not known
-    gaps = StartGaps()
     for gap_s in (6.0, 6.0, 6.0):  # a burst's second pieces queued behind other streams' steps
         gaps.observe(gap_s)
     assert gaps.high_s(alone=True) == 6.0  # no lone start seen yet: the only history there is
     gaps.observe(0.2, alone=True)
     assert gaps.high_s(alone=True) == 0.2
     assert gaps.high_s() == 6.0  # a listener beside others still goes by every start
-    assert gaps.beside_others_s() == 6.0  # and a start beside others by those beside others alone
 
 
 def _lone_listener() -> Listener:
